@@ -1,0 +1,109 @@
+"""Every setting of the gateway, read from the environment and an optional `.env` file.
+
+Each field here is listed, with a comment, in `.env.example`.
+"""
+
+from __future__ import annotations
+
+import socket
+from enum import StrEnum
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class LogFormat(StrEnum):
+    console = "console"
+    json = "json"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="AGENVOY_",
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+    )
+
+    home: Path = Field(default=Path("~/.config/agenvoy"))
+    database_url: str = ""
+    kv_url: str = ""
+    log_format: LogFormat = LogFormat.console
+    log_level: str = "INFO"
+
+    # Identifies this process among several sharing one KV store; presence keys carry it so a
+    # restarted instance can clear the keys its previous life left behind.
+    instance_id: str = Field(default_factory=socket.gethostname)
+    presence_ttl_seconds: float = 60.0
+    presence_refresh_seconds: float = 55.0
+
+    history_max_bytes: int = 5 * 1024 * 1024
+    action_log_max_bytes: int = 10 * 1024 * 1024
+    usage_retention_days: int = 28
+
+    # Placeholder for secrets that later adapters add; declared here so `doctor` masks them.
+    api_token: SecretStr | None = None
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser().resolve()
+
+    @field_validator("log_level", mode="after")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("log level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
+
+    @field_validator("presence_refresh_seconds", mode="after")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("must be positive")
+        return value
+
+    @cached_property
+    def sessions_dir(self) -> Path:
+        return self.home / "sessions"
+
+    @cached_property
+    def store_dir(self) -> Path:
+        return self.home / ".store"
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.store_dir / 'history.db'}"
+
+    @cached_property
+    def resolved_kv_url(self) -> str:
+        return self.kv_url or f"sqlite:///{self.store_dir / 'kv.db'}"
+
+    def masked(self) -> dict[str, Any]:
+        """Resolved settings for display: secrets and URL passwords hidden."""
+        shown: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                shown[name] = "***" if value.get_secret_value() else ""
+            elif value is None:
+                shown[name] = ""
+            else:
+                shown[name] = str(value)
+        shown["database_url"] = mask_url(self.resolved_database_url)
+        shown["kv_url"] = mask_url(self.resolved_kv_url)
+        return shown
+
+
+def mask_url(url: str) -> str:
+    """Hide the password of a `scheme://user:password@host/...` URL."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest.split("/", 1)[0]:
+        return url
+    creds, _, host = rest.partition("@")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"
