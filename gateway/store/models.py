@@ -1,0 +1,80 @@
+"""SQL tables of the archive. The schema itself is owned by the migrations; these classes
+mirror it for queries, and a test checks that the two agree."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Text
+from sqlmodel import Field, SQLModel
+
+
+class SessionRow(SQLModel, table=True):
+    __tablename__ = "session"
+
+    id: str = Field(primary_key=True, max_length=140)
+    name: str = ""
+    # Unique when non-empty (a partial index): the platform-side identity of the session.
+    self_id: str = ""
+    # The persona. Written to both `role` and the legacy `rule`; read from `role` first.
+    role: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    rule: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    model: str = ""
+    reasoning: str = ""
+    # JSON object of per-session settings (tool allow-list and the like).
+    settings: str = Field(default="{}", sa_column=Column(Text, nullable=False, server_default="{}"))
+    created_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
+    updated_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms, last activity
+
+    @property
+    def persona(self) -> str:
+        return self.role or self.rule
+
+
+class MessageRow(SQLModel, table=True):
+    __tablename__ = "messages"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(index=True, max_length=140)
+    role: str
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    sender: str = ""
+    send_at: int = Field(sa_type=BigInteger)  # Unix ms
+    task_hash: str = ""
+
+
+class ActionHistoryRow(SQLModel, table=True):
+    __tablename__ = "action_history"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=140)
+    task_hash: str
+    objective: str = Field(default="", sa_column=Column(Text, nullable=False))
+    tool_results: str = Field(default="[]", sa_column=Column(Text, nullable=False))  # JSON list
+    reply: str = Field(default="", sa_column=Column(Text, nullable=False))
+    created_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class FileHistoryRow(SQLModel, table=True):
+    __tablename__ = "file_history"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=140)
+    task_id: str = ""
+    dir: str
+    name: str
+    content: str = Field(default="", sa_column=Column(Text, nullable=False))
+    created_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class UsageRow(SQLModel, table=True):
+    __tablename__ = "usage"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=140)
+    model: str
+    input: int = Field(default=0, sa_type=BigInteger)
+    output: int = Field(default=0, sa_type=BigInteger)
+    cache_read: int = Field(default=0, sa_type=BigInteger)
+    cache_write: int = Field(default=0, sa_type=BigInteger)
+    elapsed_ms: int = Field(default=0, sa_type=BigInteger)
+    tool_calls: str = "[]"  # JSON list of the tool-call ids in that reply
+    send_at: int = Field(default=0, sa_type=BigInteger)

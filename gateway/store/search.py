@@ -1,0 +1,102 @@
+"""Full-text search over the message archive.
+
+A query is split on whitespace into terms, and a message matches when it contains every term
+as a substring (case-insensitive). Terms are always passed as bound parameters and, for FTS5,
+as quoted strings, so operator words (`NEAR`, `AND`), `*`, quotes and parentheses are searched
+for literally and can never cause a syntax error.
+
+On SQLite, terms of three or more characters use the trigram FTS5 index; shorter terms (two
+CJK characters are a whole word) fall back to LIKE on the rows the index already narrowed, or
+on the session's rows when every term is short.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from gateway.ids import validate_session_id
+from gateway.store.db import Database
+
+MAX_TERMS = 16
+MAX_PAGE = 200
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    id: int
+    session_id: str
+    role: str
+    content: str
+    sender: str
+    send_at: int
+
+
+def split_terms(query: str) -> list[str]:
+    # NUL ends a C string inside SQLite (turning a term into "match anything") and PostgreSQL
+    # refuses it outright, so it is no part of any term.
+    terms = [t.replace("\x00", "") for t in query.split()]
+    return [t for t in terms if t][:MAX_TERMS]
+
+
+def fts5_phrase(term: str) -> str:
+    """A term as an FTS5 string literal: everything inside double quotes is literal text."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def like_pattern(term: str) -> str:
+    escaped = term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+async def search_messages(
+    db: Database,
+    query: str,
+    *,
+    session_id: str | None = None,
+    limit: int = 20,
+    offset: int = 0,
+) -> list[SearchHit]:
+    """Messages containing every term of `query`, newest first."""
+    if session_id is not None:
+        validate_session_id(session_id)
+    terms = split_terms(query)
+    if not terms:
+        return []
+    limit = max(1, min(limit, MAX_PAGE))
+    offset = max(0, offset)
+    params: dict[str, object] = {"limit": limit, "offset": offset}
+    where: list[str] = []
+    if session_id is not None:
+        where.append("m.session_id = :sid")
+        params["sid"] = session_id
+
+    source = "messages m"
+    if db.dialect == "sqlite":
+        long_terms = [t for t in terms if len(t) >= 3]
+        short_terms = [t for t in terms if len(t) < 3]
+        if long_terms:
+            source = "messages_fts5 f JOIN messages m ON m.id = f.rowid"
+            where.append("messages_fts5 MATCH :match")
+            params["match"] = " AND ".join(fts5_phrase(t) for t in long_terms)
+        for i, term in enumerate(short_terms):
+            where.append(f"m.content LIKE :like{i} ESCAPE '\\'")
+            params[f"like{i}"] = like_pattern(term)
+    else:
+        for i, term in enumerate(terms):
+            where.append(f"m.content ILIKE :like{i} ESCAPE '\\'")
+            params[f"like{i}"] = like_pattern(term)
+
+    sql = text(
+        f"SELECT m.id, m.session_id, m.role, m.content, m.sender, m.send_at FROM {source} "
+        f"WHERE {' AND '.join(where)} ORDER BY m.id DESC LIMIT :limit OFFSET :offset"
+    )
+
+    async def run(session: AsyncSession) -> list[SearchHit]:
+        conn = await session.connection()
+        result = await conn.execute(sql, params)
+        return [SearchHit(*row) for row in result.all()]
+
+    return await db.read(run)

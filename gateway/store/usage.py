@@ -1,0 +1,124 @@
+"""Token spend per model call, its retention, and per-model summaries."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import BigInteger, case, delete, func
+from sqlalchemy import select as sa_select
+from sqlmodel import col
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from gateway.clock import now_ms
+from gateway.ids import validate_session_id
+from gateway.store.db import Database
+from gateway.store.models import UsageRow
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    session_id: str
+    model: str
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    elapsed_ms: int = 0
+    tool_calls: Sequence[str] = field(default_factory=tuple)
+    send_at: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelUsage:
+    model: str
+    calls: int
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    elapsed_ms: int
+    # Output tokens per second over the calls that measured their time (elapsed_ms > 0).
+    output_tps: float
+
+
+async def record_usage(db: Database, record: UsageRecord) -> int:
+    validate_session_id(record.session_id)
+    row = UsageRow(
+        session_id=record.session_id,
+        model=record.model,
+        input=record.input,
+        output=record.output,
+        cache_read=record.cache_read,
+        cache_write=record.cache_write,
+        elapsed_ms=record.elapsed_ms,
+        tool_calls=json.dumps(list(record.tool_calls)),
+        send_at=record.send_at if record.send_at is not None else now_ms(),
+    )
+
+    async def work(session: AsyncSession) -> int:
+        session.add(row)
+        await session.flush()
+        assert row.id is not None
+        return row.id
+
+    return await db.write(work)
+
+
+async def usage_summary(
+    db: Database, *, since_ms: int | None = None, session_id: str | None = None
+) -> list[ModelUsage]:
+    timed = col(UsageRow.elapsed_ms) > 0
+    # Nine columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
+    stmt = sa_select(
+        col(UsageRow.model),
+        func.count(),
+        func.sum(col(UsageRow.input)),
+        func.sum(col(UsageRow.output)),
+        func.sum(col(UsageRow.cache_read)),
+        func.sum(col(UsageRow.cache_write)),
+        func.sum(col(UsageRow.elapsed_ms)),
+        func.sum(case((timed, col(UsageRow.output)), else_=0)).cast(BigInteger),
+        func.sum(case((timed, col(UsageRow.elapsed_ms)), else_=0)).cast(BigInteger),
+    ).group_by(col(UsageRow.model))
+    if since_ms is not None:
+        stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
+    if session_id is not None:
+        stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
+    stmt = stmt.order_by(col(UsageRow.model))
+
+    async def work(session: AsyncSession) -> list[ModelUsage]:
+        conn = await session.connection()
+        rows = (await conn.execute(stmt)).all()
+        result = []
+        for model, calls, inp, out, c_read, c_write, elapsed, timed_out, timed_ms in rows:
+            tps = (timed_out or 0) / (timed_ms / 1000) if timed_ms else 0.0
+            result.append(
+                ModelUsage(
+                    model=model,
+                    calls=int(calls),
+                    input=int(inp or 0),
+                    output=int(out or 0),
+                    cache_read=int(c_read or 0),
+                    cache_write=int(c_write or 0),
+                    elapsed_ms=int(elapsed or 0),
+                    output_tps=tps,
+                )
+            )
+        return result
+
+    return await db.read(work)
+
+
+async def purge_usage(db: Database, *, retention_days: int = 28, now: int | None = None) -> int:
+    """Delete usage rows older than the retention window; returns how many went."""
+    cutoff = (now if now is not None else now_ms()) - retention_days * DAY_MS
+
+    async def work(session: AsyncSession) -> int:
+        result = await session.exec(delete(UsageRow).where(col(UsageRow.send_at) < cutoff))
+        return int(result.rowcount)
+
+    return await db.write(work)
