@@ -1,0 +1,519 @@
+"""The per-session audit trail, `<home>/sessions/<sid>/action.log`.
+
+One event is one line::
+
+    [YYYY-MM-DD HH:MM:SS.mmm][<window_hash>][<kind>][<task_hash>] <body>
+
+The timestamp is UTC with millisecond precision. Either hash may be empty, written `[]`.
+A record with an empty body ends at the task bracket. Lines written before task hashes
+existed have no task bracket (`[ts][window][kind] body`); they are still read, with an empty
+task hash. The two forms are told apart by what follows the kind bracket: another bracket
+in the current form, a space (or the end of the line) in the older one.
+
+The body is escaped so that an event can never span two lines: `\\` becomes `\\\\`, newline
+`\\n`, carriage return `\\r`, tab `\\t`, every other C0/C1 control character and DEL `\\xNN`,
+and U+2028, U+2029 and lone surrogates `\\uNNNN`. Unescaping gives back the exact body. A
+backslash not followed by one of those forms is read as itself, so a hand-edited or foreign
+line is still readable.
+
+Writers append each line with one `write()` on an `O_APPEND` descriptor, so lines from
+several processes interleave whole. A writer never creates the session directory: once a
+session is deleted, a late write fails with `SessionDirectoryMissing` instead of bringing
+the directory back.
+
+Writers also take turns through an exclusive `flock` on the file: a writer that finds the
+file not ending in a newline (a crash cut a line short) ends that fragment first, so it
+cannot swallow the new record, and a write that fails part way (a full disk) is truncated
+away again. Readers skip, and count, lines that are not records; a line without its newline
+is a write still arriving or cut short, and is never taken as a record.
+
+Size cap: after an append leaves `action.log` at or over `max_bytes` (10 MiB by default) it
+is renamed to `action.log.1`, replacing any older `action.log.1`. One rotated file is kept,
+so a session holds at most about twice `max_bytes` of log. The rename happens under an
+exclusive `flock` on the session directory and only if the size is still over the cap once
+the lock is held, so two processes crossing the cap together rotate once; if the directory
+is already locked the rotation is left to the next append over the cap. A writer that
+opened `action.log` just before a rotation still lands its line in `action.log.1`; only a
+writer stalled across two full rotations could lose its line.
+
+The methods are synchronous; async callers run them in `asyncio.to_thread`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from gateway.ids import validate_hash
+from gateway.logs import get_logger
+from gateway.store.fslock import SessionDirectoryMissing
+
+ACTION_LOG_NAME: Final = "action.log"
+ROTATED_SUFFIX: Final = ".1"
+DEFAULT_MAX_BYTES: Final = 10 * 1024 * 1024
+
+KIND_RE: Final = re.compile(r"[a-z_]{1,32}", re.ASCII)
+
+# Large enough that a tail of ordinary records costs one or two reads, small enough that a
+# tail of a 10 MiB file does not pull the whole file into memory.
+_TAIL_BLOCK: Final = 64 * 1024
+
+_log = get_logger(__name__)
+
+
+class ActionKind(StrEnum):
+    user = "user"
+    text_delta = "text_delta"
+    text = "text"
+    tool_call = "tool_call"
+    tool_result = "tool_result"
+    confirm = "confirm"
+    ask_user = "ask_user"
+    answer = "answer"
+    done = "done"
+    error = "error"
+    canceled = "canceled"
+    system = "system"
+
+
+class InvalidActionKind(ValueError):
+    """A kind outside `[a-z_]{1,32}`."""
+
+    def __init__(self, value: object) -> None:
+        shown = repr(value)
+        if len(shown) > 40:
+            shown = shown[:40] + "…"
+        super().__init__(f"invalid action kind {shown}: expected 1-32 characters from a-z _")
+
+
+# --- body escaping -------------------------------------------------------------------------
+
+_ESCAPE_RE: Final = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_SHORT_ESCAPES: Final = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_UNESCAPE_RE: Final = re.compile(r"\\(?:([\\nrt])|x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4}))")
+_SHORT_UNESCAPES: Final = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group()
+    short = _SHORT_ESCAPES.get(char)
+    if short is not None:
+        return short
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _unescape_match(match: re.Match[str]) -> str:
+    short, byte, wide = match.groups()
+    if short is not None:
+        return _SHORT_UNESCAPES[short]
+    return chr(int(byte if byte is not None else wide, 16))
+
+
+def escape_body(body: str) -> str:
+    """Escape `body` so it holds no line break of any kind and encodes as UTF-8."""
+    return _ESCAPE_RE.sub(_escape_char, body)
+
+
+def unescape_body(text: str) -> str:
+    """Invert `escape_body`; an unrecognised backslash sequence is kept as written."""
+    if "\\" not in text:
+        return text
+    return _UNESCAPE_RE.sub(_unescape_match, text)
+
+
+# --- records -------------------------------------------------------------------------------
+
+_LINE_RE: Final = re.compile(
+    r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3})\]"
+    r"\[(?P<window>[A-Za-z0-9_-]{0,64})\]"
+    r"\[(?P<kind>[a-z_]{1,32})\]"
+    r"(?:"
+    r"\[(?P<task>[A-Za-z0-9_-]{0,64})\](?: (?P<body>.*))?"
+    r"|(?: (?P<old_body>.*))?"
+    r")",
+    re.ASCII,
+)
+
+
+def _check_kind(kind: object) -> str:
+    if not isinstance(kind, str) or KIND_RE.fullmatch(kind) is None:
+        raise InvalidActionKind(kind)
+    try:
+        return ActionKind(kind)
+    except ValueError:
+        # Kinds added by newer writers are kept as they are rather than rejected.
+        return str.__str__(kind)
+
+
+def _check_hash(value: object, what: str) -> str:
+    if value == "":
+        return ""
+    # str.__str__ drops any str subclass, whose formatting could differ from its value.
+    return str.__str__(validate_hash(value, what))
+
+
+def _to_log_time(at: object) -> datetime:
+    if not isinstance(at, datetime):
+        raise TypeError(f"at must be a datetime, not {type(at).__name__}")
+    if at.tzinfo is None or at.utcoffset() is None:
+        raise ValueError("at must be timezone-aware")
+    try:
+        utc = at.astimezone(UTC)
+    except OverflowError as exc:
+        raise ValueError(f"at is out of range once converted to UTC: {at!r}") from exc
+    # The line keeps milliseconds only; truncating here makes a record equal to its re-read.
+    return utc.replace(microsecond=utc.microsecond // 1000 * 1000, fold=0)
+
+
+def _format_time(at: datetime) -> str:
+    # Explicit padding: strftime("%Y") does not zero-pad years before 1000 on glibc.
+    return (
+        f"{at.year:04d}-{at.month:02d}-{at.day:02d} "
+        f"{at.hour:02d}:{at.minute:02d}:{at.second:02d}.{at.microsecond // 1000:03d}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ActionRecord:
+    """One action.log event.
+
+    `at` is normalised to UTC and truncated to milliseconds, the precision the line keeps.
+    `kind` is an `ActionKind` when known and a plain `str` otherwise.
+    """
+
+    at: datetime
+    window_hash: str
+    kind: str
+    task_hash: str
+    body: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.body, str):
+            raise TypeError(f"body must be a str, not {type(self.body).__name__}")
+        object.__setattr__(self, "at", _to_log_time(self.at))
+        object.__setattr__(self, "window_hash", _check_hash(self.window_hash, "window hash"))
+        object.__setattr__(self, "kind", _check_kind(self.kind))
+        object.__setattr__(self, "task_hash", _check_hash(self.task_hash, "task hash"))
+
+    def format_line(self) -> str:
+        """The record as one line, without the trailing newline."""
+        head = f"[{_format_time(self.at)}][{self.window_hash}][{self.kind}][{self.task_hash}]"
+        if not self.body:
+            return head
+        return f"{head} {escape_body(self.body)}"
+
+
+def parse_line(line: str | bytes) -> ActionRecord | None:
+    """Read one action.log line, or return None if it is not a record. Never raises.
+
+    One trailing `\\n`, `\\r\\n` or `\\r` and a leading byte-order mark are ignored; a line
+    feed anywhere else makes it not a record.
+    """
+    if isinstance(line, bytes | bytearray | memoryview):
+        text = bytes(line).decode("utf-8", errors="replace")
+    elif isinstance(line, str):
+        text = line
+    else:
+        return None
+    text = text.removeprefix("\ufeff").removesuffix("\n").removesuffix("\r")
+    match = _LINE_RE.fullmatch(text)
+    if match is None:
+        return None
+    ts = match["ts"]
+    try:
+        at = datetime(
+            int(ts[0:4]),
+            int(ts[5:7]),
+            int(ts[8:10]),
+            int(ts[11:13]),
+            int(ts[14:16]),
+            int(ts[17:19]),
+            int(ts[20:23]) * 1000,
+            tzinfo=UTC,
+        )
+    except ValueError:
+        return None
+    task = match["task"]
+    raw_body = match["body"] if task is not None else match["old_body"]
+    try:
+        return ActionRecord(
+            at=at,
+            window_hash=match["window"],
+            kind=match["kind"],
+            task_hash=task or "",
+            body=unescape_body(raw_body or ""),
+        )
+    except ValueError:
+        return None
+
+
+# --- the log file ------------------------------------------------------------------------
+
+
+def _parse_stored(raw: bytes, terminated: bool) -> tuple[ActionRecord | None, bool]:
+    """Parse one stored line; return the record, if any, and whether the line was bad."""
+    if not raw.strip():
+        return None, False
+    if not terminated:
+        # Every record is written together with its newline, so a line without one is a
+        # write cut short (or still arriving) and not a whole record.
+        return None, True
+    record = parse_line(raw)
+    return record, record is None
+
+
+def _forward_lines(fh: BinaryIO) -> Iterator[tuple[bytes, bool]]:
+    for raw in fh:
+        if raw.endswith(b"\n"):
+            yield raw[:-1], True
+        else:
+            yield raw, False
+
+
+def _backward_lines(fd: int, size: int, block: int) -> Iterator[tuple[bytes, bool]]:
+    """Lines of the first `size` bytes of `fd`, last first, read in blocks from the end.
+
+    The first item is whatever follows the last newline (often empty) and is unterminated.
+    """
+    pending: list[bytes] = []
+    terminated = False
+    pos = size
+    while pos > 0:
+        step = min(block, pos)
+        pos -= step
+        chunk = os.pread(fd, step, pos)
+        if len(chunk) < step:
+            # The file shrank under us (truncated by hand); stop rather than misalign.
+            break
+        end = len(chunk)
+        while True:
+            newline = chunk.rfind(b"\n", 0, end)
+            if newline < 0:
+                pending.append(chunk[:end])
+                break
+            pending.append(chunk[newline + 1 : end])
+            yield b"".join(reversed(pending)), terminated
+            pending.clear()
+            terminated = True
+            end = newline
+    yield b"".join(reversed(pending)), terminated
+
+
+class ActionLog:
+    """`action.log` of one session, bound to its path (`<session dir>/action.log`)."""
+
+    def __init__(self, path: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if max_bytes <= 0:
+            raise ValueError("max_bytes must be positive")
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+
+    @classmethod
+    def for_session_dir(cls, session_dir: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> ActionLog:
+        return cls(Path(session_dir) / ACTION_LOG_NAME, max_bytes)
+
+    @property
+    def rotated_path(self) -> Path:
+        return self.path.with_name(self.path.name + ROTATED_SUFFIX)
+
+    def __repr__(self) -> str:
+        return f"ActionLog({str(self.path)!r}, max_bytes={self.max_bytes})"
+
+    # --- writing ---
+
+    def append(
+        self,
+        kind: ActionKind | str,
+        body: str,
+        *,
+        window_hash: str = "",
+        task_hash: str = "",
+        at: datetime | None = None,
+    ) -> ActionRecord:
+        """Append one record and return it as it will read back.
+
+        Raises `SessionDirectoryMissing` if the session directory does not exist, and
+        `ValueError` for a malformed kind, hash or naive `at`, before touching the file.
+        """
+        record = ActionRecord(
+            at=datetime.now(UTC) if at is None else at,
+            window_hash=window_hash,
+            kind=kind,
+            task_hash=task_hash,
+            body=body,
+        )
+        data = (record.format_line() + "\n").encode("utf-8")
+        size = self._write(data)
+        if size >= self.max_bytes:
+            self._rotate()
+        return record
+
+    def _write(self, data: bytes) -> int:
+        """Append `data` with one write; return the file size seen afterwards."""
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+        try:
+            # O_CREAT makes the file but never a missing parent, which is what keeps a
+            # deleted session deleted.
+            fd = os.open(self.path, flags, 0o600)
+        except FileNotFoundError as exc:
+            raise SessionDirectoryMissing(
+                errno.ENOENT, "session directory does not exist", str(self.path.parent)
+            ) from exc
+        try:
+            # O_APPEND alone keeps concurrent lines whole, but the last-byte check below
+            # could then see another append half copied in; writers take turns instead.
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            start = os.fstat(fd).st_size
+            if start and os.pread(fd, 1, start - 1) != b"\n":
+                # A crash left part of a line; end it so it cannot swallow this record.
+                data = b"\n" + data
+            try:
+                written = os.write(fd, data)
+                while written < len(data):
+                    more = os.write(fd, data[written:])
+                    if more == 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+                    written += more
+            except OSError:
+                # Take back a partial line (a full disk, say) so the file stays line-aligned;
+                # with the lock held nothing can have been appended after it.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                _log.warning("action_log_write_failed", path=str(self.path), size=len(data))
+                raise
+            return os.fstat(fd).st_size
+        finally:
+            # Closing the descriptor releases the lock.
+            os.close(fd)
+
+    def _rotate(self) -> None:
+        try:
+            dir_fd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            try:
+                fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                # Someone holds the session directory: another rotation, or this very thread
+                # further up the stack, which a blocking wait would deadlock. The next append
+                # over the cap tries again.
+                return
+            try:
+                # Another process may have rotated between our write and the lock.
+                size = os.stat(self.path, follow_symlinks=False).st_size
+            except FileNotFoundError:
+                return
+            if size < self.max_bytes:
+                return
+            os.replace(self.path, self.rotated_path)
+            _log.info("action_log_rotated", path=str(self.path), size=size)
+        finally:
+            # Closing the descriptor releases the lock.
+            os.close(dir_fd)
+
+    # --- reading ---
+
+    def _open_pair(self, include_rotated: bool) -> list[BinaryIO]:
+        """Open files to read, oldest first.
+
+        The current file is opened first: if a rotation slips in between the two opens both
+        descriptors name the same file, which is detected and read once, instead of the
+        other order's risk of missing the file rotated away.
+        """
+        files: list[BinaryIO] = []
+        current: BinaryIO | None
+        try:
+            current = self.path.open("rb")
+        except FileNotFoundError:
+            current = None
+        try:
+            if include_rotated:
+                try:
+                    rotated = self.rotated_path.open("rb")
+                except FileNotFoundError:
+                    pass
+                else:
+                    if current is not None and _same_file(current, rotated):
+                        rotated.close()
+                    else:
+                        files.append(rotated)
+        except BaseException:
+            if current is not None:
+                current.close()
+            raise
+        if current is not None:
+            files.append(current)
+        return files
+
+    def read_with_errors(self, *, include_rotated: bool = True) -> tuple[list[ActionRecord], int]:
+        """All records, rotated file first, and how many non-blank lines were bad."""
+        records: list[ActionRecord] = []
+        skipped = 0
+        files = self._open_pair(include_rotated)
+        try:
+            for fh in files:
+                for raw, terminated in _forward_lines(fh):
+                    record, bad = _parse_stored(raw, terminated)
+                    skipped += bad
+                    if record is not None:
+                        records.append(record)
+        finally:
+            for fh in files:
+                fh.close()
+        if skipped:
+            _log.warning("action_log_lines_skipped", path=str(self.path), skipped=skipped)
+        return records, skipped
+
+    def read(self, *, include_rotated: bool = True) -> list[ActionRecord]:
+        """All records, rotated file first; lines that are not records are skipped."""
+        return self.read_with_errors(include_rotated=include_rotated)[0]
+
+    def tail_with_errors(self, n: int) -> tuple[list[ActionRecord], int]:
+        """The last `n` records, oldest first, and how many lines passed over were skipped.
+
+        Reads blocks from the end, so the cost follows `n`, not the size of the file.
+        """
+        if n <= 0:
+            return [], 0
+        newest_first: list[ActionRecord] = []
+        skipped = 0
+        files = self._open_pair(include_rotated=True)
+        try:
+            for fh in reversed(files):
+                fd = fh.fileno()
+                lines = _backward_lines(fd, os.fstat(fd).st_size, _TAIL_BLOCK)
+                for raw, terminated in lines:
+                    record, bad = _parse_stored(raw, terminated)
+                    skipped += bad
+                    if record is not None:
+                        newest_first.append(record)
+                        if len(newest_first) >= n:
+                            break
+                if len(newest_first) >= n:
+                    break
+        finally:
+            for fh in files:
+                fh.close()
+        newest_first.reverse()
+        return newest_first, skipped
+
+    def tail(self, n: int) -> list[ActionRecord]:
+        """The last `n` records (fewer if the log is shorter), oldest first."""
+        return self.tail_with_errors(n)[0]
+
+
+def _same_file(a: BinaryIO, b: BinaryIO) -> bool:
+    sa = os.fstat(a.fileno())
+    sb = os.fstat(b.fileno())
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)

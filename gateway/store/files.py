@@ -1,0 +1,253 @@
+"""The files of one session under `<home>/sessions/<sid>/`, named as the session layout says.
+
+Every path here is built from a validated session id, and nothing but `SessionsDir.create`
+makes a session directory: a write that arrives after the session was deleted fails with
+`SessionDirectoryMissing` instead of bringing the directory back.
+
+All methods are blocking; async callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from gateway.ids import validate_hash, validate_session_id
+from gateway.logs import get_logger
+from gateway.store.actionlog import ActionLog
+from gateway.store.fslock import SessionDirectoryMissing, atomic_write, dir_lock
+from gateway.store.history_file import HistoryFile
+
+log = get_logger(__name__)
+
+HISTORY: Final = "history.json"
+SUMMARY: Final = "summary.json"
+SUMMARY_CURSOR: Final = ".summary_cursor"
+ACTION_LOG: Final = "action.log"
+CMD_HISTORY: Final = ".cmd_history"
+PENDING_DIR: Final = "pending"
+RESUME_DIR: Final = ".claude_code"
+CMD_HISTORY_LIMIT: Final = 50
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    text: str
+    cursor: int  # id of the last `messages` row the summary covers; 0 = none
+    updated_at: int  # Unix ms
+
+
+class SessionsDir:
+    """`<home>/sessions`: creating, finding and deleting session directories."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        history_max_bytes: int = 5 * 1024 * 1024,
+        action_log_max_bytes: int = 10 * 1024 * 1024,
+    ) -> None:
+        self.root = root
+        self.history_max_bytes = history_max_bytes
+        self.action_log_max_bytes = action_log_max_bytes
+
+    def path_of(self, session_id: str) -> Path:
+        return self.root / validate_session_id(session_id)
+
+    def get(self, session_id: str) -> SessionFiles:
+        return SessionFiles(
+            self.path_of(session_id),
+            history_max_bytes=self.history_max_bytes,
+            action_log_max_bytes=self.action_log_max_bytes,
+        )
+
+    def create(self, session_id: str) -> SessionFiles:
+        files = self.get(session_id)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        files.dir.mkdir(exist_ok=True, mode=0o700)
+        return files
+
+    def exists(self, session_id: str) -> bool:
+        return self.path_of(session_id).is_dir()
+
+    def delete(self, session_id: str) -> bool:
+        path = self.path_of(session_id)
+        if not path.is_dir():
+            return False
+        # Rename first so writers that take the lock after this see the directory gone at once.
+        graveyard = path.with_name(f".deleting-{path.name}-{os.getpid()}")
+        with dir_lock(path):
+            os.rename(path, graveyard)
+        shutil.rmtree(graveyard, ignore_errors=True)
+        return True
+
+    def list_ids(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        found = []
+        for entry in os.scandir(self.root):
+            if entry.is_dir() and not entry.name.startswith("."):
+                with contextlib.suppress(ValueError):
+                    found.append(validate_session_id(entry.name))
+        return sorted(found)
+
+
+class SessionFiles:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        history_max_bytes: int = 5 * 1024 * 1024,
+        action_log_max_bytes: int = 10 * 1024 * 1024,
+    ) -> None:
+        self.dir = directory
+        self.history = HistoryFile(directory / HISTORY, max_bytes=history_max_bytes)
+        self.action_log = ActionLog(directory / ACTION_LOG, max_bytes=action_log_max_bytes)
+
+    def _require_dir(self) -> None:
+        if not self.dir.is_dir():
+            raise SessionDirectoryMissing(str(self.dir))
+
+    # -- summary ---------------------------------------------------------------------------
+
+    def read_summary(self) -> Summary | None:
+        try:
+            raw = json.loads((self.dir / SUMMARY).read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            log.warning("summary unreadable, ignoring it", path=str(self.dir / SUMMARY))
+            return None
+        text = raw.get("summary") if isinstance(raw, dict) else None
+        if not isinstance(text, str):
+            return None
+        updated = raw.get("updated_at", 0)
+        return Summary(text, self.read_summary_cursor(), updated if isinstance(updated, int) else 0)
+
+    def read_summary_cursor(self) -> int:
+        try:
+            text = (self.dir / SUMMARY_CURSOR).read_text().strip()
+        except FileNotFoundError:
+            return 0
+        return int(text) if text.isdigit() else 0
+
+    def write_summary(self, summary: Summary) -> None:
+        # The summary goes first: a crash between the two leaves the cursor behind, which only
+        # means some messages are folded in again, never that some are skipped.
+        self._require_dir()
+        body = {"summary": summary.text, "cursor": summary.cursor, "updated_at": summary.updated_at}
+        atomic_write(self.dir / SUMMARY, json.dumps(body, ensure_ascii=False).encode())
+        atomic_write(self.dir / SUMMARY_CURSOR, f"{summary.cursor}\n".encode())
+
+    # -- terminal input history -------------------------------------------------------------
+
+    def read_cmd_history(self) -> list[str]:
+        try:
+            data = (self.dir / CMD_HISTORY).read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return []
+        entries = []
+        for line in data.splitlines():
+            # One JSON string per line keeps multi-line entries intact.
+            with contextlib.suppress(ValueError):
+                value = json.loads(line)
+                if isinstance(value, str):
+                    entries.append(value)
+        return entries[-CMD_HISTORY_LIMIT:]
+
+    def add_cmd_history(self, entry: str) -> list[str]:
+        if not entry.strip():
+            return self.read_cmd_history()
+        with dir_lock(self.dir):
+            entries = self.read_cmd_history()
+            if not entries or entries[-1] != entry:
+                entries.append(entry)
+            entries = entries[-CMD_HISTORY_LIMIT:]
+            body = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries)
+            atomic_write(self.dir / CMD_HISTORY, body.encode())
+        return entries
+
+    # -- pending prompts -------------------------------------------------------------------
+
+    def pending_path(self, task_hash: str) -> Path:
+        return self.dir / PENDING_DIR / f"{validate_hash(task_hash)}.json"
+
+    def write_pending(self, task_hash: str, data: dict[str, Any]) -> None:
+        path = self.pending_path(task_hash)
+        self._require_dir()
+        path.parent.mkdir(exist_ok=True, mode=0o700)
+        atomic_write(path, json.dumps(data, ensure_ascii=False).encode())
+
+    def read_pending(self, task_hash: str) -> dict[str, Any] | None:
+        try:
+            value = json.loads(self.pending_path(task_hash).read_bytes())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            log.warning("pending prompt unreadable", task_hash=task_hash, session=self.dir.name)
+            return None
+        return value if isinstance(value, dict) else None
+
+    def remove_pending(self, task_hash: str) -> bool:
+        try:
+            self.pending_path(task_hash).unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def list_pending(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        folder = self.dir / PENDING_DIR
+        if not folder.is_dir():
+            return
+        for entry in sorted(folder.glob("*.json")):
+            task_hash = entry.stem
+            data = self.read_pending(task_hash)
+            if data is not None:
+                yield task_hash, data
+
+    # -- backend resume state ----------------------------------------------------------------
+
+    def resume_state_path(self, model: str, system_prompt: str, *, with_tools: bool) -> Path:
+        name = resume_state_name(model, system_prompt, with_tools=with_tools)
+        return self.dir / RESUME_DIR / name
+
+    def read_resume_state(
+        self, model: str, system_prompt: str, *, with_tools: bool
+    ) -> dict[str, Any] | None:
+        path = self.resume_state_path(model, system_prompt, with_tools=with_tools)
+        try:
+            value = json.loads(path.read_bytes())
+        except (FileNotFoundError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def write_resume_state(
+        self, model: str, system_prompt: str, state: dict[str, Any], *, with_tools: bool
+    ) -> None:
+        path = self.resume_state_path(model, system_prompt, with_tools=with_tools)
+        self._require_dir()
+        path.parent.mkdir(exist_ok=True, mode=0o700)
+        atomic_write(path, json.dumps(state, ensure_ascii=False).encode())
+
+
+_UNSAFE_MODEL_CHARS = re.compile(r"[@/|]")
+
+
+def resume_state_name(model: str, system_prompt: str, *, with_tools: bool) -> str:
+    """`<model>_<hash>.json`, `_plain` before the suffix for calls without tools.
+
+    `@`, `/` and `|` in model names become `_`; anything else outside a safe alphabet does too,
+    since the name lands on the filesystem.
+    """
+    safe_model = re.sub(r"[^A-Za-z0-9._-]", "_", _UNSAFE_MODEL_CHARS.sub("_", model))[:100]
+    digest = hashlib.sha256(system_prompt.encode()).hexdigest()[:16]
+    plain = "" if with_tools else "_plain"
+    return f"{safe_model or '_'}_{digest}{plain}.json"

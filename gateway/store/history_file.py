@@ -1,0 +1,197 @@
+"""`history.json`: the recent conversation of a session, as a JSON array appended in place.
+
+Layout, one message per line so a torn tail is easy to find::
+
+    [
+    {"role":"user","content":"hi","send_at":1700000000000,"sender":"ann"},
+    {"role":"assistant","content":"hello","send_at":1700000000100,"sender":"agent"}
+    ]
+
+Appending overwrites the closing `\\n]\\n` with `,\\n<message>\\n]\\n`: the cost is the size of the
+new message, not of the file, and the file is valid JSON again when the write returns.
+A crash in the middle of that write leaves a tail that is not valid JSON; the next read or append
+notices it from the last bytes and rewrites the file with every complete line, so at most the
+torn message is lost (the SQL archive keeps it anyway).
+
+The file is bounded: once it passes `max_bytes` the oldest messages are dropped until it is at
+three quarters of the cap, so trimming happens once per quarter-cap of new text rather than on
+every append. Older messages stay searchable in the SQL archive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from gateway.logs import get_logger
+from gateway.store.fslock import SessionDirectoryMissing, atomic_write, dir_lock
+
+log = get_logger(__name__)
+
+EMPTY: Final = b"[\n]\n"
+CLOSE: Final = b"\n]\n"
+_TRIM_TO: Final = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryMessage:
+    role: str
+    content: str
+    send_at: int  # Unix milliseconds, the one time unit used everywhere
+    sender: str = ""
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> HistoryMessage | None:
+        if not isinstance(obj, dict):
+            return None
+        role, content, send_at = obj.get("role"), obj.get("content"), obj.get("send_at")
+        sender = obj.get("sender", "")
+        if not (isinstance(role, str) and isinstance(content, str)):
+            return None
+        if not isinstance(send_at, int) or isinstance(send_at, bool):
+            return None
+        return cls(role, content, send_at, sender if isinstance(sender, str) else "")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    messages: list[HistoryMessage]
+    repaired: bool
+
+
+class HistoryFile:
+    def __init__(self, path: Path, max_bytes: int = 5 * 1024 * 1024) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self) -> list[HistoryMessage]:
+        return self.read_checked().messages
+
+    def read_checked(self) -> ReadResult:
+        """Read every message, repairing a torn tail first if there is one."""
+        with dir_lock(self.path.parent):
+            data = self._read_bytes()
+            messages, clean = _parse(data)
+            if not clean:
+                self._rewrite(messages)
+                log.warning("history repaired", path=str(self.path), kept=len(messages))
+            return ReadResult(messages, repaired=not clean)
+
+    def tail(self, count: int) -> list[HistoryMessage]:
+        return self.read()[-count:] if count > 0 else []
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def append(self, message: HistoryMessage) -> None:
+        self.extend([message])
+
+    def extend(self, messages: Sequence[HistoryMessage]) -> None:
+        if not messages:
+            return
+        body = b",\n".join(m.to_json() for m in messages)
+        with dir_lock(self.path.parent):
+            size = self._append_locked(body)
+            if size > self.max_bytes:
+                self._trim_locked()
+
+    def replace(self, messages: Iterable[HistoryMessage]) -> None:
+        with dir_lock(self.path.parent):
+            self._rewrite(list(messages))
+
+    def _append_locked(self, body: bytes) -> int:
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError as exc:
+            raise SessionDirectoryMissing(str(self.path.parent)) from exc
+        try:
+            size = os.fstat(fd).st_size
+            tail = os.pread(fd, len(EMPTY), max(0, size - len(EMPTY)))
+            if size == 0 or (tail == EMPTY and size == len(EMPTY)):
+                whole = b"[\n" + body + CLOSE
+                os.pwrite(fd, whole, 0)
+                os.ftruncate(fd, len(whole))
+                return len(whole)
+            if not tail.endswith(CLOSE):
+                # A previous writer died mid-append: repair, then append to the repaired file.
+                os.close(fd)
+                fd = -1
+                messages, _ = _parse(self._read_bytes())
+                self._rewrite(messages)
+                log.warning("history repaired", path=str(self.path), kept=len(messages))
+                return self._append_locked(body)
+            chunk = b",\n" + body + CLOSE
+            os.pwrite(fd, chunk, size - len(CLOSE))
+            return size - len(CLOSE) + len(chunk)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def _trim_locked(self) -> None:
+        messages, _ = _parse(self._read_bytes())
+        budget = int(self.max_bytes * _TRIM_TO) - len(EMPTY)
+        kept: list[HistoryMessage] = []
+        used = 0
+        for message in reversed(messages):
+            cost = len(message.to_json()) + 2
+            if used + cost > budget and kept:
+                break
+            kept.append(message)
+            used += cost
+        kept.reverse()
+        self._rewrite(kept)
+        log.info("history trimmed", path=str(self.path), dropped=len(messages) - len(kept))
+
+    def _rewrite(self, messages: list[HistoryMessage]) -> None:
+        if not messages:
+            atomic_write(self.path, EMPTY)
+            return
+        atomic_write(self.path, b"[\n" + b",\n".join(m.to_json() for m in messages) + CLOSE)
+
+    def _read_bytes(self) -> bytes:
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            if not self.path.parent.is_dir():
+                raise SessionDirectoryMissing(str(self.path.parent)) from None
+            return EMPTY
+
+
+def _parse(data: bytes) -> tuple[list[HistoryMessage], bool]:
+    """Parse the array; on failure salvage every complete line. Returns (messages, was_clean)."""
+    try:
+        loaded = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        loaded = None
+    if isinstance(loaded, list):
+        parsed = [HistoryMessage.from_obj(item) for item in loaded]
+        messages = [m for m in parsed if m is not None]
+        clean = len(messages) == len(parsed) and data.endswith(CLOSE) and data.startswith(b"[\n")
+        return messages, clean
+    return _salvage(data), False
+
+
+def _salvage(data: bytes) -> list[HistoryMessage]:
+    decoder = json.JSONDecoder()
+    messages: list[HistoryMessage] = []
+    for raw in data.split(b"\n"):
+        line = raw.decode("utf-8", errors="replace").strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            # raw_decode ignores what follows the object, e.g. the "," separator or a stray "]".
+            obj, _ = decoder.raw_decode(line)
+        except ValueError:
+            continue
+        message = HistoryMessage.from_obj(obj)
+        if message is not None:
+            messages.append(message)
+    return messages
