@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 from enum import StrEnum
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +51,11 @@ class Settings(BaseSettings):
     def _expand_home(cls, value: Path) -> Path:
         return value.expanduser().resolve()
 
+    @field_validator("instance_id", mode="after")
+    @classmethod
+    def _default_instance(cls, value: str) -> str:
+        return value.strip() or socket.gethostname()
+
     @field_validator("log_level", mode="after")
     @classmethod
     def _known_level(cls, value: str) -> str:
@@ -67,19 +71,19 @@ class Settings(BaseSettings):
             raise ValueError("must be positive")
         return value
 
-    @cached_property
+    @property
     def sessions_dir(self) -> Path:
         return self.home / "sessions"
 
-    @cached_property
+    @property
     def store_dir(self) -> Path:
         return self.home / ".store"
 
-    @cached_property
+    @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.store_dir / 'history.db'}"
 
-    @cached_property
+    @property
     def resolved_kv_url(self) -> str:
         return self.kv_url or f"sqlite:///{self.store_dir / 'kv.db'}"
 
@@ -105,5 +109,7 @@ def mask_url(url: str) -> str:
     if not sep or "@" not in rest.split("/", 1)[0]:
         return url
     creds, _, host = rest.partition("@")
+    if ":" not in creds:
+        return url
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}"

@@ -1,24 +1,86 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from support import open_redis, skip_or_fail, wipe_redis
 
 from gateway.settings import Settings
-
-
-def service_required() -> bool:
-    """CI sets AGENVOY_REQUIRE_SERVICES=1 so a missing PostgreSQL/Redis fails instead of skipping."""
-    return os.environ.get("AGENVOY_REQUIRE_SERVICES", "") not in ("", "0", "false")
-
-
-def skip_or_fail(reason: str) -> None:
-    if service_required():
-        pytest.fail(f"required service unavailable: {reason}")
-    pytest.skip(reason)
+from gateway.store.kv import KVStore, RedisKV, SqliteKV
+from gateway.store.sessions import SessionStore
 
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+
+
+PG_ADMIN_DSN = os.environ.get("AGENVOY_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+async def _pg_database() -> tuple[str, str]:
+    """Create an empty PostgreSQL database for one test; returns (async url, name)."""
+    import secrets
+
+    import asyncpg  # type: ignore[import-untyped]
+
+    try:
+        conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
+    except (OSError, asyncpg.PostgresError) as exc:
+        skip_or_fail(f"PostgreSQL not reachable at {PG_ADMIN_DSN}: {exc}")
+        raise
+    name = f"agenvoy_t_{secrets.token_hex(6)}"
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    base = PG_ADMIN_DSN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+asyncpg://", 1)
+    return f"{base}/{name}", name
+
+
+async def _pg_drop(name: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'store' / 'history.db'}"
+        return
+    url, name = await _pg_database()
+    try:
+        yield url
+    finally:
+        await _pg_drop(name)
+
+
+@pytest.fixture
+async def store(settings: Settings, database_url: str) -> AsyncIterator[SessionStore]:
+    opened = await SessionStore.open(settings.model_copy(update={"database_url": database_url}))
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+async def kv(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KVStore]:
+    store: KVStore
+    if request.param == "sqlite":
+        store = await SqliteKV.open(tmp_path / "kv.db")
+    else:
+        store = await open_redis()
+    try:
+        yield store
+    finally:
+        if isinstance(store, RedisKV):
+            await wipe_redis(store)
+        await store.close()

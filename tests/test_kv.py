@@ -1,17 +1,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
 import sys
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
-from redis.exceptions import RedisError
+from support import REDIS_URL, open_redis, wait_until
 
 from gateway.settings import Settings
 from gateway.store.kv import (
@@ -29,59 +25,8 @@ from gateway.store.kv import (
     tool_cache,
 )
 
-REDIS_URL = os.environ.get("AGENVOY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 WORKER = Path(__file__).with_name("kv_worker.py")
 SHORT_TTL = 0.2
-
-
-def skip_or_fail(reason: str) -> NoReturn:
-    """Same rule as conftest.skip_or_fail: CI (AGENVOY_REQUIRE_SERVICES=1) fails, else skip."""
-    if os.environ.get("AGENVOY_REQUIRE_SERVICES", "") not in ("", "0", "false"):
-        pytest.fail(f"required service unavailable: {reason}")
-    pytest.skip(reason)
-
-
-async def open_redis() -> RedisKV:
-    """A RedisKV confined to a key prefix unique to the calling test."""
-    prefix = f"agenvoy-test:{uuid.uuid4().hex}:"
-    try:
-        return await asyncio.wait_for(RedisKV.from_url(REDIS_URL, key_prefix=prefix), 5)
-    except (OSError, RedisError, TimeoutError) as exc:
-        skip_or_fail(f"Redis at {REDIS_URL} unreachable: {exc!r}")
-
-
-async def wipe_redis(kv: RedisKV) -> None:
-    for key in await kv.scan(""):
-        await kv.delete(key)
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-async def kv(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KVStore]:
-    store: KVStore
-    if request.param == "sqlite":
-        store = await SqliteKV.open(tmp_path / "kv.db")
-    else:
-        store = await open_redis()
-    try:
-        yield store
-    finally:
-        if isinstance(store, RedisKV):
-            await wipe_redis(store)
-        await store.close()
-
-
-async def wait_until(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> bool:
-    """Poll `check` until it is true or `within` seconds pass; returns its last answer."""
-
-    async def poll() -> bool:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if await check():
-                return True
-            await asyncio.sleep(0.02)
-        return await check()
-
-    return await asyncio.wait_for(poll(), within + 1)
 
 
 def gone(kv: KVStore, key: str) -> Callable[[], Awaitable[bool]]:

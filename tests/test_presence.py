@@ -5,68 +5,24 @@ import json
 import os
 import sys
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
-from redis.exceptions import RedisError
+from support import wait_until
 
 from gateway.ids import InvalidHash, InvalidSessionId
 from gateway.presence import Presence, presence_key
-from gateway.store.kv import KVStore, RedisKV, SqliteKV
+from gateway.store.kv import KVStore, SqliteKV
 
-REDIS_URL = os.environ.get("AGENVOY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 WORKER = Path(__file__).with_name("kv_worker.py")
 WAIT = 10.0
-
-
-def skip_or_fail(reason: str) -> NoReturn:
-    """Same rule as conftest.skip_or_fail: CI (AGENVOY_REQUIRE_SERVICES=1) fails, else skip."""
-    if os.environ.get("AGENVOY_REQUIRE_SERVICES", "") not in ("", "0", "false"):
-        pytest.fail(f"required service unavailable: {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-async def kv(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KVStore]:
-    store: KVStore
-    if request.param == "sqlite":
-        store = await SqliteKV.open(tmp_path / "kv.db")
-    else:
-        prefix = f"agenvoy-test:{uuid.uuid4().hex}:"
-        try:
-            store = await asyncio.wait_for(RedisKV.from_url(REDIS_URL, key_prefix=prefix), 5)
-        except (OSError, RedisError, TimeoutError) as exc:
-            skip_or_fail(f"Redis at {REDIS_URL} unreachable: {exc!r}")
-    try:
-        yield store
-    finally:
-        if isinstance(store, RedisKV):
-            for key in await store.scan(""):
-                await store.delete(key)
-        await store.close()
 
 
 @pytest.fixture
 async def sqlite_kv(tmp_path: Path) -> AsyncIterator[SqliteKV]:
     async with await SqliteKV.open(tmp_path / "kv.db") as store:
         yield store
-
-
-async def wait_until(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> bool:
-    """Poll `check` until it is true or `within` seconds pass; returns its last answer."""
-
-    async def poll() -> bool:
-        deadline = time.monotonic() + within
-        while time.monotonic() < deadline:
-            if await check():
-                return True
-            await asyncio.sleep(0.02)
-        return await check()
-
-    return await asyncio.wait_for(poll(), within + 1)
 
 
 def stopped(presence: Presence, session_id: str) -> Callable[[], Awaitable[bool]]:

@@ -1,0 +1,323 @@
+"""The session store: one place that keeps a session's files and its SQL rows in step."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import func, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from gateway.clock import now_ms
+from gateway.ids import validate_hash, validate_session_id
+from gateway.logs import get_logger
+from gateway.settings import Settings
+from gateway.store.actionlog import ActionKind, ActionRecord
+from gateway.store.db import Database
+from gateway.store.files import SessionFiles, SessionsDir
+from gateway.store.history_file import HistoryMessage
+from gateway.store.models import (
+    ActionHistoryRow,
+    FileHistoryRow,
+    MessageRow,
+    SessionRow,
+)
+
+log = get_logger(__name__)
+
+
+class UnknownSession(LookupError):
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no such session: {session_id}")
+        self.session_id = session_id
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    id: int
+    session_id: str
+    role: str
+    content: str
+    sender: str
+    send_at: int
+    task_hash: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    id: str
+    name: str
+    updated_at: int
+    message_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    session_id: str
+    task_hash: str
+    objective: str
+    reply: str
+    tool_results: Sequence[dict[str, Any]] = field(default_factory=tuple)
+
+
+class SessionStore:
+    def __init__(self, settings: Settings, db: Database) -> None:
+        self.settings = settings
+        self.db = db
+        self.dirs = SessionsDir(
+            settings.sessions_dir,
+            history_max_bytes=settings.history_max_bytes,
+            action_log_max_bytes=settings.action_log_max_bytes,
+        )
+
+    @classmethod
+    async def open(cls, settings: Settings) -> SessionStore:
+        db = await Database.open(settings.resolved_database_url)
+        return cls(settings, db)
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    def files(self, session_id: str) -> SessionFiles:
+        return self.dirs.get(session_id)
+
+    # -- sessions --------------------------------------------------------------------------
+
+    async def ensure(self, session_id: str, *, name: str = "") -> SessionRow:
+        """The session's row, creating it and its directory if this is its first message."""
+        validate_session_id(session_id)
+        await asyncio.to_thread(self.dirs.create, session_id)
+        now = now_ms()
+
+        async def work(session: AsyncSession) -> SessionRow:
+            row = await session.get(SessionRow, session_id)
+            if row is None:
+                row = SessionRow(id=session_id, name=name, created_at=now, updated_at=now)
+                session.add(row)
+            return row
+
+        return await self.db.write(work)
+
+    async def get(self, session_id: str) -> SessionRow | None:
+        validate_session_id(session_id)
+
+        async def work(session: AsyncSession) -> SessionRow | None:
+            return await session.get(SessionRow, session_id)
+
+        return await self.db.read(work)
+
+    async def require(self, session_id: str) -> SessionRow:
+        row = await self.get(session_id)
+        if row is None:
+            raise UnknownSession(session_id)
+        return row
+
+    async def update(self, session_id: str, **changes: str) -> SessionRow:
+        """Change name, model, reasoning, self_id or persona (`persona=` sets role and rule)."""
+        allowed = {"name", "model", "reasoning", "self_id", "persona", "settings"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise ValueError(f"unknown session fields: {sorted(unknown)}")
+
+        async def work(session: AsyncSession) -> SessionRow:
+            row = await session.get(SessionRow, validate_session_id(session_id))
+            if row is None:
+                raise UnknownSession(session_id)
+            for key, value in changes.items():
+                if key == "persona":
+                    # Older readers look at `rule`; keep both until they are gone.
+                    row.role = row.rule = value
+                else:
+                    setattr(row, key, value)
+            row.updated_at = now_ms()
+            session.add(row)
+            return row
+
+        return await self.db.write(work)
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        counts = (
+            select(MessageRow.session_id, func.count().label("n"))
+            .group_by(MessageRow.session_id)
+            .subquery()
+        )
+        stmt = (
+            select(SessionRow.id, SessionRow.name, SessionRow.updated_at, counts.c.n)
+            .outerjoin(counts, counts.c.session_id == SessionRow.id)
+            .order_by(col(SessionRow.updated_at).desc())
+        )
+
+        async def work(session: AsyncSession) -> list[SessionInfo]:
+            rows = (await session.exec(stmt)).all()
+            return [SessionInfo(sid, name, updated, int(n or 0)) for sid, name, updated, n in rows]
+
+        return await self.db.read(work)
+
+    async def delete(self, session_id: str) -> bool:
+        validate_session_id(session_id)
+
+        async def work(session: AsyncSession) -> bool:
+            conn = await session.connection()
+            params = {"sid": session_id}
+            for table in ("messages", "action_history", "file_history", "usage"):
+                await conn.execute(text(f"DELETE FROM {table} WHERE session_id = :sid"), params)
+            result = await conn.execute(text("DELETE FROM session WHERE id = :sid"), params)
+            return bool(result.rowcount)
+
+        existed = await self.db.write(work)
+        removed = await asyncio.to_thread(self.dirs.delete, session_id)
+        return existed or removed
+
+    # -- messages --------------------------------------------------------------------------
+
+    async def append_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        *,
+        sender: str = "",
+        send_at: int | None = None,
+        task_hash: str = "",
+    ) -> StoredMessage:
+        """Archive one message in SQL, then add it to history.json.
+
+        SQL goes first: its id is what the summary cursor refers to, and it is the durable copy
+        from which history.json could be rebuilt.
+        """
+        validate_session_id(session_id)
+        if task_hash:
+            validate_hash(task_hash)
+        at = send_at if send_at is not None else now_ms()
+        # PostgreSQL text cannot hold NUL; store the same replacement character on every backend.
+        content = content.replace("\x00", "\ufffd")
+        sender = sender.replace("\x00", "\ufffd")
+
+        async def work(session: AsyncSession) -> StoredMessage:
+            row = MessageRow(
+                session_id=session_id,
+                role=role,
+                content=content,
+                sender=sender,
+                send_at=at,
+                task_hash=task_hash,
+            )
+            session.add(row)
+            owner = await session.get(SessionRow, session_id)
+            if owner is None:
+                raise UnknownSession(session_id)
+            owner.updated_at = max(owner.updated_at, at)
+            session.add(owner)
+            await session.flush()
+            assert row.id is not None
+            return StoredMessage(row.id, session_id, role, content, sender, at, task_hash)
+
+        stored = await self.db.write(work)
+        await asyncio.to_thread(
+            self.files(session_id).history.append, HistoryMessage(role, content, at, sender)
+        )
+        return stored
+
+    async def recent_messages(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
+        validate_session_id(session_id)
+        stmt = (
+            select(MessageRow)
+            .where(MessageRow.session_id == session_id)
+            .order_by(col(MessageRow.id).desc())
+            .limit(limit)
+        )
+
+        async def work(session: AsyncSession) -> list[StoredMessage]:
+            rows = (await session.exec(stmt)).all()
+            return [_stored(r) for r in reversed(rows)]
+
+        return await self.db.read(work)
+
+    async def messages_after(
+        self, session_id: str, after_id: int, limit: int = 500
+    ) -> list[StoredMessage]:
+        """Messages newer than `after_id` (e.g. the summary cursor), oldest first."""
+        validate_session_id(session_id)
+        stmt = (
+            select(MessageRow)
+            .where(MessageRow.session_id == session_id, col(MessageRow.id) > after_id)
+            .order_by(col(MessageRow.id))
+            .limit(limit)
+        )
+
+        async def work(session: AsyncSession) -> list[StoredMessage]:
+            return [_stored(r) for r in (await session.exec(stmt)).all()]
+
+        return await self.db.read(work)
+
+    # -- audit trail -----------------------------------------------------------------------
+
+    async def log_action(
+        self,
+        session_id: str,
+        kind: ActionKind | str,
+        body: str,
+        *,
+        window_hash: str = "",
+        task_hash: str = "",
+    ) -> ActionRecord:
+        log_file = self.files(session_id).action_log
+        return await asyncio.to_thread(
+            log_file.append, kind, body, window_hash=window_hash, task_hash=task_hash
+        )
+
+    async def record_run(self, run: RunRecord) -> None:
+        """The finished run's row; recording the same task twice keeps the first."""
+        validate_session_id(run.session_id)
+        validate_hash(run.task_hash)
+        values = {
+            "session_id": run.session_id,
+            "task_hash": run.task_hash,
+            "objective": run.objective,
+            "tool_results": json.dumps(list(run.tool_results), ensure_ascii=False),
+            "reply": run.reply,
+            "created_at": now_ms(),
+        }
+        await self._insert_ignore(ActionHistoryRow, values)
+
+    async def record_file_version(
+        self, session_id: str, task_id: str, directory: str, name: str, content: str
+    ) -> bool:
+        """Keep the version of a file a task saw first; later saves in that task are no-ops.
+
+        Returns whether this call stored a row.
+        """
+        validate_session_id(session_id)
+        values = {
+            "session_id": session_id,
+            "task_id": task_id,
+            "dir": directory,
+            "name": name,
+            "content": content,
+            "created_at": now_ms(),
+        }
+        return await self._insert_ignore(FileHistoryRow, values)
+
+    async def _insert_ignore(self, model: type[Any], values: dict[str, Any]) -> bool:
+        insert = sqlite_insert if self.db.dialect == "sqlite" else pg_insert
+        stmt = insert(model).values(**values).on_conflict_do_nothing()
+
+        async def work(session: AsyncSession) -> bool:
+            conn = await session.connection()
+            result = await conn.execute(stmt)
+            return bool(result.rowcount)
+
+        return await self.db.write(work)
+
+
+def _stored(row: MessageRow) -> StoredMessage:
+    assert row.id is not None
+    return StoredMessage(
+        row.id, row.session_id, row.role, row.content, row.sender, row.send_at, row.task_hash
+    )

@@ -1,0 +1,22 @@
+"""Appends N messages to one session from a separate process (used by test_db)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from gateway.settings import Settings
+from gateway.store.sessions import SessionStore
+
+
+async def main(session_id: str, tag: str, count: int) -> None:
+    store = await SessionStore.open(Settings(_env_file=None))  # type: ignore[call-arg]
+    try:
+        for i in range(count):
+            await store.append_message(session_id, "user", f"{tag}-{i}", sender=tag)
+    finally:
+        await store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))

@@ -1,0 +1,56 @@
+"""Helpers shared by the tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import NoReturn
+
+import pytest
+from redis.exceptions import RedisError
+
+from gateway.store.kv import RedisKV
+
+REDIS_URL = os.environ.get("AGENVOY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def service_required() -> bool:
+    """With AGENVOY_REQUIRE_SERVICES=1 (CI) a missing PostgreSQL/Redis fails, not skips."""
+    return os.environ.get("AGENVOY_REQUIRE_SERVICES", "") not in ("", "0", "false")
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    if service_required():
+        pytest.fail(f"required service unavailable: {reason}")
+    pytest.skip(reason)
+
+
+async def open_redis() -> RedisKV:
+    """A RedisKV confined to a key prefix unique to the calling test."""
+    prefix = f"agenvoy-test:{uuid.uuid4().hex}:"
+    try:
+        return await asyncio.wait_for(RedisKV.from_url(REDIS_URL, key_prefix=prefix), 5)
+    except (OSError, RedisError, TimeoutError) as exc:
+        skip_or_fail(f"Redis at {REDIS_URL} unreachable: {exc!r}")
+
+
+async def wipe_redis(kv: RedisKV) -> None:
+    for key in await kv.scan(""):
+        await kv.delete(key)
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> bool:
+    """Poll `check` until it is true or `within` seconds pass; returns its last answer."""
+
+    async def poll() -> bool:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if await check():
+                return True
+            await asyncio.sleep(0.02)
+        return await check()
+
+    return await asyncio.wait_for(poll(), within + 1)

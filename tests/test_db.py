@@ -1,0 +1,326 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from gateway.settings import Settings
+from gateway.store.db import Database, DatabaseError
+from gateway.store.search import search_messages
+from gateway.store.sessions import RunRecord, SessionStore, UnknownSession
+from gateway.store.usage import DAY_MS, UsageRecord, purge_usage, record_usage, usage_summary
+
+HOSTILE_QUERIES = [
+    '"',
+    '""',
+    "'",
+    "*",
+    "fox*",
+    "NEAR",
+    "NEAR(fox dog)",
+    "fox NEAR dog",
+    "(",
+    "((fox",
+    "fox)",
+    "AND",
+    "OR OR",
+    "NOT fox",
+    "content:fox",
+    "^fox",
+    "fox -dog",
+    "%",
+    "_",
+    "\\",
+    "'; DROP TABLE messages; --",
+    "{fox dog}",
+    "\x00",
+    "😀",
+]
+
+
+async def seed(store: SessionStore) -> None:
+    await store.ensure("cli-en")
+    await store.ensure("tg--42")
+    await store.append_message("cli-en", "user", "The quick brown fox jumps", sender="ann")
+    await store.append_message("cli-en", "assistant", "over the lazy dog", sender="agent")
+    await store.append_message("tg--42", "user", "我们明天在東京見面吧", sender="李")
+    await store.append_message("tg--42", "user", "Foxes are NEAR (the river) * 50%", sender="bo")
+
+
+async def test_fts_finds_english_words(store: SessionStore) -> None:
+    await seed(store)
+    hits = await search_messages(store.db, "quick fox")
+    assert [h.content for h in hits] == ["The quick brown fox jumps"]
+    hits = await search_messages(store.db, "FOX")  # case-insensitive, substring
+    assert [h.session_id for h in hits] == ["tg--42", "cli-en"]  # newest first
+    hits = await search_messages(store.db, "fox", session_id="cli-en")
+    assert [h.sender for h in hits] == ["ann"]
+    assert await search_messages(store.db, "giraffe") == []
+
+
+async def test_fts_finds_cjk_substrings(store: SessionStore) -> None:
+    await seed(store)
+    for query in ("東京", "明天在", "東京見面", "在東京"):
+        hits = await search_messages(store.db, query)
+        assert [h.content for h in hits] == ["我们明天在東京見面吧"], query
+    assert await search_messages(store.db, "東京 fox") == []
+
+
+@pytest.mark.parametrize("query", HOSTILE_QUERIES)
+async def test_hostile_queries_never_raise(store: SessionStore, query: str) -> None:
+    await seed(store)
+    hits = await search_messages(store.db, query)
+    assert isinstance(hits, list)
+    for hit in hits:
+        assert all(term.lower() in hit.content.lower() for term in query.split())
+
+
+async def test_hostile_query_matches_literally(store: SessionStore) -> None:
+    await seed(store)
+    assert [h.sender for h in await search_messages(store.db, "NEAR (the")] == ["bo"]
+    assert [h.sender for h in await search_messages(store.db, "50%")] == ["bo"]
+    assert await search_messages(store.db, "5_%") == []
+    assert [h.sender for h in await search_messages(store.db, "*")] == ["bo"]
+
+
+async def test_search_pages_newest_first(store: SessionStore) -> None:
+    await store.ensure("cli-p")
+    for i in range(25):
+        await store.append_message("cli-p", "user", f"needle number {i}")
+    first = await search_messages(store.db, "needle", limit=10)
+    second = await search_messages(store.db, "needle", limit=10, offset=10)
+    assert [h.content for h in first] == [f"needle number {i}" for i in range(24, 14, -1)]
+    assert [h.content for h in second] == [f"needle number {i}" for i in range(14, 4, -1)]
+
+
+async def test_messages_and_history_file_agree(store: SessionStore) -> None:
+    await store.ensure("dc-7", name="general")
+    stored = [await store.append_message("dc-7", "user", f"m{i}", sender=f"s{i}") for i in range(5)]
+    assert [m.id for m in stored] == sorted(m.id for m in stored)
+    recent = await store.recent_messages("dc-7", limit=3)
+    assert [m.content for m in recent] == ["m2", "m3", "m4"]
+    in_file = store.files("dc-7").history.read()
+    assert [(m.content, m.sender, m.send_at) for m in in_file] == [
+        (m.content, m.sender, m.send_at) for m in stored
+    ]
+    after = await store.messages_after("dc-7", stored[1].id)
+    assert [m.content for m in after] == ["m2", "m3", "m4"]
+    sessions = await store.list_sessions()
+    assert [(s.id, s.name, s.message_count) for s in sessions] == [("dc-7", "general", 5)]
+
+
+async def test_unknown_session_message_rejected(store: SessionStore) -> None:
+    with pytest.raises(UnknownSession):
+        await store.append_message("cli-nobody", "user", "hi")
+
+
+async def test_persona_written_to_role_and_rule(store: SessionStore) -> None:
+    await store.ensure("cli-x")
+    row = await store.update("cli-x", persona="a pirate")
+    assert (row.role, row.rule, row.persona) == ("a pirate", "a pirate", "a pirate")
+
+    async def legacy(session: object) -> None:
+        conn = await session.connection()  # type: ignore[attr-defined]
+        await conn.execute(text("UPDATE session SET role = '', rule = 'old' WHERE id = 'cli-x'"))
+
+    await store.db.write(legacy)
+    again = await store.require("cli-x")
+    assert again.persona == "old"
+
+
+async def test_self_id_unique_when_not_empty(store: SessionStore) -> None:
+    await store.ensure("cli-a")
+    await store.ensure("cli-b")
+    await store.ensure("cli-c")
+    await store.update("cli-a", self_id="bot-1")
+    with pytest.raises(Exception, match=r"(?i)unique"):
+        await store.update("cli-b", self_id="bot-1")
+    # empty self_id is not constrained
+    assert (await store.require("cli-b")).self_id == ""
+    assert (await store.require("cli-c")).self_id == ""
+
+
+async def test_action_history_once_per_task(store: SessionStore) -> None:
+    await store.ensure("cli-r")
+    run = RunRecord("cli-r", "task1", "do it", "done", [{"tool": "read_file", "status": "ok"}])
+    await store.record_run(run)
+    await store.record_run(RunRecord("cli-r", "task1", "again", "other"))
+
+    async def rows(session: object) -> list[tuple[str, str]]:
+        conn = await session.connection()  # type: ignore[attr-defined]
+        res = await conn.execute(text("SELECT objective, tool_results FROM action_history"))
+        return [tuple(r) for r in res.all()]
+
+    got = await store.db.read(rows)
+    assert got == [("do it", json.dumps([{"tool": "read_file", "status": "ok"}]))]
+
+
+async def test_file_history_first_version_per_task(store: SessionStore) -> None:
+    await store.ensure("cli-f")
+    assert await store.record_file_version("cli-f", "t1", "/w", "a.txt", "v1")
+    assert not await store.record_file_version("cli-f", "t1", "/w", "a.txt", "v2")
+    assert await store.record_file_version("cli-f", "t2", "/w", "a.txt", "v2")
+    assert await store.record_file_version("cli-f", "", "/w", "a.txt", "v3")
+    assert await store.record_file_version("cli-f", "", "/w", "a.txt", "v4")
+
+    async def rows(session: object) -> list[tuple[str, str]]:
+        conn = await session.connection()  # type: ignore[attr-defined]
+        res = await conn.execute(text("SELECT task_id, content FROM file_history ORDER BY id"))
+        return [tuple(r) for r in res.all()]
+
+    assert await store.db.read(rows) == [("t1", "v1"), ("t2", "v2"), ("", "v3"), ("", "v4")]
+
+
+async def test_dedupe_migration_keeps_first(database_url: str) -> None:
+    db = await Database.open(database_url, migrate=False)
+    try:
+        await db.migrate("0001")
+        values = [
+            ("s", "t1", "/d", "a", "first"),
+            ("s", "t1", "/d", "a", "second"),
+            ("s", "t1", "/d", "a", "third"),
+            ("s", "t1", "/d", "b", "b-first"),
+            ("s", "t2", "/d", "a", "t2-first"),
+            ("s", "t2", "/d", "a", "t2-second"),
+            ("s", "", "/d", "a", "untasked-1"),
+            ("s", "", "/d", "a", "untasked-2"),
+        ]
+
+        async def insert(session: object) -> None:
+            conn = await session.connection()  # type: ignore[attr-defined]
+            for sid, task, d, name, content in values:
+                await conn.execute(
+                    text(
+                        "INSERT INTO file_history (session_id, task_id, dir, name, content) "
+                        "VALUES (:s, :t, :d, :n, :c)"
+                    ),
+                    {"s": sid, "t": task, "d": d, "n": name, "c": content},
+                )
+
+        await db.write(insert)
+        await db.migrate()
+        assert await db.current_revision() == "0002"
+
+        async def rows(session: object) -> list[str]:
+            conn = await session.connection()  # type: ignore[attr-defined]
+            res = await conn.execute(text("SELECT content FROM file_history ORDER BY id"))
+            return [r[0] for r in res.all()]
+
+        assert await db.read(rows) == ["first", "b-first", "t2-first", "untasked-1", "untasked-2"]
+        await db.migrate()  # idempotent
+        assert await db.read(rows) == ["first", "b-first", "t2-first", "untasked-1", "untasked-2"]
+    finally:
+        await db.close()
+
+
+async def test_usage_retention_deletes_exactly_old_rows(store: SessionStore) -> None:
+    now = 1_800_000_000_000
+    cutoff = now - 28 * DAY_MS
+    for offset, model in [(-1, "old"), (0, "edge"), (1, "new"), (-DAY_MS, "older")]:
+        await record_usage(store.db, UsageRecord("cli-u", model, output=1, send_at=cutoff + offset))
+    deleted = await purge_usage(store.db, retention_days=28, now=now)
+    assert deleted == 2
+    assert {u.model for u in await usage_summary(store.db)} == {"edge", "new"}
+
+
+async def test_usage_summary_and_output_tps(store: SessionStore) -> None:
+    records = [
+        UsageRecord("cli-u", "m1", input=100, output=50, elapsed_ms=1000, tool_calls=["c1"]),
+        UsageRecord("cli-u", "m1", input=10, output=150, elapsed_ms=3000, cache_read=7),
+        # no timing: counts in totals, not in tps
+        UsageRecord("cli-u", "m1", input=1, output=1000, elapsed_ms=0, cache_write=3),
+        UsageRecord("cli-v", "m2", input=5, output=0, elapsed_ms=0),
+    ]
+    for record in records:
+        await record_usage(store.db, record)
+    summary = {u.model: u for u in await usage_summary(store.db)}
+    m1 = summary["m1"]
+    assert (m1.calls, m1.input, m1.output, m1.cache_read, m1.cache_write) == (3, 111, 1200, 7, 3)
+    assert m1.elapsed_ms == 4000
+    assert m1.output_tps == pytest.approx(200 / 4.0)
+    assert summary["m2"].output_tps == 0.0
+    only_v = await usage_summary(store.db, session_id="cli-v")
+    assert [u.model for u in only_v] == ["m2"]
+
+
+async def test_old_note_tables_are_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "legacy" / "history.db"
+    path.parent.mkdir()
+    legacy = sqlite3.connect(path)
+    legacy.execute("CREATE TABLE note (id INTEGER PRIMARY KEY, body TEXT)")
+    legacy.execute("CREATE VIRTUAL TABLE note_fts5 USING fts5(body)")
+    legacy.execute("INSERT INTO note (body) VALUES ('keep me')")
+    legacy.commit()
+    legacy.close()
+    settings = Settings(
+        home=tmp_path / "home", database_url=f"sqlite+aiosqlite:///{path}", _env_file=None
+    )  # type: ignore[call-arg]
+    store = await SessionStore.open(settings)
+    try:
+        await store.ensure("cli-n")
+        await store.append_message("cli-n", "user", "still works")
+        assert [h.content for h in await search_messages(store.db, "works")] == ["still works"]
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    assert check.execute("SELECT body FROM note").fetchall() == [("keep me",)]
+    check.close()
+
+
+async def test_unsupported_database_url_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(DatabaseError, match="unsupported database"):
+        Database("mysql://x/y")
+    with pytest.raises(DatabaseError, match="in-memory"):
+        Database("sqlite+aiosqlite:///:memory:")
+
+
+async def test_delete_session_removes_rows_and_files(store: SessionStore) -> None:
+    await store.ensure("temp-z")
+    await store.append_message("temp-z", "user", "bye now")
+    assert await store.delete("temp-z")
+    assert await store.get("temp-z") is None
+    assert await search_messages(store.db, "bye now") == []
+    assert not store.dirs.exists("temp-z")
+
+
+@pytest.mark.slow
+async def test_two_processes_append_concurrently(settings: Settings, database_url: str) -> None:
+    cfg = Settings(home=settings.home, database_url=database_url, _env_file=None)  # type: ignore[call-arg]
+    store = await SessionStore.open(cfg)
+    await store.ensure("cli-shared")
+    worker = Path(__file__).with_name("store_worker.py")
+    env = {"AGENVOY_HOME": str(cfg.home), "AGENVOY_DATABASE_URL": database_url, "PATH": "/usr/bin"}
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(worker),
+            "cli-shared",
+            tag,
+            "1000",
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for tag in ("a", "b")
+    ]
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(*(p.communicate() for p in procs)), timeout=240
+        )
+        for proc, (_out, err) in zip(procs, results, strict=True):
+            assert proc.returncode == 0, err.decode()[-2000:]
+        in_sql = await store.messages_after("cli-shared", 0, limit=5000)
+        in_file = store.files("cli-shared").history.read()
+        expected = {f"{tag}-{i}" for tag in "ab" for i in range(1000)}
+        assert len(in_sql) == 2000 and {m.content for m in in_sql} == expected
+        assert len(in_file) == 2000 and {m.content for m in in_file} == expected
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+        await store.close()
