@@ -168,9 +168,10 @@ class Database:
         """
         async for attempt in _while_locked():
             with attempt:
-                async with self._write_lock, AsyncSession(
-                    self._writer, expire_on_commit=False
-                ) as session:
+                async with (
+                    self._write_lock,
+                    AsyncSession(self._writer, expire_on_commit=False) as session,
+                ):
                     result = await work(session)
                     await session.commit()
                     return result

@@ -120,9 +120,7 @@ def _postgres_trigram() -> None:
     # Substring search with the same meaning as SQLite's trigram index: a pg_trgm GIN index
     # serves ILIKE '%term%' for any script, where a tsvector would miss CJK substrings.
     op.execute("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    op.execute(
-        "CREATE INDEX ix_messages_content_trgm ON messages USING gin (content gin_trgm_ops)"
-    )
+    op.execute("CREATE INDEX ix_messages_content_trgm ON messages USING gin (content gin_trgm_ops)")
 
 
 def downgrade() -> None:

@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.settings import LogFormat, Settings, mask_url
+
+
+def test_defaults_live_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("AGENVOY_HOME", "AGENVOY_DATABASE_URL", "AGENVOY_KV_URL"):
+        monkeypatch.delenv(var, raising=False)
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    home = tmp_path / ".config" / "agenvoy"
+    assert settings.home == home
+    assert settings.sessions_dir == home / "sessions"
+    assert settings.resolved_database_url == f"sqlite+aiosqlite:///{home}/.store/history.db"
+    assert settings.resolved_kv_url == f"sqlite:///{home}/.store/kv.db"
+    assert settings.log_format is LogFormat.console
+
+
+def test_env_file_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text(
+        "AGENVOY_HOME=/srv/agenvoy\nAGENVOY_LOG_FORMAT=json\nAGENVOY_LOG_LEVEL=debug\n"
+        "AGENVOY_INSTANCE_ID=\n"
+    )
+    monkeypatch.setenv("AGENVOY_DATABASE_URL", "postgresql://bot:hunter2@db:5432/agenvoy")
+    settings = Settings(_env_file=env_file)  # type: ignore[call-arg]
+    assert settings.home == Path("/srv/agenvoy")
+    assert settings.log_format is LogFormat.json
+    assert settings.log_level == "DEBUG"
+    assert settings.instance_id  # empty falls back to the host name
+    shown = settings.masked()
+    assert shown["database_url"] == "postgresql://bot:***@db:5432/agenvoy"
+    assert "hunter2" not in str(shown)
+
+
+def test_bad_values_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENVOY_LOG_FORMAT", "xml")
+    with pytest.raises(ValidationError, match="log_format"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
+    monkeypatch.setenv("AGENVOY_LOG_FORMAT", "json")
+    monkeypatch.setenv("AGENVOY_LOG_LEVEL", "chatty")
+    with pytest.raises(ValidationError, match="log level"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_secret_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENVOY_API_TOKEN", "s3cret-token")
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.masked()["api_token"] == "***"
+    assert "s3cret" not in repr(settings)
+
+
+def test_env_example_lists_every_setting() -> None:
+    example = (Path(__file__).parents[1] / ".env.example").read_text()
+    for name in Settings.model_fields:
+        assert f"AGENVOY_{name.upper()}=" in example, name
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        ("sqlite+aiosqlite:////a/b.db", "sqlite+aiosqlite:////a/b.db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+    ],
+)
+def test_mask_url(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+
+
+def test_cli_doctor_and_errors(tmp_path: Path) -> None:
+    import subprocess
+
+    exe = shutil.which("agenvoy") or str(Path(__file__).parents[1] / ".venv" / "bin" / "agenvoy")
+    env = {"AGENVOY_HOME": str(tmp_path / "h"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([exe, "doctor"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "database migrated to revision 0002" in done.stdout
+    bad = subprocess.run(
+        [exe, "show", "../etc"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2 and "invalid session id" in bad.stderr
+    missing = subprocess.run(
+        [exe, "show", "cli-none"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert missing.returncode == 1 and "no such session: cli-none" in missing.stderr
