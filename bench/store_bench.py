@@ -32,13 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlmodel.ext.asyncio.session import AsyncSession
-
 from gateway.logs import configure_logging
 from gateway.settings import Settings
 from gateway.store.db import Database, sqlite_pragmas
 from gateway.store.history_file import HistoryFile, HistoryMessage
-from gateway.store.models import MessageRow, SessionRow
 from gateway.store.search import search_messages
 from gateway.store.sessions import SessionStore
 
@@ -170,7 +167,7 @@ def ratio(ours: float, floor: float) -> float:
 
 
 def sqlite_url(path: Path) -> str:
-    return f"sqlite+aiosqlite:///{path}"
+    return f"sqlite:///{path}"
 
 
 def bare_connect(path: Path) -> sqlite3.Connection:
@@ -345,23 +342,9 @@ async def bench_inserts(root: Path, scale: Scale, text: TextMaker) -> dict[str, 
     async def run_sql(chunk: Sequence[Row]) -> int:
         start = time.perf_counter_ns()
         for sid, content, at in chunk:
-
-            async def work(
-                session: AsyncSession, sid: str = sid, content: str = content, at: int = at
-            ) -> int:
-                row = MessageRow(
-                    session_id=sid, role="user", content=content, sender="bench", send_at=at
-                )
-                session.add(row)
-                owner = await session.get(SessionRow, sid)
-                assert owner is not None
-                owner.updated_at = max(owner.updated_at, at)
-                session.add(owner)
-                await session.flush()
-                assert row.id is not None
-                return row.id
-
-            await sql_store.db.write(work)
+            await sql_store.append_message(
+                sid, "user", content, sender="bench", send_at=at, write_history=False
+            )
         return time.perf_counter_ns() - start
 
     async def run_floor_insert(chunk: Sequence[Row]) -> int:

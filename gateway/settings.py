@@ -81,7 +81,7 @@ class Settings(BaseSettings):
 
     @property
     def resolved_database_url(self) -> str:
-        return self.database_url or f"sqlite+aiosqlite:///{self.store_dir / 'history.db'}"
+        return self.database_url or f"sqlite:///{self.store_dir / 'history.db'}"
 
     @property
     def resolved_kv_url(self) -> str:

@@ -53,7 +53,7 @@ async def _pg_drop(name: str) -> None:
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     if request.param == "sqlite":
-        yield f"sqlite+aiosqlite:///{tmp_path / 'store' / 'history.db'}"
+        yield f"sqlite:///{tmp_path / 'store' / 'history.db'}"
         return
     url, name = await _pg_database()
     try:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlmodel import Session
 
 from gateway.settings import Settings
 from gateway.store.db import Database, DatabaseError
@@ -124,9 +125,9 @@ async def test_persona_written_to_role_and_rule(store: SessionStore) -> None:
     row = await store.update("cli-x", persona="a pirate")
     assert (row.role, row.rule, row.persona) == ("a pirate", "a pirate", "a pirate")
 
-    async def legacy(session: object) -> None:
-        conn = await session.connection()  # type: ignore[attr-defined]
-        await conn.execute(text("UPDATE session SET role = '', rule = 'old' WHERE id = 'cli-x'"))
+    def legacy(session: Session) -> None:
+        conn = session.connection()
+        conn.execute(text("UPDATE session SET role = '', rule = 'old' WHERE id = 'cli-x'"))
 
     await store.db.write(legacy)
     again = await store.require("cli-x")
@@ -151,9 +152,9 @@ async def test_action_history_once_per_task(store: SessionStore) -> None:
     await store.record_run(run)
     await store.record_run(RunRecord("cli-r", "task1", "again", "other"))
 
-    async def rows(session: object) -> list[tuple[str, str]]:
-        conn = await session.connection()  # type: ignore[attr-defined]
-        res = await conn.execute(text("SELECT objective, tool_results FROM action_history"))
+    def rows(session: Session) -> list[tuple[str, str]]:
+        conn = session.connection()
+        res = conn.execute(text("SELECT objective, tool_results FROM action_history"))
         return [tuple(r) for r in res.all()]
 
     got = await store.db.read(rows)
@@ -168,9 +169,9 @@ async def test_file_history_first_version_per_task(store: SessionStore) -> None:
     assert await store.record_file_version("cli-f", "", "/w", "a.txt", "v3")
     assert await store.record_file_version("cli-f", "", "/w", "a.txt", "v4")
 
-    async def rows(session: object) -> list[tuple[str, str]]:
-        conn = await session.connection()  # type: ignore[attr-defined]
-        res = await conn.execute(text("SELECT task_id, content FROM file_history ORDER BY id"))
+    def rows(session: Session) -> list[tuple[str, str]]:
+        conn = session.connection()
+        res = conn.execute(text("SELECT task_id, content FROM file_history ORDER BY id"))
         return [tuple(r) for r in res.all()]
 
     assert await store.db.read(rows) == [("t1", "v1"), ("t2", "v2"), ("", "v3"), ("", "v4")]
@@ -191,10 +192,10 @@ async def test_dedupe_migration_keeps_first(database_url: str) -> None:
             ("s", "", "/d", "a", "untasked-2"),
         ]
 
-        async def insert(session: object) -> None:
-            conn = await session.connection()  # type: ignore[attr-defined]
+        def insert(session: Session) -> None:
+            conn = session.connection()
             for sid, task, d, name, content in values:
-                await conn.execute(
+                conn.execute(
                     text(
                         "INSERT INTO file_history (session_id, task_id, dir, name, content) "
                         "VALUES (:s, :t, :d, :n, :c)"
@@ -206,9 +207,9 @@ async def test_dedupe_migration_keeps_first(database_url: str) -> None:
         await db.migrate()
         assert await db.current_revision() == "0002"
 
-        async def rows(session: object) -> list[str]:
-            conn = await session.connection()  # type: ignore[attr-defined]
-            res = await conn.execute(text("SELECT content FROM file_history ORDER BY id"))
+        def rows(session: Session) -> list[str]:
+            conn = session.connection()
+            res = conn.execute(text("SELECT content FROM file_history ORDER BY id"))
             return [r[0] for r in res.all()]
 
         assert await db.read(rows) == ["first", "b-first", "t2-first", "untasked-1", "untasked-2"]

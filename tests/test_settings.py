@@ -17,7 +17,7 @@ def test_defaults_live_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     home = tmp_path / ".config" / "agenvoy"
     assert settings.home == home
     assert settings.sessions_dir == home / "sessions"
-    assert settings.resolved_database_url == f"sqlite+aiosqlite:///{home}/.store/history.db"
+    assert settings.resolved_database_url == f"sqlite:///{home}/.store/history.db"
     assert settings.resolved_kv_url == f"sqlite:///{home}/.store/kv.db"
     assert settings.log_format is LogFormat.console
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import text
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session
 
 from gateway.ids import validate_session_id
 from gateway.store.db import Database
@@ -94,9 +94,9 @@ async def search_messages(
         f"WHERE {' AND '.join(where)} ORDER BY m.id DESC LIMIT :limit OFFSET :offset"
     )
 
-    async def run(session: AsyncSession) -> list[SearchHit]:
-        conn = await session.connection()
-        result = await conn.execute(sql, params)
+    def run(session: Session) -> list[SearchHit]:
+        conn = session.connection()
+        result = conn.execute(sql, params)
         return [SearchHit(*row) for row in result.all()]
 
     return await db.read(run)

@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, text
+from sqlalchemy import bindparam, case, func, insert, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
 from gateway.ids import validate_hash, validate_session_id
@@ -30,6 +29,20 @@ from gateway.store.models import (
 )
 
 log = get_logger(__name__)
+
+
+# Built once: constructing and compiling statements per message cost more than running them.
+_TOUCH_SESSION = (
+    update(SessionRow)
+    .where(col(SessionRow.id) == bindparam("sid"))
+    .values(
+        updated_at=case(
+            (col(SessionRow.updated_at) < bindparam("at"), bindparam("at")),
+            else_=col(SessionRow.updated_at),
+        )
+    )
+)
+_INSERT_MESSAGE = insert(MessageRow).returning(col(MessageRow.id))
 
 
 class UnknownSession(LookupError):
@@ -95,8 +108,8 @@ class SessionStore:
         await asyncio.to_thread(self.dirs.create, session_id)
         now = now_ms()
 
-        async def work(session: AsyncSession) -> SessionRow:
-            row = await session.get(SessionRow, session_id)
+        def work(session: Session) -> SessionRow:
+            row = session.get(SessionRow, session_id)
             if row is None:
                 row = SessionRow(id=session_id, name=name, created_at=now, updated_at=now)
                 session.add(row)
@@ -107,8 +120,8 @@ class SessionStore:
     async def get(self, session_id: str) -> SessionRow | None:
         validate_session_id(session_id)
 
-        async def work(session: AsyncSession) -> SessionRow | None:
-            return await session.get(SessionRow, session_id)
+        def work(session: Session) -> SessionRow | None:
+            return session.get(SessionRow, session_id)
 
         return await self.db.read(work)
 
@@ -125,8 +138,8 @@ class SessionStore:
         if unknown:
             raise ValueError(f"unknown session fields: {sorted(unknown)}")
 
-        async def work(session: AsyncSession) -> SessionRow:
-            row = await session.get(SessionRow, validate_session_id(session_id))
+        def work(session: Session) -> SessionRow:
+            row = session.get(SessionRow, validate_session_id(session_id))
             if row is None:
                 raise UnknownSession(session_id)
             for key, value in changes.items():
@@ -153,8 +166,8 @@ class SessionStore:
             .order_by(col(SessionRow.updated_at).desc())
         )
 
-        async def work(session: AsyncSession) -> list[SessionInfo]:
-            rows = (await session.exec(stmt)).all()
+        def work(session: Session) -> list[SessionInfo]:
+            rows = session.exec(stmt).all()
             return [SessionInfo(sid, name, updated, int(n or 0)) for sid, name, updated, n in rows]
 
         return await self.db.read(work)
@@ -162,12 +175,12 @@ class SessionStore:
     async def delete(self, session_id: str) -> bool:
         validate_session_id(session_id)
 
-        async def work(session: AsyncSession) -> bool:
-            conn = await session.connection()
+        def work(session: Session) -> bool:
+            conn = session.connection()
             params = {"sid": session_id}
             for table in ("messages", "action_history", "file_history", "usage"):
-                await conn.execute(text(f"DELETE FROM {table} WHERE session_id = :sid"), params)
-            result = await conn.execute(text("DELETE FROM session WHERE id = :sid"), params)
+                conn.execute(text(f"DELETE FROM {table} WHERE session_id = :sid"), params)
+            result = conn.execute(text("DELETE FROM session WHERE id = :sid"), params)
             return bool(result.rowcount)
 
         existed = await self.db.write(work)
@@ -185,11 +198,13 @@ class SessionStore:
         sender: str = "",
         send_at: int | None = None,
         task_hash: str = "",
+        write_history: bool = True,
     ) -> StoredMessage:
         """Archive one message in SQL, then add it to history.json.
 
         SQL goes first: its id is what the summary cursor refers to, and it is the durable copy
-        from which history.json could be rebuilt.
+        from which history.json could be rebuilt. `write_history=False` archives only (imports,
+        and the benchmark separating the two costs).
         """
         validate_session_id(session_id)
         if task_hash:
@@ -199,30 +214,28 @@ class SessionStore:
         content = content.replace("\x00", "\ufffd")
         sender = sender.replace("\x00", "\ufffd")
 
-        async def work(session: AsyncSession) -> StoredMessage:
-            row = MessageRow(
-                session_id=session_id,
-                role=role,
-                content=content,
-                sender=sender,
-                send_at=at,
-                task_hash=task_hash,
-            )
-            session.add(row)
-            owner = await session.get(SessionRow, session_id)
-            if owner is None:
-                raise UnknownSession(session_id)
-            owner.updated_at = max(owner.updated_at, at)
-            session.add(owner)
-            await session.flush()
-            assert row.id is not None
-            return StoredMessage(row.id, session_id, role, content, sender, at, task_hash)
+        values = {
+            "session_id": session_id,
+            "role": role,
+            "content": content,
+            "sender": sender,
+            "send_at": at,
+            "task_hash": task_hash,
+        }
 
-        stored = await self.db.write(work)
-        await asyncio.to_thread(
-            self.files(session_id).history.append, HistoryMessage(role, content, at, sender)
-        )
-        return stored
+        def work(session: Session) -> StoredMessage:
+            conn = session.connection()
+            if not conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": at}).rowcount:
+                raise UnknownSession(session_id)
+            message_id = conn.execute(_INSERT_MESSAGE, values).scalar_one()
+            assert message_id is not None
+            return StoredMessage(message_id, session_id, role, content, sender, at, task_hash)
+
+        if not write_history:
+            return await self.db.write(work)
+        history = self.files(session_id).history
+        line = HistoryMessage(role, content, at, sender)
+        return await self.db.write(work, after_commit=lambda _: history.append(line))
 
     async def recent_messages(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
         validate_session_id(session_id)
@@ -233,8 +246,8 @@ class SessionStore:
             .limit(limit)
         )
 
-        async def work(session: AsyncSession) -> list[StoredMessage]:
-            rows = (await session.exec(stmt)).all()
+        def work(session: Session) -> list[StoredMessage]:
+            rows = session.exec(stmt).all()
             return [_stored(r) for r in reversed(rows)]
 
         return await self.db.read(work)
@@ -251,8 +264,8 @@ class SessionStore:
             .limit(limit)
         )
 
-        async def work(session: AsyncSession) -> list[StoredMessage]:
-            return [_stored(r) for r in (await session.exec(stmt)).all()]
+        def work(session: Session) -> list[StoredMessage]:
+            return [_stored(r) for r in session.exec(stmt).all()]
 
         return await self.db.read(work)
 
@@ -308,9 +321,9 @@ class SessionStore:
         insert = sqlite_insert if self.db.dialect == "sqlite" else pg_insert
         stmt = insert(model).values(**values).on_conflict_do_nothing()
 
-        async def work(session: AsyncSession) -> bool:
-            conn = await session.connection()
-            result = await conn.execute(stmt)
+        def work(session: Session) -> bool:
+            conn = session.connection()
+            result = conn.execute(stmt)
             return bool(result.rowcount)
 
         return await self.db.write(work)

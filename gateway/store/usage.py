@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import BigInteger, case, delete, func
 from sqlalchemy import select as sa_select
-from sqlmodel import col
-from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel import Session, col
 
 from gateway.clock import now_ms
 from gateway.ids import validate_session_id
@@ -59,9 +58,9 @@ async def record_usage(db: Database, record: UsageRecord) -> int:
         send_at=record.send_at if record.send_at is not None else now_ms(),
     )
 
-    async def work(session: AsyncSession) -> int:
+    def work(session: Session) -> int:
         session.add(row)
-        await session.flush()
+        session.flush()
         assert row.id is not None
         return row.id
 
@@ -90,9 +89,9 @@ async def usage_summary(
         stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
     stmt = stmt.order_by(col(UsageRow.model))
 
-    async def work(session: AsyncSession) -> list[ModelUsage]:
-        conn = await session.connection()
-        rows = (await conn.execute(stmt)).all()
+    def work(session: Session) -> list[ModelUsage]:
+        conn = session.connection()
+        rows = (conn.execute(stmt)).all()
         result = []
         for model, calls, inp, out, c_read, c_write, elapsed, timed_out, timed_ms in rows:
             tps = (timed_out or 0) / (timed_ms / 1000) if timed_ms else 0.0
@@ -117,8 +116,8 @@ async def purge_usage(db: Database, *, retention_days: int = 28, now: int | None
     """Delete usage rows older than the retention window; returns how many went."""
     cutoff = (now if now is not None else now_ms()) - retention_days * DAY_MS
 
-    async def work(session: AsyncSession) -> int:
-        result = await session.exec(delete(UsageRow).where(col(UsageRow.send_at) < cutoff))
+    def work(session: Session) -> int:
+        result = session.exec(delete(UsageRow).where(col(UsageRow.send_at) < cutoff))
         return int(result.rowcount)
 
     return await db.write(work)
