@@ -17,6 +17,7 @@ from gateway.ids import InvalidSessionId, Prefix, prefix_of, validate_session_id
 from gateway.logs import configure_logging
 from gateway.settings import Settings
 from gateway.store.db import Database, DatabaseError
+from gateway.store.kv import open_kv
 from gateway.store.search import search_messages
 from gateway.store.sessions import SessionStore, UnknownSession
 from gateway.store.usage import DAY_MS, usage_summary
@@ -194,12 +195,28 @@ def doctor() -> None:
         finally:
             await db.close()
 
+    async def check_kv() -> None:
+        kv = await open_kv(settings.resolved_kv_url)
+        try:
+            await kv.set("doctor:probe", "1", ttl=5)
+            if await kv.get("doctor:probe") != "1":
+                raise RuntimeError("a value written could not be read back")
+            await kv.delete("doctor:probe")
+        finally:
+            await kv.close()
+
     try:
         revision = asyncio.run(check_db())
         typer.secho(f"ok    database migrated to revision {revision}", fg="green")
     except Exception as exc:  # any failure here is what doctor exists to report
         ok = False
         typer.secho(f"FAIL  database: {type(exc).__name__}: {exc}", fg="red")
+    try:
+        asyncio.run(check_kv())
+        typer.secho("ok    KV store reads and writes", fg="green")
+    except Exception as exc:  # reported, like the database check
+        ok = False
+        typer.secho(f"FAIL  KV store: {type(exc).__name__}: {exc}", fg="red")
     if not ok:
         raise typer.Exit(1)
     typer.echo("all checks passed")

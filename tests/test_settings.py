@@ -82,6 +82,15 @@ def test_cli_doctor_and_errors(tmp_path: Path) -> None:
     done = subprocess.run([exe, "doctor"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "database migrated to revision 0002" in done.stdout
+    assert "KV store reads and writes" in done.stdout
+    broken = subprocess.run(
+        [exe, "doctor"],
+        env={**env, "AGENVOY_KV_URL": "memcached://nowhere"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert broken.returncode == 1 and "FAIL  KV store" in broken.stdout
     bad = subprocess.run(
         [exe, "show", "../etc"], env=env, capture_output=True, text=True, timeout=60
     )

@@ -33,7 +33,7 @@ class MessageRow(SQLModel, table=True):
     __tablename__ = "messages"
 
     id: int | None = Field(default=None, primary_key=True)
-    session_id: str = Field(index=True, max_length=140)
+    session_id: str = Field(max_length=140)
     role: str
     content: str = Field(sa_column=Column(Text, nullable=False))
     sender: str = ""

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect
+from sqlmodel import Session, SQLModel
+
+import gateway.store.models  # noqa: F401  (registers the tables)
+from gateway.store.db import Database
+
+TABLES = ["session", "messages", "action_history", "file_history", "usage"]
+
+
+async def test_models_match_the_migrated_schema(database_url: str) -> None:
+    db = await Database.open(database_url)
+    try:
+
+        def columns(session: Session) -> dict[str, set[str]]:
+            inspector = inspect(session.connection())
+            return {t: {c["name"] for c in inspector.get_columns(t)} for t in TABLES}
+
+        in_db = await db.read(columns)
+    finally:
+        await db.close()
+    for table in TABLES:
+        in_model = set(SQLModel.metadata.tables[table].columns.keys())
+        assert in_model == in_db[table], table
+
+
+@pytest.mark.parametrize("url", ["sqlite:///relative.db", "sqlite+aiosqlite:///x.db"])
+async def test_sqlite_urls_of_either_driver_are_accepted(url: str, tmp_path: Path) -> None:
+    db = await Database.open(url.replace(":///", f":///{tmp_path}/"))
+    try:
+        assert db.dialect == "sqlite"
+        assert db.sqlite_path == tmp_path / url.rsplit("/", 1)[1]
+        assert await db.current_revision() is not None
+    finally:
+        await db.close()
