@@ -448,10 +448,11 @@ def make_queries(count: int, rng: random.Random) -> list[Query]:
     return queries
 
 
+# The same statement our search issues, so the ratio is the cost of our layers alone.
 FLOOR_SQL = (
     "SELECT m.id, m.session_id, m.role, m.content, m.sender, m.send_at "
-    "FROM messages_fts5 f JOIN messages m ON m.id = f.rowid "
-    "WHERE messages_fts5 MATCH ? ORDER BY m.id DESC LIMIT 20"
+    "FROM messages_fts5 f CROSS JOIN messages m ON m.id = f.rowid "
+    "WHERE messages_fts5 MATCH ? ORDER BY f.rowid DESC LIMIT 20"
 )
 
 
