@@ -12,26 +12,15 @@ on the session's rows when every term is short.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sqlalchemy import text
 from sqlmodel import Session
 
 from gateway.ids import validate_session_id
 from gateway.store.db import Database
+from gateway.store.sessions import StoredMessage
 
 MAX_TERMS = 16
 MAX_PAGE = 200
-
-
-@dataclass(frozen=True, slots=True)
-class SearchHit:
-    id: int
-    session_id: str
-    role: str
-    content: str
-    sender: str
-    send_at: int
 
 
 def split_terms(query: str) -> list[str]:
@@ -58,7 +47,7 @@ async def search_messages(
     session_id: str | None = None,
     limit: int = 20,
     offset: int = 0,
-) -> list[SearchHit]:
+) -> list[StoredMessage]:
     """Messages containing every term of `query`, newest first."""
     if session_id is not None:
         validate_session_id(session_id)
@@ -94,13 +83,14 @@ async def search_messages(
             params[f"like{i}"] = like_pattern(term)
 
     sql = text(
-        f"SELECT m.id, m.session_id, m.role, m.content, m.sender, m.send_at FROM {source} "
+        "SELECT m.id, m.session_id, m.role, m.content, m.sender, m.send_at, m.task_hash "
+        f"FROM {source} "
         f"WHERE {' AND '.join(where)} ORDER BY {order} DESC LIMIT :limit OFFSET :offset"
     )
 
-    def run(session: Session) -> list[SearchHit]:
+    def run(session: Session) -> list[StoredMessage]:
         conn = session.connection()
         result = conn.execute(sql, params)
-        return [SearchHit(*row) for row in result.all()]
+        return [StoredMessage(*row) for row in result.all()]
 
     return await db.read(run)
