@@ -21,6 +21,26 @@ _SHARED: list[structlog.types.Processor] = [
 ]
 
 
+class _CurrentStderr:
+    """Writes to whatever `sys.stderr` is at the time of writing.
+
+    Binding the stream object at configuration time breaks when it is later replaced (test
+    capture, daemonising) and then closed: every later log call would raise.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+_STDERR = _CurrentStderr()
+
+
 def configure_logging(level: str = "INFO", fmt: LogFormat = LogFormat.console) -> None:
     renderer: structlog.types.Processor
     if fmt is LogFormat.json:
@@ -36,10 +56,10 @@ def configure_logging(level: str = "INFO", fmt: LogFormat = LogFormat.console) -
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_STDERR),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(_STDERR)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[
