@@ -43,7 +43,22 @@ class Settings(BaseSettings):
     action_log_max_bytes: int = 10 * 1024 * 1024
     usage_retention_days: int = 28
 
-    # Placeholder for secrets that later adapters add; declared here so `doctor` masks them.
+    # The agent that answers: "offline" (deterministic, no network) until others are added.
+    agent: str = "offline"
+    # Who may answer any prompt and run admin-only commands, as platform:user-id pairs,
+    # e.g. "discord:123,telegram:456".
+    admins: str = ""
+    confirm_timeout_seconds: float = 600.0
+    max_concurrent_tasks: int = 16
+    max_message_chars: int = 16_000
+    # Messages of recent history handed to the agent with each new message.
+    history_window: int = 24
+    temp_idle_seconds: float = 1800.0
+    cleanup_interval_seconds: float = 1800.0
+
+    http_host: str = "127.0.0.1"
+    http_port: int = 17989
+    # Bearer token for the HTTP API; required when http_host is not a loopback address.
     api_token: SecretStr | None = None
 
     @field_validator("home", mode="after")
@@ -64,12 +79,25 @@ class Settings(BaseSettings):
             raise ValueError("log level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
 
-    @field_validator("presence_refresh_seconds", mode="after")
+    @field_validator(
+        "presence_refresh_seconds",
+        "confirm_timeout_seconds",
+        "max_concurrent_tasks",
+        "max_message_chars",
+        "history_window",
+        "temp_idle_seconds",
+        "cleanup_interval_seconds",
+        mode="after",
+    )
     @classmethod
     def _positive(cls, value: float) -> float:
         if value <= 0:
             raise ValueError("must be positive")
         return value
+
+    @property
+    def admin_keys(self) -> frozenset[str]:
+        return frozenset(k.strip() for k in self.admins.split(",") if k.strip())
 
     @property
     def sessions_dir(self) -> Path:

@@ -7,9 +7,15 @@ from pathlib import Path
 import pytest
 from support import open_redis, skip_or_fail, wipe_redis
 
+from gateway.logs import configure_logging
 from gateway.settings import Settings
 from gateway.store.kv import KVStore, RedisKV, SqliteKV
 from gateway.store.sessions import SessionStore
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_logs() -> None:
+    configure_logging("WARNING")
 
 
 @pytest.fixture

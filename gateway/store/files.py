@@ -147,6 +147,13 @@ class SessionFiles:
         atomic_write(self.dir / SUMMARY, json.dumps(body, ensure_ascii=False).encode())
         atomic_write(self.dir / SUMMARY_CURSOR, f"{summary.cursor}\n".encode())
 
+    def reset_conversation(self) -> None:
+        """Empty the conversation window and drop the summary; the SQL archive keeps all."""
+        self.history.replace([])
+        for name in (SUMMARY, SUMMARY_CURSOR):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+
     # -- terminal input history -------------------------------------------------------------
 
     def read_cmd_history(self) -> list[str]:

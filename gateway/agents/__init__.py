@@ -1,0 +1,1 @@
+"""Agents: what turns a message into a reply. `offline` needs no network."""

@@ -1,0 +1,84 @@
+"""What an agent sees (its context) and what it yields (steps of a run)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from gateway.events import Attachment, Origin
+from gateway.store.sessions import StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of reply text as it is produced (streamed, not persisted on its own)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    call_id: str
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    tool: str
+    status: str = "ok"  # ok | error | denied | interrupted
+    result: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    model: str
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    elapsed_ms: int = 0
+    tool_calls: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The final reply of the run."""
+
+    text: str
+
+
+Step = Delta | ToolCall | ToolResult | Usage | Reply
+
+
+class AgentFailed(Exception):
+    """The run cannot produce a reply; the message is shown to the user."""
+
+
+class AgentContext(Protocol):
+    session_id: str
+    task_hash: str
+    origin: Origin
+    text: str
+    attachments: Sequence[Attachment]
+    history: Sequence[StoredMessage]
+    workspace: Path
+
+    async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
+        """Ask the user who started the run to approve a tool call; False when denied/expired."""
+        ...
+
+    async def ask_user(self, question: str, options: Sequence[str] = ()) -> str | None:
+        """Ask the user a question; None when it expired unanswered."""
+        ...
+
+    async def record_file_version(self, directory: str, name: str, content: str) -> None: ...
+
+
+class Agent(Protocol):
+    name: str
+
+    def run(self, ctx: AgentContext) -> AsyncIterator[Step]: ...

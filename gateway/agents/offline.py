@@ -1,0 +1,134 @@
+"""The offline agent: deterministic, no network.
+
+It makes the gateway useful out of the box and lets tests drive every path. Its behaviour is
+a contract (README, "The offline agent"):
+
+- plain text            → `echo: <text>`
+- `!confirm <action>`   → confirmation for tool `demo_action`; `approved: <action>` / `denied: …`
+- `!ask <question>`     → ask_user; `answer: <answer>` or `answer: (none)` on timeout
+- `!write <name> <text>`→ `write_file` into the session workspace after confirmation;
+                          `wrote <name> (<n> bytes)`
+- `!sleep <seconds>`    → cancellable wait, one text_delta per second; `slept <seconds>s`
+- `!fail`               → ends the run with an error
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from gateway.agents.base import (
+    AgentContext,
+    AgentFailed,
+    Delta,
+    Reply,
+    Step,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+
+MAX_SLEEP_SECONDS = 3600
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+class OfflineAgent:
+    name = "offline"
+
+    async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
+        started = time.monotonic()
+        async for step in self._reply(ctx):
+            if isinstance(step, Reply):
+                elapsed = int((time.monotonic() - started) * 1000)
+                yield Usage(
+                    model="offline",
+                    input=_words(ctx.text),
+                    output=_words(step.text),
+                    elapsed_ms=elapsed,
+                )
+            yield step
+
+    def _reply(self, ctx: AgentContext) -> AsyncIterator[Step]:
+        command, _, rest = ctx.text.strip().partition(" ")
+        rest = rest.strip()
+        if command == "!confirm":
+            return self._confirm(ctx, rest)
+        if command == "!ask":
+            return self._ask(ctx, rest)
+        if command == "!write":
+            return self._write(ctx, rest)
+        if command == "!sleep":
+            return self._sleep(rest)
+        if command == "!fail":
+            return self._fail()
+        return self._echo(ctx.text)
+
+    async def _echo(self, text: str) -> AsyncIterator[Step]:
+        yield Reply(f"echo: {text}")
+
+    async def _confirm(self, ctx: AgentContext, action: str) -> AsyncIterator[Step]:
+        call = ToolCall(f"{ctx.task_hash}-1", "demo_action", {"action": action})
+        yield call
+        approved = await ctx.confirm(call.tool, call.args)
+        yield ToolResult(call.call_id, call.tool, "ok" if approved else "denied")
+        yield Reply(f"{'approved' if approved else 'denied'}: {action}")
+
+    async def _ask(self, ctx: AgentContext, question: str) -> AsyncIterator[Step]:
+        answer = await ctx.ask_user(question or "?")
+        yield Reply(f"answer: {answer if answer is not None else '(none)'}")
+
+    async def _write(self, ctx: AgentContext, rest: str) -> AsyncIterator[Step]:
+        name, _, text = rest.partition(" ")
+        call = ToolCall(f"{ctx.task_hash}-1", "write_file", {"name": name, "bytes": len(text)})
+        yield call
+        problem = _unsafe_name(name)
+        if problem:
+            yield ToolResult(call.call_id, call.tool, "error", problem)
+            yield Reply(f"refused: {problem}")
+            return
+        if not await ctx.confirm(call.tool, call.args):
+            yield ToolResult(call.call_id, call.tool, "denied")
+            yield Reply(f"denied: write {name}")
+            return
+        data = text.encode()
+        await asyncio.to_thread(_write_file, ctx.workspace, name, data)
+        await ctx.record_file_version(str(ctx.workspace), name, text)
+        yield ToolResult(call.call_id, call.tool, "ok", f"{len(data)} bytes")
+        yield Reply(f"wrote {name} ({len(data)} bytes)")
+
+    async def _sleep(self, rest: str) -> AsyncIterator[Step]:
+        try:
+            seconds = int(rest)
+        except ValueError:
+            raise AgentFailed(f"!sleep needs a whole number of seconds, not {rest!r}") from None
+        if not 0 <= seconds <= MAX_SLEEP_SECONDS:
+            raise AgentFailed(f"!sleep takes 0 to {MAX_SLEEP_SECONDS} seconds")
+        for second in range(1, seconds + 1):
+            await asyncio.sleep(1)  # the wait itself is what this command is for
+            yield Delta(f"{second}s ")
+        yield Reply(f"slept {seconds}s")
+
+    async def _fail(self) -> AsyncIterator[Step]:
+        raise AgentFailed("the offline agent was asked to fail (!fail)")
+        yield  # pragma: no cover  (makes this an async generator)
+
+
+def _unsafe_name(name: str) -> str:
+    if not name:
+        return "a file name is required: !write <name> <text>"
+    if "/" in name or "\\" in name or name in (".", "..") or "\x00" in name:
+        return f"file name {name!r} must be a plain name inside the workspace"
+    return ""
+
+
+def _write_file(workspace: Path, name: str, data: bytes) -> None:
+    workspace.mkdir(exist_ok=True, mode=0o700)
+    target = workspace / name
+    tmp = workspace / f".{name}.tmp"
+    tmp.write_bytes(data)
+    tmp.replace(target)

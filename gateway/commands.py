@@ -1,0 +1,92 @@
+"""Gateway commands: handled by the router for every adapter before the agent sees the text."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gateway.events import Inbound
+from gateway.ids import Prefix, new_session_id, prefix_of
+
+if TYPE_CHECKING:
+    from gateway.router import Router
+
+HELP = """Commands:
+/help    this list
+/status  session, running task, queue length and model
+/cancel  cancel the running task
+/reset   clear the conversation window and summary (admins only in shared chats)
+/new     start a new terminal session (terminal only)
+Anything else is a message for the agent."""
+
+SHARED_PREFIXES = frozenset({Prefix.dc, Prefix.tg})
+
+
+@dataclass(frozen=True, slots=True)
+class CommandReply:
+    name: str
+    text: str
+    ok: bool = True
+    session_id: str = ""  # set by /new: the session to switch to
+
+
+def parse_command(text: str) -> tuple[str, str] | None:
+    """`/status@my_bot args` → ("status", "args"); None when the text is not a command."""
+    stripped = text.strip()
+    if not stripped.startswith("/") or len(stripped) < 2:
+        return None
+    head, _, rest = stripped[1:].partition(" ")
+    name = head.split("@", 1)[0].lower()
+    return name, rest.strip()
+
+
+async def run_command(router: Router, inbound: Inbound) -> CommandReply | None:
+    parsed = parse_command(inbound.text)
+    if parsed is None:
+        return None
+    name, _args = parsed
+    sid = inbound.session_id
+    origin = inbound.origin
+    is_admin = origin.is_admin or origin.sender_key in router.settings.admin_keys
+    if name == "help":
+        return CommandReply(name, HELP)
+    if name == "status":
+        row = await router.store.get(sid)
+        running = router.running_task(sid)
+        model = (row.model if row else "") or router.agent.name
+        lines = [
+            f"session: {sid}",
+            f"running: {running.task_hash if running else 'nothing'}",
+            f"queued: {router.queue_length(sid)}",
+            f"model: {model}",
+        ]
+        return CommandReply(name, "\n".join(lines))
+    if name == "cancel":
+        running = router.running_task(sid)
+        if running is None:
+            return CommandReply(name, "nothing is running", ok=False)
+        same_sender = (
+            running.origin.platform == origin.platform
+            and running.origin.sender_id == origin.sender_id
+        )
+        if not (same_sender or is_admin):
+            who = running.origin.sender_name or running.origin.sender_id
+            return CommandReply(name, f"only {who} or an admin may cancel this task", ok=False)
+        by = origin.sender_name or origin.sender_id or origin.platform
+        await router.cancel(sid, running.task_hash, by=by)
+        return CommandReply(name, f"canceled {running.task_hash}")
+    if name == "reset":
+        if prefix_of(sid) in SHARED_PREFIXES and not is_admin:
+            return CommandReply(name, "only an admin may reset a shared chat", ok=False)
+        if await router.store.get(sid) is None:
+            return CommandReply(name, "nothing to reset")
+        await asyncio.to_thread(router.store.files(sid).reset_conversation)
+        return CommandReply(name, "conversation window and summary cleared")
+    if name == "new":
+        if origin.platform != "terminal":
+            return CommandReply(name, "/new is available in the terminal only", ok=False)
+        fresh = new_session_id(Prefix.cli)
+        await router.store.ensure(fresh)
+        return CommandReply(name, f"new session {fresh}", session_id=fresh)
+    return None  # an unknown /word is a message for the agent

@@ -1,0 +1,181 @@
+"""The core's boundary: where a message came from, what came in, and what a task emits.
+
+Adapters build `Inbound` values and render `Event` values; nothing else crosses between the
+core and a platform. Events serialise to one JSON object each (the SSE wire format, documented
+in docs/events.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+from gateway.clock import now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who sent a message and where its answers must go."""
+
+    platform: str  # "discord", "telegram", "http", "terminal"
+    channel_id: str = ""  # the Discord channel / Telegram chat; empty for HTTP
+    reply_to: str = ""  # the platform message to answer, if any
+    sender_id: str = ""
+    sender_name: str = ""
+    is_admin: bool = False
+    window_hash: str = ""  # the terminal window or HTTP client that started the run
+
+    @property
+    def sender_key(self) -> str:
+        """`platform:sender id`, the form admins are listed in."""
+        return f"{self.platform}:{self.sender_id}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "platform": self.platform,
+            "channel_id": self.channel_id,
+            "reply_to": self.reply_to,
+            "sender_id": self.sender_id,
+            "sender_name": self.sender_name,
+            "is_admin": self.is_admin,
+            "window_hash": self.window_hash,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Origin:
+        return cls(
+            platform=str(data.get("platform", "")),
+            channel_id=str(data.get("channel_id", "")),
+            reply_to=str(data.get("reply_to", "")),
+            sender_id=str(data.get("sender_id", "")),
+            sender_name=str(data.get("sender_name", "")),
+            is_admin=bool(data.get("is_admin", False)),
+            window_hash=str(data.get("window_hash", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    name: str
+    mime: str = "application/octet-stream"
+    size: int = 0
+    path: str = ""  # where the adapter saved it, inside the session workspace
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    origin: Origin
+    session_id: str
+    text: str
+    attachments: Sequence[Attachment] = field(default_factory=tuple)
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+class _EventBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: str
+    task_hash: str = ""
+    window_hash: str = ""
+    at: int = Field(default_factory=now_ms)  # Unix ms
+
+
+class UserEvent(_EventBase):
+    kind: Literal["user"] = "user"
+    text: str
+    sender: str = ""
+
+
+class TextDeltaEvent(_EventBase):
+    kind: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class TextEvent(_EventBase):
+    kind: Literal["text"] = "text"
+    text: str
+
+
+class ToolCallEvent(_EventBase):
+    kind: Literal["tool_call"] = "tool_call"
+    call_id: str
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultEvent(_EventBase):
+    kind: Literal["tool_result"] = "tool_result"
+    call_id: str
+    tool: str
+    status: Literal["ok", "error", "denied", "interrupted"] = "ok"
+    result: str = ""
+
+
+class ConfirmEvent(_EventBase):
+    kind: Literal["confirm"] = "confirm"
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    requester: str = ""  # display name of who may answer (besides admins)
+    expires_at: int = 0
+
+
+class AskUserEvent(_EventBase):
+    kind: Literal["ask_user"] = "ask_user"
+    question: str
+    options: list[str] = Field(default_factory=list)
+    requester: str = ""
+    expires_at: int = 0
+
+
+class AnswerEvent(_EventBase):
+    kind: Literal["answer"] = "answer"
+    prompt: Literal["confirm", "ask_user"]
+    approved: bool | None = None
+    answer: str | None = None
+    answered_by: str = ""  # display name, or "timeout"
+
+
+class DoneEvent(_EventBase):
+    kind: Literal["done"] = "done"
+    text: str = ""  # the whole reply
+
+
+class ErrorEvent(_EventBase):
+    kind: Literal["error"] = "error"
+    message: str
+
+
+class CanceledEvent(_EventBase):
+    kind: Literal["canceled"] = "canceled"
+    by: str = ""
+
+
+Event = Annotated[
+    UserEvent
+    | TextDeltaEvent
+    | TextEvent
+    | ToolCallEvent
+    | ToolResultEvent
+    | ConfirmEvent
+    | AskUserEvent
+    | AnswerEvent
+    | DoneEvent
+    | ErrorEvent
+    | CanceledEvent,
+    Field(discriminator="kind"),
+]
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+TERMINAL_KINDS = frozenset({"done", "error", "canceled"})
+
+
+def event_to_json(event: Event) -> str:
+    return event.model_dump_json()
+
+
+def event_from_json(data: str | bytes) -> Event:
+    return EVENT_ADAPTER.validate_json(data)

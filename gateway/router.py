@@ -1,0 +1,686 @@
+"""The core router: every inbound message from every adapter goes through `Router.submit`.
+
+What it guarantees:
+- the user's message is persisted (SQL, history.json, action.log) before `submit` returns;
+- each session runs one task at a time, in arrival order; sessions run concurrently, at most
+  `max_concurrent_tasks` at once (a task waiting on a prompt does not hold a slot);
+- a task's events go to its origin's sink only, and to live subscribers of the session;
+- a confirmation or question is answered only by the sender who started the task or an admin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from gateway.agents.base import (
+    Agent,
+    AgentFailed,
+    Delta,
+    Reply,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from gateway.clock import now_ms
+from gateway.commands import CommandReply, run_command
+from gateway.events import (
+    AnswerEvent,
+    AskUserEvent,
+    Attachment,
+    CanceledEvent,
+    ConfirmEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    Inbound,
+    Origin,
+    TextDeltaEvent,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    UserEvent,
+)
+from gateway.ids import new_task_hash, validate_session_id
+from gateway.logs import get_logger
+from gateway.presence import Presence
+from gateway.prompts import (
+    AlreadyAnswered,
+    Answer,
+    NotAllowed,
+    Prompt,
+    PromptKind,
+    PromptNotFound,
+)
+from gateway.settings import Settings
+from gateway.store.sessions import RunRecord, SessionStore, StoredMessage
+from gateway.store.usage import UsageRecord, record_usage
+
+log = get_logger(__name__)
+
+TaskStatus = Literal["queued", "running", "waiting", "done", "error", "canceled", "interrupted"]
+FINISHED: frozenset[str] = frozenset({"done", "error", "canceled", "interrupted"})
+SUBSCRIBER_BUFFER = 256
+FINISHED_TASKS_KEPT = 2000
+
+
+class MessageTooLong(ValueError):
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"message is {length} characters; the limit is {limit}")
+        self.length, self.limit = length, limit
+
+
+class TaskNotFound(LookupError):
+    pass
+
+
+class OriginSink(Protocol):
+    """How an adapter receives what the router sends to an origin on its platform."""
+
+    async def deliver(self, origin: Origin, event: Event) -> None: ...
+
+    async def notice(self, origin: Origin, text: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    session_id: str
+    task_hash: str = ""  # empty when the text was a gateway command
+    position: int = 0  # tasks ahead of this one in the session
+    command: CommandReply | None = None
+
+
+@dataclass(eq=False)
+class TaskState:
+    session_id: str
+    task_hash: str
+    origin: Origin
+    text: str
+    attachments: Sequence[Attachment]
+    user_message_id: int
+    status: TaskStatus = "queued"
+    reply: str = ""
+    error: str = ""
+    events: list[Event] = field(default_factory=list)
+    prompt: Prompt | None = None
+    canceled_by: str = ""
+    runner: asyncio.Task[None] | None = None
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    holds_slot: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "task_hash": self.task_hash,
+            "status": self.status,
+            "text": self.reply,
+            "error": self.error,
+            "pending": self.prompt.to_json() if self.prompt else None,
+        }
+
+
+@dataclass(eq=False)
+class _Lane:
+    waiting: deque[TaskState] = field(default_factory=deque)
+    current: TaskState | None = None
+    worker: asyncio.Task[None] | None = None
+
+
+class Subscription:
+    """Live events of one session, for a reader that may be slow: drops rather than blocks."""
+
+    def __init__(self, session_id: str, size: int = SUBSCRIBER_BUFFER) -> None:
+        self.session_id = session_id
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(size)
+        self.dropped = 0
+
+    def offer(self, event: Event) -> None:
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def get(self) -> Event:
+        return await self.queue.get()
+
+
+class Router:
+    def __init__(
+        self,
+        settings: Settings,
+        store: SessionStore,
+        agent: Agent,
+        presence: Presence,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.agent = agent
+        self.presence = presence
+        self._sinks: dict[str, OriginSink] = {}
+        self._lanes: dict[str, _Lane] = {}
+        self._tasks: OrderedDict[str, TaskState] = OrderedDict()
+        self._subscribers: dict[str, set[Subscription]] = {}
+        self._slots = asyncio.Semaphore(settings.max_concurrent_tasks)
+        self._closing = False
+        self.counters: dict[str, int] = {
+            "tasks_started": 0,
+            "tasks_done": 0,
+            "tasks_failed": 0,
+            "tasks_canceled": 0,
+            "events": 0,
+            "subscriber_drops": 0,
+            "sink_errors": 0,
+        }
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def register_sink(self, platform: str, sink: OriginSink) -> None:
+        self._sinks[platform] = sink
+
+    @contextlib.contextmanager
+    def subscribe(self, session_id: str) -> Any:
+        sub = Subscription(validate_session_id(session_id))
+        self._subscribers.setdefault(session_id, set()).add(sub)
+        try:
+            yield sub
+        finally:
+            self._subscribers[session_id].discard(sub)
+            if not self._subscribers[session_id]:
+                del self._subscribers[session_id]
+            if sub.dropped:
+                self.counters["subscriber_drops"] += sub.dropped
+                log.warning("slow subscriber lost events", session=session_id, dropped=sub.dropped)
+
+    # -- submitting ------------------------------------------------------------------------
+
+    async def submit(self, inbound: Inbound) -> Submission:
+        session_id = validate_session_id(inbound.session_id)
+        if len(inbound.text) > self.settings.max_message_chars:
+            raise MessageTooLong(len(inbound.text), self.settings.max_message_chars)
+        command = await run_command(self, inbound)
+        if command is not None:
+            await self._notice(inbound.origin, command.text)
+            return Submission(command.session_id or session_id, command=command)
+
+        await self.store.ensure(session_id)
+        task_hash = new_task_hash()
+        origin = inbound.origin
+        stored = await self.store.append_message(
+            session_id, "user", inbound.text, sender=origin.sender_name, task_hash=task_hash
+        )
+        state = TaskState(
+            session_id, task_hash, origin, inbound.text, tuple(inbound.attachments), stored.id
+        )
+        self._remember(state)
+        await self._journal(state)
+        await self._emit(
+            state, UserEvent(session_id=session_id, text=inbound.text, sender=origin.sender_name)
+        )
+        lane = self._lanes.setdefault(session_id, _Lane())
+        position = len(lane.waiting) + (1 if lane.current is not None else 0)
+        lane.waiting.append(state)
+        if lane.worker is None or lane.worker.done():
+            lane.worker = asyncio.create_task(self._drain(session_id, lane))
+        if position:
+            await self._notice(origin, f"queued ({position} ahead)")
+        return Submission(session_id, task_hash, position)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def task(self, task_hash: str) -> TaskState:
+        try:
+            return self._tasks[task_hash]
+        except KeyError:
+            raise TaskNotFound(f"no such task: {task_hash}") from None
+
+    def running_task(self, session_id: str) -> TaskState | None:
+        lane = self._lanes.get(session_id)
+        return lane.current if lane else None
+
+    def queue_length(self, session_id: str) -> int:
+        lane = self._lanes.get(session_id)
+        return len(lane.waiting) if lane else 0
+
+    def is_busy(self, session_id: str) -> bool:
+        return self.running_task(session_id) is not None or self.queue_length(session_id) > 0
+
+    def pending(self, session_id: str | None = None) -> list[Prompt]:
+        prompts = [
+            t.prompt
+            for t in self._tasks.values()
+            if t.prompt is not None and (session_id is None or t.session_id == session_id)
+        ]
+        return sorted(prompts, key=lambda p: p.expires_at)
+
+    async def wait(self, task_hash: str, within: float, *, until_prompt: bool = False) -> TaskState:
+        """Wait until the task finishes (or parks on a prompt, if asked) or `within` passes."""
+        state = self.task(task_hash)
+
+        def ready() -> bool:
+            return state.finished or (until_prompt and state.prompt is not None)
+
+        async with state.changed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(state.changed.wait_for(ready), within)
+        return state
+
+    async def stream(self, task_hash: str) -> AsyncIterator[Event]:
+        """Every event of a task so far, then live ones until it finishes."""
+        state = self.task(task_hash)
+        sent = 0
+        while True:
+            async with state.changed:
+                await state.changed.wait_for(
+                    lambda n=sent: len(state.events) > n or state.finished  # type: ignore[misc]
+                )
+                batch = state.events[sent:]
+                done = state.finished
+            for event in batch:
+                yield event
+            sent += len(batch)
+            if done and sent >= len(state.events):
+                return
+
+    # -- answering and canceling -------------------------------------------------------------
+
+    async def answer(
+        self,
+        session_id: str,
+        task_hash: str,
+        responder: Origin,
+        *,
+        approve: bool | None = None,
+        text: str | None = None,
+    ) -> Answer:
+        validate_session_id(session_id)
+        state = self._tasks.get(task_hash)
+        if state is None or state.session_id != session_id:
+            raise PromptNotFound(f"no task {task_hash} in session {session_id}")
+        prompt = state.prompt
+        if prompt is None:
+            if state.steps and any(s.get("prompt") for s in state.steps):
+                raise AlreadyAnswered(f"the prompt of task {task_hash} was already answered")
+            raise PromptNotFound(f"task {task_hash} is not waiting for an answer")
+        if not prompt.may_answer(responder, self.settings.admin_keys):
+            who = prompt.origin.sender_name or prompt.origin.sender_id or "the requester"
+            raise NotAllowed(f"only {who} or an admin may answer this prompt")
+        by = responder.sender_name or responder.sender_id or responder.platform
+        return prompt.resolve(approve, text, by)
+
+    async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
+        """Cancel a queued or running task (the running one when no hash is given)."""
+        lane = self._lanes.get(validate_session_id(session_id))
+        if lane is None:
+            return False
+        target = lane.current if not task_hash else self._tasks.get(task_hash)
+        if target is None or target.session_id != session_id or target.finished:
+            return False
+        target.canceled_by = by or "user"
+        if target in lane.waiting:
+            lane.waiting.remove(target)
+            await self._finish_canceled(target)
+            return True
+        if target.runner is not None:
+            target.runner.cancel()
+            return True
+        return False
+
+    async def cancel_all(self, session_id: str, *, by: str = "") -> int:
+        lane = self._lanes.get(session_id)
+        if lane is None:
+            return 0
+        count = 0
+        for state in list(lane.waiting):
+            count += await self.cancel(session_id, state.task_hash, by=by)
+        if lane.current is not None:
+            count += await self.cancel(session_id, lane.current.task_hash, by=by)
+        return count
+
+    async def close(self) -> None:
+        """Stop taking work; running tasks are interrupted with their journals kept."""
+        self._closing = True
+        workers = [lane.worker for lane in self._lanes.values() if lane.worker]
+        for worker in workers:
+            worker.cancel()
+        for worker in workers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def _drain(self, session_id: str, lane: _Lane) -> None:
+        try:
+            while lane.waiting and not self._closing:
+                state = lane.waiting.popleft()
+                lane.current = state
+                try:
+                    await self._slots.acquire()
+                    state.holds_slot = True
+                    state.runner = asyncio.create_task(self._run(state))
+                    await asyncio.shield(state.runner)
+                except asyncio.CancelledError:
+                    # Router shutdown: the task is interrupted, its journal kept for restart.
+                    if state.runner is not None and not state.runner.done():
+                        state.runner.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await state.runner
+                    raise
+                finally:
+                    if state.holds_slot:
+                        state.holds_slot = False
+                        self._slots.release()
+                    lane.current = None
+        finally:
+            if not lane.waiting and self._lanes.get(session_id) is lane:
+                del self._lanes[session_id]
+
+    async def _run(self, state: TaskState) -> None:
+        self.counters["tasks_started"] += 1
+        await self._set_status(state, "running")
+        await self._journal(state)
+        history = await self.store.recent_messages(
+            state.session_id, self.settings.history_window + 1
+        )
+        context = _Context(self, state, [m for m in history if m.id != state.user_message_id])
+        tool_results: list[dict[str, Any]] = []
+        try:
+            async with self.presence.hold(state.session_id, state.task_hash):
+                async for step in self.agent.run(context):
+                    await self._step(state, step, tool_results)
+        except asyncio.CancelledError:
+            if state.canceled_by:
+                await self._finish_canceled(state)
+                return
+            await self._set_status(state, "interrupted")
+            raise
+        except AgentFailed as exc:
+            await self._finish_error(state, str(exc), tool_results)
+            return
+        except Exception as exc:
+            log.exception("task crashed", session=state.session_id, task=state.task_hash)
+            await self._finish_error(state, f"internal error: {type(exc).__name__}", tool_results)
+            return
+        await self._finish_done(state, tool_results)
+
+    async def _step(
+        self, state: TaskState, step: object, tool_results: list[dict[str, Any]]
+    ) -> None:
+        sid = state.session_id
+        if isinstance(step, Delta):
+            await self._emit(state, TextDeltaEvent(session_id=sid, text=step.text))
+        elif isinstance(step, ToolCall):
+            state.steps.append({"tool_call": step.call_id, "tool": step.tool, "args": step.args})
+            await self._journal(state)
+            await self._emit(
+                state,
+                ToolCallEvent(session_id=sid, call_id=step.call_id, tool=step.tool, args=step.args),
+            )
+        elif isinstance(step, ToolResult):
+            result = {
+                "call_id": step.call_id,
+                "tool": step.tool,
+                "status": step.status,
+                "result": step.result,
+            }
+            tool_results.append(result)
+            state.steps.append({"tool_result": step.call_id, "status": step.status})
+            await self._journal(state)
+            await self._emit(
+                state,
+                ToolResultEvent(
+                    session_id=sid,
+                    call_id=step.call_id,
+                    tool=step.tool,
+                    status=step.status,
+                    result=step.result,
+                ),
+            )
+        elif isinstance(step, Usage):
+            await record_usage(
+                self.store.db,
+                UsageRecord(
+                    sid,
+                    step.model,
+                    input=step.input,
+                    output=step.output,
+                    cache_read=step.cache_read,
+                    cache_write=step.cache_write,
+                    elapsed_ms=step.elapsed_ms,
+                    tool_calls=step.tool_calls,
+                ),
+            )
+        elif isinstance(step, Reply):
+            state.reply = step.text
+
+    async def _finish_done(self, state: TaskState, tool_results: list[dict[str, Any]]) -> None:
+        sid = state.session_id
+        await self.store.append_message(
+            sid, "assistant", state.reply, sender=self.agent.name, task_hash=state.task_hash
+        )
+        await self.store.record_run(
+            RunRecord(sid, state.task_hash, state.text, state.reply, tool_results)
+        )
+        await self._emit(state, TextEvent(session_id=sid, text=state.reply))
+        await self._emit(state, DoneEvent(session_id=sid, text=state.reply))
+        self.counters["tasks_done"] += 1
+        await self._set_status(state, "done")
+        await self._drop_journal(state)
+
+    async def _finish_error(
+        self, state: TaskState, message: str, tool_results: list[dict[str, Any]]
+    ) -> None:
+        state.error = message
+        await self.store.record_run(
+            RunRecord(state.session_id, state.task_hash, state.text, "", tool_results)
+        )
+        await self._emit(state, ErrorEvent(session_id=state.session_id, message=message))
+        self.counters["tasks_failed"] += 1
+        await self._set_status(state, "error")
+        await self._drop_journal(state)
+
+    async def _finish_canceled(self, state: TaskState) -> None:
+        if state.prompt is not None and not state.prompt.future.done():
+            state.prompt.future.cancel()
+        state.prompt = None
+        await self._emit(state, CanceledEvent(session_id=state.session_id, by=state.canceled_by))
+        self.counters["tasks_canceled"] += 1
+        await self._set_status(state, "canceled")
+        await self._drop_journal(state)
+
+    # -- prompts ---------------------------------------------------------------------------
+
+    async def ask(
+        self,
+        state: TaskState,
+        kind: PromptKind,
+        *,
+        tool: str = "",
+        args: dict[str, Any] | None = None,
+        question: str = "",
+        options: Sequence[str] = (),
+    ) -> Answer:
+        timeout = self.settings.confirm_timeout_seconds
+        prompt = Prompt(
+            kind=kind,
+            session_id=state.session_id,
+            task_hash=state.task_hash,
+            origin=state.origin,
+            expires_at=now_ms() + int(timeout * 1000),
+            tool=tool,
+            args=dict(args or {}),
+            question=question,
+            options=tuple(options),
+        )
+        state.prompt = prompt
+        state.steps.append({"prompt": kind})
+        state.status = "waiting"
+        await self._journal(state)
+        requester = state.origin.sender_name or state.origin.sender_id
+        sid = state.session_id
+        if kind == "confirm":
+            await self._emit(
+                state,
+                ConfirmEvent(
+                    session_id=sid,
+                    tool=tool,
+                    args=prompt.args,
+                    requester=requester,
+                    expires_at=prompt.expires_at,
+                ),
+            )
+        else:
+            await self._emit(
+                state,
+                AskUserEvent(
+                    session_id=sid,
+                    question=question,
+                    options=list(options),
+                    requester=requester,
+                    expires_at=prompt.expires_at,
+                ),
+            )
+        # A parked task gives its slot back, so prompts left open cannot starve other sessions.
+        if state.holds_slot:
+            state.holds_slot = False
+            self._slots.release()
+        try:
+            answer = await asyncio.wait_for(asyncio.shield(prompt.future), timeout)
+        except TimeoutError:
+            answer = Answer(approved=False if kind == "confirm" else None, by="timeout")
+            if not prompt.future.done():
+                prompt.future.set_result(answer)
+            what = "confirmation" if kind == "confirm" else "question"
+            outcome = "treated as denied" if kind == "confirm" else "left unanswered"
+            await self._notice(state.origin, f"The {what} expired and was {outcome}.")
+        finally:
+            await self._slots.acquire()
+            state.holds_slot = True
+        state.prompt = None
+        await self._emit(
+            state,
+            AnswerEvent(
+                session_id=sid,
+                prompt=kind,
+                approved=answer.approved,
+                answer=answer.text,
+                answered_by=answer.by,
+            ),
+        )
+        await self._set_status(state, "running")
+        await self._journal(state)
+        return answer
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _remember(self, state: TaskState) -> None:
+        self._tasks[state.task_hash] = state
+        while len(self._tasks) > FINISHED_TASKS_KEPT:
+            oldest_hash, oldest = next(iter(self._tasks.items()))
+            if not oldest.finished:
+                break
+            del self._tasks[oldest_hash]
+
+    async def _set_status(self, state: TaskState, status: TaskStatus) -> None:
+        async with state.changed:
+            state.status = status
+            state.changed.notify_all()
+
+    async def _emit(self, state: TaskState, event: Event) -> None:
+        event = event.model_copy(
+            update={"task_hash": state.task_hash, "window_hash": state.origin.window_hash}
+        )
+        self.counters["events"] += 1
+        async with state.changed:
+            state.events.append(event)
+            state.changed.notify_all()
+        body = event.model_dump_json(
+            exclude={"kind", "session_id", "task_hash", "window_hash", "at"}
+        )
+        try:
+            await self.store.log_action(
+                state.session_id,
+                event.kind,
+                body,
+                window_hash=state.origin.window_hash,
+                task_hash=state.task_hash,
+            )
+        except FileNotFoundError:
+            log.warning("session gone while its task ran", session=state.session_id)
+        for sub in self._subscribers.get(state.session_id, ()):
+            sub.offer(event)
+        sink = self._sinks.get(state.origin.platform)
+        if sink is not None:
+            try:
+                await sink.deliver(state.origin, event)
+            except Exception:
+                self.counters["sink_errors"] += 1
+                log.exception("delivery failed", platform=state.origin.platform, kind=event.kind)
+
+    async def _notice(self, origin: Origin, text: str) -> None:
+        sink = self._sinks.get(origin.platform)
+        if sink is None:
+            return
+        try:
+            await sink.notice(origin, text)
+        except Exception:
+            self.counters["sink_errors"] += 1
+            log.exception("notice failed", platform=origin.platform)
+
+    async def _journal(self, state: TaskState) -> None:
+        data = {
+            "session_id": state.session_id,
+            "task_hash": state.task_hash,
+            "status": state.status,
+            "origin": state.origin.to_json(),
+            "text": state.text,
+            "user_message_id": state.user_message_id,
+            "steps": state.steps,
+            "prompt": state.prompt.to_json() if state.prompt else None,
+            "updated_at": now_ms(),
+        }
+        files = self.store.files(state.session_id)
+        try:
+            await asyncio.to_thread(files.write_pending, state.task_hash, data)
+        except FileNotFoundError:
+            log.warning("session gone while its task ran", session=state.session_id)
+
+    async def _drop_journal(self, state: TaskState) -> None:
+        files = self.store.files(state.session_id)
+        await asyncio.to_thread(files.remove_pending, state.task_hash)
+
+
+class _Context:
+    """What the agent sees of a run."""
+
+    def __init__(self, router: Router, state: TaskState, history: Sequence[StoredMessage]) -> None:
+        self._router = router
+        self._state = state
+        self.session_id = state.session_id
+        self.task_hash = state.task_hash
+        self.origin = state.origin
+        self.text = state.text
+        self.attachments = state.attachments
+        self.history: Sequence[StoredMessage] = history
+        self.workspace = router.store.files(state.session_id).dir / "workspace"
+
+    async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
+        answer = await self._router.ask(self._state, "confirm", tool=tool, args=args)
+        return bool(answer.approved)
+
+    async def ask_user(self, question: str, options: Sequence[str] = ()) -> str | None:
+        answer = await self._router.ask(self._state, "ask_user", question=question, options=options)
+        return answer.text
+
+    async def record_file_version(self, directory: str, name: str, content: str) -> None:
+        await self._router.store.record_file_version(
+            self.session_id, self.task_hash, directory, name, content
+        )

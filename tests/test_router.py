@@ -1,0 +1,266 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.app import Runtime
+from gateway.events import Event, Inbound, Origin
+from gateway.prompts import AlreadyAnswered, NotAllowed, PromptNotFound
+from gateway.router import MessageTooLong, Router
+from gateway.settings import Settings
+from gateway.store.search import search_messages
+
+ANN = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
+BOB = Origin("http", sender_id="bob", sender_name="Bob", window_hash="w2")
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.events: list[tuple[Origin, Event]] = []
+        self.notices: list[tuple[Origin, str]] = []
+
+    async def deliver(self, origin: Origin, event: Event) -> None:
+        self.events.append((origin, event))
+
+    async def notice(self, origin: Origin, text: str) -> None:
+        self.notices.append((origin, text))
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    settings = Settings(
+        home=tmp_path / "home", confirm_timeout_seconds=5, admins="http:root", _env_file=None
+    )  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+def inbound(sid: str, text: str, origin: Origin = ANN) -> Inbound:
+    return Inbound(origin, sid, text)
+
+
+async def finished(router: Router, task_hash: str) -> str:
+    state = await router.wait(task_hash, 10)
+    assert state.finished, state.status
+    return state.reply
+
+
+async def test_echo_persists_everything(runtime: Runtime) -> None:
+    router = runtime.router
+    sub = await router.submit(inbound("cli-a", "hello there"))
+    # The user's message is stored before submit returns.
+    stored = await runtime.store.recent_messages("cli-a")
+    assert [(m.role, m.content, m.sender) for m in stored][:1] == [("user", "hello there", "Ann")]
+    assert await finished(router, sub.task_hash) == "echo: hello there"
+    stored = await runtime.store.recent_messages("cli-a")
+    assert [(m.role, m.content) for m in stored] == [
+        ("user", "hello there"),
+        ("assistant", "echo: hello there"),
+    ]
+    history = runtime.store.files("cli-a").history.read()
+    assert [m.content for m in history] == ["hello there", "echo: hello there"]
+    kinds = [r.kind for r in runtime.store.files("cli-a").action_log.read()]
+    assert kinds == ["user", "text", "done"]
+    assert all(r.task_hash == sub.task_hash for r in runtime.store.files("cli-a").action_log.read())
+    assert list(runtime.store.files("cli-a").list_pending()) == []  # journal removed
+    assert not await runtime.presence.is_running("cli-a")
+    hits = await search_messages(runtime.store.db, "there")
+    assert len(hits) == 2
+
+
+async def test_one_task_at_a_time_in_order(runtime: Runtime) -> None:
+    router = runtime.router
+    with router.subscribe("cli-q") as sub:
+        sub.queue = asyncio.Queue()  # unbounded: this test wants every event
+        subs = await asyncio.gather(*(router.submit(inbound("cli-q", f"m{i}")) for i in range(50)))
+        assert sorted(s.position for s in subs) == list(range(50))
+        for s in subs:
+            await finished(router, s.task_hash)
+        events = [sub.queue.get_nowait() for _ in range(sub.queue.qsize())]
+    by_position = [s.task_hash for s in sorted(subs, key=lambda s: s.position)]
+    run_events = [e for e in events if e.kind != "user"]
+    # Tasks ran in arrival order, and each one's events are contiguous: one at a time.
+    assert [e.task_hash for e in run_events if e.kind == "done"] == by_position
+    assert [e.task_hash for e in run_events] == [h for h in by_position for _ in ("text", "done")]
+    replies = {s.task_hash: router.task(s.task_hash).reply for s in subs}
+    texts = {s.task_hash: router.task(s.task_hash).text for s in subs}
+    assert all(replies[h] == f"echo: {texts[h]}" for h in replies)
+
+
+async def test_sessions_run_concurrently(runtime: Runtime) -> None:
+    router = runtime.router
+    subs = [await router.submit(inbound(f"cli-p{i}", "!sleep 1")) for i in range(5)]
+    started = asyncio.get_running_loop().time()
+    for s in subs:
+        assert await finished(router, s.task_hash) == "slept 1s"
+    assert asyncio.get_running_loop().time() - started < 4  # not 5 x 1 s one after another
+
+
+async def test_queue_position_is_told_to_the_origin(runtime: Runtime) -> None:
+    sink = RecordingSink()
+    runtime.router.register_sink("http", sink)
+    first = await runtime.router.submit(inbound("cli-w", "!sleep 1"))
+    second = await runtime.router.submit(inbound("cli-w", "after"))
+    assert second.position == 1
+    assert (ANN, "queued (1 ahead)") in sink.notices
+    await finished(runtime.router, second.task_hash)
+    assert runtime.router.task(first.task_hash).status == "done"
+
+
+async def test_confirm_only_requester_or_admin(runtime: Runtime) -> None:
+    router = runtime.router
+    sink = RecordingSink()
+    router.register_sink("http", sink)
+    sub = await router.submit(inbound("cli-c", "!confirm launch"))
+    state = await router.wait(sub.task_hash, 10, until_prompt=True)
+    assert state.prompt is not None and state.status == "waiting"
+    pending = runtime.store.files("cli-c").read_pending(sub.task_hash)
+    assert pending is not None and pending["prompt"]["tool"] == "demo_action"
+    with pytest.raises(NotAllowed, match="only Ann or an admin"):
+        await router.answer("cli-c", sub.task_hash, BOB, approve=True)
+    assert router.task(sub.task_hash).prompt is not None  # still open
+    await router.answer("cli-c", sub.task_hash, ANN, approve=True)
+    assert await finished(router, sub.task_hash) == "approved: launch"
+    with pytest.raises(AlreadyAnswered):
+        await router.answer("cli-c", sub.task_hash, ANN, approve=False)
+    confirms = [e for o, e in sink.events if e.kind == "confirm"]
+    assert len(confirms) == 1 and confirms[0].window_hash == "w1"
+
+
+async def test_admin_may_answer_and_ask_user(runtime: Runtime) -> None:
+    router = runtime.router
+    sub = await router.submit(inbound("cli-k", "!ask favourite colour?"))
+    await router.wait(sub.task_hash, 10, until_prompt=True)
+    root = Origin("http", sender_id="root", sender_name="Root")
+    await router.answer("cli-k", sub.task_hash, root, text="green")
+    assert await finished(router, sub.task_hash) == "answer: green"
+
+
+async def test_prompt_expiry(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "h", confirm_timeout_seconds=0.3, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    sink = RecordingSink()
+    rt.router.register_sink("http", sink)
+    try:
+        confirm = await rt.router.submit(inbound("cli-e", "!confirm x"))
+        assert await finished(rt.router, confirm.task_hash) == "denied: x"
+        ask = await rt.router.submit(inbound("cli-e", "!ask anyone?"))
+        assert await finished(rt.router, ask.task_hash) == "answer: (none)"
+        texts = [t for _, t in sink.notices]
+        assert "The confirmation expired and was treated as denied." in texts
+        assert "The question expired and was left unanswered." in texts
+    finally:
+        await rt.close()
+
+
+async def test_unknown_prompt_and_wrong_session(runtime: Runtime) -> None:
+    with pytest.raises(PromptNotFound):
+        await runtime.router.answer("cli-x", "nosuchtask", ANN, approve=True)
+    sub = await runtime.router.submit(inbound("cli-y", "!confirm y"))
+    await runtime.router.wait(sub.task_hash, 10, until_prompt=True)
+    with pytest.raises(PromptNotFound):
+        await runtime.router.answer("cli-other", sub.task_hash, ANN, approve=True)
+    await runtime.router.answer("cli-y", sub.task_hash, ANN, approve=False)
+    assert await finished(runtime.router, sub.task_hash) == "denied: y"
+
+
+async def test_cancel_running_and_queued(runtime: Runtime) -> None:
+    router = runtime.router
+    running = await router.submit(inbound("cli-z", "!sleep 30"))
+    queued = await router.submit(inbound("cli-z", "later"))
+    assert await router.cancel("cli-z", queued.task_hash, by="Ann")
+    reply = await router.submit(inbound("cli-z", "/cancel"))
+    assert reply.command is not None and reply.command.text == f"canceled {running.task_hash}"
+    for sub in (running, queued):
+        state = await router.wait(sub.task_hash, 10)
+        assert state.status == "canceled"
+    assert router.task(running.task_hash).events[-1].kind == "canceled"
+    assert list(runtime.store.files("cli-z").list_pending()) == []
+
+
+async def test_cancel_by_someone_else_is_refused(runtime: Runtime) -> None:
+    router = runtime.router
+    running = await router.submit(inbound("tg--5", "!sleep 30"))
+    attempt = await router.submit(inbound("tg--5", "/cancel", BOB))
+    assert attempt.command is not None and not attempt.command.ok
+    assert not router.task(running.task_hash).finished
+    await router.cancel("tg--5", by="test")
+
+
+async def test_fail_and_write(runtime: Runtime) -> None:
+    router = runtime.router
+    fail = await router.submit(inbound("cli-f", "!fail"))
+    state = await router.wait(fail.task_hash, 10)
+    assert state.status == "error" and "asked to fail" in state.error
+    write = await router.submit(inbound("cli-f", "!write notes.txt hello world"))
+    await router.wait(write.task_hash, 10, until_prompt=True)
+    await router.answer("cli-f", write.task_hash, ANN, approve=True)
+    assert await finished(router, write.task_hash) == "wrote notes.txt (11 bytes)"
+    target = runtime.store.files("cli-f").dir / "workspace" / "notes.txt"
+    assert target.read_text() == "hello world"
+    bad = await router.submit(inbound("cli-f", "!write ../escape.txt x"))
+    assert (await finished(router, bad.task_hash)).startswith("refused:")
+    assert not (runtime.store.files("cli-f").dir / "escape.txt").exists()
+
+
+async def test_commands(runtime: Runtime) -> None:
+    router = runtime.router
+    help_ = await router.submit(inbound("cli-h", "/help"))
+    assert help_.command is not None and "/status" in help_.command.text
+    await finished(router, (await router.submit(inbound("cli-h", "hi"))).task_hash)
+    status = await router.submit(inbound("cli-h", "/status@somebot"))
+    assert status.command is not None and "session: cli-h" in status.command.text
+    reset = await router.submit(inbound("tg--9", "/reset", BOB))
+    assert reset.command is not None and not reset.command.ok
+    reset = await router.submit(inbound("cli-h", "/reset"))
+    assert reset.command is not None and reset.command.ok
+    assert runtime.store.files("cli-h").history.read() == []
+    assert len(await runtime.store.recent_messages("cli-h")) == 2  # archive keeps them
+    new = await router.submit(inbound("cli-h", "/new", Origin("terminal", sender_id="me")))
+    assert new.command is not None and new.command.session_id.startswith("cli-")
+    assert await runtime.store.get(new.command.session_id) is not None
+
+
+async def test_too_long_message_rejected_and_not_stored(runtime: Runtime) -> None:
+    with pytest.raises(MessageTooLong):
+        await runtime.router.submit(inbound("cli-l", "x" * 16_001))
+    assert await runtime.store.get("cli-l") is None
+
+
+async def test_subscribers_get_events_and_slow_ones_drop(runtime: Runtime) -> None:
+    router = runtime.router
+    with router.subscribe("cli-s") as sub:
+        sub.queue = asyncio.Queue(2)
+        task = await router.submit(inbound("cli-s", "one"))
+        await finished(router, task.task_hash)
+        assert sub.dropped == 1  # user, text fit; done dropped
+        assert [(await sub.get()).kind, (await sub.get()).kind] == ["user", "text"]
+
+
+async def test_usage_rows_from_offline_agent(runtime: Runtime) -> None:
+    from gateway.store.usage import usage_summary
+
+    sub = await runtime.router.submit(inbound("cli-u", "three word message"))
+    await finished(runtime.router, sub.task_hash)
+    (row,) = await usage_summary(runtime.store.db)
+    assert (row.model, row.input, row.output) == ("offline", 3, 4)
+
+
+async def test_journal_tracks_steps(runtime: Runtime) -> None:
+    sub = await runtime.router.submit(inbound("cli-j", "!confirm deploy"))
+    await runtime.router.wait(sub.task_hash, 10, until_prompt=True)
+    journal = runtime.store.files("cli-j").read_pending(sub.task_hash)
+    assert journal is not None
+    assert journal["status"] == "waiting"
+    assert journal["origin"]["sender_id"] == "ann"
+    assert journal["steps"][0]["tool"] == "demo_action"
+    assert json.dumps(journal)
+    await runtime.router.answer("cli-j", sub.task_hash, ANN, approve=True)
+    await finished(runtime.router, sub.task_hash)
