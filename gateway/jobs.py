@@ -1,0 +1,150 @@
+"""Background jobs of a running gateway: reaping idle temp sessions, watching for new ones,
+and trimming old usage rows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from watchfiles import Change, awatch
+
+from gateway.clock import now_ms
+from gateway.ids import Prefix, is_valid_session_id, prefix_of
+from gateway.logs import get_logger
+from gateway.presence import PRESENCE_PREFIX, Presence
+from gateway.router import Router
+from gateway.store.kv import ERROR_MEMORY_PREFIX, TOOL_CACHE_PREFIX, KVStore
+from gateway.store.sessions import SessionStore
+from gateway.store.usage import purge_usage
+
+log = get_logger(__name__)
+
+
+class Reaper:
+    """Deletes `temp-*` sessions idle longer than `idle_seconds`: files, SQL rows, KV keys
+    (the session's tool-cache and error-memory entries are keyed `<namespace><sid>:…`).
+
+    Never another prefix, and never a session with a task running (here or in another
+    process sharing the KV store) or queued.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        kv: KVStore,
+        presence: Presence,
+        router: Router,
+        idle_seconds: float,
+    ) -> None:
+        self.store = store
+        self.kv = kv
+        self.presence = presence
+        self.router = router
+        self.idle_seconds = idle_seconds
+
+    async def run_once(self) -> list[str]:
+        cutoff = now_ms() - int(self.idle_seconds * 1000)
+        reaped: list[str] = []
+        for info in await self.store.list_sessions():
+            sid = info.id
+            if prefix_of(sid) is not Prefix.temp or info.updated_at > cutoff:
+                continue
+            if self.router.is_busy(sid) or await self.presence.is_running(sid):
+                continue
+            await self.store.delete(sid)
+            for prefix in (PRESENCE_PREFIX, TOOL_CACHE_PREFIX, ERROR_MEMORY_PREFIX):
+                for key in await self.kv.scan(f"{prefix}{sid}:"):
+                    await self.kv.delete(key)
+            reaped.append(sid)
+        # Directories without a row (a crash between mkdir and insert) are reaped by age too.
+        for sid in await asyncio.to_thread(self.store.dirs.list_ids):
+            if prefix_of(sid) is not Prefix.temp or sid in reaped:
+                continue
+            if await self.store.get(sid) is None and not self.router.is_busy(sid):
+                mtime = await asyncio.to_thread(_mtime_ms, self.store.dirs.path_of(sid))
+                if mtime is not None and mtime < cutoff:
+                    await asyncio.to_thread(self.store.dirs.delete, sid)
+                    reaped.append(sid)
+        if reaped:
+            log.info("reaped idle temp sessions", count=len(reaped), sessions=reaped)
+        return reaped
+
+
+def _mtime_ms(path: Path) -> int | None:
+    try:
+        return int(path.stat().st_mtime * 1000)
+    except FileNotFoundError:
+        return None
+
+
+async def every(
+    interval: float, job: Callable[[], Awaitable[object]], *, name: str, now: bool = True
+) -> None:
+    """Run `job` every `interval` seconds (and once at once); failures are logged, not fatal."""
+    first = True
+    while True:
+        if not first or now:
+            try:
+                await job()
+            except Exception:
+                log.exception("job failed", job=name)
+        first = False
+        await asyncio.sleep(interval)
+
+
+class SessionWatcher:
+    """Logs the id and configured name of every new session directory, whoever created it."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        on_new: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.on_new = on_new
+        self.ready = asyncio.Event()
+
+    async def run(self) -> None:
+        root = self.store.dirs.root
+        await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+        stop = asyncio.Event()
+        watcher = awatch(
+            root,
+            stop_event=stop,
+            recursive=False,
+            debounce=200,
+            yield_on_timeout=True,  # an empty first batch tells `ready` the watch is live
+            rust_timeout=500,
+        )
+        try:
+            async for changes in watcher:
+                self.ready.set()
+                for change, path in changes:
+                    if change is Change.added:
+                        await self._added(Path(path))
+        finally:
+            stop.set()
+
+    async def _added(self, path: Path) -> None:
+        sid = path.name
+        if path.parent != self.store.dirs.root or not is_valid_session_id(sid):
+            return
+        if not await asyncio.to_thread(path.is_dir):
+            return
+        name = ""
+        # The row usually follows the directory by a moment; a missing one is not an error.
+        with contextlib.suppress(Exception):
+            row = await self.store.get(sid)
+            name = row.name if row else ""
+        log.info("new session", session=sid, name=name)
+        if self.on_new is not None:
+            self.on_new(sid, name)
+
+
+async def trim_usage(store: SessionStore, retention_days: int) -> int:
+    deleted = await purge_usage(store.db, retention_days=retention_days)
+    if deleted:
+        log.info("usage rows past retention deleted", rows=deleted)
+    return deleted

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlmodel import Session
+
+from gateway.app import Runtime
+from gateway.clock import now_ms
+from gateway.events import Inbound, Origin
+from gateway.jobs import Reaper, SessionWatcher
+from gateway.settings import Settings
+
+ANN = Origin("http", sender_id="ann", sender_name="Ann")
+HOUR_MS = 3_600_000
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    rt = await Runtime.start(Settings(home=tmp_path / "home", _env_file=None))  # type: ignore[call-arg]
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+async def age(runtime: Runtime, session_id: str, ms: int) -> None:
+    def work(session: Session) -> None:
+        session.connection().execute(
+            text("UPDATE session SET updated_at = :t WHERE id = :sid"),
+            {"t": now_ms() - ms, "sid": session_id},
+        )
+
+    await runtime.store.db.write(work)
+
+
+def reaper_of(runtime: Runtime, idle: float = 1800) -> Reaper:
+    return Reaper(runtime.store, runtime.kv, runtime.presence, runtime.router, idle)
+
+
+async def test_reaps_only_idle_temp_sessions(runtime: Runtime) -> None:
+    router = runtime.router
+    for sid in ("temp-idle", "temp-fresh", "temp-busy", "cli-old", "chat-old", "dc-1", "tg--2"):
+        task = await router.submit(Inbound(ANN, sid, "hi"))
+        await router.wait(task.task_hash, 10)
+    for sid in ("temp-idle", "temp-busy", "cli-old", "chat-old", "dc-1", "tg--2"):
+        await age(runtime, sid, 2 * HOUR_MS)
+    busy = await router.submit(Inbound(ANN, "temp-busy", "!sleep 30"))
+    await runtime.kv.set("toolcache:temp-idle:search", "{}", ttl=600)
+    await runtime.kv.set("errmem:temp-idle:tool", "{}", ttl=600)
+    await runtime.kv.set("toolcache:cli-old:search", "{}", ttl=600)
+    reaped = await reaper_of(runtime).run_once()
+    assert reaped == ["temp-idle"]
+    assert await runtime.store.get("temp-idle") is None
+    assert not runtime.store.dirs.exists("temp-idle")
+    assert await runtime.kv.scan("toolcache:temp-idle:") == {}
+    assert await runtime.kv.scan("errmem:temp-idle:") == {}
+    assert await runtime.kv.get("toolcache:cli-old:search") == "{}"
+    assert await runtime.store.recent_messages("temp-idle") == []
+    for sid in ("temp-fresh", "temp-busy", "cli-old", "chat-old", "dc-1", "tg--2"):
+        assert await runtime.store.get(sid) is not None, sid
+        assert runtime.store.dirs.exists(sid), sid
+    await router.cancel("temp-busy", busy.task_hash, by="test")
+
+
+async def test_queued_temp_session_survives(runtime: Runtime) -> None:
+    router = runtime.router
+    await router.submit(Inbound(ANN, "temp-q", "!sleep 30"))
+    await router.submit(Inbound(ANN, "temp-q", "queued behind"))
+    await age(runtime, "temp-q", 2 * HOUR_MS)
+    assert await reaper_of(runtime).run_once() == []
+    await router.cancel_all("temp-q", by="test")
+
+
+async def test_running_in_another_process_survives(runtime: Runtime) -> None:
+    await runtime.store.ensure("temp-elsewhere")
+    await age(runtime, "temp-elsewhere", 2 * HOUR_MS)
+    await runtime.kv.set("action:temp-elsewhere:abc", '{"instance": "other"}', ttl=60)
+    assert await reaper_of(runtime).run_once() == []
+
+
+async def test_orphan_temp_directory_is_reaped_by_age(runtime: Runtime) -> None:
+    orphan = runtime.store.dirs.create("temp-orphan").dir
+    old = (now_ms() - 2 * HOUR_MS) / 1000
+    os.utime(orphan, (old, old))
+    assert await reaper_of(runtime).run_once() == ["temp-orphan"]
+    assert not orphan.exists()
+
+
+async def test_watcher_logs_new_sessions_from_another_process(runtime: Runtime) -> None:
+    seen: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    watcher = SessionWatcher(runtime.store, on_new=lambda sid, name: seen.put_nowait((sid, name)))
+    job = asyncio.create_task(watcher.run())
+    try:
+        await asyncio.wait_for(watcher.ready.wait(), 10)
+        await runtime.store.ensure("cli-named", name="planning")
+        root = runtime.store.dirs.root
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", f"import os; os.mkdir({str(root / 'tg--77')!r})"
+        )
+        assert await asyncio.wait_for(child.wait(), 10) == 0
+        (root / "not-a-session").mkdir()
+        found = {await asyncio.wait_for(seen.get(), 10) for _ in range(2)}
+        assert found == {("cli-named", "planning"), ("tg--77", "")}
+    finally:
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
