@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from gateway.agents.base import (
     Agent,
@@ -47,6 +47,7 @@ from gateway.events import (
 )
 from gateway.ids import new_task_hash, validate_session_id
 from gateway.logs import get_logger
+from gateway.outbox import OUTBOX_KINDS, Courier, OriginSink
 from gateway.presence import Presence
 from gateway.prompts import (
     AlreadyAnswered,
@@ -57,6 +58,9 @@ from gateway.prompts import (
     PromptNotFound,
 )
 from gateway.settings import Settings
+from gateway.store import outbox as outbox_table
+from gateway.store.files import SessionFiles
+from gateway.store.outbox import OutboxEntry, OutboxItem
 from gateway.store.sessions import RunRecord, SessionStore, StoredMessage
 from gateway.store.usage import UsageRecord, record_usage
 
@@ -76,14 +80,6 @@ class MessageTooLong(ValueError):
 
 class TaskNotFound(LookupError):
     pass
-
-
-class OriginSink(Protocol):
-    """How an adapter receives what the router sends to an origin on its platform."""
-
-    async def deliver(self, origin: Origin, event: Event) -> None: ...
-
-    async def notice(self, origin: Origin, text: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +108,16 @@ class TaskState:
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     steps: list[dict[str, Any]] = field(default_factory=list)
     holds_slot: bool = False
+    submitted_at: int = field(default_factory=now_ms)
+    # Steps recorded by a previous life of this task (restart): finished tools and answered
+    # prompts are taken from here instead of being run or asked again.
+    replay: list[dict[str, Any]] = field(default_factory=list)
+    prompts_asked: int = 0
+    outbox_chunks: int = 0
+
+    def next_chunk(self) -> int:
+        self.outbox_chunks += 1
+        return self.outbox_chunks - 1
 
     @property
     def finished(self) -> bool:
@@ -170,6 +176,7 @@ class Router:
         self._tasks: OrderedDict[str, TaskState] = OrderedDict()
         self._subscribers: dict[str, set[Subscription]] = {}
         self._slots = asyncio.Semaphore(settings.max_concurrent_tasks)
+        self.courier = Courier(store.db, self._sinks, self._log_for_courier)
         self._closing = False
         self.counters: dict[str, int] = {
             "tasks_started": 0,
@@ -307,7 +314,7 @@ class Router:
             raise PromptNotFound(f"no task {task_hash} in session {session_id}")
         prompt = state.prompt
         if prompt is None:
-            if state.steps and any(s.get("prompt") for s in state.steps):
+            if any(step.get("type") == "prompt" for step in state.steps):
                 raise AlreadyAnswered(f"the prompt of task {task_hash} was already answered")
             raise PromptNotFound(f"task {task_hash} is not waiting for an answer")
         if not prompt.may_answer(responder, self.settings.admin_keys):
@@ -418,7 +425,9 @@ class Router:
         if isinstance(step, Delta):
             await self._emit(state, TextDeltaEvent(session_id=sid, text=step.text))
         elif isinstance(step, ToolCall):
-            state.steps.append({"tool_call": step.call_id, "tool": step.tool, "args": step.args})
+            state.steps.append(
+                {"type": "tool", "call_id": step.call_id, "tool": step.tool, "state": "started"}
+            )
             await self._journal(state)
             await self._emit(
                 state,
@@ -432,7 +441,15 @@ class Router:
                 "result": step.result,
             }
             tool_results.append(result)
-            state.steps.append({"tool_result": step.call_id, "status": step.status})
+            state.steps.append(
+                {
+                    "type": "tool",
+                    "call_id": step.call_id,
+                    "state": "finished",
+                    "status": step.status,
+                    "result": step.result,
+                }
+            )
             await self._journal(state)
             await self._emit(
                 state,
@@ -463,13 +480,14 @@ class Router:
 
     async def _finish_done(self, state: TaskState, tool_results: list[dict[str, Any]]) -> None:
         sid = state.session_id
-        await self.store.append_message(
-            sid, "assistant", state.reply, sender=self.agent.name, task_hash=state.task_hash
+        text_event = TextEvent(session_id=sid, text=state.reply)
+        items = await self.store.finish_run(
+            RunRecord(sid, state.task_hash, state.text, state.reply, tool_results),
+            state.reply,
+            sender=self.agent.name,
+            outbox=[self._outbox_entry(state, text_event)],
         )
-        await self.store.record_run(
-            RunRecord(sid, state.task_hash, state.text, state.reply, tool_results)
-        )
-        await self._emit(state, TextEvent(session_id=sid, text=state.reply))
+        await self._emit(state, text_event, item=items[0])
         await self._emit(state, DoneEvent(session_id=sid, text=state.reply))
         self.counters["tasks_done"] += 1
         await self._set_status(state, "done")
@@ -479,10 +497,14 @@ class Router:
         self, state: TaskState, message: str, tool_results: list[dict[str, Any]]
     ) -> None:
         state.error = message
-        await self.store.record_run(
-            RunRecord(state.session_id, state.task_hash, state.text, "", tool_results)
+        error_event = ErrorEvent(session_id=state.session_id, message=message)
+        items = await self.store.finish_run(
+            RunRecord(state.session_id, state.task_hash, state.text, "", tool_results),
+            "",
+            sender=self.agent.name,
+            outbox=[self._outbox_entry(state, error_event)],
         )
-        await self._emit(state, ErrorEvent(session_id=state.session_id, message=message))
+        await self._emit(state, error_event, item=items[0])
         self.counters["tasks_failed"] += 1
         await self._set_status(state, "error")
         await self._drop_journal(state)
@@ -508,6 +530,17 @@ class Router:
         question: str = "",
         options: Sequence[str] = (),
     ) -> Answer:
+        ordinal = state.prompts_asked
+        state.prompts_asked += 1
+        recorded = [step for step in state.replay if step.get("type") == "prompt"]
+        if ordinal < len(recorded) and recorded[ordinal].get("answer") is not None:
+            # Answered before a restart: the answer stands, nobody is asked twice.
+            state.steps.append(recorded[ordinal])
+            state.next_chunk()  # keep chunk numbers where the first life had them
+            given = recorded[ordinal]["answer"]
+            return Answer(
+                approved=given.get("approved"), text=given.get("text"), by=given.get("by", "")
+            )
         timeout = self.settings.confirm_timeout_seconds
         prompt = Prompt(
             kind=kind,
@@ -521,7 +554,8 @@ class Router:
             options=tuple(options),
         )
         state.prompt = prompt
-        state.steps.append({"prompt": kind})
+        step: dict[str, Any] = {"type": "prompt", "kind": kind, "answer": None}
+        state.steps.append(step)
         state.status = "waiting"
         await self._journal(state)
         requester = state.origin.sender_name or state.origin.sender_id
@@ -565,6 +599,7 @@ class Router:
             await self._slots.acquire()
             state.holds_slot = True
         state.prompt = None
+        step["answer"] = {"approved": answer.approved, "text": answer.text, "by": answer.by}
         await self._emit(
             state,
             AnswerEvent(
@@ -578,6 +613,128 @@ class Router:
         await self._set_status(state, "running")
         await self._journal(state)
         return answer
+
+    # -- tools -----------------------------------------------------------------------------
+
+    async def run_tool(
+        self, state: TaskState, call: ToolCall, execute: Callable[[], Awaitable[str]]
+    ) -> ToolResult:
+        """Run a tool once per task, journaled around the call.
+
+        On a task replayed after a restart, a call that had finished returns its recorded
+        result, and one that had started but not finished is not run again: it is reported to
+        the agent as interrupted.
+        """
+        sid = state.session_id
+        before = [
+            s for s in state.replay if s.get("type") == "tool" and s["call_id"] == call.call_id
+        ]
+        finished = [s for s in before if s.get("state") == "finished"]
+        if finished:
+            state.steps.extend(before)
+            done = finished[-1]
+            return ToolResult(
+                call.call_id, call.tool, done.get("status", "ok"), done.get("result", "")
+            )
+        if before:
+            result = ToolResult(
+                call.call_id,
+                call.tool,
+                "interrupted",
+                "the gateway restarted while this tool was running",
+            )
+        else:
+            state.steps.append(
+                {
+                    "type": "tool",
+                    "call_id": call.call_id,
+                    "tool": call.tool,
+                    "args": call.args,
+                    "state": "started",
+                }
+            )
+            await self._journal(state)
+            await self._emit(
+                state,
+                ToolCallEvent(session_id=sid, call_id=call.call_id, tool=call.tool, args=call.args),
+            )
+            try:
+                result = ToolResult(call.call_id, call.tool, "ok", await execute())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                result = ToolResult(
+                    call.call_id, call.tool, "error", f"{type(exc).__name__}: {exc}"
+                )
+        state.steps.append(
+            {
+                "type": "tool",
+                "call_id": call.call_id,
+                "state": "finished",
+                "status": result.status,
+                "result": result.result,
+            }
+        )
+        await self._journal(state)
+        await self._emit(
+            state,
+            ToolResultEvent(
+                session_id=sid,
+                call_id=call.call_id,
+                tool=call.tool,
+                status=result.status,
+                result=result.result,
+            ),
+        )
+        return result
+
+    # -- restart ---------------------------------------------------------------------------
+
+    async def recover(self) -> int:
+        """Take up the tasks a previous process left unfinished; returns how many.
+
+        A journal whose presence key is gone belongs to a task that died with its process.
+        Finished ones (their run is recorded) only lose the journal; the rest are queued again,
+        in their original order, and replay from their journal.
+        """
+        found: list[TaskState] = []
+        for sid in await asyncio.to_thread(self.store.dirs.list_ids):
+            files = self.store.files(sid)
+            journals = await asyncio.to_thread(_journals_of, files)
+            if not journals:
+                continue
+            alive = {h for _, h in await self.presence.running_tasks(sid)}
+            for task_hash, journal in journals:
+                if task_hash in alive or task_hash in self._tasks:
+                    continue
+                if await self.store.run_recorded(sid, task_hash):
+                    await asyncio.to_thread(files.remove_pending, task_hash)
+                    continue
+                try:
+                    state = TaskState(
+                        sid,
+                        task_hash,
+                        Origin.from_json(journal["origin"]),
+                        str(journal["text"]),
+                        (),
+                        int(journal["user_message_id"]),
+                        submitted_at=int(journal.get("submitted_at", 0)),
+                        replay=list(journal.get("steps") or []),
+                    )
+                except (KeyError, TypeError, ValueError):
+                    log.warning("unreadable journal set aside", session=sid, task=task_hash)
+                    continue
+                found.append(state)
+        found.sort(key=lambda t: t.submitted_at)
+        for state in found:
+            self._remember(state)
+            lane = self._lanes.setdefault(state.session_id, _Lane())
+            lane.waiting.append(state)
+            if lane.worker is None or lane.worker.done():
+                lane.worker = asyncio.create_task(self._drain(state.session_id, lane))
+        if found:
+            log.info("resuming tasks left by a previous run", count=len(found))
+        return len(found)
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -594,7 +751,9 @@ class Router:
             state.status = status
             state.changed.notify_all()
 
-    async def _emit(self, state: TaskState, event: Event) -> None:
+    async def _emit(
+        self, state: TaskState, event: Event, *, item: OutboxItem | None = None
+    ) -> None:
         event = event.model_copy(
             update={"task_hash": state.task_hash, "window_hash": state.origin.window_hash}
         )
@@ -617,6 +776,11 @@ class Router:
             log.warning("session gone while its task ran", session=state.session_id)
         for sub in self._subscribers.get(state.session_id, ()):
             sub.offer(event)
+        if event.kind in OUTBOX_KINDS:
+            if item is None:
+                item = await outbox_table.claim(self.store.db, self._outbox_entry(state, event))
+            await self.courier.send(item)
+            return
         sink = self._sinks.get(state.origin.platform)
         if sink is not None:
             try:
@@ -624,6 +788,29 @@ class Router:
             except Exception:
                 self.counters["sink_errors"] += 1
                 log.exception("delivery failed", platform=state.origin.platform, kind=event.kind)
+
+    def _outbox_entry(self, state: TaskState, event: Event) -> OutboxEntry:
+        event = event.model_copy(
+            update={"task_hash": state.task_hash, "window_hash": state.origin.window_hash}
+        )
+        # The timestamp is left out of the identity: the same chunk made again after a restart
+        # must be recognised as the one already recorded.
+        payload = {
+            "origin": state.origin.to_json(),
+            "event": event.model_dump(mode="json", exclude={"at"}),
+        }
+        return OutboxEntry(
+            state.session_id,
+            state.task_hash,
+            state.next_chunk(),
+            event.kind,
+            state.origin.platform,
+            payload,
+        )
+
+    async def _log_for_courier(self, session_id: str, kind: str, body: str, task_hash: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            await self.store.log_action(session_id, kind, body, task_hash=task_hash)
 
     async def _notice(self, origin: Origin, text: str) -> None:
         sink = self._sinks.get(origin.platform)
@@ -643,6 +830,7 @@ class Router:
             "origin": state.origin.to_json(),
             "text": state.text,
             "user_message_id": state.user_message_id,
+            "submitted_at": state.submitted_at,
             "steps": state.steps,
             "prompt": state.prompt.to_json() if state.prompt else None,
             "updated_at": now_ms(),
@@ -656,6 +844,10 @@ class Router:
     async def _drop_journal(self, state: TaskState) -> None:
         files = self.store.files(state.session_id)
         await asyncio.to_thread(files.remove_pending, state.task_hash)
+
+
+def _journals_of(files: SessionFiles) -> list[tuple[str, dict[str, Any]]]:
+    return list(files.list_pending())
 
 
 class _Context:
@@ -679,6 +871,9 @@ class _Context:
     async def ask_user(self, question: str, options: Sequence[str] = ()) -> str | None:
         answer = await self._router.ask(self._state, "ask_user", question=question, options=options)
         return answer.text
+
+    async def run_tool(self, call: ToolCall, execute: Callable[[], Awaitable[str]]) -> ToolResult:
+        return await self._router.run_tool(self._state, call, execute)
 
     async def record_file_version(self, directory: str, name: str, content: str) -> None:
         await self._router.store.record_file_version(

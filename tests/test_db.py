@@ -205,7 +205,7 @@ async def test_dedupe_migration_keeps_first(database_url: str) -> None:
 
         await db.write(insert)
         await db.migrate()
-        assert await db.current_revision() == "0002"
+        assert await db.current_revision() == "0003"
 
         def rows(session: Session) -> list[str]:
             conn = session.connection()

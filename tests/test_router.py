@@ -260,7 +260,8 @@ async def test_journal_tracks_steps(runtime: Runtime) -> None:
     assert journal is not None
     assert journal["status"] == "waiting"
     assert journal["origin"]["sender_id"] == "ann"
-    assert journal["steps"][0]["tool"] == "demo_action"
+    assert journal["steps"] == [{"type": "prompt", "kind": "confirm", "answer": None}]
+    assert journal["prompt"]["args"] == {"action": "deploy"}
     assert json.dumps(journal)
     await runtime.router.answer("cli-j", sub.task_hash, ANN, approve=True)
     await finished(runtime.router, sub.task_hash)

@@ -9,7 +9,7 @@ from sqlmodel import Session, SQLModel
 import gateway.store.models  # noqa: F401  (registers the tables)
 from gateway.store.db import Database
 
-TABLES = ["session", "messages", "action_history", "file_history", "usage"]
+TABLES = ["session", "messages", "action_history", "file_history", "usage", "outbox"]
 
 
 async def test_models_match_the_migrated_schema(database_url: str) -> None:

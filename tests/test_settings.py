@@ -81,7 +81,7 @@ def test_cli_doctor_and_errors(tmp_path: Path) -> None:
     env = {"AGENVOY_HOME": str(tmp_path / "h"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([exe, "doctor"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "database migrated to revision 0002" in done.stdout
+    assert "database migrated to revision 0003" in done.stdout
     assert "KV store reads and writes" in done.stdout
     broken = subprocess.run(
         [exe, "doctor"],

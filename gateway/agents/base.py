@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -73,6 +73,10 @@ class AgentContext(Protocol):
 
     async def ask_user(self, question: str, options: Sequence[str] = ()) -> str | None:
         """Ask the user a question; None when it expired unanswered."""
+        ...
+
+    async def run_tool(self, call: ToolCall, execute: Callable[[], Awaitable[str]]) -> ToolResult:
+        """Run a tool through the router: journaled, and never run twice for one task."""
         ...
 
     async def record_file_version(self, directory: str, name: str, content: str) -> None: ...

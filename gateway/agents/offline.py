@@ -26,7 +26,6 @@ from gateway.agents.base import (
     Reply,
     Step,
     ToolCall,
-    ToolResult,
     Usage,
 )
 
@@ -72,11 +71,16 @@ class OfflineAgent:
         yield Reply(f"echo: {text}")
 
     async def _confirm(self, ctx: AgentContext, action: str) -> AsyncIterator[Step]:
-        call = ToolCall(f"{ctx.task_hash}-1", "demo_action", {"action": action})
-        yield call
-        approved = await ctx.confirm(call.tool, call.args)
-        yield ToolResult(call.call_id, call.tool, "ok" if approved else "denied")
-        yield Reply(f"{'approved' if approved else 'denied'}: {action}")
+        args = {"action": action}
+        if not await ctx.confirm("demo_action", args):
+            yield Reply(f"denied: {action}")
+            return
+
+        async def perform() -> str:
+            return f"performed {action}"
+
+        await ctx.run_tool(ToolCall(f"{ctx.task_hash}-1", "demo_action", args), perform)
+        yield Reply(f"approved: {action}")
 
     async def _ask(self, ctx: AgentContext, question: str) -> AsyncIterator[Step]:
         answer = await ctx.ask_user(question or "?")
@@ -84,21 +88,25 @@ class OfflineAgent:
 
     async def _write(self, ctx: AgentContext, rest: str) -> AsyncIterator[Step]:
         name, _, text = rest.partition(" ")
-        call = ToolCall(f"{ctx.task_hash}-1", "write_file", {"name": name, "bytes": len(text)})
-        yield call
         problem = _unsafe_name(name)
         if problem:
-            yield ToolResult(call.call_id, call.tool, "error", problem)
             yield Reply(f"refused: {problem}")
             return
-        if not await ctx.confirm(call.tool, call.args):
-            yield ToolResult(call.call_id, call.tool, "denied")
+        data = text.encode()
+        args = {"name": name, "bytes": len(data)}
+        if not await ctx.confirm("write_file", args):
             yield Reply(f"denied: write {name}")
             return
-        data = text.encode()
-        await asyncio.to_thread(_write_file, ctx.workspace, name, data)
-        await ctx.record_file_version(str(ctx.workspace), name, text)
-        yield ToolResult(call.call_id, call.tool, "ok", f"{len(data)} bytes")
+
+        async def write() -> str:
+            await asyncio.to_thread(_write_file, ctx.workspace, name, data)
+            await ctx.record_file_version(str(ctx.workspace), name, text)
+            return f"{len(data)} bytes"
+
+        result = await ctx.run_tool(ToolCall(f"{ctx.task_hash}-1", "write_file", args), write)
+        if result.status != "ok":
+            yield Reply(f"write {name} failed: {result.status} {result.result}".rstrip())
+            return
         yield Reply(f"wrote {name} ({len(data)} bytes)")
 
     async def _sleep(self, rest: str) -> AsyncIterator[Step]:

@@ -78,3 +78,22 @@ class UsageRow(SQLModel, table=True):
     elapsed_ms: int = Field(default=0, sa_type=BigInteger)
     tool_calls: str = "[]"  # JSON list of the tool-call ids in that reply
     send_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class OutboxRow(SQLModel, table=True):
+    __tablename__ = "outbox"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=140)
+    task_hash: str = Field(max_length=64)
+    chunk_index: int
+    content_hash: str = Field(max_length=64)
+    kind: str = Field(max_length=32)
+    platform: str = Field(max_length=32)
+    payload: str = Field(sa_column=Column(Text, nullable=False))
+    status: str = "pending"  # pending | delivered | failed
+    platform_message_id: str = ""
+    attempts: int = 0
+    last_error: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    created_at: int = Field(default=0, sa_type=BigInteger)
+    delivered_at: int = Field(default=0, sa_type=BigInteger)

@@ -27,6 +27,7 @@ from gateway.store.models import (
     MessageRow,
     SessionRow,
 )
+from gateway.store.outbox import OutboxEntry, OutboxItem, claim_in
 
 log = get_logger(__name__)
 
@@ -298,6 +299,77 @@ class SessionStore:
             "created_at": now_ms(),
         }
         await self._insert_ignore(ActionHistoryRow, values)
+
+    async def finish_run(
+        self, run: RunRecord, reply: str, *, sender: str, outbox: Sequence[OutboxEntry] = ()
+    ) -> list[OutboxItem]:
+        """Store a finished run in one transaction: the reply message, the run's row and the
+        outbox entries that will carry the reply to the user.
+
+        Idempotent per task: a task replayed after a restart finds its run recorded and adds
+        neither a second reply nor a second outbox entry.
+        """
+        validate_session_id(run.session_id)
+        validate_hash(run.task_hash)
+        at = now_ms()
+        already = select(ActionHistoryRow.id).where(
+            col(ActionHistoryRow.session_id) == run.session_id,
+            col(ActionHistoryRow.task_hash) == run.task_hash,
+        )
+        dialect = self.db.dialect
+        wrote_reply = False
+
+        def work(session: Session) -> list[OutboxItem]:
+            nonlocal wrote_reply
+            conn = session.connection()
+            if session.exec(already).first() is None:
+                if reply:
+                    conn.execute(_TOUCH_SESSION, {"sid": run.session_id, "at": at})
+                    conn.execute(
+                        _INSERT_MESSAGE,
+                        {
+                            "session_id": run.session_id,
+                            "role": "assistant",
+                            "content": reply,
+                            "sender": sender,
+                            "send_at": at,
+                            "task_hash": run.task_hash,
+                        },
+                    )
+                    wrote_reply = True
+                conn.execute(
+                    insert(ActionHistoryRow).values(
+                        session_id=run.session_id,
+                        task_hash=run.task_hash,
+                        objective=run.objective,
+                        tool_results=json.dumps(list(run.tool_results), ensure_ascii=False),
+                        reply=reply,
+                        created_at=at,
+                    )
+                )
+            return [claim_in(session, dialect, entry) for entry in outbox]
+
+        items = await self.db.write(work)
+        if wrote_reply:
+            history = self.files(run.session_id).history
+            try:
+                await asyncio.to_thread(
+                    history.append, HistoryMessage("assistant", reply, at, sender)
+                )
+            except FileNotFoundError:
+                log.warning("session deleted before its reply was filed", session=run.session_id)
+        return items
+
+    async def run_recorded(self, session_id: str, task_hash: str) -> bool:
+        stmt = select(ActionHistoryRow.id).where(
+            col(ActionHistoryRow.session_id) == session_id,
+            col(ActionHistoryRow.task_hash) == task_hash,
+        )
+
+        def work(session: Session) -> bool:
+            return session.exec(stmt).first() is not None
+
+        return await self.db.read(work)
 
     async def record_file_version(
         self, session_id: str, task_id: str, directory: str, name: str, content: str

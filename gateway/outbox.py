@@ -1,0 +1,114 @@
+"""Once-only delivery: every reply and prompt goes out through the outbox.
+
+An entry is recorded (gateway.store.outbox) before it is handed to the adapter, and marked
+delivered with the platform's message id when the adapter returns. A failed hand-off is
+retried with backoff; one that keeps failing is marked failed, logged and written to the
+session's action.log — never dropped silently. After a restart, entries still pending are
+delivered; delivered ones are never sent again.
+
+The one window left is a crash after the platform accepted a message and before it was marked
+delivered: that entry is sent again on restart. Adapters close it where the platform allows
+(Discord's `enforce_nonce`, keyed by the entry id).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
+
+from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
+
+from gateway.events import Event, Origin, event_from_json
+from gateway.logs import get_logger
+from gateway.store import outbox as table
+from gateway.store.actionlog import ActionKind
+from gateway.store.db import Database
+from gateway.store.outbox import OutboxItem
+
+log = get_logger(__name__)
+
+OUTBOX_KINDS = frozenset({"text", "confirm", "ask_user", "error"})
+
+
+class OriginSink(Protocol):
+    """How an adapter receives what the router sends to an origin on its platform."""
+
+    async def deliver(self, origin: Origin, event: Event) -> str | None:
+        """Show `event` at `origin`; return the platform's message id, if there is one."""
+        ...
+
+    async def notice(self, origin: Origin, text: str) -> None: ...
+
+
+class Courier:
+    def __init__(
+        self,
+        db: Database,
+        sinks: Mapping[str, OriginSink],
+        log_action: Callable[[str, str, str, str], Awaitable[object]],
+        *,
+        attempts: int = 5,
+        initial_wait: float = 0.5,
+        max_wait: float = 30.0,
+    ) -> None:
+        self.db = db
+        self.sinks = sinks
+        self._log_action = log_action
+        self.attempts = attempts
+        self.initial_wait = initial_wait
+        self.max_wait = max_wait
+
+    async def send(self, item: OutboxItem) -> bool:
+        """Deliver `item` unless it already was; True once it is delivered."""
+        if item.status == "delivered":
+            return True
+        sink = self.sinks.get(item.platform)
+        if sink is None:
+            # No adapter for that platform in this process: it stays pending for one that has.
+            log.info("outbox entry waits for its adapter", platform=item.platform, id=item.id)
+            return False
+        origin = Origin.from_json(item.payload["origin"])
+        event = event_from_json(json.dumps(item.payload["event"]))
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    try:
+                        message_id = await sink.deliver(origin, event)
+                    except Exception as exc:
+                        final = attempt.retry_state.attempt_number >= self.attempts
+                        await table.mark_attempt_failed(self.db, item.id, repr(exc), final=final)
+                        raise
+        except Exception as exc:
+            log.error(
+                "delivery failed for good",
+                platform=item.platform,
+                session=item.session_id,
+                task=item.task_hash,
+                kind=item.kind,
+                error=repr(exc),
+            )
+            await self._log_action(
+                item.session_id,
+                ActionKind.error,
+                f"delivery of {item.kind} #{item.chunk_index} to {item.platform} failed "
+                f"after {self.attempts} attempts: {exc!r}",
+                item.task_hash,
+            )
+            return False
+        await table.mark_delivered(self.db, item.id, message_id or "")
+        return True
+
+    async def redeliver(self) -> int:
+        """Send every pending entry whose platform has an adapter here; returns how many."""
+        sent = 0
+        for item in await table.undelivered(self.db, set(self.sinks)):
+            sent += await self.send(item)
+        if sent:
+            log.info("pending deliveries sent after restart", count=sent)
+        return sent
