@@ -1,11 +1,20 @@
-"""Composition root: settings → stores → agent → router. Adapters are attached by `run`."""
+"""Composition root: settings → stores → agent → router → adapters.
+
+`Runtime` is the core without any front-end (tests use it directly); `serve` adds the adapters
+and the background jobs and runs until told to stop.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from dataclasses import dataclass
+from functools import partial
 
 from gateway.agents.base import Agent
 from gateway.agents.offline import OfflineAgent
+from gateway.jobs import Reaper, SessionWatcher, every, trim_usage
 from gateway.logs import get_logger
 from gateway.presence import Presence
 from gateway.router import Router
@@ -14,6 +23,8 @@ from gateway.store.kv import KVStore, open_kv
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
+
+DAY_SECONDS = 86_400.0
 
 
 class UnknownAgent(ValueError):
@@ -59,3 +70,63 @@ class Runtime:
         await self.router.close()
         await self.kv.close()
         await self.store.close()
+
+
+async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    """Run the gateway until `stop` is set or SIGINT/SIGTERM arrives.
+
+    On shutdown, tasks in flight are interrupted with their journals kept, so the next start
+    takes them up again.
+    """
+    # The composition root is the one place that knows both the core and the adapters.
+    from adapters.http import start_http
+
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+
+    runtime = await Runtime.start(settings)
+    jobs: list[asyncio.Task[None]] = []
+    http = None
+    try:
+        http = await start_http(runtime)
+        for address in http.addresses:
+            host, port = address[0], address[1]
+            log.info("adapter started", adapter="http", url=f"http://{host}:{port}")
+        resumed = await runtime.router.recover()
+        sent = await runtime.router.courier.redeliver()
+        reaper = Reaper(
+            runtime.store, runtime.kv, runtime.presence, runtime.router, settings.temp_idle_seconds
+        )
+        watcher = SessionWatcher(runtime.store)
+        jobs = [
+            asyncio.create_task(
+                every(settings.cleanup_interval_seconds, reaper.run_once, name="cleanup")
+            ),
+            asyncio.create_task(
+                every(
+                    DAY_SECONDS,
+                    partial(trim_usage, runtime.store, settings.usage_retention_days),
+                    name="usage retention",
+                )
+            ),
+            asyncio.create_task(watcher.run()),
+        ]
+        log.info("gateway ready", agent=settings.agent, resumed=resumed, redelivered=sent)
+        await stop.wait()
+        log.info("gateway stopping")
+    finally:
+        for job in jobs:
+            job.cancel()
+        for job in jobs:
+            with contextlib.suppress(asyncio.CancelledError):
+                await job
+        if http is not None:
+            await http.cleanup()
+        await runtime.close()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signum)
+        log.info("gateway stopped")

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from itertools import groupby
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import ValidationError
 
+from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
+from gateway.app import Runtime, UnknownAgent
 from gateway.clock import now_ms
 from gateway.ids import InvalidSessionId, Prefix, prefix_of, validate_session_id
+from gateway.jobs import Reaper
 from gateway.logs import configure_logging
 from gateway.settings import Settings
 from gateway.store.db import Database, DatabaseError
@@ -31,15 +36,15 @@ app = typer.Typer(
 T = TypeVar("T")
 
 
-def _settings() -> Settings:
+def _settings(*, quiet: bool = True) -> Settings:
     try:
         settings = Settings()
     except ValidationError as exc:
         typer.secho(f"invalid settings:\n{exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
-    configure_logging(
-        "WARNING" if settings.log_level == "INFO" else settings.log_level, settings.log_format
-    )
+    # One-shot commands keep their output clean; `run` logs at the configured level.
+    level = "WARNING" if quiet and settings.log_level == "INFO" else settings.log_level
+    configure_logging(level, settings.log_format)
     return settings
 
 
@@ -220,6 +225,172 @@ def doctor() -> None:
     if not ok:
         raise typer.Exit(1)
     typer.echo("all checks passed")
+
+
+@app.command()
+def run() -> None:
+    """Start the gateway: the HTTP API, the agent and the background jobs, until Ctrl+C."""
+    from gateway.app import serve
+
+    settings = _settings(quiet=False)
+    try:
+        asyncio.run(serve(settings))
+    except OSError as exc:
+        typer.secho(f"cannot start: {exc}", fg="red", err=True)
+        raise typer.Exit(1) from exc
+    except (UnknownAgent, DatabaseError) as exc:
+        typer.secho(f"cannot start: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    except Exception as exc:
+        from adapters.http import InsecureBinding
+
+        if isinstance(exc, InsecureBinding):
+            typer.secho(f"cannot start: {exc}", fg="red", err=True)
+            raise typer.Exit(2) from exc
+        raise
+
+
+def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:
+    settings = _settings()
+    token = settings.api_token.get_secret_value() if settings.api_token else ""
+    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+    url = f"http://{host}:{settings.http_port}"
+
+    async def main() -> T:
+        async with GatewayClient(url, token) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except GatewayUnavailable as exc:
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(1) from exc
+    except GatewayError as exc:
+        typer.secho(str(exc), fg="red", err=True)
+        raise typer.Exit(1) from exc
+
+
+def _ask_in_terminal(prompt: dict[str, Any]) -> dict[str, Any] | None:
+    if not sys.stdin.isatty():
+        return None
+    if prompt.get("kind") == "confirm":
+        question = f"Allow {prompt.get('tool')} {json.dumps(prompt.get('args', {}))}?"
+        return {"approve": typer.confirm(question, default=False)}
+    return {"answer": typer.prompt(prompt.get("question") or "Answer")}
+
+
+@app.command()
+def send(
+    text: str,
+    session: Annotated[str | None, typer.Option("--session", "-s", metavar="SID")] = None,
+    persist: Annotated[bool, typer.Option(help="Keep the session (chat-*), not temp-*.")] = False,
+    wait: Annotated[float, typer.Option(min=1, max=300, help="Seconds to wait.")] = 120,
+) -> None:
+    """Send a message to the running gateway and print the reply."""
+    if session is not None:
+        _checked_id(session)
+
+    async def work(client: GatewayClient) -> int:
+        reply = await client.send(text, session_id=session, persist=persist, wait=wait)
+        body = reply.body
+        while reply.status == 202 and body.get("pending"):
+            prompt = body["pending"]
+            answer = _ask_in_terminal(prompt)
+            if answer is None:
+                typer.echo(
+                    f"waiting for an answer: agenvoy approve|deny {body['session_id']} "
+                    f"{body['task_hash']}"
+                )
+                return 3
+            await client.answer(
+                body["session_id"],
+                body["task_hash"],
+                approve=answer.get("approve"),
+                text=answer.get("answer"),
+            )
+            reply = await client.task(body["session_id"], body["task_hash"], wait)
+            body = reply.body
+        if "command" in body:
+            typer.echo(body.get("text", ""))
+            return 0 if body.get("ok", True) else 1
+        if body.get("status") == "done":
+            typer.echo(body.get("text", ""))
+            return 0
+        if body.get("error"):
+            typer.secho(body["error"], fg="red", err=True)
+            return 1
+        typer.echo(f"still running: {body.get('session_id')} {body.get('task_hash')}")
+        return 3
+
+    code = _client_call(work)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def pending(
+    session: Annotated[str | None, typer.Option("--session", "-s", metavar="SID")] = None,
+) -> None:
+    """Confirmations and questions waiting for an answer."""
+    if session is not None:
+        _checked_id(session)
+    prompts = _client_call(lambda client: client.pending(session))
+    if not prompts:
+        typer.echo("nothing is waiting")
+        return
+    for p in prompts:
+        what = (
+            f"confirm {p.get('tool')} {json.dumps(p.get('args', {}))}"
+            if p.get("kind") == "confirm"
+            else f"question: {p.get('question')}"
+        )
+        typer.echo(f"{p['session_id']}  {p['task_hash']}  {what}")
+
+
+def _answer(session_id: str, task_hash: str, approve: bool) -> None:
+    reply = _client_call(lambda client: client.answer(session_id, task_hash, approve=approve))
+    typer.echo(f"{'approved' if approve else 'denied'} (by {reply.body.get('by', '?')})")
+
+
+@app.command()
+def approve(
+    session_id: Annotated[str, typer.Argument(callback=_checked_id, metavar="SID")],
+    task_hash: str,
+) -> None:
+    """Approve a waiting confirmation."""
+    _answer(session_id, task_hash, True)
+
+
+@app.command()
+def deny(
+    session_id: Annotated[str, typer.Argument(callback=_checked_id, metavar="SID")],
+    task_hash: str,
+) -> None:
+    """Deny a waiting confirmation."""
+    _answer(session_id, task_hash, False)
+
+
+@app.command()
+def cleanup() -> None:
+    """Reap idle temp-* sessions now (the running gateway also does this on a timer)."""
+    settings = _settings()
+
+    async def main() -> list[str]:
+        runtime = await Runtime.start(settings)
+        try:
+            reaper = Reaper(
+                runtime.store,
+                runtime.kv,
+                runtime.presence,
+                runtime.router,
+                settings.temp_idle_seconds,
+            )
+            return await reaper.run_once()
+        finally:
+            await runtime.close()
+
+    reaped = asyncio.run(main())
+    typer.echo(f"reaped {len(reaped)} idle temp session(s)" + "".join(f"\n  {s}" for s in reaped))
 
 
 if __name__ == "__main__":

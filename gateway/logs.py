@@ -72,6 +72,9 @@ def configure_logging(level: str = "INFO", fmt: LogFormat = LogFormat.console) -
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(numeric)
+    # Chatty at INFO about routine work (each migration step, each file-change batch).
+    for name in ("alembic", "watchfiles"):
+        logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
