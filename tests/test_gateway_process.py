@@ -1,0 +1,149 @@
+"""The gateway as a real process: `agenvoy run`, killed with SIGKILL mid-task, restarted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+pytestmark = pytest.mark.slow
+
+EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Gateway:
+    def __init__(self, home: Path, port: int) -> None:
+        self.home, self.port = home, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> dict[str, object]:
+        env = {
+            **os.environ,
+            "AGENVOY_HOME": str(self.home),
+            "AGENVOY_HTTP_PORT": str(self.port),
+            "AGENVOY_LOG_FORMAT": "json",
+            "AGENVOY_INSTANCE_ID": "test-instance",
+        }
+        self.proc = await asyncio.create_subprocess_exec(
+            EXE,
+            "run",
+            env=env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        return await asyncio.wait_for(self._ready(), 30)
+
+    async def _ready(self) -> dict[str, object]:
+        assert self.proc is not None and self.proc.stderr is not None
+        while True:
+            line = await self.proc.stderr.readline()
+            if not line:
+                raise AssertionError(f"gateway exited with {await self.proc.wait()}")
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("event") == "gateway ready":
+                # Keep draining stderr so the process never blocks on a full pipe.
+                asyncio.get_running_loop().create_task(self._drain())
+                return dict(entry)
+
+    async def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while await self.proc.stderr.readline():
+            pass
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(self.proc.wait(), 10)
+
+    async def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), 15)
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    gw = Gateway(tmp_path / "home", free_port())
+    try:
+        yield gw
+    finally:
+        if gw.proc is not None and gw.proc.returncode is None:
+            gw.proc.kill()
+            await gw.proc.wait()
+
+
+async def test_sigkill_with_a_parked_prompt_then_restart(gateway: Gateway) -> None:
+    headers = {"X-Agenvoy-Sender": "ann"}
+    await gateway.start()
+    async with aiohttp.ClientSession(headers=headers) as http:
+        async with http.post(
+            f"{gateway.url}/v1/send", json={"content": "!confirm launch", "persist": True}
+        ) as resp:
+            assert resp.status == 202
+            parked = await resp.json()
+        sid, task = parked["session_id"], parked["task_hash"]
+
+        await gateway.kill()
+        ready = await gateway.start()
+        assert ready["resumed"] == 1
+
+        async def asked_again() -> list[dict[str, object]]:
+            # The resumed task replays up to its prompt in the background; poll until it is
+            # there (bounded by the timeout below).
+            while True:
+                async with http.get(f"{gateway.url}/v1/session/{sid}/pending") as resp:
+                    found: list[dict[str, object]] = (await resp.json())["pending"]
+                if found:
+                    return found
+                await asyncio.sleep(0.05)
+
+        prompts = await asyncio.wait_for(asked_again(), 10)
+        assert [(p["task_hash"], p["tool"]) for p in prompts] == [(task, "demo_action")]
+        async with http.post(
+            f"{gateway.url}/v1/session/{sid}/pending/{task}", json={"approve": True}
+        ) as resp:
+            assert resp.status == 200
+        async with http.get(f"{gateway.url}/v1/session/{sid}/task/{task}?wait=10") as resp:
+            result = await resp.json()
+        assert (result["status"], result["text"]) == ("done", "approved: launch")
+        async with http.get(f"{gateway.url}/v1/session/{sid}/history") as resp:
+            messages = (await resp.json())["messages"]
+        assert [(m["role"], m["content"]) for m in messages] == [
+            ("user", "!confirm launch"),
+            ("assistant", "approved: launch"),
+        ]
+    assert await gateway.stop() == 0
+
+
+async def test_sigterm_shuts_down_cleanly_and_keeps_journals(gateway: Gateway) -> None:
+    await gateway.start()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{gateway.url}/v1/send", json={"content": "!sleep 30", "wait": 0.5, "persist": True}
+        ) as resp,
+    ):
+        running = await resp.json()
+    assert await gateway.stop() == 0
+    journal = gateway.home / "sessions" / running["session_id"] / "pending"
+    assert (journal / f"{running['task_hash']}.json").exists()
