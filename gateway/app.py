@@ -94,7 +94,12 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         http = await start_http(runtime)
         for address in http.addresses:
             host, port = address[0], address[1]
-            log.info("adapter started", adapter="http", url=f"http://{host}:{port}")
+            log.info(
+                "adapter started",
+                adapter="http",
+                url=f"http://{host}:{port}",
+                auth=settings.api_token is not None and bool(settings.api_token.get_secret_value()),
+            )
         resumed = await runtime.router.recover()
         sent = await runtime.router.courier.redeliver()
         reaper = Reaper(

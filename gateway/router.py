@@ -114,6 +114,8 @@ class TaskState:
     replay: list[dict[str, Any]] = field(default_factory=list)
     prompts_asked: int = 0
     outbox_chunks: int = 0
+    journal_io: asyncio.Future[None] | None = None
+    journal_closed: bool = False
 
     def next_chunk(self) -> int:
         self.outbox_chunks += 1
@@ -257,6 +259,12 @@ class Router:
         lane = self._lanes.get(session_id)
         return len(lane.waiting) if lane else 0
 
+    def load(self) -> tuple[int, int]:
+        """(running, queued) task counts over every session."""
+        lanes = list(self._lanes.values())
+        running = sum(1 for lane in lanes if lane.current is not None)
+        return running, sum(len(lane.waiting) for lane in lanes)
+
     def is_busy(self, session_id: str) -> bool:
         return self.running_task(session_id) is not None or self.queue_length(session_id) > 0
 
@@ -273,7 +281,8 @@ class Router:
         state = self.task(task_hash)
 
         def ready() -> bool:
-            return state.finished or (until_prompt and state.prompt is not None)
+            open_prompt = state.prompt is not None and not state.prompt.future.done()
+            return state.finished or (until_prompt and open_prompt)
 
         async with state.changed:
             with contextlib.suppress(TimeoutError):
@@ -373,7 +382,16 @@ class Router:
                     await self._slots.acquire()
                     state.holds_slot = True
                     state.runner = asyncio.create_task(self._run(state))
-                    await asyncio.shield(state.runner)
+                    try:
+                        await asyncio.shield(state.runner)
+                    except asyncio.CancelledError:
+                        worker = asyncio.current_task()
+                        if worker is not None and worker.cancelling():
+                            raise  # router shutdown, handled below
+                        # cancel() reached the run before it began: nothing has recorded the
+                        # end yet, so it is recorded here.
+                        if not state.finished:
+                            await self._finish_canceled(state)
                 except asyncio.CancelledError:
                     # Router shutdown: the task is interrupted, its journal kept for restart.
                     if state.runner is not None and not state.runner.done():
@@ -392,14 +410,14 @@ class Router:
 
     async def _run(self, state: TaskState) -> None:
         self.counters["tasks_started"] += 1
-        await self._set_status(state, "running")
-        await self._journal(state)
-        history = await self.store.recent_messages(
-            state.session_id, self.settings.history_window + 1
-        )
-        context = _Context(self, state, [m for m in history if m.id != state.user_message_id])
         tool_results: list[dict[str, Any]] = []
         try:
+            await self._set_status(state, "running")
+            await self._journal(state)
+            history = await self.store.recent_messages(
+                state.session_id, self.settings.history_window + 1
+            )
+            context = _Context(self, state, [m for m in history if m.id != state.user_message_id])
             async with self.presence.hold(state.session_id, state.task_hash):
                 async for step in self.agent.run(context):
                     await self._step(state, step, tool_results)
@@ -490,8 +508,8 @@ class Router:
         await self._emit(state, text_event, item=items[0])
         await self._emit(state, DoneEvent(session_id=sid, text=state.reply))
         self.counters["tasks_done"] += 1
+        await self._drop_journal(state)  # before waiters hear of the end
         await self._set_status(state, "done")
-        await self._drop_journal(state)
 
     async def _finish_error(
         self, state: TaskState, message: str, tool_results: list[dict[str, Any]]
@@ -506,8 +524,8 @@ class Router:
         )
         await self._emit(state, error_event, item=items[0])
         self.counters["tasks_failed"] += 1
+        await self._drop_journal(state)  # before waiters hear of the end
         await self._set_status(state, "error")
-        await self._drop_journal(state)
 
     async def _finish_canceled(self, state: TaskState) -> None:
         if state.prompt is not None and not state.prompt.future.done():
@@ -515,8 +533,8 @@ class Router:
         state.prompt = None
         await self._emit(state, CanceledEvent(session_id=state.session_id, by=state.canceled_by))
         self.counters["tasks_canceled"] += 1
+        await self._drop_journal(state)  # before waiters hear of the end
         await self._set_status(state, "canceled")
-        await self._drop_journal(state)
 
     # -- prompts ---------------------------------------------------------------------------
 
@@ -835,13 +853,23 @@ class Router:
             "prompt": state.prompt.to_json() if state.prompt else None,
             "updated_at": now_ms(),
         }
+        if state.journal_closed:
+            return
         files = self.store.files(state.session_id)
+        # The write runs on in its thread even if this task is canceled meanwhile; remembering
+        # it lets the removal wait for it, so a late write cannot bring a journal back.
+        write = asyncio.ensure_future(asyncio.to_thread(files.write_pending, state.task_hash, data))
+        state.journal_io = write
         try:
-            await asyncio.to_thread(files.write_pending, state.task_hash, data)
+            await asyncio.shield(write)
         except FileNotFoundError:
             log.warning("session gone while its task ran", session=state.session_id)
 
     async def _drop_journal(self, state: TaskState) -> None:
+        state.journal_closed = True
+        if state.journal_io is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await state.journal_io
         files = self.store.files(state.session_id)
         await asyncio.to_thread(files.remove_pending, state.task_hash)
 

@@ -1,0 +1,879 @@
+"""The HTTP adapter, served for real on a loopback port and driven over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from openapi_spec_validator import validate as validate_openapi
+from support import wait_until
+from yarl import URL
+
+from adapters.http import InsecureBinding, check_binding, is_loopback, sse_frame, start_http
+from gateway.app import Runtime
+from gateway.settings import Settings
+
+TIMEOUT = 10.0
+ANN = {"X-Agenvoy-Sender": "ann", "X-Agenvoy-Sender-Name": "Ann", "X-Agenvoy-Window": "w-ann"}
+BOB = {"X-Agenvoy-Sender": "bob", "X-Agenvoy-Sender-Name": "Bob"}
+ROOT = {"X-Agenvoy-Sender": "root", "X-Agenvoy-Sender-Name": "Root"}
+
+
+@dataclass
+class Server:
+    runtime: Runtime
+    runner: web.AppRunner
+    client: aiohttp.ClientSession
+    base: str
+
+    def url(self, path: str) -> URL:
+        # encoded=True keeps %2F and the like exactly as written.
+        return URL(self.base + path, encoded=True)
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json_body: Any = None,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
+        async with self.client.request(
+            method, self.url(path), json=json_body, data=data, headers=headers
+        ) as resp:
+            body = await resp.read()
+            ctype = resp.headers.get("Content-Type", "")
+            return resp.status, json.loads(body) if ctype.startswith("application/json") else body
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, **overrides: Any) -> AsyncIterator[Server]:
+    options: dict[str, Any] = {"confirm_timeout_seconds": 5, "admins": "http:root"}
+    options.update(overrides)
+    settings = Settings(home=tmp_path / "home", _env_file=None, **options)  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    try:
+        runner = await start_http(runtime, "127.0.0.1", 0, keepalive_seconds=0.5)
+        try:
+            port = runner.addresses[0][1]
+            timeout = aiohttp.ClientTimeout(total=TIMEOUT)
+            async with aiohttp.ClientSession(timeout=timeout) as client:
+                yield Server(runtime, runner, client, f"http://127.0.0.1:{port}")
+        finally:
+            await asyncio.wait_for(runner.cleanup(), TIMEOUT)
+    finally:
+        await runtime.close()
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    async with serving(tmp_path) as srv:
+        yield srv
+
+
+def err(body: Any) -> str:
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    code: str = body["error"]["code"]
+    return code
+
+
+# -- SSE reading -----------------------------------------------------------------------------
+
+
+@dataclass
+class Frame:
+    event: str = "message"
+    id: str | None = None
+    data: list[str] = field(default_factory=list)
+    comments: list[str] = field(default_factory=list)
+    raw: list[str] = field(default_factory=list)
+
+    @property
+    def json(self) -> Any:
+        return json.loads("\n".join(self.data))
+
+
+async def next_frame(resp: aiohttp.ClientResponse) -> Frame | None:
+    """The next frame (a comment-only block counts as one); None at the end of the stream."""
+    frame = Frame()
+    while True:
+        line = await asyncio.wait_for(resp.content.readline(), TIMEOUT)
+        if not line:
+            assert not frame.raw, f"stream ended inside a frame: {frame.raw}"
+            return None
+        assert line.endswith(b"\n"), line
+        text = line.decode()[:-1]
+        if text == "":
+            if frame.raw:
+                return frame
+            continue
+        frame.raw.append(text)
+        name, _, value = text.partition(":")
+        value = value.removeprefix(" ")
+        if name == "":
+            frame.comments.append(value)
+        elif name == "event":
+            frame.event = value
+        elif name == "id":
+            frame.id = value
+        elif name == "data":
+            frame.data.append(value)
+        else:
+            raise AssertionError(f"unexpected SSE field: {text!r}")
+
+
+async def next_event(resp: aiohttp.ClientResponse) -> Frame:
+    """The next frame that carries data, skipping keep-alive comments."""
+    while True:
+        frame = await next_frame(resp)
+        assert frame is not None, "stream ended early"
+        if frame.data:
+            return frame
+        assert frame.comments == ["keepalive"], frame
+
+
+# -- plain routes ------------------------------------------------------------------------------
+
+
+async def test_healthz_and_openapi(server: Server) -> None:
+    assert await server.call("GET", "/healthz") == (200, {"status": "ok"})
+    status, doc = await server.call("GET", "/openapi.json")
+    assert status == 200
+    validate_openapi(doc)
+    assert doc["openapi"].startswith("3.1")
+    assert "bearerAuth" in doc["components"]["securitySchemes"]
+    # Every route the app serves is described, with the same methods, and nothing more.
+    served: dict[str, set[str]] = {}
+    for route in server.runner.app.router.routes():
+        info = route.resource.get_info() if route.resource else {}
+        path = info.get("path") or info.get("formatter")
+        if route.method != "HEAD" and path:
+            served.setdefault(path, set()).add(route.method.lower())
+    described = {
+        path: {m for m in item if m in {"get", "post", "delete", "put", "patch"}}
+        for path, item in doc["paths"].items()
+    }
+    assert described == served
+    for item in doc["paths"].values():
+        for method, op in item.items():
+            if method == "parameters":
+                continue
+            errors = [code for code in op["responses"] if code.startswith(("4", "5"))]
+            for code in errors:
+                ref = op["responses"][code]["$ref"]
+                response = doc["components"]["responses"][ref.rsplit("/", 1)[1]]
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Error"}
+
+
+async def test_sessions_lifecycle(server: Server) -> None:
+    status, body = await server.call("POST", "/v1/session")
+    assert status == 201 and body["session_id"].startswith("cli-")
+    cli = body["session_id"]
+    status, body = await server.call("POST", "/v1/session", json_body={"prefix": "chat"})
+    assert status == 201 and body["session_id"].startswith("chat-")
+    chat = body["session_id"]
+    for bad in ({"prefix": "temp"}, {"prefix": "dc"}, {"prefix": 3}):
+        status, body = await server.call("POST", "/v1/session", json_body=bad)
+        assert (status, err(body)) == (400, "bad_request")
+        assert "prefix" in body["error"]["message"]
+    assert server.runtime.store.files(cli).dir.is_dir()
+
+    status, meta = await server.call("GET", f"/v1/session/{cli}")
+    assert status == 200
+    assert set(meta) == {
+        "session_id",
+        "name",
+        "persona",
+        "model",
+        "reasoning",
+        "created_at",
+        "updated_at",
+        "running",
+        "queued",
+    }
+    assert meta["session_id"] == cli and meta["running"] is False and meta["queued"] == 0
+
+    status, body = await server.call("GET", "/v1/sessions")
+    assert status == 200
+    assert {s["session_id"] for s in body["sessions"]} == {cli, chat}
+    assert set(body["sessions"][0]) == {
+        "session_id",
+        "name",
+        "updated_at",
+        "message_count",
+        "running",
+    }
+    status, body = await server.call("GET", "/v1/sessions?prefix=chat")
+    assert [s["session_id"] for s in body["sessions"]] == [chat]
+    status, body = await server.call("GET", "/v1/sessions?prefix=nope")
+    assert (status, err(body)) == (400, "bad_request")
+
+    assert await server.call("DELETE", f"/v1/session/{chat}") == (200, {"deleted": True})
+    assert not server.runtime.store.files(chat).dir.exists()
+    for method in ("GET", "DELETE"):
+        status, body = await server.call(method, f"/v1/session/{chat}")
+        assert (status, err(body)) == (404, "not_found")
+
+
+async def test_send_temp_persist_and_existing_session(server: Server) -> None:
+    status, body = await server.call("POST", "/v1/send", json_body={"content": "hello"})
+    assert status == 200, body
+    assert body["session_id"].startswith("temp-")
+    assert (body["status"], body["text"], body["error"]) == ("done", "echo: hello", "")
+    assert [e["kind"] for e in body["events"]] == ["user", "text", "done"]
+    assert all(e["task_hash"] == body["task_hash"] for e in body["events"])
+
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "keep me", "persist": True}, headers=ANN
+    )
+    assert status == 200 and body["session_id"].startswith("chat-")
+    chat = body["session_id"]
+    user = body["events"][0]
+    assert (user["sender"], user["window_hash"]) == ("Ann", "w-ann")
+
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "again", "session_id": chat, "persist": False}
+    )
+    assert status == 200 and body["session_id"] == chat
+
+    status, body = await server.call("GET", f"/v1/session/{chat}/history")
+    assert status == 200
+    messages = body["messages"]
+    assert [(m["role"], m["content"]) for m in messages] == [
+        ("user", "keep me"),
+        ("assistant", "echo: keep me"),
+        ("user", "again"),
+        ("assistant", "echo: again"),
+    ]
+    assert set(messages[0]) == {
+        "id",
+        "session_id",
+        "role",
+        "content",
+        "sender",
+        "send_at",
+        "task_hash",
+    }
+    assert messages[0]["sender"] == "Ann"
+    status, body = await server.call("GET", f"/v1/session/{chat}/history?limit=1")
+    assert [m["content"] for m in body["messages"]] == ["echo: again"]
+    for bad in ("0", "501", "ten"):
+        status, body = await server.call("GET", f"/v1/session/{chat}/history?limit={bad}")
+        assert (status, err(body)) == (400, "bad_request") and "limit" in body["error"]["message"]
+
+    status, body = await server.call("GET", "/v1/sessions?prefix=chat")
+    (listed,) = body["sessions"]
+    assert listed["message_count"] == 4
+
+
+async def test_send_wait_zero_and_task_route(server: Server) -> None:
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "!sleep 1", "wait": 0}, headers=ANN
+    )
+    assert status == 202 and set(body) == {"session_id", "task_hash", "status"}
+    assert body["status"] in {"queued", "running"}
+    sid, task = body["session_id"], body["task_hash"]
+    status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
+    assert status == 200
+    assert (view["status"], view["text"], view["pending"]) == ("done", "slept 1s", None)
+    assert [e["kind"] for e in view["events"]] == ["user", "text_delta", "text", "done"]
+    status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}")
+    assert status == 200 and view["status"] == "done"
+    for bad in ("-1", "301", "soon", "nan"):
+        status, body = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait={bad}")
+        assert (status, err(body)) == (400, "bad_request")
+    other = await server.call("POST", "/v1/session")
+    status, body = await server.call("GET", f"/v1/session/{other[1]['session_id']}/task/{task}")
+    assert (status, err(body)) == (404, "not_found")
+    status, body = await server.call("GET", f"/v1/session/{sid}/task/nosuchtask")
+    assert (status, err(body)) == (404, "not_found")
+
+
+async def test_commands_answer_at_once(server: Server) -> None:
+    status, body = await server.call("POST", "/v1/send", json_body={"content": "/help"})
+    assert status == 200
+    assert body["command"] == "help" and body["ok"] is True and "/status" in body["text"]
+    assert body["session_id"].startswith("temp-")
+    created = (await server.call("POST", "/v1/session"))[1]["session_id"]
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "/status", "session_id": created}
+    )
+    assert status == 200 and f"session: {created}" in body["text"]
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "/cancel", "session_id": created}
+    )
+    assert (body["command"], body["ok"]) == ("cancel", False)
+
+
+async def test_search_and_usage(server: Server) -> None:
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "zebra crossing", "persist": True}
+    )
+    sid = body["session_id"]
+    status, body = await server.call("GET", "/v1/search?q=zebra")
+    assert status == 200
+    assert [r["content"] for r in body["results"]] == ["echo: zebra crossing", "zebra crossing"]
+    status, body = await server.call("GET", f"/v1/search?q=zebra&session_id={sid}&limit=1")
+    assert [r["role"] for r in body["results"]] == ["assistant"]
+    status, body = await server.call("GET", "/v1/search?q=zebra&limit=1&offset=1")
+    assert [r["role"] for r in body["results"]] == ["user"]
+    status, body = await server.call("GET", "/v1/search?q=zebra&session_id=cli-other")
+    assert (status, body) == (200, {"results": []})
+    for query in ("", "?q=", "?q=%20%20"):
+        status, body = await server.call("GET", f"/v1/search{query}")
+        assert (status, err(body)) == (400, "bad_request") and "'q'" in body["error"]["message"]
+    status, body = await server.call("GET", "/v1/search?q=x&session_id=..%2Fx")
+    assert (status, err(body)) == (400, "bad_session_id")
+
+    status, body = await server.call("GET", "/v1/usage")
+    assert status == 200
+    (row,) = body["models"]
+    assert (
+        row["model"] == "offline"
+        and row["calls"] == 1
+        and (row["input"], row["output"])
+        == (
+            2,
+            3,
+        )
+    )
+    assert set(row) == {
+        "model",
+        "calls",
+        "input",
+        "output",
+        "cache_read",
+        "cache_write",
+        "elapsed_ms",
+        "output_tps",
+    }
+    status, body = await server.call("GET", "/v1/usage?days=1")
+    assert status == 200 and len(body["models"]) == 1
+    status, body = await server.call("GET", "/v1/usage?days=0")
+    assert (status, err(body)) == (400, "bad_request")
+
+
+# -- validation ----------------------------------------------------------------------------------
+
+
+async def test_body_validation(server: Server) -> None:
+    status, body = await server.call("POST", "/v1/send", data=b'{"content": "x"')
+    assert (status, err(body)) == (400, "bad_json")
+    status, body = await server.call("POST", "/v1/send", data=b"\xff\xfe")
+    assert (status, err(body)) == (400, "bad_json")
+    status, body = await server.call("POST", "/v1/send", data=b"[" * 100_000)
+    assert (status, err(body)) == (400, "bad_json")
+    status, body = await server.call("POST", "/v1/send", json_body=["content"])
+    assert (status, err(body)) == (400, "bad_request")
+    cases = [
+        ({}, "content"),
+        ({"content": 5}, "content"),
+        ({"content": "   "}, "content"),
+        ({"content": "x", "session_id": 7}, "session_id"),
+        ({"content": "x", "persist": "yes"}, "persist"),
+        ({"content": "x", "stream": 1}, "stream"),
+        ({"content": "x", "wait": "10"}, "wait"),
+        ({"content": "x", "wait": True}, "wait"),
+        ({"content": "x", "wait": -1}, "wait"),
+        ({"content": "x", "wait": 301}, "wait"),
+    ]
+    for payload, name in cases:
+        status, body = await server.call("POST", "/v1/send", json_body=payload)
+        assert (status, err(body)) == (400, "bad_request"), payload
+        assert f"'{name}'" in body["error"]["message"], body
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "x"}, headers={"X-Agenvoy-Window": "../w"}
+    )
+    assert (status, err(body)) == (400, "bad_request") and "window" in body["error"]["message"]
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "x"}, headers={"X-Agenvoy-Sender": "s" * 200}
+    )
+    assert (status, err(body)) == (400, "bad_request")
+    # Nothing above reached the store.
+    assert await server.runtime.store.list_sessions() == []
+
+
+async def test_bad_session_ids_never_touch_the_filesystem(server: Server) -> None:
+    sessions_dir = server.runtime.settings.sessions_dir
+    huge = "cli-" + "a" * 10_240
+    for sid in ("../x", huge, "cli-a/../../etc", "nope", ""):
+        status, body = await server.call(
+            "POST", "/v1/send", json_body={"content": "hi", "session_id": sid}
+        )
+        assert (status, err(body)) == (400, "bad_session_id"), sid
+        assert "invalid session id" in body["error"]["message"]
+        assert len(body["error"]["message"]) < 400
+    for path in ("..%2Fx", "..%2F..%2Fhome", huge, "cli-a%00b", "dc-%2E%2E"):
+        for method, suffix in (
+            ("GET", ""),
+            ("DELETE", ""),
+            ("GET", "/history"),
+            ("GET", "/log"),
+            ("GET", "/pending"),
+            ("POST", "/pending/abc"),
+            ("GET", "/task/abc"),
+            ("POST", "/cancel/abc"),
+        ):
+            status, body = await server.call(
+                method, f"/v1/session/{path}{suffix}", json_body={"approve": True}
+            )
+            assert (status, err(body)) == (400, "bad_session_id"), (method, path, suffix)
+    assert not sessions_dir.exists() or list(sessions_dir.iterdir()) == []
+    assert not (sessions_dir.parent / "x").exists()
+
+
+async def test_unknown_things_are_404(server: Server) -> None:
+    for method, path in (
+        ("GET", "/v1/session/cli-nope"),
+        ("DELETE", "/v1/session/cli-nope"),
+        ("GET", "/v1/session/cli-nope/history"),
+        ("GET", "/v1/session/cli-nope/log"),
+        ("GET", "/v1/session/cli-nope/pending"),
+        ("POST", "/v1/session/cli-nope/pending/abc"),
+        ("GET", "/v1/session/cli-nope/task/abc"),
+        ("POST", "/v1/session/cli-nope/cancel/abc"),
+        ("GET", "/v1/nothing"),
+    ):
+        status, body = await server.call(method, path, json_body={"approve": True})
+        assert (status, err(body)) == (404, "not_found"), (method, path)
+    status, body = await server.call("PUT", "/v1/send")
+    assert (status, err(body)) == (405, "method_not_allowed")
+    assert not server.runtime.store.files("cli-nope").dir.exists()
+
+
+async def test_size_limits(server: Server) -> None:
+    status, body = await server.call(
+        "POST", "/v1/send", data=json.dumps({"content": "x" * (2 * 1024 * 1024)}).encode()
+    )
+    assert (status, err(body)) == (413, "too_large")
+    limit = server.runtime.settings.max_message_chars
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "y" * (limit + 1), "session_id": "cli-long"}
+    )
+    assert (status, err(body)) == (413, "too_long")
+    assert str(limit) in body["error"]["message"]
+    assert await server.runtime.store.get("cli-long") is None
+
+
+# -- auth ------------------------------------------------------------------------------------------
+
+
+async def test_token_auth(tmp_path: Path) -> None:
+    async with serving(tmp_path, api_token="s3cret") as srv:
+        assert await srv.call("GET", "/healthz") == (200, {"status": "ok"})
+        for method, path in (
+            ("GET", "/v1/sessions"),
+            ("POST", "/v1/send"),
+            ("GET", "/metrics"),
+            ("GET", "/openapi.json"),
+            ("GET", "/v1/session/cli-x/log"),
+        ):
+            async with srv.client.request(method, srv.url(path)) as resp:
+                assert resp.status == 401
+                assert resp.headers["WWW-Authenticate"].startswith("Bearer")
+                assert err(await resp.json()) == "unauthorized"
+            status, body = await srv.call(method, path, headers={"Authorization": "Basic eA=="})
+            assert (status, err(body)) == (401, "unauthorized")
+            status, body = await srv.call(method, path, headers={"Authorization": "Bearer nope"})
+            assert (status, err(body)) == (403, "forbidden")
+        good = {"Authorization": "Bearer s3cret"}
+        assert (await srv.call("GET", "/v1/sessions", headers=good))[0] == 200
+        assert (await srv.call("GET", "/metrics", headers=good))[0] == 200
+        assert (await srv.call("GET", "/openapi.json", headers=good))[0] == 200
+        status, body = await srv.call(
+            "POST", "/v1/send", json_body={"content": "hi"}, headers={**good, **ANN}
+        )
+        assert status == 200 and body["text"] == "echo: hi"
+
+
+async def test_insecure_binding(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    try:
+        with pytest.raises(InsecureBinding, match=r"AGENVOY_API_TOKEN.*127\.0\.0\.1"):
+            await start_http(runtime, "0.0.0.0", 0)
+        with pytest.raises(InsecureBinding):
+            await start_http(runtime, "::", 0)
+    finally:
+        await runtime.close()
+    for host in ("127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LocalHost"):
+        assert is_loopback(host), host
+    for host in ("0.0.0.0", "", "::", "10.0.0.1", "example.com", "::ffff:127.0.0.1", "128.0.0.1"):
+        assert not is_loopback(host), host
+    check_binding("127.0.0.1", settings)
+    empty = settings.model_copy(update={"api_token": None})
+    with pytest.raises(InsecureBinding):
+        check_binding("0.0.0.0", empty)
+    token = Settings(home=tmp_path / "h2", api_token="t", _env_file=None)  # type: ignore[call-arg]
+    check_binding("0.0.0.0", token)
+    blank = Settings(home=tmp_path / "h3", api_token="", _env_file=None)  # type: ignore[call-arg]
+    with pytest.raises(InsecureBinding):
+        check_binding("0.0.0.0", blank)
+
+
+# -- streams ---------------------------------------------------------------------------------------
+
+
+def test_sse_frame_format() -> None:
+    assert sse_frame("done", '{"a":1}', 3) == b'event: done\nid: 3\ndata: {"a":1}\n\n'
+    assert (
+        sse_frame("log", "one\ntwo\r\nthree")
+        == b"event: log\ndata: one\ndata: two\ndata: three\n\n"
+    )
+
+
+async def test_send_stream_framing(server: Server) -> None:
+    async with server.client.post(
+        server.url("/v1/send"), json={"content": "!sleep 1", "stream": True}, headers=ANN
+    ) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        task = resp.headers["X-Agenvoy-Task"]
+        sid = resp.headers["X-Agenvoy-Session"]
+        frames: list[Frame] = []
+        while (frame := await next_frame(resp)) is not None:
+            if frame.data:
+                frames.append(frame)
+    assert [f.event for f in frames] == ["user", "text_delta", "text", "done"]
+    assert [f.id for f in frames] == ["1", "2", "3", "4"]
+    for frame in frames:
+        # Exactly one event:, one id: and one data: line per frame, in that order.
+        assert [line.split(":", 1)[0] for line in frame.raw] == ["event", "id", "data"]
+        data = frame.json
+        assert data["kind"] == frame.event
+        assert (data["session_id"], data["task_hash"], data["window_hash"]) == (sid, task, "w-ann")
+        assert isinstance(data["at"], int)
+    assert frames[-1].json["text"] == "slept 1s"
+
+
+async def test_stream_client_leaving_does_not_cancel(server: Server) -> None:
+    async with server.client.post(
+        server.url("/v1/send"), json={"content": "!sleep 2", "stream": True}
+    ) as resp:
+        assert resp.status == 200
+        task = resp.headers["X-Agenvoy-Task"]
+        sid = resp.headers["X-Agenvoy-Session"]
+        first = await next_event(resp)
+        assert first.event == "user"
+        resp.close()  # drop the connection mid-run
+    status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
+    assert status == 200
+    assert (view["status"], view["text"]) == ("done", "slept 2s")
+    assert server.runtime.router.counters["tasks_canceled"] == 0
+
+
+async def test_log_stream_replays_then_goes_live(server: Server) -> None:
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "first"}, headers=ANN
+    )
+    sid, first_task = body["session_id"], body["task_hash"]
+    async with server.client.get(server.url(f"/v1/session/{sid}/log?tail=100")) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        replay = [await next_frame(resp) for _ in range(3)]
+        assert all(f is not None and f.event == "log" for f in replay)
+        records = [f.json for f in replay if f is not None]
+        assert [r["kind"] for r in records] == ["user", "text", "done"]
+        assert set(records[0]) == {"at", "window_hash", "kind", "task_hash", "body"}
+        assert {r["task_hash"] for r in records} == {first_task}
+        assert records[0]["window_hash"] == "w-ann"
+        assert json.loads(records[0]["body"])["text"] == "first"
+        live = await next_frame(resp)
+        assert live is not None and live.comments == ["live"]
+
+        status, body = await server.call(
+            "POST", "/v1/send", json_body={"content": "second", "session_id": sid}, headers=BOB
+        )
+        assert status == 200
+        events = [await next_event(resp) for _ in range(3)]
+        assert [f.event for f in events] == ["user", "text", "done"]
+        assert {f.json["task_hash"] for f in events} == {body["task_hash"]}
+        assert events[0].json["sender"] == "Bob"
+        assert [int(f.id or 0) for f in events] == [4, 5, 6]
+
+        # A subscriber that lost events is told how many before its next frame.
+        (sub,) = server.runtime.router._subscribers[sid]
+        sub.dropped += 3
+        await server.call("POST", "/v1/send", json_body={"content": "third", "session_id": sid})
+        while True:
+            frame = await next_frame(resp)
+            assert frame is not None
+            if frame.comments != ["keepalive"]:
+                break
+        assert frame.comments == ["dropped 3"]
+        assert (await next_event(resp)).event == "user"
+
+    async with server.client.get(server.url(f"/v1/session/{sid}/log?tail=1")) as resp:
+        (only,) = [await next_frame(resp)]
+        assert only is not None and only.event == "log" and only.json["kind"] == "done"
+        live = await next_frame(resp)
+        assert live is not None and live.comments == ["live"]
+    status, body = await server.call("GET", f"/v1/session/{sid}/log?tail=5000")
+    assert (status, err(body)) == (400, "bad_request")
+
+
+async def test_log_stream_tail_zero_and_keepalive(server: Server) -> None:
+    created = (await server.call("POST", "/v1/session"))[1]["session_id"]
+    async with server.client.get(server.url(f"/v1/session/{created}/log?tail=0")) as resp:
+        live = await next_frame(resp)
+        assert live is not None and live.comments == ["live"]
+        ping = await next_frame(resp)  # keepalive_seconds=0.5 in these tests
+        assert ping is not None and ping.comments == ["keepalive"]
+    # The subscription ends once the client is gone.
+    router = server.runtime.router
+
+    async def unsubscribed() -> bool:
+        return created not in router._subscribers
+
+    assert await wait_until(unsubscribed, TIMEOUT)
+
+
+# -- prompts ---------------------------------------------------------------------------------------
+
+
+async def test_confirm_over_http(server: Server) -> None:
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "!confirm launch"}, headers=ANN
+    )
+    assert status == 202, body
+    sid, task = body["session_id"], body["task_hash"]
+    pending = body["pending"]
+    assert (pending["kind"], pending["tool"], pending["task_hash"]) == (
+        "confirm",
+        "demo_action",
+        task,
+    )
+    assert pending["args"] == {"action": "launch"} and pending["origin"]["sender_id"] == "ann"
+
+    status, body = await server.call("GET", f"/v1/session/{sid}/pending")
+    assert status == 200 and [p["task_hash"] for p in body["pending"]] == [task]
+
+    status, metrics = await server.call("GET", "/metrics")
+    assert "agenvoy_tasks_running 1\n" in metrics.decode()
+    assert "agenvoy_tasks_waiting 1\n" in metrics.decode()
+
+    answer = f"/v1/session/{sid}/pending/{task}"
+    status, body = await server.call("POST", answer, json_body={"approve": True}, headers=BOB)
+    assert (status, err(body)) == (403, "not_allowed")
+    assert "only Ann or an admin" in body["error"]["message"]
+    status, body = await server.call("GET", f"/v1/session/{sid}/pending")
+    assert len(body["pending"]) == 1  # still open
+
+    for bad in ({}, {"approve": True, "answer": "x"}, {"approve": "yes"}, {"answer": 3}):
+        status, body = await server.call("POST", answer, json_body=bad, headers=ANN)
+        assert (status, err(body)) == (400, "bad_request"), bad
+    status, body = await server.call("POST", answer, data=b"{", headers=ANN)
+    assert (status, err(body)) == (400, "bad_json")
+    status, body = await server.call("POST", answer, json_body={"answer": "x"}, headers=ANN)
+    assert (status, err(body)) == (400, "invalid")  # a confirmation takes approve
+
+    status, body = await server.call("POST", answer, json_body={"approve": True}, headers=ANN)
+    assert (status, body) == (200, {"answered": True, "approved": True, "by": "Ann"})
+    status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
+    assert (view["status"], view["text"]) == ("done", "approved: launch")
+    kinds = [e["kind"] for e in view["events"]]
+    assert kinds[0] == "user" and kinds[-2:] == ["text", "done"]
+    assert kinds.index("confirm") < kinds.index("answer")
+    (answered,) = [e for e in view["events"] if e["kind"] == "answer"]
+    assert (answered["approved"], answered["answered_by"]) == (True, "Ann")
+
+    status, body = await server.call("POST", answer, json_body={"approve": False}, headers=ANN)
+    assert (status, err(body)) == (409, "already_answered")
+    status, body = await server.call(
+        "POST", f"/v1/session/{sid}/pending/nosuchtask", json_body={"approve": True}
+    )
+    assert (status, err(body)) == (404, "not_found")
+
+
+async def test_ask_user_answered_by_admin(server: Server) -> None:
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "!ask favourite colour?"}, headers=ANN
+    )
+    assert status == 202 and body["pending"]["kind"] == "ask_user"
+    assert body["pending"]["question"] == "favourite colour?"
+    sid, task = body["session_id"], body["task_hash"]
+    status, body = await server.call(
+        "POST", f"/v1/session/{sid}/pending/{task}", json_body={"answer": "green"}, headers=ROOT
+    )
+    assert (status, body) == (200, {"answered": True, "answer": "green", "by": "Root"})
+    status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
+    assert view["text"] == "answer: green"
+
+
+async def test_prompt_expiry(tmp_path: Path) -> None:
+    async with serving(tmp_path, confirm_timeout_seconds=0.3) as srv:
+        status, body = await srv.call(
+            "POST", "/v1/send", json_body={"content": "!confirm x"}, headers=ANN
+        )
+        assert status == 202 and body["pending"]["kind"] == "confirm"
+        sid, task = body["session_id"], body["task_hash"]
+        # Already waiting on the prompt: the long poll waits for the end, not for a prompt.
+        status, view = await srv.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
+        assert (view["status"], view["text"]) == ("done", "denied: x")
+        (answer_event,) = [e for e in view["events"] if e["kind"] == "answer"]
+        assert answer_event["answered_by"] == "timeout" and answer_event["approved"] is False
+        status, body = await srv.call(
+            "POST", f"/v1/session/{sid}/pending/{task}", json_body={"approve": True}, headers=ANN
+        )
+        assert (status, err(body)) == (409, "already_answered")
+        assert await srv.call("GET", f"/v1/session/{sid}/pending") == (200, {"pending": []})
+
+
+# -- canceling -------------------------------------------------------------------------------------
+
+
+async def test_cancel_route(server: Server) -> None:
+    # A task parked on a prompt is well inside its run, so the cancel is not racing its start.
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "!confirm x", "persist": True}, headers=ANN
+    )
+    assert status == 202 and body["pending"]
+    sid, task = body["session_id"], body["task_hash"]
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "later", "session_id": sid, "wait": 0}
+    )
+    assert (status, body["status"]) == (202, "queued")
+    queued = body["task_hash"]
+    status, meta = await server.call("GET", f"/v1/session/{sid}")
+    assert (meta["running"], meta["queued"]) == (True, 1)
+    status, metrics = await server.call("GET", "/metrics")
+    assert "agenvoy_tasks_queued 1\n" in metrics.decode()
+
+    # The queued task was sent by "http" (no sender header): Ann may not cancel it, root may.
+    status, body = await server.call("POST", f"/v1/session/{sid}/cancel/{queued}", headers=ANN)
+    assert (status, err(body)) == (403, "not_allowed")
+    assert await server.call("POST", f"/v1/session/{sid}/cancel/{queued}", headers=ROOT) == (
+        200,
+        {"canceled": True},
+    )
+    status, view = await server.call("GET", f"/v1/session/{sid}/task/{queued}")
+    assert view["status"] == "canceled"
+
+    cancel = f"/v1/session/{sid}/cancel/{task}"
+    status, body = await server.call("POST", cancel, headers=BOB)
+    assert (status, err(body)) == (403, "not_allowed")
+    assert await server.call("POST", cancel, headers=ANN) == (200, {"canceled": True})
+    status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
+    assert view["status"] == "canceled" and view["events"][-1]["kind"] == "canceled"
+    assert view["events"][-1]["by"] == "Ann"
+    assert await server.call("GET", f"/v1/session/{sid}/pending") == (200, {"pending": []})
+    assert await server.call("POST", cancel, headers=ANN) == (200, {"canceled": False})
+    status, body = await server.call("POST", f"/v1/session/{sid}/cancel/nosuchtask")
+    assert (status, err(body)) == (404, "not_found")
+
+
+async def test_delete_cancels_running_task(server: Server) -> None:
+    status, body = await server.call(
+        "POST", "/v1/send", json_body={"content": "!confirm x", "persist": True}
+    )
+    assert status == 202
+    sid, task = body["session_id"], body["task_hash"]
+    status, meta = await server.call("GET", f"/v1/session/{sid}")
+    assert meta["running"] is True
+    status, listed = await server.call("GET", "/v1/sessions")
+    assert [s["running"] for s in listed["sessions"]] == [True]
+    assert await server.call("DELETE", f"/v1/session/{sid}") == (200, {"deleted": True})
+    state = await server.runtime.router.wait(task, TIMEOUT)
+    assert state.status == "canceled"
+    assert await server.runtime.store.get(sid) is None
+    assert not server.runtime.store.files(sid).dir.exists()
+
+
+# -- metrics ---------------------------------------------------------------------------------------
+
+
+async def test_metrics_exposition(server: Server) -> None:
+    await server.call("GET", "/healthz")
+    await server.call("GET", "/healthz")
+    await server.call("POST", "/v1/send", json_body={"content": "hi"})
+    await server.call("GET", "/v1/nothing")
+    async with server.client.get(server.url("/metrics")) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = await resp.text()
+    assert text.endswith("\n")
+    lines = text.splitlines()
+    samples: dict[str, float] = {}
+    typed: dict[str, str] = {}
+    for line in lines:
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            typed[name] = kind
+        elif not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    assert typed["agenvoy_tasks_running"] == "gauge"
+    assert typed["agenvoy_tasks_queued"] == "gauge"
+    assert typed["agenvoy_tasks_done_total"] == "counter"
+    assert typed["agenvoy_http_request_duration_seconds"] == "histogram"
+    assert samples["agenvoy_tasks_queued"] == 0
+    assert samples["agenvoy_tasks_done_total"] == 1
+    assert samples["agenvoy_tasks_started_total"] == 1
+    assert samples["agenvoy_events_total"] == 3
+    labels = 'method="GET",route="/healthz"'
+    buckets = [
+        (line.split('le="')[1].split('"')[0], float(line.rpartition(" ")[2]))
+        for line in lines
+        if line.startswith(f"agenvoy_http_request_duration_seconds_bucket{{{labels},")
+    ]
+    counts = [count for _, count in buckets]
+    assert buckets[-1][0] == "+Inf" and counts == sorted(counts)
+    assert counts[-1] == samples[f"agenvoy_http_request_duration_seconds_count{{{labels}}}"] == 2
+    assert f"agenvoy_http_request_duration_seconds_sum{{{labels}}}" in samples
+    assert samples[f'agenvoy_http_responses_total{{{labels},status="200"}}'] == 2
+    assert 'route="unmatched",status="404"' in text
+    assert 'route="/v1/send"' in text
+
+
+# -- shutdown --------------------------------------------------------------------------------------
+
+
+async def test_shutdown_ends_streams_and_long_polls(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    try:
+        runner = await start_http(runtime, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=TIMEOUT)) as client:
+            created = await client.post(f"{base}/v1/session", json={"prefix": "chat"})
+            sid = (await created.json())["session_id"]
+            log_stream = await client.get(f"{base}/v1/session/{sid}/log")
+            live = await next_frame(log_stream)
+            assert live is not None and live.comments == ["live"]
+            task_stream = await client.post(
+                f"{base}/v1/send", json={"content": "!sleep 30", "session_id": sid, "stream": True}
+            )
+            assert (await next_event(task_stream)).event == "user"
+            long_poll = asyncio.create_task(
+                client.post(
+                    f"{base}/v1/send", json={"content": "!sleep 30", "session_id": sid, "wait": 300}
+                )
+            )
+            # Both messages are in: the second one queued behind the first.
+            users = 0
+            while users < 2:
+                users += (await next_event(log_stream)).event == "user"
+            started = asyncio.get_running_loop().time()
+            await asyncio.wait_for(runner.cleanup(), TIMEOUT)
+            assert asyncio.get_running_loop().time() - started < 5
+            answered = await asyncio.wait_for(long_poll, TIMEOUT)
+            assert answered.status == 202
+            assert (await answered.json())["status"] in {"queued", "running"}
+            for resp in (log_stream, task_stream):
+                with contextlib.suppress(aiohttp.ClientError):
+                    while await next_frame(resp) is not None:
+                        pass
+                resp.close()
+    finally:
+        await runtime.close()
