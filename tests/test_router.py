@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,6 +41,10 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
         yield rt
     finally:
         await rt.close()
+
+
+def drain(queue: asyncio.Queue[Event]) -> list[Event]:
+    return [queue.get_nowait() for _ in range(queue.qsize())]
 
 
 def inbound(sid: str, text: str, origin: Origin = ANN) -> Inbound:
@@ -265,3 +270,31 @@ async def test_journal_tracks_steps(runtime: Runtime) -> None:
     assert json.dumps(journal)
     await runtime.router.answer("cli-j", sub.task_hash, ANN, approve=True)
     await finished(runtime.router, sub.task_hash)
+
+
+async def test_fifty_sessions_make_progress_together(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=50, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    try:
+        with contextlib.ExitStack() as stack:
+            subs = [stack.enter_context(rt.router.subscribe(f"cli-n{i}")) for i in range(50)]
+            for sub in subs:
+                sub.queue = asyncio.Queue()
+            tasks = [await rt.router.submit(inbound(f"cli-n{i}", "!sleep 2")) for i in range(50)]
+            for task in tasks:
+                await rt.router.wait(task.task_hash, 30)
+            ordered = sorted(
+                (
+                    e
+                    for sub in subs
+                    for e in [sub.queue.get_nowait() for _ in range(sub.queue.qsize())]
+                ),
+                key=lambda e: e.at,
+            )
+        first_done = next(i for i, e in enumerate(ordered) if e.kind == "done")
+        started = {e.session_id for e in ordered[:first_done] if e.kind == "text_delta"}
+        # Every session had its task going before any of them finished.
+        assert len(started) == 50
+        assert all(rt.router.task(t.task_hash).reply == "slept 2s" for t in tasks)
+    finally:
+        await rt.close()
