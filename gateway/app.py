@@ -90,8 +90,14 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     runtime = await Runtime.start(settings)
     jobs: list[asyncio.Task[None]] = []
     http = None
+    telegram = None
     try:
         http = await start_http(runtime)
+        if settings.telegram_token is not None and settings.telegram_token.get_secret_value():
+            from adapters.telegram import TelegramAdapter
+
+            telegram = TelegramAdapter.build(runtime)
+            await telegram.start()
         for address in http.addresses:
             host, port = address[0], address[1]
             log.info(
@@ -128,6 +134,8 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         for job in jobs:
             with contextlib.suppress(asyncio.CancelledError):
                 await job
+        if telegram is not None:
+            await telegram.stop()
         if http is not None:
             await http.cleanup()
         await runtime.close()

@@ -243,6 +243,25 @@ class Router:
             await self._notice(origin, f"queued ({position} ahead)")
         return Submission(session_id, task_hash, position)
 
+    async def record(self, inbound: Inbound) -> int:
+        """Keep a message as context (history, archive, action.log) without starting a task.
+
+        Group chatter the bot was not addressed in: the agent sees it later as part of the
+        conversation, with who said it.
+        """
+        session_id = validate_session_id(inbound.session_id)
+        if len(inbound.text) > self.settings.max_message_chars:
+            raise MessageTooLong(len(inbound.text), self.settings.max_message_chars)
+        await self.store.ensure(session_id)
+        origin = inbound.origin
+        stored = await self.store.append_message(
+            session_id, "user", inbound.text, sender=origin.sender_name
+        )
+        await self.store.log_action(
+            session_id, "user", inbound.text, window_hash=origin.window_hash
+        )
+        return stored.id
+
     # -- queries ---------------------------------------------------------------------------
 
     def task(self, task_hash: str) -> TaskState:
@@ -250,6 +269,13 @@ class Router:
             return self._tasks[task_hash]
         except KeyError:
             raise TaskNotFound(f"no such task: {task_hash}") from None
+
+    def latest_task(self, session_id: str) -> TaskState | None:
+        """The most recently submitted task of a session this process knows of."""
+        for state in reversed(self._tasks.values()):
+            if state.session_id == session_id:
+                return state
+        return None
 
     def running_task(self, session_id: str) -> TaskState | None:
         lane = self._lanes.get(session_id)

@@ -61,6 +61,18 @@ class Settings(BaseSettings):
     # Bearer token for the HTTP API; required when http_host is not a loopback address.
     api_token: SecretStr | None = None
 
+    # Telegram: the adapter starts when a token is set.
+    telegram_token: SecretStr | None = None
+    # Root of the Bot API server (a self-hosted Bot API server, or a test double).
+    telegram_api_url: str = "https://api.telegram.org"
+    # Chat ids allowed to use the bot, comma-separated; empty = every chat.
+    telegram_allowed_chats: str = ""
+
+    @property
+    def telegram_allowed_chat_ids(self) -> frozenset[int]:
+        chats = (c.strip() for c in self.telegram_allowed_chats.split(","))
+        return frozenset(int(c) for c in chats if c.lstrip("-").isdigit())
+
     @field_validator("home", mode="after")
     @classmethod
     def _expand_home(cls, value: Path) -> Path:

@@ -1,0 +1,461 @@
+"""The Telegram front-end, on python-telegram-bot: every chat is one shared `tg-*` session.
+
+- A private chat: every message goes to the agent. A group: messages that mention the bot,
+  reply to one of its messages, or are commands go to the agent; the rest is kept as context
+  (stored with who said it) without starting a task.
+- A forum topic is a session of its own (`tg-<chat>_<topic>`); replies, typing and prompts go
+  to the topic a message came from. The General topic is the chat's own session.
+- Replies are rendered as Telegram HTML and split at 4,096 UTF-16 units; when Telegram rejects
+  the markup the chunk is sent again as plain text, so a reply is never dropped.
+- Confirmations are inline keyboards (Approve / Deny), questions with options too; a free-text
+  question is a ForceReply addressed to the requester. Only the requester or an admin may
+  answer; anyone else is told who can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from telegram import (
+    Bot,
+    ForceReply,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Message,
+    ReplyParameters,
+    Update,
+)
+from telegram.constants import ChatAction, ChatType, MessageEntityType, ParseMode
+from telegram.error import BadRequest, Forbidden, TelegramError
+from telegram.ext import (
+    AIORateLimiter,
+    Application,
+    ApplicationBuilder,
+    CallbackQueryHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
+
+from adapters.telegram_format import render_html, split_html, split_plain, strip_html
+from gateway.app import Runtime
+from gateway.events import (
+    AnswerEvent,
+    AskUserEvent,
+    CanceledEvent,
+    ConfirmEvent,
+    ErrorEvent,
+    Event,
+    Inbound,
+    Origin,
+    TextEvent,
+)
+from gateway.ids import telegram_session_id
+from gateway.logs import get_logger
+from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError
+from gateway.router import MessageTooLong, TaskNotFound
+
+log = get_logger(__name__)
+
+PLATFORM: Final = "telegram"
+MAX_CHARS: Final = 4096
+TYPING_EVERY_SECONDS: Final = 4.0
+REFUSAL_EVERY_SECONDS: Final = 3600.0
+COMMANDS: Final = [
+    ("help", "what the bot can do"),
+    ("status", "session, running task and queue"),
+    ("cancel", "cancel the running task"),
+    ("reset", "clear the conversation window"),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where to answer: a chat, and a forum topic in it if any."""
+
+    chat_id: int
+    thread_id: int | None = None
+
+    @classmethod
+    def of(cls, origin: Origin) -> Place:
+        chat, _, thread = origin.channel_id.partition(":")
+        return cls(int(chat), int(thread) if thread else None)
+
+    def channel(self) -> str:
+        return f"{self.chat_id}:{self.thread_id}" if self.thread_id else str(self.chat_id)
+
+
+def callback_data(kind: str, task_hash: str, choice: str) -> str:
+    """Compact and under Telegram's 64 bytes: never the option label itself."""
+    data = f"{kind}:{task_hash}:{choice}"
+    assert len(data.encode()) <= 64
+    return data
+
+
+class TelegramAdapter:
+    def __init__(self, runtime: Runtime, application: Application[Any, Any, Any, Any, Any, Any]):
+        self.runtime = runtime
+        self.app = application
+        self.router = runtime.router
+        self.admins = runtime.settings.admin_keys
+        self.allowed = runtime.settings.telegram_allowed_chat_ids
+        self._refused_at: dict[int, float] = {}
+        self._typing_at: dict[Place, float] = {}
+        # Prompt messages by task: where they are, so an answer can close them.
+        self._prompts: dict[str, tuple[Place, int]] = {}
+        # ForceReply questions: (chat, message id) → task hash.
+        self._force_replies: dict[tuple[int, int], str] = {}
+        # Chunks of a reply already sent, so a retried delivery resumes instead of repeating.
+        self._sent_chunks: dict[str, int] = {}
+        self.bot_id = 0
+        self.bot_username = ""
+        application.add_handler(CallbackQueryHandler(self.on_callback))
+        application.add_handler(MessageHandler(filters.ALL, self.on_message))
+        application.add_error_handler(self.on_error)
+
+    @classmethod
+    def build(cls, runtime: Runtime) -> TelegramAdapter:
+        settings = runtime.settings
+        assert settings.telegram_token is not None
+        root = settings.telegram_api_url.rstrip("/")
+        application = (
+            ApplicationBuilder()
+            .token(settings.telegram_token.get_secret_value())
+            .base_url(f"{root}/bot")
+            .base_file_url(f"{root}/file/bot")
+            .rate_limiter(AIORateLimiter(max_retries=3))
+            .build()
+        )
+        return cls(runtime, application)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, *, poll_timeout: int = 30, poll_interval: float = 0.0) -> None:
+        await self.app.initialize()
+        me = self.app.bot
+        self.bot_id = me.id
+        self.bot_username = me.username or ""
+        with contextlib.suppress(TelegramError):
+            await me.set_my_commands(COMMANDS)
+        self.router.register_sink(PLATFORM, _Sink(self))
+        await self.app.start()
+        assert self.app.updater is not None
+        await self.app.updater.start_polling(
+            poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
+        )
+        log.info("adapter started", adapter=PLATFORM, bot=self.bot_username, mode="polling")
+
+    async def stop(self) -> None:
+        if self.app.updater is not None and self.app.updater.running:
+            await self.app.updater.stop()
+        if self.app.running:
+            await self.app.stop()
+        await self.app.shutdown()
+
+    # -- inbound ---------------------------------------------------------------------------
+
+    async def on_message(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.effective_message
+        chat = update.effective_chat
+        user = update.effective_user
+        if message is None or chat is None or user is None or user.id == self.bot_id:
+            return
+        if self.allowed and chat.id not in self.allowed:
+            await self._refuse(message)
+            return
+        text = message.text or message.caption or ""
+        if not text:
+            return
+        thread = message.message_thread_id if message.is_topic_message else None
+        place = Place(chat.id, thread)
+        session_id = telegram_session_id(chat.id, thread)
+        origin = Origin(
+            PLATFORM,
+            channel_id=place.channel(),
+            reply_to=str(message.message_id),
+            sender_id=str(user.id),
+            sender_name=user.full_name or user.username or str(user.id),
+        )
+        answered = await self._maybe_force_reply_answer(message, origin, text)
+        if answered:
+            return
+        addressed, text = self._addressed(message, text)
+        inbound = Inbound(origin, session_id, text)
+        try:
+            if chat.type == ChatType.PRIVATE or addressed:
+                await self.router.submit(inbound)
+            else:
+                await self.router.record(inbound)
+        except MessageTooLong as exc:
+            await self.send_plain(place, f"⚠️ {exc}", reply_to=message.message_id)
+
+    def _addressed(self, message: Message, text: str) -> tuple[bool, str]:
+        """Whether a group message is for the bot, and its text without the mention."""
+        mention = f"@{self.bot_username}" if self.bot_username else ""
+        addressed = False
+        for entity in message.entities or ():
+            if entity.type == MessageEntityType.BOT_COMMAND and entity.offset == 0:
+                addressed = True
+            is_mention = entity.type == MessageEntityType.MENTION and mention
+            if is_mention and message.parse_entity(entity).lower() == mention.lower():
+                addressed = True
+        replied = message.reply_to_message
+        if replied is not None and replied.from_user is not None:
+            addressed = addressed or replied.from_user.id == self.bot_id
+        if mention and not text.startswith("/"):
+            pattern = re.compile(rf"(?<!\w){re.escape(mention)}(?!\w)\s?", re.IGNORECASE)
+            text = pattern.sub("", text).strip() or text
+        return addressed, text
+
+    async def _maybe_force_reply_answer(self, message: Message, origin: Origin, text: str) -> bool:
+        replied = message.reply_to_message
+        if replied is None:
+            return False
+        task_hash = self._force_replies.get((replied.chat.id, replied.message_id))
+        if task_hash is None:
+            return False
+        place = Place.of(origin)
+        try:
+            state = self.router.task(task_hash)
+            await self.router.answer(state.session_id, task_hash, origin, text=text)
+        except NotAllowed as exc:
+            await self.send_plain(place, f"⚠️ {exc}", reply_to=message.message_id)
+            return True
+        except (AlreadyAnswered, TaskNotFound, PromptError):
+            await self.send_plain(place, "already answered", reply_to=message.message_id)
+            return True
+        self._force_replies.pop((replied.chat.id, replied.message_id), None)
+        return True
+
+    async def on_callback(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        query = update.callback_query
+        if query is None or not query.data:
+            return
+        kind, _, rest = query.data.partition(":")
+        task_hash, _, choice = rest.partition(":")
+        user = query.from_user
+        responder = Origin(
+            PLATFORM,
+            sender_id=str(user.id),
+            sender_name=user.full_name or user.username or str(user.id),
+        )
+        try:
+            state = self.router.task(task_hash)
+            if kind == "c":
+                await self.router.answer(
+                    state.session_id, task_hash, responder, approve=choice == "y"
+                )
+            elif kind == "a" and state.prompt is not None:
+                options = list(state.prompt.options)
+                index = int(choice)
+                if not 0 <= index < len(options):
+                    raise PromptError("that option does not exist")
+                await self.router.answer(
+                    state.session_id, task_hash, responder, text=options[index]
+                )
+            else:
+                raise AlreadyAnswered("already answered")
+        except NotAllowed as exc:
+            await query.answer(str(exc), show_alert=True)
+            return
+        except (AlreadyAnswered, TaskNotFound):
+            await query.answer("already answered")
+            return
+        except (PromptError, ValueError) as exc:
+            await query.answer(str(exc), show_alert=True)
+            return
+        await query.answer("thanks")
+
+    async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("telegram handler failed", error=repr(context.error), exc_info=context.error)
+
+    async def _refuse(self, message: Message) -> None:
+        now = time.monotonic()
+        last = self._refused_at.get(message.chat.id)
+        if last is not None and now - last < REFUSAL_EVERY_SECONDS:
+            return
+        self._refused_at[message.chat.id] = now
+        with contextlib.suppress(TelegramError):
+            await message.reply_text("Sorry, this bot is not available in this chat.")
+
+    # -- outbound --------------------------------------------------------------------------
+
+    @property
+    def bot(self) -> Bot:
+        bot: Bot = self.app.bot
+        return bot
+
+    async def send_plain(self, place: Place, text: str, *, reply_to: int | None = None) -> Message:
+        return await self.bot.send_message(
+            place.chat_id,
+            text,
+            message_thread_id=place.thread_id,
+            reply_parameters=_reply(reply_to),
+        )
+
+    async def send_reply(self, origin: Origin, text: str, key: str) -> str:
+        """Send a reply in chunks; on a retry, continue after the chunks already sent."""
+        place = Place.of(origin)
+        chunks = split_html(render_html(text or "(empty reply)"), MAX_CHARS)
+        done = self._sent_chunks.get(key, 0)
+        last: Message | None = None
+        for index in range(done, len(chunks)):
+            reply_to = int(origin.reply_to) if index == 0 and origin.reply_to else None
+            last = await self._send_chunk(place, chunks[index], reply_to)
+            self._sent_chunks[key] = index + 1
+        self._sent_chunks.pop(key, None)
+        return str(last.message_id) if last else ""
+
+    async def _send_chunk(self, place: Place, html: str, reply_to: int | None) -> Message:
+        try:
+            return await self.bot.send_message(
+                place.chat_id,
+                html,
+                parse_mode=ParseMode.HTML,
+                message_thread_id=place.thread_id,
+                reply_parameters=_reply(reply_to),
+            )
+        except BadRequest as exc:
+            if "parse" not in str(exc).lower() and "entit" not in str(exc).lower():
+                raise
+            log.warning("telegram rejected the markup; sending plain text", error=str(exc))
+            last: Message | None = None
+            for part in split_plain(strip_html(html), MAX_CHARS):
+                last = await self.bot.send_message(
+                    place.chat_id,
+                    part,
+                    message_thread_id=place.thread_id,
+                    reply_parameters=_reply(reply_to),
+                )
+                reply_to = None
+            assert last is not None
+            return last
+
+    async def send_prompt(self, origin: Origin, event: ConfirmEvent | AskUserEvent) -> str:
+        place = Place.of(origin)
+        reply_to = int(origin.reply_to) if origin.reply_to else None
+        markup: InlineKeyboardMarkup | ForceReply | None
+        if isinstance(event, ConfirmEvent):
+            args = json.dumps(event.args, ensure_ascii=False)
+            text = f"🔐 {event.requester}, allow <b>{_esc(event.tool)}</b> {_esc(args)}?"
+            markup = InlineKeyboardMarkup(
+                [
+                    [
+                        InlineKeyboardButton(
+                            "Approve", callback_data=callback_data("c", event.task_hash, "y")
+                        ),
+                        InlineKeyboardButton(
+                            "Deny", callback_data=callback_data("c", event.task_hash, "n")
+                        ),
+                    ]
+                ]
+            )
+        elif event.options:
+            text = f"❓ {event.requester}: {_esc(event.question)}"
+            markup = InlineKeyboardMarkup(
+                [
+                    [
+                        InlineKeyboardButton(
+                            label[:64], callback_data=callback_data("a", event.task_hash, str(i))
+                        )
+                    ]
+                    for i, label in enumerate(event.options[:25])
+                ]
+            )
+        else:
+            text = (
+                f"❓ {event.requester}: {_esc(event.question)}\n"
+                "<i>Reply to this message to answer.</i>"
+            )
+            markup = ForceReply(selective=True, input_field_placeholder="your answer")
+        sent = await self.bot.send_message(
+            place.chat_id,
+            text,
+            parse_mode=ParseMode.HTML,
+            message_thread_id=place.thread_id,
+            reply_parameters=_reply(reply_to),
+            reply_markup=markup,
+        )
+        self._prompts[event.task_hash] = (place, sent.message_id)
+        if isinstance(markup, ForceReply):
+            self._force_replies[(place.chat_id, sent.message_id)] = event.task_hash
+        return str(sent.message_id)
+
+    async def close_prompt(self, event: AnswerEvent) -> None:
+        """After an answer: remove the keyboard and say who answered what."""
+        where = self._prompts.pop(event.task_hash, None)
+        if where is None:
+            return
+        place, message_id = where
+        if event.prompt == "confirm":
+            outcome = "approved" if event.approved else "denied"
+        else:
+            outcome = f"answered “{event.answer}”" if event.answer is not None else "not answered"
+        who = "nobody (expired)" if event.answered_by == "timeout" else event.answered_by
+        with contextlib.suppress(BadRequest):
+            await self.bot.edit_message_text(
+                f"{outcome} by {who}", chat_id=place.chat_id, message_id=message_id
+            )
+
+    async def typing(self, origin: Origin) -> None:
+        place = Place.of(origin)
+        now = time.monotonic()
+        if now - self._typing_at.get(place, 0.0) < TYPING_EVERY_SECONDS:
+            return
+        self._typing_at[place] = now
+        with contextlib.suppress(TelegramError):
+            await self.bot.send_chat_action(
+                place.chat_id, ChatAction.TYPING, message_thread_id=place.thread_id
+            )
+
+
+class _Sink:
+    """What the router sends to Telegram origins."""
+
+    def __init__(self, adapter: TelegramAdapter) -> None:
+        self.adapter = adapter
+
+    async def deliver(self, origin: Origin, event: Event) -> str | None:
+        adapter = self.adapter
+        try:
+            if isinstance(event, TextEvent):
+                key = f"{event.task_hash}:{hash(event.text)}"
+                return await adapter.send_reply(origin, event.text, key)
+            if isinstance(event, ConfirmEvent | AskUserEvent):
+                return await adapter.send_prompt(origin, event)
+            if isinstance(event, AnswerEvent):
+                await adapter.close_prompt(event)
+            elif isinstance(event, ErrorEvent):
+                sent = await adapter.send_plain(Place.of(origin), f"⚠️ {event.message}")
+                return str(sent.message_id)
+            elif isinstance(event, CanceledEvent):
+                await adapter.send_plain(Place.of(origin), f"canceled by {event.by}")
+            else:
+                await adapter.typing(origin)
+        except Forbidden as exc:
+            # Removed from the chat: nothing can reach it, so its open prompts are canceled.
+            log.warning("telegram chat unreachable", chat=origin.channel_id, error=str(exc))
+            await adapter.router.cancel_all(event.session_id, by="telegram: bot removed")
+        return None
+
+    async def notice(self, origin: Origin, text: str) -> None:
+        place = Place.of(origin)
+        reply_to = int(origin.reply_to) if origin.reply_to else None
+        with contextlib.suppress(Forbidden):
+            await self.adapter.send_plain(place, text, reply_to=reply_to)
+
+
+def _reply(message_id: int | None) -> ReplyParameters | None:
+    if message_id is None:
+        return None
+    return ReplyParameters(message_id=message_id, allow_sending_without_reply=True)
+
+
+def _esc(text: str) -> str:
+    return html.escape(text, quote=False)

@@ -1,0 +1,250 @@
+"""The Telegram adapter through the whole gateway, against a fake Bot API on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.telegram import FakeTelegram
+
+from adapters.telegram import TelegramAdapter
+from gateway.app import Runtime
+from gateway.settings import Settings
+
+os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
+os.environ.setdefault("PTB_TIMEDELTA", "1")  # opt in to 22.x's future RetryAfter type
+
+
+@dataclass
+class Rig:
+    fake: FakeTelegram
+    runtime: Runtime
+    adapter: TelegramAdapter
+
+
+async def start_rig(fake: FakeTelegram, home: Path, **extra: Any) -> Rig:
+    settings = Settings(
+        home=home,
+        telegram_token=fake.token,
+        telegram_api_url=fake.url,
+        confirm_timeout_seconds=30,
+        _env_file=None,
+        **extra,
+    )  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    runtime.router.courier.initial_wait = 0.01
+    adapter = TelegramAdapter.build(runtime)
+    await asyncio.wait_for(adapter.start(poll_timeout=1), 10)
+    return Rig(fake, runtime, adapter)
+
+
+async def stop_rig(rig: Rig) -> None:
+    await asyncio.wait_for(rig.adapter.stop(), 10)
+    await rig.runtime.close()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+@pytest.fixture
+async def rig(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Rig]:
+    started = await start_rig(fake, tmp_path / "home")
+    try:
+        yield started
+    finally:
+        await stop_rig(started)
+
+
+def sent_to(fake: FakeTelegram, chat_id: int) -> list[str]:
+    return [m.get("text", "") for m in fake.sent_messages(chat_id)]
+
+
+async def reply_in(fake: FakeTelegram, chat_id: int, contains: str) -> dict[str, Any]:
+    return await fake.wait_for_call(
+        "sendMessage",
+        lambda p: p.get("chat_id") == chat_id and contains in str(p.get("text", "")),
+        timeout=10,
+    )
+
+
+async def test_private_chat_gets_an_echo(rig: Rig) -> None:
+    ann = rig.fake.user(11, "Ann")
+    chat = rig.fake.private_chat(11)
+    rig.fake.inject_message(chat, ann, "hello bot")
+    await reply_in(rig.fake, 11, "echo: hello bot")
+    messages = await rig.runtime.store.recent_messages("tg-11")
+    assert [(m.role, m.content, m.sender) for m in messages] == [
+        ("user", "hello bot", "Ann"),
+        ("assistant", "echo: hello bot", "offline"),
+    ]
+
+
+async def test_group_mention_reply_and_chatter(rig: Rig) -> None:
+    fake = rig.fake
+    group = fake.group(-100, "team")
+    ann, bob = fake.user(11, "Ann"), fake.user(12, "Bob")
+    fake.inject_message(group, ann, "just chatting among ourselves")
+    fake.inject_message(group, bob, f"@{fake.bot_user['username']} what do you think")
+    await reply_in(fake, -100, "echo: what do you think")
+    messages = await rig.runtime.store.recent_messages("tg--100")
+    assert [(m.content, m.sender) for m in messages] == [
+        ("just chatting among ourselves", "Ann"),
+        ("what do you think", "Bob"),
+        ("echo: what do you think", "offline"),
+    ]
+    replies = [t for t in sent_to(fake, -100) if t.startswith("echo:")]
+    assert replies == ["echo: what do you think"]  # the chatter started no task
+    # A reply to the bot's message addresses it too.
+    bot_message = fake.sent_messages(-100)[-1]
+    fake.inject_message(group, ann, "and you again", reply_to=bot_message)
+    await reply_in(fake, -100, "echo: and you again")
+
+
+async def test_confirm_in_a_group_only_the_requester_may_press(rig: Rig) -> None:
+    fake = rig.fake
+    group = fake.group(-200, "ops")
+    ann, bob = fake.user(21, "Ann"), fake.user(22, "Bob")
+    fake.inject_message(group, ann, "/status")
+    await reply_in(fake, -200, "session: tg--200")
+    fake.inject_message(group, ann, f"@{fake.bot_user['username']} !confirm deploy")
+    prompt = await fake.wait_for_call(
+        "sendMessage", lambda p: "reply_markup" in p and p.get("chat_id") == -200, timeout=10
+    )
+    buttons = prompt["reply_markup"]["inline_keyboard"][0]
+    approve = next(b for b in buttons if b["text"] == "Approve")
+    assert len(approve["callback_data"].encode()) <= 64
+    prompt_message = fake.sent_messages(-200)[-1]
+
+    fake.inject_callback(bob, prompt_message, approve["callback_data"])
+    refusal = await fake.wait_for_call("answerCallbackQuery", timeout=10)
+    assert refusal.get("show_alert") in (True, "true") and "Ann" in refusal["text"]
+
+    fake.inject_callback(ann, prompt_message, approve["callback_data"])
+    await reply_in(fake, -200, "approved: deploy")
+    edited = await fake.wait_for_call("editMessageText", timeout=10)
+    assert "approved by Ann" in edited["text"] and "reply_markup" not in edited
+
+
+async def test_ask_with_force_reply(rig: Rig) -> None:
+    fake = rig.fake
+    chat = fake.private_chat(31)
+    ann = fake.user(31, "Ann")
+    fake.inject_message(chat, ann, "!ask favourite colour?")
+    prompt = await fake.wait_for_call(
+        "sendMessage", lambda p: "force_reply" in str(p.get("reply_markup", "")), timeout=10
+    )
+    assert "favourite colour?" in prompt["text"]
+    fake.inject_message(chat, ann, "blue", reply_to=fake.sent_messages(31)[-1])
+    await reply_in(fake, 31, "answer: blue")
+
+
+async def test_delivery_failing_twice_is_delivered_once(rig: Rig) -> None:
+    fake = rig.fake
+    fake.fail_next("sendMessage", 502, "Bad Gateway")
+    fake.fail_next("sendMessage", 502, "Bad Gateway")
+    fake.inject_message(fake.private_chat(41), fake.user(41, "Ann"), "persist me")
+    await reply_in(fake, 41, "echo: persist me")
+    assert sent_to(fake, 41).count("echo: persist me") == 1
+
+
+async def test_long_reply_with_code_arrives_in_valid_chunks(rig: Rig) -> None:
+    fake = rig.fake
+    code = "\n".join(f"line_{i} = {i} * 2  # <tag> & more" for i in range(200))
+    text = "Here is the plan.\n\n```python\n" + code + "\n```\n\n" + ("word " * 800)
+    assert len(text) > 10_000
+    fake.inject_message(fake.private_chat(51), fake.user(51, "Ann"), text)
+    await reply_in(fake, 51, "word word")
+    task = rig.runtime.router.latest_task("tg-51")
+    assert task is not None
+    state = await rig.runtime.router.wait(task.task_hash, 10)  # done only once all is sent
+    assert state.status == "done"
+    chunks = _echo_chunks(fake, 51)
+    assert len(chunks) >= 3
+    assert all(len(c.encode("utf-16-le")) // 2 <= 4096 for c in chunks)
+    assert sum(c.count("<pre>") for c in chunks) >= 2  # the code block was closed and reopened
+
+
+def _echo_chunks(fake: FakeTelegram, chat_id: int) -> list[str]:
+    return [
+        str(p.get("text"))
+        for m, p in fake.calls
+        if m == "sendMessage" and p.get("chat_id") == chat_id and p.get("parse_mode") == "HTML"
+    ]
+
+
+async def test_rejected_markup_falls_back_to_plain_text(rig: Rig) -> None:
+    fake = rig.fake
+    fake.fail_next("sendMessage", 400, "Bad Request: can't parse entities: unsupported tag")
+    fake.inject_message(fake.private_chat(61), fake.user(61, "Ann"), "**bold** move")
+    sent = await fake.wait_for_call(
+        "sendMessage", lambda p: p.get("chat_id") == 61 and "parse_mode" not in p, timeout=10
+    )
+    assert sent["text"] == "echo: bold move"
+
+
+async def test_429_is_waited_out_and_nothing_is_lost(rig: Rig) -> None:
+    fake = rig.fake
+    fake.fail_next("sendMessage", 429, "Too Many Requests: retry after 1", retry_after=1)
+    fake.inject_message(fake.private_chat(71), fake.user(71, "Ann"), "slow down")
+    await reply_in(fake, 71, "echo: slow down")
+    assert sent_to(fake, 71).count("echo: slow down") == 1
+
+
+async def test_forum_topics_are_separate_sessions(rig: Rig) -> None:
+    fake = rig.fake
+    forum = fake.supergroup(-300, "forum", is_forum=True)
+    ann = fake.user(81, "Ann")
+    fake.inject_message(forum, ann, "/status", thread_id=5)
+    fake.inject_message(forum, ann, "/status", thread_id=9)
+    first = await reply_in(fake, -300, "session: tg--300_5")
+    second = await reply_in(fake, -300, "session: tg--300_9")
+    assert first.get("message_thread_id") == 5 and second.get("message_thread_id") == 9
+
+
+async def test_allowed_chats_refuse_others_once(fake: FakeTelegram, tmp_path: Path) -> None:
+    rig = await start_rig(fake, tmp_path / "home", telegram_allowed_chats="-1,91")
+    try:
+        stranger = fake.private_chat(92)
+        user = fake.user(92, "Eve")
+        fake.inject_message(stranger, user, "hi")
+        fake.inject_message(stranger, user, "hi again")
+        fake.inject_message(fake.private_chat(91), fake.user(91, "Ann"), "sync")
+        await reply_in(fake, 91, "echo: sync")
+        assert len(sent_to(fake, 92)) == 1 and "not available" in sent_to(fake, 92)[0]
+        assert await rig.runtime.store.get("tg-92") is None
+    finally:
+        await stop_rig(rig)
+
+
+async def test_parked_confirmation_answered_after_restart(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    rig = await start_rig(fake, home)
+    ann = fake.user(101, "Ann")
+    chat = fake.private_chat(101)
+    fake.inject_message(chat, ann, "!confirm restart")
+    await fake.wait_for_call("sendMessage", lambda p: "reply_markup" in p, timeout=10)
+    await stop_rig(rig)
+
+    rig = await start_rig(fake, home)
+    try:
+        assert await rig.runtime.router.recover() == 1
+        # The prompt is asked again (wait_for_call hands each call out once).
+        await fake.wait_for_call("sendMessage", lambda p: "reply_markup" in p, timeout=10)
+        prompts = [m for m in fake.sent_messages(101) if m.get("reply_markup")]
+        assert len(prompts) == 2
+        approve = prompts[-1]["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        fake.inject_callback(ann, prompts[-1], approve)
+        await reply_in(fake, 101, "approved: restart")
+    finally:
+        await stop_rig(rig)
