@@ -27,7 +27,7 @@ import math
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NoReturn, TypeVar
@@ -480,7 +480,14 @@ class _EventStream:
 class HttpApi:
     """The route handlers and middlewares, around one runtime."""
 
-    def __init__(self, runtime: Runtime, *, keepalive_seconds: float = KEEPALIVE_SECONDS) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        keepalive_seconds: float = KEEPALIVE_SECONDS,
+        open_paths: frozenset[str] = OPEN_PATHS,
+    ) -> None:
+        self.open_paths = open_paths
         self.runtime = runtime
         self.router = runtime.router
         self.store = runtime.store
@@ -542,7 +549,7 @@ class HttpApi:
 
     @web.middleware
     async def authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self._token and request.path not in OPEN_PATHS:
+        if self._token and request.path not in self.open_paths:
             scheme, _, given = request.headers.get("Authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not given.strip():
                 raise ApiError(
@@ -892,9 +899,20 @@ class HttpApi:
 API_KEY: Final = web.AppKey("agenvoy_http_api", HttpApi)
 
 
-def build_app(runtime: Runtime, *, keepalive_seconds: float = KEEPALIVE_SECONDS) -> web.Application:
+# A route another adapter serves on this server (a platform's webhook). It authenticates its
+# callers itself, so the API's bearer token does not apply to it.
+Webhook = tuple[str, Handler]
+
+
+def build_app(
+    runtime: Runtime,
+    *,
+    keepalive_seconds: float = KEEPALIVE_SECONDS,
+    webhooks: Sequence[Webhook] = (),
+) -> web.Application:
     """The aiohttp application for `runtime`; registers the `http` sink with its router."""
-    api = HttpApi(runtime, keepalive_seconds=keepalive_seconds)
+    open_paths = OPEN_PATHS | {path for path, _ in webhooks}
+    api = HttpApi(runtime, keepalive_seconds=keepalive_seconds, open_paths=open_paths)
     runtime.router.register_sink("http", api.sink)
     app = web.Application(
         middlewares=[api.measure, api.errors, api.authenticate],
@@ -920,6 +938,8 @@ def build_app(runtime: Runtime, *, keepalive_seconds: float = KEEPALIVE_SECONDS)
     add.add_get("/healthz", api.healthz)
     add.add_get("/metrics", api.prometheus)
     add.add_get("/openapi.json", api.openapi)
+    for path, handler in webhooks:
+        add.add_post(path, handler)
     return app
 
 
@@ -929,6 +949,7 @@ async def start_http(
     port: int | None = None,
     *,
     keepalive_seconds: float = KEEPALIVE_SECONDS,
+    webhooks: Sequence[Webhook] = (),
 ) -> web.AppRunner:
     """Serve the API on host:port (default: the settings'); the caller ends it with cleanup().
 
@@ -938,7 +959,7 @@ async def start_http(
     host = settings.http_host if host is None else host
     port = settings.http_port if port is None else port
     check_binding(host, settings)
-    app = build_app(runtime, keepalive_seconds=keepalive_seconds)
+    app = build_app(runtime, keepalive_seconds=keepalive_seconds, webhooks=webhooks)
     runner = web.AppRunner(app, max_line_size=MAX_REQUEST_LINE, shutdown_timeout=10.0)
     await runner.setup()
     try:

@@ -15,13 +15,16 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 import html
 import json
 import re
 import time
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
+from aiohttp import web
 from telegram import (
     Bot,
     ForceReply,
@@ -32,7 +35,7 @@ from telegram import (
     Update,
 )
 from telegram.constants import ChatAction, ChatType, MessageEntityType, ParseMode
-from telegram.error import BadRequest, Forbidden, TelegramError
+from telegram.error import BadRequest, ChatMigrated, Forbidden, TelegramError
 from telegram.ext import (
     AIORateLimiter,
     Application,
@@ -60,10 +63,12 @@ from gateway.ids import telegram_session_id
 from gateway.logs import get_logger
 from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError
 from gateway.router import MessageTooLong, TaskNotFound
+from gateway.settings import TelegramMode
 
 log = get_logger(__name__)
 
 PLATFORM: Final = "telegram"
+ALIAS_PREFIX: Final = "tgalias:"
 MAX_CHARS: Final = 4096
 TYPING_EVERY_SECONDS: Final = 4.0
 REFUSAL_EVERY_SECONDS: Final = 3600.0
@@ -113,8 +118,11 @@ class TelegramAdapter:
         self._force_replies: dict[tuple[int, int], str] = {}
         # Chunks of a reply already sent, so a retried delivery resumes instead of repeating.
         self._sent_chunks: dict[str, int] = {}
+        # Groups that became supergroups: old chat id → new chat id.
+        self._aliases: dict[int, int] = {}
         self.bot_id = 0
         self.bot_username = ""
+        self._started = False
         application.add_handler(CallbackQueryHandler(self.on_callback))
         application.add_handler(MessageHandler(filters.ALL, self.on_message))
         application.add_error_handler(self.on_error)
@@ -124,34 +132,79 @@ class TelegramAdapter:
         settings = runtime.settings
         assert settings.telegram_token is not None
         root = settings.telegram_api_url.rstrip("/")
-        application = (
+        builder = (
             ApplicationBuilder()
             .token(settings.telegram_token.get_secret_value())
             .base_url(f"{root}/bot")
             .base_file_url(f"{root}/file/bot")
             .rate_limiter(AIORateLimiter(max_retries=3))
-            .build()
         )
-        return cls(runtime, application)
+        if settings.telegram_mode is TelegramMode.webhook:
+            # Updates arrive on the gateway's own HTTP server; no second web server.
+            builder = builder.updater(None)
+        return cls(runtime, builder.build())
+
+    @property
+    def webhook_mode(self) -> bool:
+        return self.runtime.settings.telegram_mode is TelegramMode.webhook
+
+    def webhook_route(self) -> tuple[str, Any]:
+        """The path Telegram posts to (from the webhook URL) and its handler."""
+        path = urlsplit(self.runtime.settings.telegram_webhook_url).path or "/telegram"
+        return path, self.on_webhook
+
+    async def on_webhook(self, request: web.Request) -> web.Response:
+        secret = self.runtime.settings.telegram_webhook_secret
+        expected = secret.get_secret_value().encode() if secret else b""
+        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "").encode()
+        if not expected or not hmac.compare_digest(given, expected):
+            return web.json_response(
+                {"error": {"code": "forbidden", "message": "wrong webhook secret"}}, status=403
+            )
+        try:
+            update = Update.de_json(await request.json(), self.bot)
+        except (ValueError, TypeError, KeyError):
+            return web.json_response(
+                {"error": {"code": "bad_json", "message": "not a Telegram update"}}, status=400
+            )
+        await self.app.update_queue.put(update)
+        return web.Response(status=200)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, *, poll_timeout: int = 30, poll_interval: float = 0.0) -> None:
+        self._started = True
         await self.app.initialize()
         me = self.app.bot
         self.bot_id = me.id
         self.bot_username = me.username or ""
         with contextlib.suppress(TelegramError):
             await me.set_my_commands(COMMANDS)
+        for key, new in (await self.runtime.kv.scan(ALIAS_PREFIX)).items():
+            self._aliases[int(key.removeprefix(ALIAS_PREFIX))] = int(new)
         self.router.register_sink(PLATFORM, _Sink(self))
         await self.app.start()
-        assert self.app.updater is not None
-        await self.app.updater.start_polling(
-            poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
-        )
-        log.info("adapter started", adapter=PLATFORM, bot=self.bot_username, mode="polling")
+        settings = self.runtime.settings
+        if self.webhook_mode:
+            secret = settings.telegram_webhook_secret
+            await self.bot.set_webhook(
+                settings.telegram_webhook_url,
+                secret_token=secret.get_secret_value() if secret else None,
+                allowed_updates=Update.ALL_TYPES,
+            )
+            where = settings.telegram_webhook_url
+        else:
+            assert self.app.updater is not None
+            await self.app.updater.start_polling(
+                poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
+            )
+            where = "long polling"
+        log.info("adapter started", adapter=PLATFORM, bot=self.bot_username, via=where)
 
     async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
         if self.app.updater is not None and self.app.updater.running:
             await self.app.updater.stop()
         if self.app.running:
@@ -164,6 +217,12 @@ class TelegramAdapter:
         message = update.effective_message
         chat = update.effective_chat
         user = update.effective_user
+        if message is not None and chat is not None and message.migrate_to_chat_id:
+            await self.migrate(chat.id, message.migrate_to_chat_id)
+            return
+        if message is not None and chat is not None and message.migrate_from_chat_id:
+            await self.migrate(message.migrate_from_chat_id, chat.id)
+            return
         if message is None or chat is None or user is None or user.id == self.bot_id:
             return
         if self.allowed and chat.id not in self.allowed:
@@ -173,8 +232,9 @@ class TelegramAdapter:
         if not text:
             return
         thread = message.message_thread_id if message.is_topic_message else None
-        place = Place(chat.id, thread)
-        session_id = telegram_session_id(chat.id, thread)
+        chat_id = self._aliases.get(chat.id, chat.id)
+        place = Place(chat_id, thread)
+        session_id = telegram_session_id(chat_id, thread)
         origin = Origin(
             PLATFORM,
             channel_id=place.channel(),
@@ -275,6 +335,15 @@ class TelegramAdapter:
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram handler failed", error=repr(context.error), exc_info=context.error)
 
+    async def migrate(self, old: int, new: int) -> None:
+        """A group became a supergroup: its session, history and settings carry over."""
+        if self._aliases.get(old) == new:
+            return
+        self._aliases[old] = new
+        await self.runtime.kv.set(f"{ALIAS_PREFIX}{old}", str(new))
+        moved = await self.runtime.store.rename(telegram_session_id(old), telegram_session_id(new))
+        log.info("telegram group migrated", old=old, new=new, session_moved=moved)
+
     async def _refuse(self, message: Message) -> None:
         now = time.monotonic()
         last = self._refused_at.get(message.chat.id)
@@ -291,13 +360,22 @@ class TelegramAdapter:
         bot: Bot = self.app.bot
         return bot
 
+    async def send(self, place: Place, text: str, **options: Any) -> Message:
+        """send_message that follows a group to its supergroup when Telegram says it moved."""
+        chat_id = self._aliases.get(place.chat_id, place.chat_id)
+        try:
+            sent: Message = await self.bot.send_message(
+                chat_id, text, message_thread_id=place.thread_id, **options
+            )
+        except ChatMigrated as exc:
+            await self.migrate(chat_id, exc.new_chat_id)
+            sent = await self.bot.send_message(
+                exc.new_chat_id, text, message_thread_id=place.thread_id, **options
+            )
+        return sent
+
     async def send_plain(self, place: Place, text: str, *, reply_to: int | None = None) -> Message:
-        return await self.bot.send_message(
-            place.chat_id,
-            text,
-            message_thread_id=place.thread_id,
-            reply_parameters=_reply(reply_to),
-        )
+        return await self.send(place, text, reply_parameters=_reply(reply_to))
 
     async def send_reply(self, origin: Origin, text: str, key: str) -> str:
         """Send a reply in chunks; on a retry, continue after the chunks already sent."""
@@ -314,12 +392,8 @@ class TelegramAdapter:
 
     async def _send_chunk(self, place: Place, html: str, reply_to: int | None) -> Message:
         try:
-            return await self.bot.send_message(
-                place.chat_id,
-                html,
-                parse_mode=ParseMode.HTML,
-                message_thread_id=place.thread_id,
-                reply_parameters=_reply(reply_to),
+            return await self.send(
+                place, html, parse_mode=ParseMode.HTML, reply_parameters=_reply(reply_to)
             )
         except BadRequest as exc:
             if "parse" not in str(exc).lower() and "entit" not in str(exc).lower():
@@ -327,12 +401,7 @@ class TelegramAdapter:
             log.warning("telegram rejected the markup; sending plain text", error=str(exc))
             last: Message | None = None
             for part in split_plain(strip_html(html), MAX_CHARS):
-                last = await self.bot.send_message(
-                    place.chat_id,
-                    part,
-                    message_thread_id=place.thread_id,
-                    reply_parameters=_reply(reply_to),
-                )
+                last = await self.send(place, part, reply_parameters=_reply(reply_to))
                 reply_to = None
             assert last is not None
             return last
@@ -374,11 +443,10 @@ class TelegramAdapter:
                 "<i>Reply to this message to answer.</i>"
             )
             markup = ForceReply(selective=True, input_field_placeholder="your answer")
-        sent = await self.bot.send_message(
-            place.chat_id,
+        sent = await self.send(
+            place,
             text,
             parse_mode=ParseMode.HTML,
-            message_thread_id=place.thread_id,
             reply_parameters=_reply(reply_to),
             reply_markup=markup,
         )

@@ -92,11 +92,15 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     http = None
     telegram = None
     try:
-        http = await start_http(runtime)
+        webhooks = []
         if settings.telegram_token is not None and settings.telegram_token.get_secret_value():
             from adapters.telegram import TelegramAdapter
 
             telegram = TelegramAdapter.build(runtime)
+            if telegram.webhook_mode:
+                webhooks.append(telegram.webhook_route())
+        http = await start_http(runtime, webhooks=webhooks)
+        if telegram is not None:
             await telegram.start()
         for address in http.addresses:
             host, port = address[0], address[1]

@@ -5,18 +5,24 @@ Each field here is listed, with a comment, in `.env.example`.
 
 from __future__ import annotations
 
+import re
 import socket
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class LogFormat(StrEnum):
     console = "console"
     json = "json"
+
+
+class TelegramMode(StrEnum):
+    polling = "polling"
+    webhook = "webhook"
 
 
 class Settings(BaseSettings):
@@ -67,6 +73,29 @@ class Settings(BaseSettings):
     telegram_api_url: str = "https://api.telegram.org"
     # Chat ids allowed to use the bot, comma-separated; empty = every chat.
     telegram_allowed_chats: str = ""
+    # "polling" (no public address needed) or "webhook" (served by the gateway's HTTP server).
+    telegram_mode: TelegramMode = TelegramMode.polling
+    # The public https URL Telegram posts updates to; its path is served by the gateway.
+    telegram_webhook_url: str = ""
+    # Checked on every webhook call (X-Telegram-Bot-Api-Secret-Token): 1-256 of A-Z a-z 0-9 _ -
+    telegram_webhook_secret: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _webhook_complete(self) -> Settings:
+        if self.telegram_mode is TelegramMode.webhook:
+            secret = (
+                self.telegram_webhook_secret.get_secret_value()
+                if self.telegram_webhook_secret
+                else ""
+            )
+            if not self.telegram_webhook_url.startswith(("https://", "http://")):
+                raise ValueError("telegram webhook mode needs AGENVOY_TELEGRAM_WEBHOOK_URL")
+            if not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", secret):
+                raise ValueError(
+                    "telegram webhook mode needs AGENVOY_TELEGRAM_WEBHOOK_SECRET "
+                    "(1-256 characters of A-Z a-z 0-9 _ -)"
+                )
+        return self
 
     @property
     def telegram_allowed_chat_ids(self) -> frozenset[int]:

@@ -248,3 +248,93 @@ async def test_parked_confirmation_answered_after_restart(
         await reply_in(fake, 101, "approved: restart")
     finally:
         await stop_rig(rig)
+
+
+async def test_group_migration_keeps_the_history(rig: Rig) -> None:
+    fake = rig.fake
+    group = fake.group(-400, "old group")
+    ann = fake.user(111, "Ann")
+    fake.inject_message(group, ann, "/status")
+    await reply_in(fake, -400, "session: tg--400")
+    fake.inject_message(group, ann, "remember the blue door")  # context only
+    fake.inject_message(group, ann, "", migrate_to_chat_id=-1000400)
+    supergroup = fake.supergroup(-1000400, "new supergroup")
+    fake.inject_message(supergroup, ann, "/status")
+    await reply_in(fake, -1000400, "session: tg--1000400")
+    messages = await rig.runtime.store.recent_messages("tg--1000400")
+    assert "remember the blue door" in [m.content for m in messages]
+    assert await rig.runtime.store.get("tg--400") is None
+    assert rig.runtime.store.dirs.exists("tg--1000400")
+
+
+async def test_send_to_a_migrated_chat_follows_it(rig: Rig) -> None:
+    fake = rig.fake
+    group = fake.group(-500, "moving")
+    ann = fake.user(121, "Ann")
+    fake.fail_next(
+        "sendMessage",
+        400,
+        "Bad Request: group chat was upgraded to a supergroup chat",
+        migrate_to_chat_id=-1000500,
+    )
+    fake.supergroup(-1000500, "moved")
+    fake.inject_message(group, ann, "/help")
+    await reply_in(fake, -1000500, "/status")
+    assert await rig.runtime.kv.get("tgalias:-500") == "-1000500"
+
+
+async def test_webhook_mode(fake: FakeTelegram, tmp_path: Path) -> None:
+    import aiohttp
+
+    from adapters.http import start_http
+
+    port = _free_port()
+    settings = Settings(
+        home=tmp_path / "home",
+        telegram_token=fake.token,
+        telegram_api_url=fake.url,
+        telegram_mode="webhook",
+        telegram_webhook_url=f"http://127.0.0.1:{port}/tg-hook",
+        telegram_webhook_secret="s3cret_value",
+        api_token="api-token",
+        _env_file=None,
+    )  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    adapter = TelegramAdapter.build(runtime)
+    http = await start_http(runtime, port=port, webhooks=[adapter.webhook_route()])
+    try:
+        await adapter.start()
+        hook = await fake.wait_for_call("setWebhook", timeout=10)
+        assert hook["url"].endswith("/tg-hook") and hook["secret_token"] == "s3cret_value"
+        fake.inject_message(fake.private_chat(131), fake.user(131, "Ann"), "via webhook")
+        await reply_in(fake, 131, "echo: via webhook")
+        async with aiohttp.ClientSession() as client:
+            async with client.post(
+                f"http://127.0.0.1:{port}/tg-hook",
+                json={"update_id": 1},
+                headers={"X-Telegram-Bot-Api-Secret-Token": "wrong"},
+            ) as resp:
+                assert resp.status == 403
+            async with client.post(f"http://127.0.0.1:{port}/tg-hook", json={}) as resp:
+                assert resp.status == 403  # no secret at all
+    finally:
+        await adapter.stop()
+        await http.cleanup()
+        await runtime.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_webhook_mode_needs_url_and_secret() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="WEBHOOK_URL"):
+        Settings(telegram_mode="webhook", _env_file=None)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError, match="WEBHOOK_SECRET"):
+        Settings(telegram_mode="webhook", telegram_webhook_url="https://x/hook", _env_file=None)  # type: ignore[call-arg]

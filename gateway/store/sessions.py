@@ -188,6 +188,43 @@ class SessionStore:
         removed = await asyncio.to_thread(self.dirs.delete, session_id)
         return existed or removed
 
+    async def rename(self, old: str, new: str) -> bool:
+        """Carry a session over to a new id (a Telegram group that became a supergroup).
+
+        Rows of every table follow; the folder is renamed when the new id has none yet.
+        Returns False when `old` does not exist. If `new` already has a session, the old
+        one's rows join it and the old folder is left in place.
+        """
+        validate_session_id(old)
+        validate_session_id(new)
+
+        def work(session: Session) -> bool:
+            conn = session.connection()
+            params = {"old": old, "new": new}
+            if conn.execute(text("SELECT 1 FROM session WHERE id = :old"), params).first() is None:
+                return False
+            for table in ("messages", "action_history", "file_history", "usage", "outbox"):
+                conn.execute(
+                    text(f"UPDATE {table} SET session_id = :new WHERE session_id = :old"), params
+                )
+            if conn.execute(text("SELECT 1 FROM session WHERE id = :new"), params).first():
+                conn.execute(text("DELETE FROM session WHERE id = :old"), params)
+            else:
+                conn.execute(text("UPDATE session SET id = :new WHERE id = :old"), params)
+            return True
+
+        moved = await self.db.write(work)
+        if moved:
+            await asyncio.to_thread(self._rename_dir, old, new)
+        return moved
+
+    def _rename_dir(self, old: str, new: str) -> None:
+        source, target = self.dirs.path_of(old), self.dirs.path_of(new)
+        if source.is_dir() and not target.exists():
+            source.rename(target)
+        elif source.is_dir():
+            log.warning("both sessions have folders; the old one is kept", old=old, new=new)
+
     # -- messages --------------------------------------------------------------------------
 
     async def append_message(
