@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import html
@@ -21,6 +22,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -51,6 +53,7 @@ from gateway.app import Runtime
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
+    Attachment,
     CanceledEvent,
     ConfirmEvent,
     ErrorEvent,
@@ -68,6 +71,10 @@ from gateway.settings import TelegramMode
 log = get_logger(__name__)
 
 PLATFORM: Final = "telegram"
+GREETING: Final = (
+    "Hello! Mention me in a group, or write to me here, and I will answer. "
+    "Everyone in a chat shares one conversation. Send /help for the commands."
+)
 ALIAS_PREFIX: Final = "tgalias:"
 MAX_CHARS: Final = 4096
 TYPING_EVERY_SECONDS: Final = 4.0
@@ -229,12 +236,23 @@ class TelegramAdapter:
             await self._refuse(message)
             return
         text = message.text or message.caption or ""
-        if not text:
-            return
         thread = message.message_thread_id if message.is_topic_message else None
         chat_id = self._aliases.get(chat.id, chat.id)
         place = Place(chat_id, thread)
         session_id = telegram_session_id(chat_id, thread)
+        if text.split(maxsplit=1)[:1] in (["/start"], [f"/start@{self.bot_username}"]):
+            await self.send_plain(place, GREETING, reply_to=message.message_id)
+            return
+        attachments = await self._attachments(message, session_id)
+        if attachments:
+            described = "\n".join(
+                f"[attachment: {a.name}, {a.mime}, {a.size} bytes"
+                + (f", saved as {a.path}]" if a.path else ", not downloaded: too large]")
+                for a in attachments
+            )
+            text = f"{text}\n{described}" if text else described
+        if not text:
+            return
         origin = Origin(
             PLATFORM,
             channel_id=place.channel(),
@@ -246,7 +264,7 @@ class TelegramAdapter:
         if answered:
             return
         addressed, text = self._addressed(message, text)
-        inbound = Inbound(origin, session_id, text)
+        inbound = Inbound(origin, session_id, text, attachments)
         try:
             if chat.type == ChatType.PRIVATE or addressed:
                 await self.router.submit(inbound)
@@ -334,6 +352,45 @@ class TelegramAdapter:
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         log.error("telegram handler failed", error=repr(context.error), exc_info=context.error)
+
+    async def _attachments(self, message: Message, session_id: str) -> list[Attachment]:
+        """Download what came with the message into the session workspace."""
+        found: list[tuple[Any, str, str]] = []
+        if message.document is not None:
+            doc = message.document
+            found.append(
+                (doc, doc.file_name or "document", doc.mime_type or "application/octet-stream")
+            )
+        if message.photo:
+            found.append((message.photo[-1], "photo.jpg", "image/jpeg"))  # the largest size
+        if message.voice is not None:
+            found.append((message.voice, "voice.ogg", message.voice.mime_type or "audio/ogg"))
+        if not found:
+            return []
+        await self.runtime.store.ensure(session_id)
+        folder = self.runtime.store.files(session_id).dir / "workspace" / "attachments"
+        limit = self.runtime.settings.telegram_max_download_bytes
+        saved: list[Attachment] = []
+        for media, name, mime in found:
+            size = int(media.file_size or 0)
+            safe = _safe_name(f"{media.file_unique_id}_{name}")
+            if size > limit:
+                saved.append(Attachment(safe, mime, size, ""))
+                continue
+            try:
+                remote = await self.bot.get_file(media.file_id)
+                data = bytes(await remote.download_as_bytearray())
+            except TelegramError as exc:
+                log.warning("attachment download failed", error=str(exc), name=name)
+                saved.append(Attachment(safe, mime, size, ""))
+                continue
+            if len(data) > limit:
+                saved.append(Attachment(safe, mime, len(data), ""))
+                continue
+            target = folder / safe
+            await asyncio.to_thread(_write_attachment, target, data)
+            saved.append(Attachment(safe, mime, len(data), f"workspace/attachments/{safe}"))
+        return saved
 
     async def migrate(self, old: int, new: int) -> None:
         """A group became a supergroup: its session, history and settings carry over."""
@@ -517,6 +574,21 @@ class _Sink:
         reply_to = int(origin.reply_to) if origin.reply_to else None
         with contextlib.suppress(Forbidden):
             await self.adapter.send_plain(place, text, reply_to=reply_to)
+
+
+def _safe_name(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")
+    return cleaned[:120] or "file"
+
+
+def _write_attachment(target: Path, data: bytes) -> None:
+    # Only the folders inside an existing session are made here, never the session itself.
+    if not target.parent.parent.parent.is_dir():
+        raise FileNotFoundError(str(target.parent.parent.parent))
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = target.with_name(f".{target.name}.part")
+    tmp.write_bytes(data)
+    tmp.replace(target)
 
 
 def _reply(message_id: int | None) -> ReplyParameters | None:

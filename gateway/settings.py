@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     telegram_api_url: str = "https://api.telegram.org"
     # Chat ids allowed to use the bot, comma-separated; empty = every chat.
     telegram_allowed_chats: str = ""
+    # Attachments larger than this are not downloaded (the Bot API serves at most 20 MB).
+    telegram_max_download_bytes: int = 20 * 1024 * 1024
     # "polling" (no public address needed) or "webhook" (served by the gateway's HTTP server).
     telegram_mode: TelegramMode = TelegramMode.polling
     # The public https URL Telegram posts updates to; its path is served by the gateway.

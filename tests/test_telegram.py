@@ -338,3 +338,50 @@ def test_webhook_mode_needs_url_and_secret() -> None:
         Settings(telegram_mode="webhook", _env_file=None)  # type: ignore[call-arg]
     with pytest.raises(ValidationError, match="WEBHOOK_SECRET"):
         Settings(telegram_mode="webhook", telegram_webhook_url="https://x/hook", _env_file=None)  # type: ignore[call-arg]
+
+
+async def test_start_greets_with_help(rig: Rig) -> None:
+    rig.fake.inject_message(rig.fake.private_chat(141), rig.fake.user(141, "Ann"), "/start")
+    greeting = await reply_in(rig.fake, 141, "/help")
+    assert "Hello" in greeting["text"]
+
+
+async def test_attachments_are_saved_and_described(rig: Rig) -> None:
+    fake = rig.fake
+    chat, ann = fake.private_chat(151), fake.user(151, "Ann")
+    fake.inject_message(chat, ann, "my notes", document=("notes.txt", b"hello file", "text/plain"))
+    reply = await reply_in(fake, 151, "echo: my notes")
+    assert "notes.txt" in reply["text"] and "10 bytes" in reply["text"]
+    saved = list((rig.runtime.store.files("tg-151").dir / "workspace" / "attachments").iterdir())
+    assert [p.read_bytes() for p in saved] == [b"hello file"]
+    fake.inject_message(chat, ann, "", photo=b"\x89PNG fake image bytes")
+    photo = await reply_in(fake, 151, "image/jpeg")
+    assert "photo.jpg" in photo["text"]
+
+
+async def test_oversized_attachment_is_not_downloaded(fake: FakeTelegram, tmp_path: Path) -> None:
+    rig = await start_rig(fake, tmp_path / "home", telegram_max_download_bytes=4)
+    try:
+        fake.inject_message(
+            fake.private_chat(161), fake.user(161, "Ann"), "big", document=("big.bin", b"x" * 50)
+        )
+        reply = await reply_in(fake, 161, "not downloaded")
+        assert "big.bin" in reply["text"]
+        assert not (rig.runtime.store.files("tg-161").dir / "workspace").exists()
+    finally:
+        await stop_rig(rig)
+
+
+async def test_bot_removed_from_chat_cancels_its_prompt(rig: Rig) -> None:
+    fake = rig.fake
+    group = fake.group(-600, "gone")
+    ann = fake.user(171, "Ann")
+    fake.inject_message(group, ann, "/status")
+    await reply_in(fake, -600, "session: tg--600")
+    fake.fail_next("sendMessage", 403, "Forbidden: bot was kicked from the group chat")
+    fake.inject_message(group, ann, f"@{fake.bot_user['username']} !confirm x")
+    await fake.wait_for_call("sendMessage", ok=False, timeout=10)
+    task = rig.runtime.router.latest_task("tg--600")
+    assert task is not None
+    state = await rig.runtime.router.wait(task.task_hash, 10)
+    assert state.status == "canceled"
