@@ -114,6 +114,7 @@ class TaskState:
     replay: list[dict[str, Any]] = field(default_factory=list)
     prompts_asked: int = 0
     outbox_chunks: int = 0
+    tool_results: list[dict[str, Any]] = field(default_factory=list)
     journal_io: asyncio.Future[None] | None = None
     journal_closed: bool = False
 
@@ -436,7 +437,6 @@ class Router:
 
     async def _run(self, state: TaskState) -> None:
         self.counters["tasks_started"] += 1
-        tool_results: list[dict[str, Any]] = []
         try:
             await self._set_status(state, "running")
             await self._journal(state)
@@ -446,7 +446,7 @@ class Router:
             context = _Context(self, state, [m for m in history if m.id != state.user_message_id])
             async with self.presence.hold(state.session_id, state.task_hash):
                 async for step in self.agent.run(context):
-                    await self._step(state, step, tool_results)
+                    await self._step(state, step)
         except asyncio.CancelledError:
             if state.canceled_by:
                 await self._finish_canceled(state)
@@ -454,57 +454,22 @@ class Router:
             await self._set_status(state, "interrupted")
             raise
         except AgentFailed as exc:
-            await self._finish_error(state, str(exc), tool_results)
+            await self._finish_error(state, str(exc))
             return
         except Exception as exc:
             log.exception("task crashed", session=state.session_id, task=state.task_hash)
-            await self._finish_error(state, f"internal error: {type(exc).__name__}", tool_results)
+            await self._finish_error(state, f"internal error: {type(exc).__name__}")
             return
-        await self._finish_done(state, tool_results)
+        await self._finish_done(state)
 
-    async def _step(
-        self, state: TaskState, step: object, tool_results: list[dict[str, Any]]
-    ) -> None:
+    async def _step(self, state: TaskState, step: object) -> None:
         sid = state.session_id
         if isinstance(step, Delta):
             await self._emit(state, TextDeltaEvent(session_id=sid, text=step.text))
         elif isinstance(step, ToolCall):
-            state.steps.append(
-                {"type": "tool", "call_id": step.call_id, "tool": step.tool, "state": "started"}
-            )
-            await self._journal(state)
-            await self._emit(
-                state,
-                ToolCallEvent(session_id=sid, call_id=step.call_id, tool=step.tool, args=step.args),
-            )
+            await self._tool_started(state, step)
         elif isinstance(step, ToolResult):
-            result = {
-                "call_id": step.call_id,
-                "tool": step.tool,
-                "status": step.status,
-                "result": step.result,
-            }
-            tool_results.append(result)
-            state.steps.append(
-                {
-                    "type": "tool",
-                    "call_id": step.call_id,
-                    "state": "finished",
-                    "status": step.status,
-                    "result": step.result,
-                }
-            )
-            await self._journal(state)
-            await self._emit(
-                state,
-                ToolResultEvent(
-                    session_id=sid,
-                    call_id=step.call_id,
-                    tool=step.tool,
-                    status=step.status,
-                    result=step.result,
-                ),
-            )
+            await self._tool_finished(state, step)
         elif isinstance(step, Usage):
             await record_usage(
                 self.store.db,
@@ -522,11 +487,11 @@ class Router:
         elif isinstance(step, Reply):
             state.reply = step.text
 
-    async def _finish_done(self, state: TaskState, tool_results: list[dict[str, Any]]) -> None:
+    async def _finish_done(self, state: TaskState) -> None:
         sid = state.session_id
         text_event = TextEvent(session_id=sid, text=state.reply)
         items = await self.store.finish_run(
-            RunRecord(sid, state.task_hash, state.text, state.reply, tool_results),
+            RunRecord(sid, state.task_hash, state.text, state.reply, state.tool_results),
             state.reply,
             sender=self.agent.name,
             outbox=[self._outbox_entry(state, text_event)],
@@ -537,13 +502,11 @@ class Router:
         await self._drop_journal(state)  # before waiters hear of the end
         await self._set_status(state, "done")
 
-    async def _finish_error(
-        self, state: TaskState, message: str, tool_results: list[dict[str, Any]]
-    ) -> None:
+    async def _finish_error(self, state: TaskState, message: str) -> None:
         state.error = message
         error_event = ErrorEvent(session_id=state.session_id, message=message)
         items = await self.store.finish_run(
-            RunRecord(state.session_id, state.task_hash, state.text, "", tool_results),
+            RunRecord(state.session_id, state.task_hash, state.text, "", state.tool_results),
             "",
             sender=self.agent.name,
             outbox=[self._outbox_entry(state, error_event)],
@@ -669,17 +632,25 @@ class Router:
         result, and one that had started but not finished is not run again: it is reported to
         the agent as interrupted.
         """
-        sid = state.session_id
         before = [
-            s for s in state.replay if s.get("type") == "tool" and s["call_id"] == call.call_id
+            s for s in state.replay if s.get("type") == "tool" and s.get("call_id") == call.call_id
         ]
         finished = [s for s in before if s.get("state") == "finished"]
         if finished:
             state.steps.extend(before)
             done = finished[-1]
-            return ToolResult(
+            replayed = ToolResult(
                 call.call_id, call.tool, done.get("status", "ok"), done.get("result", "")
             )
+            state.tool_results.append(
+                {
+                    "call_id": call.call_id,
+                    "tool": call.tool,
+                    "status": replayed.status,
+                    "result": replayed.result,
+                }
+            )
+            return replayed
         if before:
             result = ToolResult(
                 call.call_id,
@@ -688,20 +659,7 @@ class Router:
                 "the gateway restarted while this tool was running",
             )
         else:
-            state.steps.append(
-                {
-                    "type": "tool",
-                    "call_id": call.call_id,
-                    "tool": call.tool,
-                    "args": call.args,
-                    "state": "started",
-                }
-            )
-            await self._journal(state)
-            await self._emit(
-                state,
-                ToolCallEvent(session_id=sid, call_id=call.call_id, tool=call.tool, args=call.args),
-            )
+            await self._tool_started(state, call)
             try:
                 result = ToolResult(call.call_id, call.tool, "ok", await execute())
             except asyncio.CancelledError:
@@ -710,27 +668,47 @@ class Router:
                 result = ToolResult(
                     call.call_id, call.tool, "error", f"{type(exc).__name__}: {exc}"
                 )
+        await self._tool_finished(state, result)
+        return result
+
+    async def _tool_started(self, state: TaskState, call: ToolCall) -> None:
         state.steps.append(
             {
                 "type": "tool",
                 "call_id": call.call_id,
-                "state": "finished",
-                "status": result.status,
-                "result": result.result,
+                "tool": call.tool,
+                "args": call.args,
+                "state": "started",
             }
         )
         await self._journal(state)
         await self._emit(
             state,
+            ToolCallEvent(
+                session_id=state.session_id, call_id=call.call_id, tool=call.tool, args=call.args
+            ),
+        )
+
+    async def _tool_finished(self, state: TaskState, result: ToolResult) -> None:
+        record = {
+            "call_id": result.call_id,
+            "tool": result.tool,
+            "status": result.status,
+            "result": result.result,
+        }
+        state.tool_results.append(record)
+        state.steps.append({"type": "tool", "state": "finished", **record})
+        await self._journal(state)
+        await self._emit(
+            state,
             ToolResultEvent(
-                session_id=sid,
-                call_id=call.call_id,
-                tool=call.tool,
+                session_id=state.session_id,
+                call_id=result.call_id,
+                tool=result.tool,
                 status=result.status,
                 result=result.result,
             ),
         )
-        return result
 
     # -- restart ---------------------------------------------------------------------------
 

@@ -298,3 +298,24 @@ async def test_fifty_sessions_make_progress_together(tmp_path: Path) -> None:
         assert all(rt.router.task(t.task_hash).reply == "slept 2s" for t in tasks)
     finally:
         await rt.close()
+
+
+async def test_action_history_records_tool_results(runtime: Runtime) -> None:
+    from sqlalchemy import text
+    from sqlmodel import Session
+
+    sub = await runtime.router.submit(inbound("cli-ah", "!write out.txt data"))
+    await runtime.router.wait(sub.task_hash, 10, until_prompt=True)
+    await runtime.router.answer("cli-ah", sub.task_hash, ANN, approve=True)
+    await finished(runtime.router, sub.task_hash)
+
+    def rows(session: Session) -> list[tuple[str, str, str]]:
+        res = session.connection().execute(
+            text("SELECT objective, tool_results, reply FROM action_history")
+        )
+        return [(r[0], r[1], r[2]) for r in res.all()]
+
+    ((objective, results, reply),) = await runtime.store.db.read(rows)
+    assert objective == "!write out.txt data" and reply == "wrote out.txt (4 bytes)"
+    (tool,) = json.loads(results)
+    assert (tool["tool"], tool["status"], tool["result"]) == ("write_file", "ok", "4 bytes")
