@@ -60,6 +60,7 @@ from gateway.events import (
     Event,
     Inbound,
     Origin,
+    TextDeltaEvent,
     TextEvent,
 )
 from gateway.ids import telegram_session_id
@@ -78,6 +79,7 @@ GREETING: Final = (
 ALIAS_PREFIX: Final = "tgalias:"
 MAX_CHARS: Final = 4096
 TYPING_EVERY_SECONDS: Final = 4.0
+STREAM_EDIT_SECONDS: Final = 1.0
 REFUSAL_EVERY_SECONDS: Final = 3600.0
 COMMANDS: Final = [
     ("help", "what the bot can do"),
@@ -189,7 +191,8 @@ class TelegramAdapter:
             await me.set_my_commands(COMMANDS)
         for key, new in (await self.runtime.kv.scan(ALIAS_PREFIX)).items():
             self._aliases[int(key.removeprefix(ALIAS_PREFIX))] = int(new)
-        self.router.register_sink(PLATFORM, _Sink(self))
+        self.sink = _Sink(self)
+        self.router.register_sink(PLATFORM, self.sink)
         await self.app.start()
         settings = self.runtime.settings
         if self.webhook_mode:
@@ -540,26 +543,70 @@ class TelegramAdapter:
             )
 
 
+@dataclass
+class _Stream:
+    """Text streamed so far by a task, shown in one message edited at most once a second."""
+
+    place: Place
+    text: str = ""
+    message_id: int | None = None
+    shown_at: float = 0.0
+
+
 class _Sink:
     """What the router sends to Telegram origins."""
 
     def __init__(self, adapter: TelegramAdapter) -> None:
         self.adapter = adapter
+        self._streams: dict[str, _Stream] = {}
+
+    async def _stream(self, origin: Origin, event: TextDeltaEvent) -> None:
+        stream = self._streams.setdefault(event.task_hash, _Stream(Place.of(origin)))
+        stream.text += event.text
+        now = time.monotonic()
+        if now - stream.shown_at < STREAM_EDIT_SECONDS:
+            return
+        stream.shown_at = now
+        shown = stream.text[: MAX_CHARS // 2] or "…"
+        bot = self.adapter.bot
+        with contextlib.suppress(BadRequest):
+            if stream.message_id is None:
+                reply_to = int(origin.reply_to) if origin.reply_to else None
+                sent = await self.adapter.send_plain(stream.place, shown, reply_to=reply_to)
+                stream.message_id = sent.message_id
+            else:
+                await bot.edit_message_text(
+                    shown, chat_id=stream.place.chat_id, message_id=stream.message_id
+                )
+
+    async def _end_stream(self, task_hash: str) -> None:
+        """The final reply replaces the streamed preview."""
+        stream = self._streams.pop(task_hash, None)
+        if stream is not None and stream.message_id is not None:
+            with contextlib.suppress(TelegramError):
+                await self.adapter.bot.delete_message(stream.place.chat_id, stream.message_id)
 
     async def deliver(self, origin: Origin, event: Event) -> str | None:
         adapter = self.adapter
         try:
+            if isinstance(event, TextDeltaEvent):
+                await adapter.typing(origin)
+                await self._stream(origin, event)
+                return None
             if isinstance(event, TextEvent):
                 key = f"{event.task_hash}:{hash(event.text)}"
-                return await adapter.send_reply(origin, event.text, key)
+                reply_id = await adapter.send_reply(origin, event.text, key)
+                await self._end_stream(event.task_hash)
+                return reply_id
             if isinstance(event, ConfirmEvent | AskUserEvent):
                 return await adapter.send_prompt(origin, event)
             if isinstance(event, AnswerEvent):
                 await adapter.close_prompt(event)
             elif isinstance(event, ErrorEvent):
-                sent = await adapter.send_plain(Place.of(origin), f"⚠️ {event.message}")
-                return str(sent.message_id)
+                warning = await adapter.send_plain(Place.of(origin), f"⚠️ {event.message}")
+                return str(warning.message_id)
             elif isinstance(event, CanceledEvent):
+                await self._end_stream(event.task_hash)
                 await adapter.send_plain(Place.of(origin), f"canceled by {event.by}")
             else:
                 await adapter.typing(origin)

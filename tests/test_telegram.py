@@ -385,3 +385,20 @@ async def test_bot_removed_from_chat_cancels_its_prompt(rig: Rig) -> None:
     assert task is not None
     state = await rig.runtime.router.wait(task.task_hash, 10)
     assert state.status == "canceled"
+
+
+async def test_streamed_text_edits_one_message_at_most_once_a_second(rig: Rig) -> None:
+    fake = rig.fake
+    fake.inject_message(fake.private_chat(181), fake.user(181, "Ann"), "!sleep 3")
+    preview = await fake.wait_for_call(
+        "sendMessage", lambda p: p.get("chat_id") == 181 and "1s" in str(p.get("text")), timeout=10
+    )
+    final = await reply_in(fake, 181, "slept 3s")
+    deleted = await fake.wait_for_call("deleteMessage", timeout=10)
+    edits = [(m, p) for m, p in fake.calls if m == "editMessageText" and p.get("chat_id") == 181]
+    assert (
+        1 <= len(edits) <= 3
+    )  # deltas at 1 s, 2 s, 3 s: one message, edited at most once a second
+    assert all("1s" in str(p.get("text")) for _, p in edits)
+    assert deleted["message_id"] != final.get("message_id")
+    assert preview["text"].startswith("1s")
