@@ -402,3 +402,13 @@ async def test_streamed_text_edits_one_message_at_most_once_a_second(rig: Rig) -
     assert all("1s" in str(p.get("text")) for _, p in edits)
     assert deleted["message_id"] != final.get("message_id")
     assert preview["text"].startswith("1s")
+
+
+async def test_polling_survives_errors(rig: Rig) -> None:
+    fake = rig.fake
+    fake.fail_next("getUpdates", 502, "Bad Gateway")
+    fake.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request")
+    fake.inject_message(fake.private_chat(201), fake.user(201, "Ann"), "still there?")
+    await reply_in(fake, 201, "echo: still there?")
+    failed = [c.status for c in fake.call_log if c.method == "getUpdates" and c.status != 200]
+    assert failed[:2] == [502, 409]  # both errors were met, and polling carried on
