@@ -91,6 +91,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     jobs: list[asyncio.Task[None]] = []
     http = None
     telegram = None
+    discord_adapter = None
     try:
         webhooks = []
         if settings.telegram_token is not None and settings.telegram_token.get_secret_value():
@@ -102,6 +103,11 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         http = await start_http(runtime, webhooks=webhooks)
         if telegram is not None:
             await telegram.start()
+        if settings.discord_token is not None and settings.discord_token.get_secret_value():
+            from adapters.discord import DiscordAdapter
+
+            discord_adapter = DiscordAdapter(runtime)
+            await discord_adapter.start()
         for address in http.addresses:
             host, port = address[0], address[1]
             log.info(
@@ -138,6 +144,8 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         for job in jobs:
             with contextlib.suppress(asyncio.CancelledError):
                 await job
+        if discord_adapter is not None:
+            await discord_adapter.stop()
         if telegram is not None:
             await telegram.stop()
         if http is not None:

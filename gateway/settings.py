@@ -82,6 +82,27 @@ class Settings(BaseSettings):
     # Checked on every webhook call (X-Telegram-Bot-Api-Secret-Token): 1-256 of A-Z a-z 0-9 _ -
     telegram_webhook_secret: SecretStr | None = None
 
+    # Discord: the adapter starts when a token is set.
+    discord_token: SecretStr | None = None
+    # REST and gateway addresses; set them only to put a proxy in front of Discord.
+    discord_api_url: str = "https://discord.com/api/v10"
+    discord_gateway_url: str = "wss://gateway.discord.gg/"
+    # Comma-separated ids; empty = all.
+    discord_allowed_guilds: str = ""
+    discord_allowed_channels: str = ""
+    # Channels where every message goes to the agent without a mention.
+    discord_listen_channels: str = ""
+    # Members with this role (name or id) count as admins.
+    discord_admin_role: str = ""
+    # Sharding: total shards, and which of them this process runs ("0,1"); empty = all.
+    discord_shard_count: int | None = None
+    discord_shard_ids: str = ""
+
+    @staticmethod
+    def id_set(value: str) -> frozenset[int]:
+        parts = (p.strip() for p in value.split(","))
+        return frozenset(int(p) for p in parts if p.isdigit())
+
     @model_validator(mode="after")
     def _webhook_complete(self) -> Settings:
         if self.telegram_mode is TelegramMode.webhook:
@@ -108,6 +129,11 @@ class Settings(BaseSettings):
     @classmethod
     def _expand_home(cls, value: Path) -> Path:
         return value.expanduser().resolve()
+
+    @field_validator("discord_shard_count", mode="before")
+    @classmethod
+    def _blank_is_none(cls, value: object) -> object:
+        return None if value == "" else value
 
     @field_validator("instance_id", mode="after")
     @classmethod

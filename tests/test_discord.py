@@ -1,0 +1,216 @@
+"""The Discord adapter through the whole gateway, against a fake Discord on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.discord import FakeDiscord, point_discord_py_at, text_channel, thread, user
+
+from adapters.discord import DiscordAdapter
+from gateway.app import Runtime
+from gateway.settings import Settings
+
+GUILD, GENERAL, THREAD, DM = 900, 901, 902, 903
+ANN = user(11, "ann")
+BOB = user(12, "bob")
+
+
+@dataclass
+class Rig:
+    fake: FakeDiscord
+    runtime: Runtime
+    adapter: DiscordAdapter
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord() as server:
+        server.add_guild(
+            GUILD,
+            "guild",
+            channels=[text_channel(GENERAL, "general"), thread(THREAD, GENERAL, "side")],
+            members=[ANN, BOB],
+        )
+        server.dm_channel(DM, ANN)
+        yield server
+
+
+@pytest.fixture
+def pointed(fake: FakeDiscord) -> Iterator[None]:
+    with point_discord_py_at(fake):
+        yield
+
+
+async def start_rig(fake: FakeDiscord, home: Path) -> Rig:
+    settings = Settings(
+        home=home,
+        discord_token=fake.token,
+        discord_api_url=fake.api_base,
+        discord_gateway_url=fake.gateway_url,
+        confirm_timeout_seconds=30,
+        _env_file=None,
+    )  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    runtime.router.courier.initial_wait = 0.01
+    adapter = DiscordAdapter(runtime, guild_ready_timeout=0.05)
+    await adapter.start(ready_timeout=10)
+    return Rig(fake, runtime, adapter)
+
+
+async def stop_rig(rig: Rig) -> None:
+    await rig.adapter.stop()
+    await rig.runtime.close()
+
+
+@pytest.fixture
+async def rig(fake: FakeDiscord, pointed: None, tmp_path: Path) -> AsyncIterator[Rig]:
+    started = await start_rig(fake, tmp_path / "home")
+    try:
+        yield started
+    finally:
+        await stop_rig(started)
+
+
+async def reply_in(fake: FakeDiscord, channel: int, contains: str) -> dict[str, Any]:
+    return await fake.wait_for_call(
+        f"POST /channels/{channel}/messages",
+        lambda body: contains in str(body.get("content", "")),
+        timeout=10,
+    )
+
+
+def contents(fake: FakeDiscord, channel: int) -> list[str]:
+    return [str(m.get("content", "")) for m in fake.sent_messages(channel)]
+
+
+async def test_mention_gets_an_echo_in_the_same_channel(rig: Rig) -> None:
+    trigger = rig.fake.inject_message(GENERAL, ANN, "hello there", mentions_bot=True)
+    body = await reply_in(rig.fake, GENERAL, "echo: hello there")
+    assert str(body["message_reference"]["message_id"]) == str(trigger["id"])
+    assert body["allowed_mentions"]["parse"] in ([], ["users"])  # no everyone, no roles
+    assert body.get("nonce") and body.get("enforce_nonce") is True
+    messages = await rig.runtime.store.recent_messages(f"dc-{GENERAL}")
+    assert [(m.role, m.content, m.sender) for m in messages] == [
+        ("user", "hello there", "ann"),
+        ("assistant", "echo: hello there", "offline"),
+    ]
+
+
+async def test_chatter_is_context_and_the_bots_own_echo_is_ignored(rig: Rig) -> None:
+    fake = rig.fake
+    fake.inject_message(GENERAL, BOB, "just talking")
+    fake.inject_message(GENERAL, ANN, "now you", mentions_bot=True)
+    await reply_in(fake, GENERAL, "echo: now you")
+    fake.inject_message(GENERAL, ANN, "and again", mentions_bot=True)
+    await reply_in(fake, GENERAL, "echo: and again")
+    echoes = [c for c in contents(fake, GENERAL) if c.startswith("echo:")]
+    assert echoes == ["echo: now you", "echo: and again"]
+    messages = await rig.runtime.store.recent_messages(f"dc-{GENERAL}")
+    assert ("just talking", "bob") in [(m.content, m.sender) for m in messages]
+
+
+async def test_dm_and_thread_are_sessions_of_their_own(rig: Rig) -> None:
+    rig.fake.inject_message(DM, ANN, "private words", guild_id=None)
+    await reply_in(rig.fake, DM, "echo: private words")
+    rig.fake.inject_message(THREAD, BOB, "in the thread", mentions_bot=True)
+    await reply_in(rig.fake, THREAD, "echo: in the thread")
+    assert await rig.runtime.store.get(f"dc-{DM}") is not None
+    assert await rig.runtime.store.get(f"dc-{THREAD}") is not None
+
+
+async def prompt_in(fake: FakeDiscord, channel: int) -> dict[str, Any]:
+    body = await fake.wait_for_call(
+        f"POST /channels/{channel}/messages", lambda b: bool(b.get("components")), timeout=10
+    )
+    return fake.sent_messages(channel)[-1] if body else body
+
+
+def custom_ids(message: dict[str, Any]) -> list[str]:
+    return [c["custom_id"] for row in message["components"] for c in row["components"]]
+
+
+async def test_confirm_only_the_requester_may_click(rig: Rig) -> None:
+    fake = rig.fake
+    fake.inject_message(GENERAL, ANN, "!confirm deploy", mentions_bot=True)
+    prompt = await prompt_in(fake, GENERAL)
+    approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
+    fake.inject_component(BOB, prompt, approve)
+    refusal = await fake.wait_for_call(
+        "POST /interactions/{id}/{token}/callback", lambda b: b.get("type") == 4, timeout=10
+    )
+    assert refusal["data"]["flags"] & 64 and "ann" in refusal["data"]["content"]
+    fake.inject_component(ANN, prompt, approve)
+    edit = await fake.wait_for_call(
+        "POST /interactions/{id}/{token}/callback", lambda b: b.get("type") == 7, timeout=10
+    )
+    buttons = [c for row in edit["data"]["components"] for c in row["components"]]
+    assert buttons and all(b.get("disabled") for b in buttons)
+    assert "approved by ann" in edit["data"]["content"]
+    await reply_in(fake, GENERAL, "approved: deploy")
+
+
+async def test_ask_with_a_modal(rig: Rig) -> None:
+    fake = rig.fake
+    fake.inject_message(DM, ANN, "!ask favourite colour?", guild_id=None)
+    prompt = await prompt_in(fake, DM)
+    (answer_button,) = custom_ids(prompt)
+    fake.inject_component(ANN, prompt, answer_button)
+    modal = await fake.wait_for_call(
+        "POST /interactions/{id}/{token}/callback", lambda b: b.get("type") == 9, timeout=10
+    )
+    text_input = modal["data"]["components"][0]["components"][0]
+    fake.inject_modal_submit(
+        ANN, prompt, modal["data"]["custom_id"], {text_input["custom_id"]: "green"}
+    )
+    await reply_in(fake, DM, "answer: green")
+
+
+async def test_long_reply_arrives_in_valid_chunks(rig: Rig) -> None:
+    code = "\n".join(f"value_{i} = {i}" for i in range(220))
+    text = "Plan:\n\n```python\n" + code + "\n```\n\n" + "word " * 300
+    assert len(text) > 4000
+    rig.fake.inject_message(DM, ANN, text, guild_id=None)
+    await reply_in(rig.fake, DM, "word word")
+    chunks = [c for c in contents(rig.fake, DM) if c]
+    assert len(chunks) >= 3 and all(len(c) <= 2000 for c in chunks)
+    assert all(
+        sum(line.lstrip().startswith("```") for line in c.splitlines()) % 2 == 0 for c in chunks
+    )
+
+
+async def test_429_is_retried_and_nothing_is_lost(rig: Rig) -> None:
+    rig.fake.fail_next("POST /channels/{id}/messages", 429, retry_after=0.2)
+    rig.fake.inject_message(DM, ANN, "patience", guild_id=None)
+    await reply_in(rig.fake, DM, "echo: patience")
+    assert contents(rig.fake, DM).count("echo: patience") == 1
+
+
+async def test_resume_after_the_server_drops_the_socket(rig: Rig) -> None:
+    await rig.fake.disconnect(4000)
+    await rig.fake.wait_for_resume(timeout=10)
+    rig.fake.inject_message(DM, ANN, "still with me?", guild_id=None)
+    await reply_in(rig.fake, DM, "echo: still with me?")
+
+
+async def test_old_button_works_after_a_restart(
+    fake: FakeDiscord, pointed: None, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    rig = await start_rig(fake, home)
+    fake.inject_message(GENERAL, ANN, "!confirm migrate", mentions_bot=True)
+    old_prompt = await prompt_in(fake, GENERAL)
+    await stop_rig(rig)
+
+    rig = await start_rig(fake, home)
+    try:
+        assert await rig.runtime.router.recover() == 1
+        await prompt_in(fake, GENERAL)  # asked again
+        approve = next(cid for cid in custom_ids(old_prompt) if cid.endswith(":y"))
+        fake.inject_component(ANN, old_prompt, approve)
+        await reply_in(fake, GENERAL, "approved: migrate")
+    finally:
+        await stop_rig(rig)
