@@ -24,11 +24,13 @@ import discord
 import yarl
 from discord import app_commands, ui
 
+from adapters.attachments import describe, safe_name, save_attachment
 from adapters.discord_format import split_message
 from gateway.app import Runtime
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
+    Attachment,
     CanceledEvent,
     ConfirmEvent,
     ErrorEvent,
@@ -295,15 +297,13 @@ class DiscordAdapter:
             or replied
             or message.channel.id in self.listen_channels
         )
-        attachments = [
-            f"[attachment: {a.filename}, {a.content_type or 'unknown type'}, {a.size} bytes]"
-            for a in message.attachments
-        ]
+        session_id = discord_session_id(message.channel.id)
+        attachments = await self._attachments(message, session_id)
         if attachments:
-            text = "\n".join([text, *attachments]).strip()
+            text = f"{text}\n{describe(attachments)}".strip()
         if not text:
             return
-        inbound = Inbound(self.origin_of(message), discord_session_id(message.channel.id), text)
+        inbound = Inbound(self.origin_of(message), session_id, text, attachments)
         try:
             if addressed:
                 await self.router.submit(inbound)
@@ -312,6 +312,27 @@ class DiscordAdapter:
         except MessageTooLong as exc:
             with contextlib.suppress(discord.HTTPException):
                 await message.reply(f"⚠️ {exc}", allowed_mentions=NO_MASS_MENTIONS)
+
+    async def _attachments(self, message: discord.Message, session_id: str) -> list[Attachment]:
+        if not message.attachments:
+            return []
+        await self.runtime.store.ensure(session_id)
+        limit = self.runtime.settings.discord_max_download_bytes
+        saved: list[Attachment] = []
+        for item in message.attachments:
+            mime = item.content_type or "application/octet-stream"
+            name = safe_name(f"{item.id}_{item.filename}")
+            if item.size > limit:
+                saved.append(Attachment(name, mime, item.size, ""))
+                continue
+            try:
+                data = await item.read()
+            except discord.HTTPException as exc:
+                log.warning("attachment download failed", error=str(exc), name=item.filename)
+                saved.append(Attachment(name, mime, item.size, ""))
+                continue
+            saved.append(await save_attachment(self.runtime.store, session_id, name, mime, data))
+        return saved
 
     def add_commands(self, tree: app_commands.CommandTree[Any]) -> None:
         for name, description in (

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hmac
 import html
@@ -22,7 +21,6 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -48,6 +46,7 @@ from telegram.ext import (
     filters,
 )
 
+from adapters.attachments import describe, safe_name, save_attachment
 from adapters.telegram_format import render_html, split_html, split_plain, strip_html
 from gateway.app import Runtime
 from gateway.events import (
@@ -248,11 +247,7 @@ class TelegramAdapter:
             return
         attachments = await self._attachments(message, session_id)
         if attachments:
-            described = "\n".join(
-                f"[attachment: {a.name}, {a.mime}, {a.size} bytes"
-                + (f", saved as {a.path}]" if a.path else ", not downloaded: too large]")
-                for a in attachments
-            )
+            described = describe(attachments)
             text = f"{text}\n{described}" if text else described
         if not text:
             return
@@ -371,12 +366,11 @@ class TelegramAdapter:
         if not found:
             return []
         await self.runtime.store.ensure(session_id)
-        folder = self.runtime.store.files(session_id).dir / "workspace" / "attachments"
         limit = self.runtime.settings.telegram_max_download_bytes
         saved: list[Attachment] = []
         for media, name, mime in found:
             size = int(media.file_size or 0)
-            safe = _safe_name(f"{media.file_unique_id}_{name}")
+            safe = safe_name(f"{media.file_unique_id}_{name}")
             if size > limit:
                 saved.append(Attachment(safe, mime, size, ""))
                 continue
@@ -390,9 +384,7 @@ class TelegramAdapter:
             if len(data) > limit:
                 saved.append(Attachment(safe, mime, len(data), ""))
                 continue
-            target = folder / safe
-            await asyncio.to_thread(_write_attachment, target, data)
-            saved.append(Attachment(safe, mime, len(data), f"workspace/attachments/{safe}"))
+            saved.append(await save_attachment(self.runtime.store, session_id, safe, mime, data))
         return saved
 
     async def migrate(self, old: int, new: int) -> None:
@@ -621,21 +613,6 @@ class _Sink:
         reply_to = int(origin.reply_to) if origin.reply_to else None
         with contextlib.suppress(Forbidden):
             await self.adapter.send_plain(place, text, reply_to=reply_to)
-
-
-def _safe_name(name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")
-    return cleaned[:120] or "file"
-
-
-def _write_attachment(target: Path, data: bytes) -> None:
-    # Only the folders inside an existing session are made here, never the session itself.
-    if not target.parent.parent.parent.is_dir():
-        raise FileNotFoundError(str(target.parent.parent.parent))
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = target.with_name(f".{target.name}.part")
-    tmp.write_bytes(data)
-    tmp.replace(target)
 
 
 def _reply(message_id: int | None) -> ReplyParameters | None:

@@ -96,6 +96,8 @@ class Settings(BaseSettings):
     discord_admin_role: str = ""
     # Sharding: total shards, and which of them this process runs ("0,1"); empty = all.
     discord_shard_count: int | None = None
+    # Attachments larger than this are not downloaded, in bytes.
+    discord_max_download_bytes: int = 25 * 1024 * 1024
     discord_shard_ids: str = ""
 
     @staticmethod

@@ -214,3 +214,13 @@ async def test_old_button_works_after_a_restart(
         await reply_in(fake, GENERAL, "approved: migrate")
     finally:
         await stop_rig(rig)
+
+
+async def test_attachments_are_saved_in_the_session_workspace(rig: Rig) -> None:
+    rig.fake.inject_message(
+        DM, ANN, "see file", guild_id=None, attachments=[("notes.txt", b"attached bytes")]
+    )
+    reply = await reply_in(rig.fake, DM, "echo: see file")
+    assert "notes.txt" in reply["content"] and "14 bytes" in reply["content"]
+    folder = rig.runtime.store.files(f"dc-{DM}").dir / "workspace" / "attachments"
+    assert [p.read_bytes() for p in folder.iterdir()] == [b"attached bytes"]
