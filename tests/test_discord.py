@@ -45,9 +45,10 @@ def pointed(fake: FakeDiscord) -> Iterator[None]:
         yield
 
 
-async def start_rig(fake: FakeDiscord, home: Path) -> Rig:
+async def start_rig(fake: FakeDiscord, home: Path, **extra: Any) -> Rig:
     settings = Settings(
         home=home,
+        **extra,
         discord_token=fake.token,
         discord_api_url=fake.api_base,
         discord_gateway_url=fake.gateway_url,
@@ -171,8 +172,8 @@ async def test_ask_with_a_modal(rig: Rig) -> None:
 
 async def test_long_reply_arrives_in_valid_chunks(rig: Rig) -> None:
     code = "\n".join(f"value_{i} = {i}" for i in range(220))
-    text = "Plan:\n\n```python\n" + code + "\n```\n\n" + "word " * 300
-    assert len(text) > 4000
+    text = "Plan:\n\n```python\n" + code + "\n```\n\n" + "word " * 500
+    assert len(text) > 5000
     rig.fake.inject_message(DM, ANN, text, guild_id=None)
     await reply_in(rig.fake, DM, "word word")
     chunks = [c for c in contents(rig.fake, DM) if c]
@@ -224,3 +225,32 @@ async def test_attachments_are_saved_in_the_session_workspace(rig: Rig) -> None:
     assert "notes.txt" in reply["content"] and "14 bytes" in reply["content"]
     folder = rig.runtime.store.files(f"dc-{DM}").dir / "workspace" / "attachments"
     assert [p.read_bytes() for p in folder.iterdir()] == [b"attached bytes"]
+
+
+async def test_listen_channel_allowlist_admin_role_and_bots(
+    fake: FakeDiscord, pointed: None, tmp_path: Path
+) -> None:
+    listen, closed = 904, 905
+    fake.add_channel(GUILD, text_channel(listen, "ask-the-bot"))
+    fake.add_channel(GUILD, text_channel(closed, "off-limits"))
+    rig = await start_rig(
+        fake,
+        tmp_path / "home",
+        discord_listen_channels=str(listen),
+        discord_allowed_channels=f"{GENERAL},{listen}",
+        admins=f"discord:{BOB['id']}",
+    )
+    try:
+        fake.inject_message(closed, ANN, "not here", mentions_bot=True)
+        fake.inject_message(listen, user(13, "other-bot", bot=True), "beep")
+        fake.inject_message(listen, ANN, "no mention needed")
+        await reply_in(fake, listen, "echo: no mention needed")
+        assert contents(fake, closed) == []
+        assert not any("beep" in c for c in contents(fake, listen))
+        fake.inject_message(GENERAL, ANN, "!confirm ship", mentions_bot=True)
+        prompt = await prompt_in(fake, GENERAL)
+        approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
+        fake.inject_component(BOB, prompt, approve)  # bob is an admin
+        await reply_in(fake, GENERAL, "approved: ship")
+    finally:
+        await stop_rig(rig)
