@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import discord
 import pytest
 from fakes.discord import FakeDiscord, point_discord_py_at, text_channel, thread, user
 
@@ -254,3 +255,27 @@ async def test_listen_channel_allowlist_admin_role_and_bots(
         await reply_in(fake, GENERAL, "approved: ship")
     finally:
         await stop_rig(rig)
+
+
+async def test_missing_message_content_intent_is_explained(
+    pointed: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with FakeDiscord(enabled_intents=0) as server:
+        server.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")])
+        with point_discord_py_at(server):
+            settings = Settings(
+                home=tmp_path / "home",
+                discord_token=server.token,
+                discord_api_url=server.api_base,
+                discord_gateway_url=server.gateway_url,
+                _env_file=None,
+            )  # type: ignore[call-arg]
+            runtime = await Runtime.start(settings)
+            adapter = DiscordAdapter(runtime, guild_ready_timeout=0.05)
+            try:
+                with pytest.raises(discord.PrivilegedIntentsRequired):
+                    await adapter.start(ready_timeout=10)
+            finally:
+                await adapter.stop()
+                await runtime.close()
+    assert "MESSAGE CONTENT INTENT" in capsys.readouterr().err
