@@ -386,6 +386,14 @@ def _error(
     return web.json_response(body, status=status, headers=headers)
 
 
+def _is_hash(value: str) -> bool:
+    try:
+        validate_hash(value)
+    except InvalidHash:
+        return False
+    return True
+
+
 def _route_label(request: web.Request) -> str:
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else "unmatched"
@@ -835,7 +843,29 @@ class HttpApi:
         after it saw the prompt does not spin.
         """
         wait = _seconds_query(request, "wait")
-        state = self.task_of(request)
+        try:
+            state = self.task_of(request)
+        except ApiError as missing:
+            # Not in this process's memory (finished before a restart, or long ago): the
+            # archive still knows how it ended.
+            session_id = _session_id(request)
+            task_hash = request.match_info["task_hash"]
+            if missing.status != 404 or not _is_hash(task_hash):
+                raise
+            run = await self.store.finished_run(session_id, task_hash)
+            if run is None:
+                raise
+            return web.json_response(
+                {
+                    "session_id": session_id,
+                    "task_hash": task_hash,
+                    "status": "done" if run["reply"] else "error",
+                    "text": run["reply"],
+                    "error": "" if run["reply"] else "the task ended without a reply",
+                    "pending": None,
+                    "events": [],
+                }
+            )
         if wait:
             until_prompt = state.prompt is None
             waited = await self.until_closing(

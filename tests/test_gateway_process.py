@@ -147,3 +147,22 @@ async def test_sigterm_shuts_down_cleanly_and_keeps_journals(gateway: Gateway) -
     assert await gateway.stop() == 0
     journal = gateway.home / "sessions" / running["session_id"] / "pending"
     assert (journal / f"{running['task_hash']}.json").exists()
+
+
+async def test_task_finished_before_a_restart_is_still_known(gateway: Gateway) -> None:
+    await gateway.start()
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{gateway.url}/v1/send", json={"content": "remember me", "persist": True}
+        ) as resp:
+            done = await resp.json()
+        assert await gateway.stop() == 0
+        await gateway.start()
+        url = f"{gateway.url}/v1/session/{done['session_id']}/task/{done['task_hash']}"
+        async with http.get(url) as resp:
+            assert resp.status == 200
+            body = await resp.json()
+        assert (body["status"], body["text"]) == ("done", "echo: remember me")
+        async with http.get(f"{gateway.url}/v1/session/{done['session_id']}/task/nope") as resp:
+            assert resp.status == 404
+    assert await gateway.stop() == 0

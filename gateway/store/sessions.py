@@ -397,6 +397,22 @@ class SessionStore:
                 log.warning("session deleted before its reply was filed", session=run.session_id)
         return items
 
+    async def finished_run(self, session_id: str, task_hash: str) -> dict[str, str] | None:
+        """The recorded outcome of a finished task: objective and reply (empty on error)."""
+        validate_session_id(session_id)
+        stmt = select(ActionHistoryRow).where(
+            col(ActionHistoryRow.session_id) == session_id,
+            col(ActionHistoryRow.task_hash) == task_hash,
+        )
+
+        def work(session: Session) -> dict[str, str] | None:
+            row = session.exec(stmt).first()
+            if row is None:
+                return None
+            return {"objective": row.objective, "reply": row.reply}
+
+        return await self.db.read(work)
+
     async def run_recorded(self, session_id: str, task_hash: str) -> bool:
         stmt = select(ActionHistoryRow.id).where(
             col(ActionHistoryRow.session_id) == session_id,
