@@ -31,10 +31,15 @@ class UnknownAgent(ValueError):
     pass
 
 
-def build_agent(name: str) -> Agent:
+def build_agent(settings: Settings) -> Agent:
+    name = settings.agent
     if name == "offline":
         return OfflineAgent()
-    raise UnknownAgent(f"unknown agent {name!r}; available: offline")
+    if name == "openai":
+        from gateway.agents.openai import OpenAIAgent
+
+        return OpenAIAgent(settings)
+    raise UnknownAgent(f"unknown agent {name!r} (AGENVOY_AGENT); available: offline, openai")
 
 
 @dataclass
@@ -47,7 +52,7 @@ class Runtime:
 
     @classmethod
     async def start(cls, settings: Settings) -> Runtime:
-        agent = build_agent(settings.agent)
+        agent = build_agent(settings)
         store = await SessionStore.open(settings)
         try:
             kv = await open_kv(settings.resolved_kv_url)
@@ -68,6 +73,9 @@ class Runtime:
 
     async def close(self) -> None:
         await self.router.close()
+        closer = getattr(self.router.agent, "aclose", None)
+        if closer is not None:
+            await closer()
         await self.kv.close()
         await self.store.close()
 

@@ -61,6 +61,7 @@ from gateway.settings import Settings
 from gateway.store import outbox as outbox_table
 from gateway.store.files import SessionFiles
 from gateway.store.outbox import OutboxEntry, OutboxItem
+from gateway.store.search import search_messages
 from gateway.store.sessions import RunRecord, SessionStore, StoredMessage
 from gateway.store.usage import UsageRecord, record_usage
 
@@ -444,6 +445,11 @@ class Router:
                 state.session_id, self.settings.history_window + 1
             )
             context = _Context(self, state, [m for m in history if m.id != state.user_message_id])
+            row = await self.store.get(state.session_id)
+            context.persona = row.persona if row else ""
+            context.model = row.model if row else ""
+            summary = await asyncio.to_thread(self.store.files(state.session_id).read_summary)
+            context.summary = summary.text if summary else ""
             async with self.presence.hold(state.session_id, state.task_hash):
                 async for step in self.agent.run(context):
                     await self._step(state, step)
@@ -895,6 +901,9 @@ class _Context:
         self.attachments = state.attachments
         self.history: Sequence[StoredMessage] = history
         self.workspace = router.store.files(state.session_id).dir / "workspace"
+        self.persona = ""
+        self.model = ""
+        self.summary = ""
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         answer = await self._router.ask(self._state, "confirm", tool=tool, args=args)
@@ -906,6 +915,19 @@ class _Context:
 
     async def run_tool(self, call: ToolCall, execute: Callable[[], Awaitable[str]]) -> ToolResult:
         return await self._router.run_tool(self._state, call, execute)
+
+    async def search_history(self, query: str) -> list[dict[str, object]]:
+        hits = await search_messages(self._router.store.db, query, session_id=self.session_id)
+        return [
+            {
+                "id": h.id,
+                "role": h.role,
+                "sender": h.sender,
+                "content": h.content,
+                "send_at": h.send_at,
+            }
+            for h in hits
+        ]
 
     async def record_file_version(self, directory: str, name: str, content: str) -> None:
         await self._router.store.record_file_version(

@@ -62,6 +62,15 @@ class Settings(BaseSettings):
     temp_idle_seconds: float = 1800.0
     cleanup_interval_seconds: float = 1800.0
 
+    # The openai agent: any OpenAI-compatible chat-completions endpoint.
+    openai_base_url: str = "https://api.openai.com/v1"
+    openai_api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    # Model for rolling summaries; empty = the same as `model`.
+    summary_model: str = ""
+    max_tool_iterations: int = 32
+    openai_timeout_seconds: float = 120.0
+
     http_host: str = "127.0.0.1"
     http_port: int = 17989
     # Bearer token for the HTTP API; required when http_host is not a loopback address.

@@ -66,6 +66,9 @@ class AgentContext(Protocol):
     attachments: Sequence[Attachment]
     history: Sequence[StoredMessage]
     workspace: Path
+    persona: str  # the session's persona, "" for none
+    model: str  # the session's model override, "" for the default
+    summary: str  # the rolling summary of older messages, "" for none
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         """Ask the user who started the run to approve a tool call; False when denied/expired."""
@@ -80,6 +83,10 @@ class AgentContext(Protocol):
         ...
 
     async def record_file_version(self, directory: str, name: str, content: str) -> None: ...
+
+    async def search_history(self, query: str) -> list[dict[str, object]]:
+        """Full-text search of this session's archive, newest first."""
+        ...
 
 
 class Agent(Protocol):

@@ -1,0 +1,293 @@
+"""The `openai` agent: any OpenAI-compatible chat-completions endpoint, streamed, with tools.
+
+Context of each call: system prompt (base instructions, the session persona, a formatting note
+for the platform), the rolling summary if any, the recent window of the conversation with each
+message's sender, then the new message. Tool calls (several per reply too) run through the
+router (journaled, confirmation-gated where the tool says so); their results go back to the
+model until it answers in text or `max_tool_iterations` calls were made.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from gateway.agents.base import (
+    AgentContext,
+    AgentFailed,
+    Delta,
+    Reply,
+    Step,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from gateway.agents.tools import BUILTIN_TOOLS, Tool, ToolFailed
+from gateway.logs import get_logger
+from gateway.settings import Settings
+
+log = get_logger(__name__)
+
+BASE_INSTRUCTIONS = (
+    "You are the assistant of a shared conversation. Messages from people start with their "
+    "name. Use the tools when they help; ask before doing anything the user did not ask for."
+)
+FORMATTING = {
+    "discord": "Format replies with Discord Markdown.",
+    "telegram": "Format replies with simple Markdown: bold, italics, inline code, code blocks.",
+    "http": "Reply in plain text or simple Markdown.",
+    "terminal": "Reply in plain text or simple Markdown.",
+}
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+@dataclass
+class _Completion:
+    text: str = ""
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+class OpenAIAgent:
+    name = "openai"
+
+    def __init__(self, settings: Settings, tools: Mapping[str, Tool] = BUILTIN_TOOLS) -> None:
+        self.settings = settings
+        self.tools = dict(tools)
+        self.base_url = settings.openai_base_url.rstrip("/")
+        key = settings.openai_api_key
+        self.api_key = key.get_secret_value() if key else ""
+        self._http: aiohttp.ClientSession | None = None
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            timeout = aiohttp.ClientTimeout(total=self.settings.openai_timeout_seconds)
+            self._http = aiohttp.ClientSession(timeout=timeout)
+        return self._http
+
+    def context_messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
+        system = [BASE_INSTRUCTIONS]
+        if ctx.persona:
+            system.append(f"Persona: {ctx.persona}")
+        system.append(FORMATTING.get(ctx.origin.platform, ""))
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "\n\n".join(system)}]
+        if ctx.summary:
+            messages.append(
+                {
+                    "role": "system",
+                    "content": f"Summary of the earlier conversation:\n{ctx.summary}",
+                }
+            )
+        window = list(ctx.history)[-self.settings.history_window :]
+        for message in window:
+            if message.role == "assistant":
+                messages.append({"role": "assistant", "content": message.content})
+            else:
+                who = message.sender or "user"
+                messages.append({"role": "user", "content": f"{who}: {message.content}"})
+        sender = ctx.origin.sender_name or ctx.origin.sender_id or "user"
+        messages.append({"role": "user", "content": f"{sender}: {ctx.text}"})
+        return messages
+
+    async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
+        model = ctx.model or self.settings.model
+        messages = self.context_messages(ctx)
+        schemas = [tool.schema() for tool in self.tools.values()]
+        for _ in range(self.settings.max_tool_iterations):
+            completion = _Completion()
+            started = time.monotonic()
+            async for delta in self._complete(model, messages, schemas, completion):
+                yield Delta(delta)
+            elapsed = int((time.monotonic() - started) * 1000)
+            calls = [completion.calls[i] for i in sorted(completion.calls)]
+            yield _usage(model, completion.usage, elapsed, [c["id"] for c in calls])
+            if not calls:
+                yield Reply(completion.text)
+                return
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": completion.text or None,
+                    "tool_calls": [
+                        {
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": c["arguments"]},
+                        }
+                        for c in calls
+                    ],
+                }
+            )
+            for call in calls:
+                result = await self._call_tool(ctx, call)
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "content": result.result
+                        if result.status == "ok"
+                        else f"error ({result.status}): {result.result}",
+                    }
+                )
+        raise AgentFailed(
+            f"stopped after {self.settings.max_tool_iterations} model calls without an answer"
+        )
+
+    async def _call_tool(self, ctx: AgentContext, call: dict[str, Any]) -> ToolResult:
+        name, call_id = call["name"], call["id"]
+        tool = self.tools.get(name)
+        try:
+            args = json.loads(call["arguments"] or "{}")
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            return ToolResult(call_id, name, "error", f"invalid arguments: {exc}")
+        if tool is None:
+            return ToolResult(call_id, name, "error", f"there is no tool named {name!r}")
+        if tool.needs_confirmation and not await ctx.confirm(name, args):
+            return ToolResult(call_id, name, "denied", "the user denied this action")
+
+        async def execute() -> str:
+            try:
+                return await tool.run(ctx, args)
+            except ToolFailed as exc:
+                raise RuntimeError(str(exc)) from exc
+
+        return await ctx.run_tool(ToolCall(call_id, name, args), execute)
+
+    async def _complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        into: _Completion,
+    ) -> AsyncIterator[str]:
+        body = {
+            "model": model,
+            "messages": messages,
+            "tools": tools,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        url = f"{self.base_url}/chat/completions"
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(lambda e: isinstance(e, _Retryable)),
+            stop=stop_after_attempt(4),
+            wait=_wait_for_server,
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    async for delta in self._stream(url, body, headers, into):
+                        yield delta
+        except _Retryable as exc:
+            raise AgentFailed(f"the model is not available right now ({exc})") from exc
+
+    async def _stream(
+        self, url: str, body: dict[str, Any], headers: dict[str, str], into: _Completion
+    ) -> AsyncIterator[str]:
+        # A retried call starts over: nothing of a failed attempt is kept.
+        into.text, into.calls, into.usage = "", {}, {}
+        try:
+            async with self._session().post(url, json=body, headers=headers) as resp:
+                if resp.status in (401, 403):
+                    raise AgentFailed(
+                        "the model provider rejected the API key (AGENVOY_OPENAI_API_KEY)"
+                    )
+                if resp.status == 429 or resp.status >= 500:
+                    raise _Retryable(f"HTTP {resp.status}", _retry_after(resp.headers))
+                if resp.status >= 400:
+                    detail = (await resp.text())[:300]
+                    raise AgentFailed(f"the model refused the request: HTTP {resp.status} {detail}")
+                async for line in resp.content:
+                    text = line.decode("utf-8", errors="replace").strip()
+                    if not text.startswith("data:"):
+                        continue
+                    data = text[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    try:
+                        chunk = json.loads(data)
+                    except ValueError:
+                        log.warning("model sent a malformed stream chunk", chunk=data[:200])
+                        continue
+                    delta = _absorb(chunk, into)
+                    if delta:
+                        yield delta
+        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+            raise _Retryable(f"cannot reach {self.base_url}: {type(exc).__name__}", None) from exc
+
+
+def _absorb(chunk: dict[str, Any], into: _Completion) -> str:
+    """Fold one streamed chunk into the completion; returns new reply text, if any."""
+    if isinstance(chunk.get("usage"), dict):
+        into.usage = chunk["usage"]
+    choices = chunk.get("choices") or []
+    if not choices:
+        return ""
+    delta = choices[0].get("delta") or {}
+    for fragment in delta.get("tool_calls") or []:
+        slot = into.calls.setdefault(
+            int(fragment.get("index", 0)), {"id": "", "name": "", "arguments": ""}
+        )
+        slot["id"] = fragment.get("id") or slot["id"]
+        function = fragment.get("function") or {}
+        slot["name"] = function.get("name") or slot["name"]
+        slot["arguments"] += function.get("arguments") or ""
+    content = delta.get("content") or ""
+    into.text += content
+    return str(content)
+
+
+def _usage(model: str, usage: dict[str, Any], elapsed_ms: int, call_ids: list[str]) -> Usage:
+    details = usage.get("prompt_tokens_details") or {}
+    return Usage(
+        model=model,
+        input=int(usage.get("prompt_tokens") or 0),
+        output=int(usage.get("completion_tokens") or 0),
+        cache_read=int(details.get("cached_tokens") or 0),
+        elapsed_ms=elapsed_ms,
+        tool_calls=tuple(call_ids),
+    )
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    try:
+        return float(headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+
+
+_backoff = wait_exponential_jitter(initial=0.5, max=20)
+
+
+def _wait_for_server(state: RetryCallState) -> float:
+    """Honour Retry-After when the server sent one; otherwise back off exponentially."""
+    outcome = state.outcome
+    exc = outcome.exception() if outcome is not None else None
+    if isinstance(exc, _Retryable) and exc.retry_after is not None:
+        return min(exc.retry_after, 60.0)
+    return float(_backoff(state))

@@ -1,0 +1,181 @@
+"""The openai agent through the router, against a fake OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakes.openai import Error, FakeOpenAI, Malformed, Text, ToolCalls
+from sqlalchemy import text
+from sqlmodel import Session
+
+from gateway.app import Runtime
+from gateway.events import Inbound, Origin
+from gateway.router import Router
+from gateway.settings import Settings
+from gateway.store.usage import usage_summary
+
+ANN = Origin("http", sender_id="ann", sender_name="Ann")
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as server:
+        yield server
+
+
+async def start(fake: FakeOpenAI, home: Path, **extra: Any) -> Runtime:
+    options: dict[str, Any] = {
+        "home": home,
+        "agent": "openai",
+        "openai_base_url": fake.url,
+        "openai_api_key": fake.api_key,
+        "model": "fake-model",
+        "confirm_timeout_seconds": 30,
+        **extra,
+    }
+    settings = Settings(_env_file=None, **options)  # type: ignore[call-arg]
+    return await Runtime.start(settings)
+
+
+@pytest.fixture
+async def runtime(fake: FakeOpenAI, tmp_path: Path) -> AsyncIterator[Runtime]:
+    rt = await start(fake, tmp_path / "home")
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+async def ask(router: Router, sid: str, message: str) -> Any:
+    sub = await router.submit(Inbound(ANN, sid, message))
+    return sub, await router.wait(sub.task_hash, 15)
+
+
+async def usage_rows(rt: Runtime) -> list[tuple[str, int, int, int, str]]:
+    def work(session: Session) -> list[tuple[str, int, int, int, str]]:
+        res = session.connection().execute(
+            text("SELECT model, input, output, elapsed_ms, tool_calls FROM usage ORDER BY id")
+        )
+        return [(r[0], r[1], r[2], r[3], r[4]) for r in res.all()]
+
+    return await rt.store.db.read(work)
+
+
+async def test_streamed_text_reply_and_usage(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(Text("Hello Ann, nice to meet you."))
+    _sub, state = await ask(runtime.router, "cli-o", "hi there")
+    assert (state.status, state.reply) == ("done", "Hello Ann, nice to meet you.")
+    deltas = [e for e in state.events if e.kind == "text_delta"]
+    assert len(deltas) >= 2  # streamed in pieces
+    request = fake.requests[-1]
+    assert request["model"] == "fake-model" and request["stream"] is True
+    assert request["messages"][-1] == {"role": "user", "content": "Ann: hi there"}
+    ((model, inp, out, elapsed, calls),) = await usage_rows(runtime)
+    assert (model, out, calls) == ("fake-model", 6, "[]") and inp > 0 and elapsed >= 0
+    (summary,) = await usage_summary(runtime.store.db)
+    assert summary.model == "fake-model"
+
+
+async def test_tool_using_conversation(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(
+        ToolCalls([("call_a", "current_time", {}), ("call_b", "list_files", {})]),
+        Text("It is late and the workspace is empty."),
+    )
+    _sub, state = await ask(runtime.router, "cli-t", "what time is it, what files?")
+    assert state.reply == "It is late and the workspace is empty."
+    second = fake.requests[-1]["messages"]
+    tool_messages = [m for m in second if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_messages] == ["call_a", "call_b"]
+    assert tool_messages[1]["content"] == "[]"
+    rows = await usage_rows(runtime)
+    assert [json.loads(r[4]) for r in rows] == [["call_a", "call_b"], []]
+    kinds = [e.kind for e in state.events]
+    assert kinds.count("tool_call") == 2 and kinds.count("tool_result") == 2
+
+
+async def test_write_file_needs_confirmation(fake: FakeOpenAI, runtime: Runtime) -> None:
+    router = runtime.router
+    fake.script(
+        ToolCalls([("w1", "write_file", {"name": "plan.md", "content": "step 1"})]),
+        Text("Written."),
+    )
+    sub = await router.submit(Inbound(ANN, "cli-w", "write the plan"))
+    state = await router.wait(sub.task_hash, 15, until_prompt=True)
+    assert state.prompt is not None and state.prompt.tool == "write_file"
+    await router.answer("cli-w", sub.task_hash, ANN, approve=True)
+    state = await router.wait(sub.task_hash, 15)
+    assert state.reply == "Written."
+    target = runtime.store.files("cli-w").dir / "workspace" / "plan.md"
+    assert target.read_text() == "step 1"
+
+    fake.script(
+        ToolCalls([("w2", "delete_file", {"name": "plan.md"})]),
+        Text("Fine, I left it."),
+    )
+    sub = await router.submit(Inbound(ANN, "cli-w", "delete it"))
+    await router.wait(sub.task_hash, 15, until_prompt=True)
+    await router.answer("cli-w", sub.task_hash, ANN, approve=False)
+    state = await router.wait(sub.task_hash, 15)
+    assert state.reply == "Fine, I left it." and target.exists()
+    denied = [m for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
+    assert denied[-1]["content"].startswith("error (denied)")
+
+
+async def test_paths_outside_the_workspace_are_refused(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(ToolCalls([("r1", "read_file", {"name": "../../etc/passwd"})]), Text("Cannot."))
+    _sub, state = await ask(runtime.router, "cli-p", "read the password file")
+    assert state.reply == "Cannot."
+    (tool,) = [m for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "outside the workspace" in tool["content"]
+    results = [e for e in state.events if e.kind == "tool_result"]
+    assert results[0].status == "error"  # type: ignore[union-attr]
+
+
+async def test_429_is_retried_after_retry_after(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(Error(429, "slow down", retry_after=0.2), Text("Back again."))
+    _sub, state = await ask(runtime.router, "cli-r", "hello")
+    assert state.reply == "Back again."
+    assert len(fake.requests) == 2
+
+
+async def test_outage_is_a_clear_error_and_keeps_the_message(
+    fake: FakeOpenAI, runtime: Runtime
+) -> None:
+    fake.script(*[Error(500, "boom")] * 4)
+    _sub, state = await ask(runtime.router, "cli-x", "are you there?")
+    assert state.status == "error" and "not available" in state.error
+    messages = await runtime.store.recent_messages("cli-x")
+    assert [m.content for m in messages] == ["are you there?"]
+
+
+async def test_rejected_key(fake: FakeOpenAI, tmp_path: Path) -> None:
+    rt = await start(fake, tmp_path / "h2", openai_api_key="sk-wrong")
+    try:
+        _sub, state = await ask(rt.router, "cli-k", "hi")
+        assert state.status == "error" and "API key" in state.error
+    finally:
+        await rt.close()
+
+
+async def test_malformed_chunk_is_skipped(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(Malformed())
+    _sub, state = await ask(runtime.router, "cli-m", "hi")
+    assert state.status == "done" and state.reply
+
+
+async def test_context_has_persona_senders_and_history(fake: FakeOpenAI, runtime: Runtime) -> None:
+    await runtime.store.ensure("tg--1")
+    await runtime.store.update("tg--1", persona="a terse pirate")
+    await runtime.router.record(
+        Inbound(Origin("http", sender_id="bob", sender_name="Bob"), "tg--1", "I prefer tea")
+    )
+    fake.script(Text("Arr."))
+    await ask(runtime.router, "tg--1", "what does Bob like?")
+    messages = fake.requests[-1]["messages"]
+    assert "a terse pirate" in messages[0]["content"]
+    assert {"role": "user", "content": "Bob: I prefer tea"} in messages
+    assert messages[-1]["content"] == "Ann: what does Bob like?"
