@@ -280,7 +280,11 @@ async def test_fifty_sessions_make_progress_together(tmp_path: Path) -> None:
             subs = [stack.enter_context(rt.router.subscribe(f"cli-n{i}")) for i in range(50)]
             for sub in subs:
                 sub.queue = asyncio.Queue()
-            tasks = [await rt.router.submit(inbound(f"cli-n{i}", "!sleep 2")) for i in range(50)]
+            # Long enough that submitting all fifty (slow on a loaded machine) ends well before
+            # the first can finish.
+            tasks = await asyncio.gather(
+                *(rt.router.submit(inbound(f"cli-n{i}", "!sleep 4")) for i in range(50))
+            )
             for task in tasks:
                 await rt.router.wait(task.task_hash, 30)
             ordered = sorted(
@@ -295,7 +299,7 @@ async def test_fifty_sessions_make_progress_together(tmp_path: Path) -> None:
         started = {e.session_id for e in ordered[:first_done] if e.kind == "text_delta"}
         # Every session had its task going before any of them finished.
         assert len(started) == 50
-        assert all(rt.router.task(t.task_hash).reply == "slept 2s" for t in tasks)
+        assert all(rt.router.task(t.task_hash).reply == "slept 4s" for t in tasks)
     finally:
         await rt.close()
 
