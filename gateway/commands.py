@@ -18,6 +18,8 @@ HELP = """Commands:
 /cancel  cancel the running task
 /reset   clear the conversation window and summary (admins only in shared chats)
 /new     start a new terminal session (terminal only)
+/model <name>    use another model in this session (admins only in shared chats)
+/persona <text>  give the agent a persona in this session (admins only in shared chats)
 Anything else is a message for the agent."""
 
 SHARED_PREFIXES = frozenset({Prefix.dc, Prefix.tg})
@@ -45,7 +47,7 @@ async def run_command(router: Router, inbound: Inbound) -> CommandReply | None:
     parsed = parse_command(inbound.text)
     if parsed is None:
         return None
-    name, _args = parsed
+    name, args = parsed
     sid = inbound.session_id
     origin = inbound.origin
     is_admin = origin.is_admin or origin.sender_key in router.settings.admin_keys
@@ -83,6 +85,16 @@ async def run_command(router: Router, inbound: Inbound) -> CommandReply | None:
             return CommandReply(name, "nothing to reset")
         await asyncio.to_thread(router.store.files(sid).reset_conversation)
         return CommandReply(name, "conversation window and summary cleared")
+    if name in ("model", "persona"):
+        if prefix_of(sid) in SHARED_PREFIXES and not is_admin:
+            return CommandReply(name, f"only an admin may change the {name} here", ok=False)
+        await router.store.ensure(sid)
+        if not args:
+            row = await router.store.get(sid)
+            current = (row.model if name == "model" else row.persona) if row else ""
+            return CommandReply(name, f"{name}: {current or '(default)'}")
+        await router.store.update(sid, **{name: args})
+        return CommandReply(name, f"{name} set to: {args}")
     if name == "new":
         if origin.platform != "terminal":
             return CommandReply(name, "/new is available in the terminal only", ok=False)

@@ -323,3 +323,19 @@ async def test_action_history_records_tool_results(runtime: Runtime) -> None:
     assert objective == "!write out.txt data" and reply == "wrote out.txt (4 bytes)"
     (tool,) = json.loads(results)
     assert (tool["tool"], tool["status"], tool["result"]) == ("write_file", "ok", "4 bytes")
+
+
+async def test_model_and_persona_commands(runtime: Runtime) -> None:
+    router = runtime.router
+    done = await router.submit(inbound("cli-mp", "/model gpt-test"))
+    assert done.command is not None and done.command.ok
+    await router.submit(inbound("cli-mp", "/persona a calm librarian"))
+    row = await runtime.store.require("cli-mp")
+    assert (row.model, row.role, row.rule) == ("gpt-test", "a calm librarian", "a calm librarian")
+    shown = await router.submit(inbound("cli-mp", "/model"))
+    assert shown.command is not None and shown.command.text == "model: gpt-test"
+    refused = await router.submit(inbound("tg--44", "/persona pirate", BOB))
+    assert refused.command is not None and not refused.command.ok
+    admin = Origin("telegram", sender_id="root", sender_name="Root", is_admin=True)
+    allowed = await router.submit(inbound("tg--44", "/persona pirate", admin))
+    assert allowed.command is not None and allowed.command.ok
