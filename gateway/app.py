@@ -14,6 +14,7 @@ from functools import partial
 
 from gateway.agents.base import Agent
 from gateway.agents.offline import OfflineAgent
+from gateway.agents.summary import RollingSummary, Summarizes
 from gateway.jobs import Reaper, SessionWatcher, every, trim_usage
 from gateway.logs import get_logger
 from gateway.presence import Presence
@@ -49,6 +50,7 @@ class Runtime:
     kv: KVStore
     presence: Presence
     router: Router
+    summary: RollingSummary | None = None
 
     @classmethod
     async def start(cls, settings: Settings) -> Runtime:
@@ -69,10 +71,16 @@ class Runtime:
         if cleared:
             log.info("cleared presence left by a previous run", keys=cleared)
         router = Router(settings, store, agent, presence)
-        return cls(settings, store, kv, presence, router)
+        summary = None
+        if isinstance(agent, Summarizes):
+            summary = RollingSummary(store, agent, settings.history_window)
+            router.after_task.append(summary.schedule)
+        return cls(settings, store, kv, presence, router, summary)
 
     async def close(self) -> None:
         await self.router.close()
+        if self.summary is not None:
+            await self.summary.close()
         closer = getattr(self.router.agent, "aclose", None)
         if closer is not None:
             await closer()

@@ -182,6 +182,9 @@ class Router:
         self._slots = asyncio.Semaphore(settings.max_concurrent_tasks)
         self.courier = Courier(store.db, self._sinks, self._log_for_courier)
         self._closing = False
+        # Called with the session id after each task that finished with a reply (background
+        # work such as the rolling summary hooks in here, off the reply path).
+        self.after_task: list[Callable[[str], None]] = []
         self.counters: dict[str, int] = {
             "tasks_started": 0,
             "tasks_done": 0,
@@ -507,6 +510,8 @@ class Router:
         self.counters["tasks_done"] += 1
         await self._drop_journal(state)  # before waiters hear of the end
         await self._set_status(state, "done")
+        for hook in self.after_task:
+            hook(state.session_id)
 
     async def _finish_error(self, state: TaskState, message: str) -> None:
         state.error = message

@@ -179,3 +179,23 @@ async def test_context_has_persona_senders_and_history(fake: FakeOpenAI, runtime
     assert "a terse pirate" in messages[0]["content"]
     assert {"role": "user", "content": "Bob: I prefer tea"} in messages
     assert messages[-1]["content"] == "Ann: what does Bob like?"
+
+
+async def test_summary_model_folds_messages(fake: FakeOpenAI, tmp_path: Path) -> None:
+    from gateway.agents.openai import OpenAIAgent
+
+    rt = await start(fake, tmp_path / "h3", summary_model="small-model", history_window=2)
+    rt.router.after_task.clear()
+    try:
+        fake.script(Text("one"), Text("two"), Text("Ann greeted twice."))
+        for message in ("hello", "hello again"):
+            await ask(rt.router, "cli-sum", message)
+        assert rt.summary is not None and isinstance(rt.router.agent, OpenAIAgent)
+        assert await rt.summary.run("cli-sum")
+        request = fake.requests[-1]
+        assert request["model"] == "small-model" and "tools" not in request
+        assert "Ann: hello" in request["messages"][-1]["content"]
+        summary = rt.store.files("cli-sum").read_summary()
+        assert summary is not None and summary.text == "Ann greeted twice."
+    finally:
+        await rt.close()

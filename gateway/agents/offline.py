@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from gateway.agents.base import (
@@ -28,8 +28,10 @@ from gateway.agents.base import (
     ToolCall,
     Usage,
 )
+from gateway.store.sessions import StoredMessage
 
 MAX_SLEEP_SECONDS = 3600
+SUMMARY_MAX_CHARS = 8000
 
 
 def _words(text: str) -> int:
@@ -38,6 +40,14 @@ def _words(text: str) -> int:
 
 class OfflineAgent:
     name = "offline"
+
+    async def summarize(self, previous: str, messages: Sequence[StoredMessage]) -> str:
+        """A deterministic digest: one short line per message, newest kept within a bound."""
+        lines = [previous] if previous else []
+        for message in messages:
+            who = message.sender or message.role
+            lines.append(f"{who}: {message.content[:80]}")
+        return "\n".join(lines)[-SUMMARY_MAX_CHARS:]
 
     async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
         started = time.monotonic()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,12 +37,17 @@ from gateway.agents.base import (
 from gateway.agents.tools import BUILTIN_TOOLS, Tool, ToolFailed
 from gateway.logs import get_logger
 from gateway.settings import Settings
+from gateway.store.sessions import StoredMessage
 
 log = get_logger(__name__)
 
 BASE_INSTRUCTIONS = (
     "You are the assistant of a shared conversation. Messages from people start with their "
     "name. Use the tools when they help; ask before doing anything the user did not ask for."
+)
+SUMMARY_INSTRUCTIONS = (
+    "Fold the new messages into the summary of this conversation. Keep names, decisions, "
+    "facts and open questions; drop small talk. Answer with the updated summary only."
 )
 FORMATTING = {
     "discord": "Format replies with Discord Markdown.",
@@ -85,6 +90,24 @@ class OpenAIAgent:
             timeout = aiohttp.ClientTimeout(total=self.settings.openai_timeout_seconds)
             self._http = aiohttp.ClientSession(timeout=timeout)
         return self._http
+
+    async def summarize(self, previous: str, messages: Sequence[StoredMessage]) -> str:
+        """Fold `messages` into `previous` with the summary model (no tools, no streaming)."""
+        lines = "\n".join(f"{m.sender or m.role}: {m.content}" for m in messages)
+        prompt = [
+            {"role": "system", "content": SUMMARY_INSTRUCTIONS},
+            {
+                "role": "user",
+                "content": f"Summary so far:\n{previous or '(none)'}\n\nNew messages:\n{lines}",
+            },
+        ]
+        completion = _Completion()
+        model = self.settings.summary_model or self.settings.model
+        async for _ in self._complete(model, prompt, [], completion):
+            pass
+        if not completion.text.strip():
+            raise AgentFailed("the summary model returned nothing")
+        return completion.text.strip()
 
     def context_messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
         system = [BASE_INSTRUCTIONS]
@@ -183,13 +206,14 @@ class OpenAIAgent:
         tools: list[dict[str, Any]],
         into: _Completion,
     ) -> AsyncIterator[str]:
-        body = {
+        body: dict[str, Any] = {
             "model": model,
             "messages": messages,
-            "tools": tools,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if tools:  # providers reject an empty list
+            body["tools"] = tools
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = f"{self.base_url}/chat/completions"
         retrying = AsyncRetrying(

@@ -1,0 +1,82 @@
+"""The rolling summary: older messages folded into `summary.json`, off the reply path.
+
+When messages that the summary does not cover yet have fallen out of the model's window, the
+summary model folds them into the summary and `.summary_cursor` moves to the last of them (an
+archive message id). Each message is folded once; a failed attempt leaves the cursor where it
+was, so the next attempt takes the same messages again. Summaries run in the background, one at
+a time per session, and never delay a reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from gateway.clock import now_ms
+from gateway.logs import get_logger
+from gateway.store.files import Summary
+from gateway.store.sessions import SessionStore, StoredMessage
+
+log = get_logger(__name__)
+
+MAX_FOLD = 200  # messages folded per model call
+
+
+@runtime_checkable
+class Summarizes(Protocol):
+    async def summarize(self, previous: str, messages: Sequence[StoredMessage]) -> str: ...
+
+
+class RollingSummary:
+    def __init__(self, store: SessionStore, model: Summarizes, window: int) -> None:
+        self.store = store
+        self.model = model
+        self.window = window
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._jobs: set[asyncio.Task[bool]] = set()
+
+    def schedule(self, session_id: str) -> None:
+        """Start a background fold for this session (a no-op when nothing is due)."""
+        job = asyncio.create_task(self.run(session_id))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def wait_idle(self) -> None:
+        while self._jobs:
+            await asyncio.gather(*list(self._jobs), return_exceptions=True)
+
+    async def close(self) -> None:
+        for job in list(self._jobs):
+            job.cancel()
+        await asyncio.gather(*list(self._jobs), return_exceptions=True)
+
+    async def run(self, session_id: str) -> bool:
+        """Fold what is due; returns whether the summary moved."""
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            try:
+                return await self._fold(session_id)
+            except Exception as exc:  # a failed summary must never hurt the session
+                log.warning("summary failed; will retry later", session=session_id, error=repr(exc))
+                return False
+
+    async def _fold(self, session_id: str) -> bool:
+        files = self.store.files(session_id)
+        current = await asyncio.to_thread(files.read_summary)
+        cursor = current.cursor if current else 0
+        recent = await self.store.recent_messages(session_id, self.window)
+        if not recent:
+            return False
+        oldest_in_window = recent[0].id
+        due = [
+            m
+            for m in await self.store.messages_after(session_id, cursor, limit=MAX_FOLD)
+            if m.id < oldest_in_window
+        ]
+        if not due:
+            return False
+        text = await self.model.summarize(current.text if current else "", due)
+        await asyncio.to_thread(files.write_summary, Summary(text, due[-1].id, now_ms()))
+        log.info("summary advanced", session=session_id, folded=len(due), cursor=due[-1].id)
+        return True

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from gateway.agents.summary import RollingSummary
+from gateway.app import Runtime
+from gateway.events import Inbound, Origin
+from gateway.settings import Settings
+from gateway.store.sessions import StoredMessage
+
+ANN = Origin("http", sender_id="ann", sender_name="Ann")
+
+
+class Recording:
+    """A summary model that remembers which messages it was given."""
+
+    def __init__(self, fail_first: bool = False) -> None:
+        self.folded: list[int] = []
+        self.fail_first = fail_first
+
+    async def summarize(self, previous: str, messages: Sequence[StoredMessage]) -> str:
+        if self.fail_first:
+            self.fail_first = False
+            raise ConnectionError("summary model down")
+        self.folded.extend(m.id for m in messages)
+        return previous + "".join(f"[{m.id}]" for m in messages)
+
+
+async def test_each_message_is_folded_once_and_the_cursor_advances(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    rt.router.after_task.clear()  # this test drives the summary itself
+    model = Recording(fail_first=True)
+    rolling = RollingSummary(rt.store, model, window=4)
+    try:
+        for i in range(5):  # ten messages: each task adds a message and its reply
+            sub = await rt.router.submit(Inbound(ANN, "cli-s", f"message {i}"))
+            await rt.router.wait(sub.task_hash, 10)
+        ids = [m.id for m in await rt.store.messages_after("cli-s", 0)]
+        assert len(ids) == 10
+        assert not await rolling.run("cli-s")  # the model failed: nothing moves
+        assert rt.store.files("cli-s").read_summary_cursor() == 0
+        assert await rolling.run("cli-s")
+        assert model.folded == ids[:6]  # everything outside the 4-message window
+        assert rt.store.files("cli-s").read_summary_cursor() == ids[5]
+        assert not await rolling.run("cli-s")  # nothing new is due
+        sub = await rt.router.submit(Inbound(ANN, "cli-s", "one more"))
+        await rt.router.wait(sub.task_hash, 10)
+        assert await rolling.run("cli-s")
+        ids = [m.id for m in await rt.store.messages_after("cli-s", 0)]
+        assert model.folded == ids[:8]  # the next two, and no message twice
+        summary = rt.store.files("cli-s").read_summary()
+        assert summary is not None and summary.text == "".join(f"[{i}]" for i in ids[:8])
+    finally:
+        await rt.close()
+
+
+async def test_summary_runs_in_the_background_after_replies(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "h", history_window=2, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    try:
+        assert rt.summary is not None  # the offline agent can summarize
+        for i in range(3):
+            sub = await rt.router.submit(Inbound(ANN, "cli-b", f"note {i}"))
+            await rt.router.wait(sub.task_hash, 10)
+        await rt.summary.wait_idle()
+        summary = rt.store.files("cli-b").read_summary()
+        assert summary is not None and "Ann: note 0" in summary.text
+        ids = [m.id for m in await rt.store.messages_after("cli-b", 0)]
+        assert summary.cursor == ids[-3]  # all but the 2-message window
+    finally:
+        await rt.close()
+
+
+async def test_the_agent_sees_the_summary(tmp_path: Path) -> None:
+    from gateway.store.files import Summary
+
+    rt = await Runtime.start(Settings(home=tmp_path / "h", _env_file=None))  # type: ignore[call-arg]
+    try:
+        await rt.store.ensure("cli-v")
+        rt.store.files("cli-v").write_summary(Summary("they agreed on blue", 0, 1))
+        seen: list[str] = []
+        original = rt.router.agent.run
+
+        def spy(ctx: object) -> object:
+            seen.append(ctx.summary)  # type: ignore[attr-defined]
+            return original(ctx)  # type: ignore[arg-type]
+
+        rt.router.agent.run = spy  # type: ignore[method-assign]
+        sub = await rt.router.submit(Inbound(ANN, "cli-v", "hi"))
+        await rt.router.wait(sub.task_hash, 10)
+        assert seen == ["they agreed on blue"]
+    finally:
+        await rt.close()
