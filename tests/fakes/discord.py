@@ -36,7 +36,6 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import aiohttp
@@ -45,6 +44,8 @@ import discord.gateway
 import discord.http
 import yarl
 from aiohttp import web
+
+from .base import LocalServer
 
 JSON = dict[str, Any]
 Snowflake = int | str
@@ -421,7 +422,7 @@ def point_discord_py_at(fake: FakeDiscord) -> Iterator[FakeDiscord]:
 # the fake
 
 
-class FakeDiscord:
+class FakeDiscord(LocalServer):
     """A fake Discord REST API and gateway on ``127.0.0.1``; see the module docstring."""
 
     text_channel = staticmethod(text_channel)
@@ -500,12 +501,7 @@ class FakeDiscord:
         app.router.add_get("/attachments/{cid}/{aid}/{filename}", self._handle_attachment)
         app.router.add_route("*", "/api/v10{tail:.*}", self._handle_api)
         app.router.add_route("*", "/{tail:.*}", self._handle_not_found)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
+        await self._serve(app)
 
     async def stop(self) -> None:
         """Close every websocket and stop the server."""
@@ -519,20 +515,7 @@ class FakeDiscord:
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        runner, self._runner = self._runner, None
-        await runner.cleanup()
-
-    async def __aenter__(self) -> FakeDiscord:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await self._unserve()
 
     @property
     def port(self) -> int:

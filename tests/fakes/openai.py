@@ -30,10 +30,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeAlias
 
 from aiohttp import web
+
+from .base import LocalServer
 
 JSON = dict[str, Any]
 
@@ -195,7 +196,7 @@ def _arguments_text(arguments: JSON | str) -> str:
 # The server
 
 
-class FakeOpenAI:
+class FakeOpenAI(LocalServer):
     """An OpenAI-compatible ``/v1/chat/completions`` server answering from a script."""
 
     def __init__(self, api_key: str = DEFAULT_API_KEY) -> None:
@@ -216,31 +217,13 @@ class FakeOpenAI:
             return
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle_chat)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
+        await self._serve(app)
 
     async def stop(self) -> None:
         """Stop the server; answers still in progress are cut off."""
         if self._runner is None:
             return
-        runner, self._runner = self._runner, None
-        await runner.cleanup()
-
-    async def __aenter__(self) -> FakeOpenAI:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await self._unserve()
 
     @property
     def url(self) -> str:

@@ -34,12 +34,13 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from telegram import Update
+
+from .base import LocalServer
 
 JSON = dict[str, Any]
 
@@ -440,7 +441,7 @@ def _snapshot(message: JSON) -> JSON:
 Handler = Callable[[JSON], Awaitable[Any]]
 
 
-class FakeTelegram:
+class FakeTelegram(LocalServer):
     """A fake Telegram Bot API on ``127.0.0.1``; see the module docstring."""
 
     def __init__(
@@ -526,12 +527,7 @@ class FakeTelegram:
         app = web.Application(client_max_size=MAX_UPLOAD_BYTES)
         app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
         app.router.add_get("/file/bot{token}/{file_path:.+}", self._handle_download)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        self._port = int(runner.addresses[0][1])
+        await self._serve(app)
         self._session = aiohttp.ClientSession()
         self._deliver_task = asyncio.create_task(self._deliver_webhooks())
 
@@ -550,20 +546,7 @@ class FakeTelegram:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        runner, self._runner = self._runner, None
-        await runner.cleanup()
-
-    async def __aenter__(self) -> FakeTelegram:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
+        await self._unserve()
 
     @property
     def url(self) -> str:
