@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
 
 from aiohttp import web
+
+
+@dataclass
+class Upload:
+    """A file the bot sent in a multipart request."""
+
+    field: str
+    filename: str | None
+    content_type: str | None
+    data: bytes
 
 
 class LocalServer:

@@ -45,7 +45,7 @@ import discord.http
 import yarl
 from aiohttp import web
 
-from .base import LocalServer
+from .base import LocalServer, Upload
 
 JSON = dict[str, Any]
 Snowflake = int | str
@@ -161,16 +161,6 @@ def _invalid_form(field_name: str, error_code: str, message: str) -> ApiError:
         50035,
         errors={field_name: {"_errors": [{"code": error_code, "message": message}]}},
     )
-
-
-@dataclass
-class Upload:
-    """A file the bot sent in a multipart request."""
-
-    field: str
-    filename: str | None
-    content_type: str | None
-    data: bytes
 
 
 @dataclass

@@ -40,7 +40,7 @@ import aiohttp
 from aiohttp import web
 from telegram import Update
 
-from .base import LocalServer
+from .base import LocalServer, Upload
 
 JSON = dict[str, Any]
 
@@ -157,16 +157,6 @@ class ApiError(Exception):
         self.status = status
         self.description = description
         self.parameters = parameters or {}
-
-
-@dataclass
-class Upload:
-    """A file the bot uploaded in a multipart request."""
-
-    field: str
-    filename: str | None
-    content_type: str | None
-    data: bytes
 
 
 @dataclass
