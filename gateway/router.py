@@ -451,6 +451,8 @@ class Router:
             row = await self.store.get(state.session_id)
             context.persona = row.persona if row else ""
             context.model = row.model if row else ""
+            context.reasoning = row.reasoning if row else ""
+            context.allowed_tools = row.allowed_tools if row else frozenset()
             summary = await asyncio.to_thread(self.store.files(state.session_id).read_summary)
             context.summary = summary.text if summary else ""
             async with self.presence.hold(state.session_id, state.task_hash):
@@ -909,6 +911,8 @@ class _Context:
         self.persona = ""
         self.model = ""
         self.summary = ""
+        self.reasoning = ""
+        self.allowed_tools: frozenset[str] = frozenset()
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         answer = await self._router.ask(self._state, "confirm", tool=tool, args=args)
@@ -937,4 +941,20 @@ class _Context:
     async def record_file_version(self, directory: str, name: str, content: str) -> None:
         await self._router.store.record_file_version(
             self.session_id, self.task_hash, directory, name, content
+        )
+
+    async def read_resume_state(
+        self, model: str, system_prompt: str, *, with_tools: bool
+    ) -> dict[str, Any] | None:
+        files = self._router.store.files(self.session_id)
+        return await asyncio.to_thread(
+            files.read_resume_state, model, system_prompt, with_tools=with_tools
+        )
+
+    async def write_resume_state(
+        self, model: str, system_prompt: str, state: dict[str, Any], *, with_tools: bool
+    ) -> None:
+        files = self._router.store.files(self.session_id)
+        await asyncio.to_thread(
+            files.write_resume_state, model, system_prompt, state, with_tools=with_tools
         )

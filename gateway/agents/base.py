@@ -69,6 +69,8 @@ class AgentContext(Protocol):
     persona: str  # the session's persona, "" for none
     model: str  # the session's model override, "" for the default
     summary: str  # the rolling summary of older messages, "" for none
+    reasoning: str  # the session's reasoning level ("low", "medium", "high"), "" for the default
+    allowed_tools: frozenset[str]  # tools the session runs without confirmation (`/allow`)
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         """Ask the user who started the run to approve a tool call; False when denied/expired."""
@@ -87,6 +89,16 @@ class AgentContext(Protocol):
     async def search_history(self, query: str) -> list[dict[str, object]]:
         """Full-text search of this session's archive, newest first."""
         ...
+
+    async def read_resume_state(
+        self, model: str, system_prompt: str, *, with_tools: bool
+    ) -> dict[str, Any] | None:
+        """A backend's saved conversation state (`.claude_code/<model>_<hash>.json`), if any."""
+        ...
+
+    async def write_resume_state(
+        self, model: str, system_prompt: str, state: dict[str, Any], *, with_tools: bool
+    ) -> None: ...
 
 
 class Agent(Protocol):

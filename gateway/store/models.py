@@ -3,6 +3,9 @@ mirror it for queries, and a test checks that the two agree."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from sqlalchemy import BigInteger, Column, Text
 from sqlmodel import Field, SQLModel
 
@@ -27,6 +30,25 @@ class SessionRow(SQLModel, table=True):
     @property
     def persona(self) -> str:
         return self.role or self.rule
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """`settings` decoded; a damaged value reads as no settings rather than failing a run."""
+        try:
+            value = json.loads(self.settings or "{}")
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def allowed_tools(self) -> frozenset[str]:
+        """Tools that run without asking for confirmation in this session (`/allow <tool>`)."""
+        tools = self.options.get("allowed_tools", [])
+        return (
+            frozenset(t for t in tools if isinstance(t, str))
+            if isinstance(tools, list)
+            else frozenset()
+        )
 
 
 class MessageRow(SQLModel, table=True):
