@@ -38,6 +38,7 @@ from aiohttp.typedefs import Handler
 from adapters.http_openapi import openapi_document
 from gateway.app import Runtime
 from gateway.clock import now_ms
+from gateway.commands import REASONING_LEVELS, SHARED_PREFIXES, TOOL_NAME
 from gateway.events import Event, Inbound, Origin, event_to_json
 from gateway.ids import (
     InvalidHash,
@@ -45,6 +46,7 @@ from gateway.ids import (
     Prefix,
     new_session_id,
     new_window_hash,
+    prefix_of,
     validate_hash,
     validate_session_id,
 )
@@ -80,6 +82,7 @@ KEEPALIVE_SECONDS: Final = 15.0
 POLL_SECONDS: Final = 1.0
 # How long deleting a session waits for its running task to wind down after the cancel.
 DELETE_GRACE_SECONDS: Final = 5.0
+UPDATABLE_FIELDS: Final = frozenset({"name", "persona", "model", "reasoning", "allowed_tools"})
 NOTICES_KEPT: Final = 1024
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SSE_HEADERS: Final = {
@@ -660,12 +663,61 @@ class HttpApi:
                 "persona": row.persona,
                 "model": row.model,
                 "reasoning": row.reasoning,
+                "allowed_tools": sorted(row.allowed_tools),
                 "created_at": row.created_at,
                 "updated_at": row.updated_at,
                 "running": self.router.running_task(session_id) is not None,
                 "queued": self.router.queue_length(session_id),
             }
         )
+
+    async def update_session(self, request: web.Request) -> web.Response:
+        session_id = _session_id(request)
+        body = await _json_body(request)
+        unknown = set(body) - UPDATABLE_FIELDS
+        if unknown:
+            _bad(
+                f"unknown fields: {', '.join(sorted(unknown))}; "
+                f"updatable: {', '.join(sorted(UPDATABLE_FIELDS))}"
+            )
+        changes: dict[str, str] = {}
+        persona_limit = self.settings.max_message_chars
+        for name, limit in (("name", 200), ("model", 200), ("persona", persona_limit)):
+            value = _str_field(body, name)
+            if value is not None:
+                if len(value) > limit:
+                    _bad(f"field '{name}' is longer than {limit} characters")
+                changes[name] = value.strip()
+        reasoning = _str_field(body, "reasoning")
+        if reasoning is not None:
+            if reasoning not in REASONING_LEVELS - {"default"} | {""}:
+                _bad("field 'reasoning' must be one of: '', 'low', 'medium', 'high'")
+            changes["reasoning"] = reasoning
+        tools = body.get("allowed_tools")
+        if tools is not None and not (
+            isinstance(tools, list)
+            and len(tools) <= 64
+            and all(isinstance(t, str) and TOOL_NAME.fullmatch(t) for t in tools)
+        ):
+            _bad("field 'allowed_tools' must be a list of up to 64 tool names")
+        await self.require_session(session_id)
+        origin = self.origin(request)
+        behavioural = set(changes) - {"name"} or tools is not None
+        if behavioural and prefix_of(session_id) in SHARED_PREFIXES and not self.is_admin(origin):
+            raise ApiError(
+                403, "not_allowed", "only an admin may change the agent settings of a shared chat"
+            )
+        try:
+            await self.store.update(session_id, allowed_tools=tools, **changes)
+        except UnknownSession:
+            raise ApiError(404, "not_found", f"no such session: {session_id}") from None
+        log.info(
+            "session updated over http",
+            session=session_id,
+            by=origin.sender_key,
+            fields=sorted(body),
+        )
+        return await self.get_session(request)
 
     async def delete_session(self, request: web.Request) -> web.Response:
         session_id = _session_id(request)
@@ -955,6 +1007,7 @@ def build_app(
     add.add_post("/v1/send", api.send)
     add.add_get("/v1/sessions", api.list_sessions)
     add.add_get("/v1/session/{sid}", api.get_session)
+    add.add_put("/v1/session/{sid}", api.update_session)
     add.add_delete("/v1/session/{sid}", api.delete_session)
     add.add_get("/v1/session/{sid}/history", api.history)
     # No HEAD: it would hold an endless stream open with nothing to send.

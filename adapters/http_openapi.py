@@ -168,6 +168,24 @@ def _schemas() -> dict[str, Schema]:
             required=[],
         ),
         "CreatedSession": _obj({"session_id": _SESSION_ID}),
+        "UpdateSessionRequest": {
+            **_obj(
+                {
+                    "name": {"type": "string", "maxLength": 200},
+                    "persona": _STR,
+                    "model": {"type": "string", "maxLength": 200},
+                    "reasoning": {"type": "string", "enum": ["", "low", "medium", "high"]},
+                    "allowed_tools": {
+                        "type": "array",
+                        "maxItems": 64,
+                        "items": _STR,
+                        "description": "Tools that run without asking for confirmation.",
+                    },
+                },
+                required=[],
+            ),
+            "additionalProperties": False,
+        },
         "SendRequest": _obj(
             {
                 "content": {"type": "string", "minLength": 1},
@@ -232,6 +250,7 @@ def _schemas() -> dict[str, Schema]:
                 "persona": _STR,
                 "model": _STR,
                 "reasoning": _STR,
+                "allowed_tools": {"type": "array", "items": _STR},
                 "created_at": _MS,
                 "updated_at": _MS,
                 "running": _BOOL,
@@ -432,6 +451,20 @@ def _paths() -> Schema:
                 "responses": {
                     "200": _json("The session", _ref("SessionMeta")),
                     **_errors(400, 404),
+                },
+            },
+            "put": {
+                "operationId": "updateSession",
+                "summary": "Rename the session or change its persona, model, reasoning or tools",
+                "description": (
+                    "Only the fields given change; an empty string restores the default. "
+                    "In dc-* and tg-* sessions only admins may change anything but the name."
+                ),
+                "parameters": _SENDER_HEADERS,
+                "requestBody": _body(_ref("UpdateSessionRequest")),
+                "responses": {
+                    "200": _json("The updated session", _ref("SessionMeta")),
+                    **_errors(400, 404, 413),
                 },
             },
             "delete": {

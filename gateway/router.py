@@ -71,6 +71,8 @@ TaskStatus = Literal["queued", "running", "waiting", "done", "error", "canceled"
 FINISHED: frozenset[str] = frozenset({"done", "error", "canceled", "interrupted"})
 SUBSCRIBER_BUFFER = 256
 FINISHED_TASKS_KEPT = 2000
+# Who "answered" a confirmation that the session allow-list approved without asking.
+ALLOW_LIST = "allow-list"
 
 
 class MessageTooLong(ValueError):
@@ -549,6 +551,7 @@ class Router:
         args: dict[str, Any] | None = None,
         question: str = "",
         options: Sequence[str] = (),
+        auto_approve: bool = False,
     ) -> Answer:
         ordinal = state.prompts_asked
         state.prompts_asked += 1
@@ -561,6 +564,24 @@ class Router:
             return Answer(
                 approved=given.get("approved"), text=given.get("text"), by=given.get("by", "")
             )
+        if kind == "confirm" and auto_approve:
+            # Allowed for this session (`/allow <tool>`): nobody is asked, the audit trail still
+            # shows the approval and who granted it.
+            given = Answer(approved=True, by=ALLOW_LIST)
+            state.steps.append(
+                {"type": "prompt", "kind": kind, "answer": {"approved": True, "by": ALLOW_LIST}}
+            )
+            await self._emit(
+                state,
+                AnswerEvent(
+                    session_id=state.session_id,
+                    prompt=kind,
+                    approved=True,
+                    answered_by=ALLOW_LIST,
+                ),
+            )
+            await self._journal(state)
+            return given
         timeout = self.settings.confirm_timeout_seconds
         prompt = Prompt(
             kind=kind,
@@ -915,7 +936,9 @@ class _Context:
         self.allowed_tools: frozenset[str] = frozenset()
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
-        answer = await self._router.ask(self._state, "confirm", tool=tool, args=args)
+        answer = await self._router.ask(
+            self._state, "confirm", tool=tool, args=args, auto_approve=tool in self.allowed_tools
+        )
         return bool(answer.approved)
 
     async def ask_user(self, question: str, options: Sequence[str] = ()) -> str | None:

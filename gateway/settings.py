@@ -9,7 +9,7 @@ import re
 import socket
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     # Model for rolling summaries; empty = the same as `model`.
     summary_model: str = ""
     max_tool_iterations: int = 32
+    # Default reasoning effort for models that support it (low|medium|high); empty = the
+    # provider's default. `/reasoning` and `PUT /v1/session/{sid}` override it per session.
+    reasoning: Literal["", "low", "medium", "high"] = ""
     openai_timeout_seconds: float = 120.0
 
     http_host: str = "127.0.0.1"

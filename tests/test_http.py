@@ -197,6 +197,7 @@ async def test_sessions_lifecycle(server: Server) -> None:
         "persona",
         "model",
         "reasoning",
+        "allowed_tools",
         "created_at",
         "updated_at",
         "running",
@@ -877,3 +878,107 @@ async def test_shutdown_ends_streams_and_long_polls(tmp_path: Path) -> None:
                 resp.close()
     finally:
         await runtime.close()
+
+
+async def test_update_session(server: Server) -> None:
+    status, body = await server.call("POST", "/v1/session")
+    sid = body["session_id"]
+    change = {
+        "name": "  release notes ",
+        "persona": "a terse release manager",
+        "model": "big-model",
+        "reasoning": "high",
+        "allowed_tools": ["write_file", "write_file"],
+    }
+    status, meta = await server.call("PUT", f"/v1/session/{sid}", json_body=change, headers=ANN)
+    assert status == 200, meta
+    assert (meta["name"], meta["persona"], meta["model"], meta["reasoning"]) == (
+        "release notes",
+        "a terse release manager",
+        "big-model",
+        "high",
+    )
+    assert meta["allowed_tools"] == ["write_file"]
+    # Only the given fields change; "" restores the default.
+    status, meta = await server.call("PUT", f"/v1/session/{sid}", json_body={"reasoning": ""})
+    assert (status, meta["reasoning"], meta["model"]) == (200, "", "big-model")
+    row = await server.runtime.store.require(sid)
+    assert (row.name, row.persona, row.allowed_tools) == (
+        "release notes",
+        "a terse release manager",
+        frozenset({"write_file"}),
+    )
+
+    bad_bodies: list[Any] = [
+        {"reasoning": "extreme"},
+        {"colour": "blue"},
+        {"name": 3},
+        {"name": "x" * 201},
+        {"allowed_tools": "write_file"},
+        {"allowed_tools": ["../etc"]},
+        {"allowed_tools": ["t"] * 65},
+    ]
+    for bad in bad_bodies:
+        status, body = await server.call("PUT", f"/v1/session/{sid}", json_body=bad)
+        assert (status, err(body)) == (400, "bad_request"), bad
+    status, body = await server.call("PUT", f"/v1/session/{sid}", data=b"[1")
+    assert (status, err(body)) == (400, "bad_json")
+    status, body = await server.call("PUT", "/v1/session/cli-nobody", json_body={"name": "x"})
+    assert (status, err(body)) == (404, "not_found")
+    status, body = await server.call("PUT", "/v1/session/..%2Fetc", json_body={"name": "x"})
+    assert status == 400
+    assert (await server.runtime.store.require(sid)).model == "big-model"  # nothing leaked in
+
+
+async def test_update_shared_session_needs_an_admin(server: Server) -> None:
+    await server.runtime.store.ensure("dc-42")
+    path = "/v1/session/dc-42"
+    status, body = await server.call("PUT", path, json_body={"model": "m"}, headers=ANN)
+    assert (status, err(body)) == (403, "not_allowed")
+    status, body = await server.call("PUT", path, json_body={"allowed_tools": []}, headers=ANN)
+    assert (status, err(body)) == (403, "not_allowed")
+    status, meta = await server.call("PUT", path, json_body={"name": "general"}, headers=ANN)
+    assert (status, meta["name"], meta["model"]) == (200, "general", "")
+    status, meta = await server.call("PUT", path, json_body={"model": "m"}, headers=ROOT)
+    assert (status, meta["model"]) == (200, "m")
+
+
+async def test_allowed_tool_runs_without_asking(server: Server) -> None:
+    status, body = await server.call("POST", "/v1/session")
+    sid = body["session_id"]
+    send = {"content": "/allow demo_action", "session_id": sid}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
+    assert status == 200 and "without asking" in body["text"], body
+    send = {"content": "/allow no_such_tool", "session_id": sid}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
+    assert "no tool 'no_such_tool'" in body["text"] and "demo_action" in body["text"]
+
+    send = {"content": "!confirm launch", "session_id": sid, "wait": 10}
+    status, view = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
+    assert status == 200 and (view["status"], view["text"]) == ("done", "approved: launch"), view
+    kinds = [e["kind"] for e in view["events"]]
+    assert "confirm" not in kinds  # nobody was asked
+    (answered,) = [e for e in view["events"] if e["kind"] == "answer"]
+    assert (answered["approved"], answered["answered_by"]) == (True, "allow-list")
+    log_text = server.runtime.store.files(sid).action_log.path.read_text()
+    assert "[answer]" in log_text and "allow-list" in log_text
+
+    send = {"content": "/disallow demo_action", "session_id": sid}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
+    assert "asks for confirmation again" in body["text"]
+    send = {"content": "!confirm again", "session_id": sid}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
+    assert status == 202 and body["pending"]["tool"] == "demo_action", body
+
+
+async def test_allow_in_a_shared_chat_needs_an_admin(server: Server) -> None:
+    await server.runtime.store.ensure("tg-7")
+    send = {"content": "/allow demo_action", "session_id": "tg-7"}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
+    assert "only an admin" in body["text"]
+    assert (await server.runtime.store.require("tg-7")).allowed_tools == frozenset()
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=ROOT)
+    assert "without asking" in body["text"]
+    send = {"content": "/allow", "session_id": "tg-7"}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
+    assert body["text"] == "allowed without confirmation: demo_action"

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.openai import Error, FakeOpenAI, Malformed, Text, ToolCalls
+from fakes.openai import Error, FakeOpenAI, Malformed, Slow, Text, ToolCalls
 from sqlalchemy import text
 from sqlmodel import Session
 
 from gateway.app import Runtime
+from gateway.commands import CommandReply
 from gateway.events import Inbound, Origin
 from gateway.router import Router
 from gateway.settings import Settings
@@ -199,3 +200,69 @@ async def test_summary_model_folds_messages(fake: FakeOpenAI, tmp_path: Path) ->
         assert summary is not None and summary.text == "Ann greeted twice."
     finally:
         await rt.close()
+
+
+async def test_slow_answer_within_the_timeout_streams_through(
+    fake: FakeOpenAI, runtime: Runtime
+) -> None:
+    fake.script(Slow(0.5, Text("Sorry for the wait, here it is.")))
+    _sub, state = await ask(runtime.router, "cli-slow", "take your time")
+    assert (state.status, state.reply) == ("done", "Sorry for the wait, here it is.")
+    assert len(fake.requests) == 1
+
+
+async def test_timed_out_call_is_retried(fake: FakeOpenAI, tmp_path: Path) -> None:
+    rt = await start(fake, tmp_path / "h", openai_timeout_seconds=0.3)
+    try:
+        fake.script(Slow(5, Text("too late")), Text("Second try worked."))
+        _sub, state = await ask(rt.router, "cli-t", "hello?")
+        assert (state.status, state.reply) == ("done", "Second try worked.")
+        assert len(fake.requests) == 2
+    finally:
+        await rt.close()
+
+
+async def test_model_that_never_answers_gives_a_clear_error(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    rt = await start(fake, tmp_path / "h", openai_timeout_seconds=0.2)
+    try:
+        fake.script(*[Slow(5, Text("never"))] * 4)
+        _sub, state = await ask(rt.router, "cli-n", "anyone?")
+        assert state.status == "error" and "not available" in state.error
+        assert "TimeoutError" in state.error
+        assert [m.content for m in await rt.store.recent_messages("cli-n")] == ["anyone?"]
+    finally:
+        await rt.close()
+
+
+async def test_cancel_does_not_wait_for_a_slow_model(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(Slow(60, Text("never seen")))
+    sub = await runtime.router.submit(Inbound(ANN, "cli-c", "think hard"))
+    await fake.wait_for_request()
+    assert await runtime.router.cancel("cli-c", sub.task_hash, by="Ann")
+    state = await runtime.router.wait(sub.task_hash, 5)
+    assert state.status == "canceled"
+
+
+async def test_reasoning_level_reaches_the_model(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(Text("plain"), Text("deep"))
+    await ask(runtime.router, "cli-z", "first")
+    assert "reasoning_effort" not in fake.requests[-1]  # not sent unless asked for
+    await runtime.store.update("cli-z", reasoning="high")
+    await ask(runtime.router, "cli-z", "second")
+    assert fake.requests[-1]["reasoning_effort"] == "high"
+
+
+async def test_reasoning_command(runtime: Runtime) -> None:
+    async def command(text: str) -> CommandReply:
+        sub = await runtime.router.submit(Inbound(ANN, "cli-q", text))
+        assert sub.command is not None and not sub.task_hash
+        return sub.command
+
+    assert not (await command("/reasoning extreme")).ok
+    assert (await command("/reasoning low")).ok
+    assert (await runtime.store.require("cli-q")).reasoning == "low"
+    assert "reasoning: low" in (await command("/status")).text
+    assert (await command("/reasoning default")).ok
+    assert (await runtime.store.require("cli-q")).reasoning == ""

@@ -40,6 +40,7 @@ def _words(text: str) -> int:
 
 class OfflineAgent:
     name = "offline"
+    tool_names = frozenset({"demo_action", "write_file"})
 
     async def summarize(self, previous: str, messages: Sequence[StoredMessage]) -> str:
         """A deterministic digest: one short line per message, newest kept within a bound."""

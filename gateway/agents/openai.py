@@ -57,6 +57,15 @@ FORMATTING = {
 }
 
 
+def system_prompt(ctx: AgentContext) -> str:
+    """Base instructions, the session persona, and a formatting note for the platform."""
+    system = [BASE_INSTRUCTIONS]
+    if ctx.persona:
+        system.append(f"Persona: {ctx.persona}")
+    system.append(FORMATTING.get(ctx.origin.platform, ""))
+    return "\n\n".join(system)
+
+
 class _Retryable(Exception):
     def __init__(self, message: str, retry_after: float | None) -> None:
         super().__init__(message)
@@ -76,6 +85,7 @@ class OpenAIAgent:
     def __init__(self, settings: Settings, tools: Mapping[str, Tool] = BUILTIN_TOOLS) -> None:
         self.settings = settings
         self.tools = dict(tools)
+        self.tool_names = frozenset(self.tools)
         self.base_url = settings.openai_base_url.rstrip("/")
         key = settings.openai_api_key
         self.api_key = key.get_secret_value() if key else ""
@@ -110,11 +120,7 @@ class OpenAIAgent:
         return completion.text.strip()
 
     def context_messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
-        system = [BASE_INSTRUCTIONS]
-        if ctx.persona:
-            system.append(f"Persona: {ctx.persona}")
-        system.append(FORMATTING.get(ctx.origin.platform, ""))
-        messages: list[dict[str, Any]] = [{"role": "system", "content": "\n\n".join(system)}]
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt(ctx)}]
         if ctx.summary:
             messages.append(
                 {
@@ -135,12 +141,14 @@ class OpenAIAgent:
 
     async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
         model = ctx.model or self.settings.model
+        reasoning = ctx.reasoning or self.settings.reasoning
         messages = self.context_messages(ctx)
         schemas = [tool.schema() for tool in self.tools.values()]
         for _ in range(self.settings.max_tool_iterations):
             completion = _Completion()
             started = time.monotonic()
-            async for delta in self._complete(model, messages, schemas, completion):
+            stream = self._complete(model, messages, schemas, completion, reasoning=reasoning)
+            async for delta in stream:
                 yield Delta(delta)
             elapsed = int((time.monotonic() - started) * 1000)
             calls = [completion.calls[i] for i in sorted(completion.calls)]
@@ -205,6 +213,8 @@ class OpenAIAgent:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         into: _Completion,
+        *,
+        reasoning: str = "",
     ) -> AsyncIterator[str]:
         body: dict[str, Any] = {
             "model": model,
@@ -212,6 +222,8 @@ class OpenAIAgent:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if reasoning:  # only reasoning models accept the field, so it is sent when asked for
+            body["reasoning_effort"] = reasoning
         if tools:  # providers reject an empty list
             body["tools"] = tools
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -305,7 +317,7 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return None
 
 
-_backoff = wait_exponential_jitter(initial=0.5, max=20)
+_backoff = wait_exponential_jitter(multiplier=0.5, max=20)
 
 
 def _wait_for_server(state: RetryCallState) -> float:

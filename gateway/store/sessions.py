@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,8 +132,11 @@ class SessionStore:
             raise UnknownSession(session_id)
         return row
 
-    async def update(self, session_id: str, **changes: str) -> SessionRow:
-        """Change name, model, reasoning, self_id or persona (`persona=` sets role and rule)."""
+    async def update(
+        self, session_id: str, *, allowed_tools: Collection[str] | None = None, **changes: str
+    ) -> SessionRow:
+        """Change name, model, reasoning, self_id or persona (`persona=` sets role and rule),
+        and replace the tool allow-list when `allowed_tools` is given — all in one transaction."""
         allowed = {"name", "model", "reasoning", "self_id", "persona", "settings"}
         unknown = set(changes) - allowed
         if unknown:
@@ -149,9 +152,34 @@ class SessionStore:
                     row.role = row.rule = value
                 else:
                     setattr(row, key, value)
+            if allowed_tools is not None:
+                options = row.options
+                options["allowed_tools"] = sorted(set(allowed_tools))
+                row.settings = json.dumps(options, ensure_ascii=False)
             row.updated_at = now_ms()
             session.add(row)
             return row
+
+        return await self.db.write(work)
+
+    async def set_tool_allowed(self, session_id: str, tool: str, allowed: bool) -> frozenset[str]:
+        """Add a tool to (or take it off) the session's allow-list; returns the new list."""
+
+        def work(session: Session) -> frozenset[str]:
+            row = session.get(SessionRow, validate_session_id(session_id))
+            if row is None:
+                raise UnknownSession(session_id)
+            tools = set(row.allowed_tools)
+            if allowed:
+                tools.add(tool)
+            else:
+                tools.discard(tool)
+            options = row.options
+            options["allowed_tools"] = sorted(tools)
+            row.settings = json.dumps(options, ensure_ascii=False)
+            row.updated_at = now_ms()
+            session.add(row)
+            return frozenset(tools)
 
         return await self.db.write(work)
 
