@@ -55,6 +55,7 @@ from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError, PromptNotF
 from gateway.router import MessageTooLong, Router, Submission, TaskNotFound, TaskState
 from gateway.settings import Settings
 from gateway.store.actionlog import ActionRecord
+from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.search import MAX_PAGE, search_messages
 from gateway.store.sessions import UnknownSession
 from gateway.store.usage import DAY_MS, usage_summary
@@ -93,6 +94,9 @@ SSE_HEADERS: Final = {
 SENDER_HEADER: Final = "X-Agenvoy-Sender"
 SENDER_NAME_HEADER: Final = "X-Agenvoy-Sender-Name"
 WINDOW_HEADER: Final = "X-Agenvoy-Window"
+# `terminal` for the full-screen client (`agenvoy chat`); anything else is plain HTTP.
+CLIENT_HEADER: Final = "X-Agenvoy-Client"
+CLIENT_PLATFORMS: Final = frozenset({"http", "terminal"})
 OPEN_PATHS: Final = frozenset({"/healthz"})
 CREATABLE_PREFIXES: Final = (Prefix.cli, Prefix.chat)
 
@@ -583,7 +587,12 @@ class HttpApi:
         sender_name = _header(request, SENDER_NAME_HEADER) or sender_id
         window = _header(request, WINDOW_HEADER)
         window_hash = validate_hash(window, "window hash") if window else new_window_hash()
-        return Origin("http", sender_id=sender_id, sender_name=sender_name, window_hash=window_hash)
+        platform = _header(request, CLIENT_HEADER) or "http"
+        if platform not in CLIENT_PLATFORMS:
+            _bad(f"header {CLIENT_HEADER} must be one of: {', '.join(sorted(CLIENT_PLATFORMS))}")
+        return Origin(
+            platform, sender_id=sender_id, sender_name=sender_name, window_hash=window_hash
+        )
 
     async def require_session(self, session_id: str) -> None:
         if await self.store.get(session_id) is None:
@@ -867,6 +876,38 @@ class HttpApi:
         prompts = self.router.pending(session_id)
         return web.json_response({"pending": [p.to_json() for p in prompts]})
 
+    async def pending_everywhere(self, request: web.Request) -> web.Response:
+        """Open prompts in every session that the asking sender may answer."""
+        origin = self.origin(request)
+        admins = self.settings.admin_keys
+        prompts = [p for p in self.router.pending() if p.may_answer(origin, admins)]
+        return web.json_response({"pending": [p.to_json() for p in prompts]})
+
+    async def inputs(self, request: web.Request) -> web.Response:
+        session_id = _session_id(request)
+        await self.require_session(session_id)
+        files = self.store.files(session_id)
+        return web.json_response({"inputs": await asyncio.to_thread(files.read_cmd_history)})
+
+    async def add_input(self, request: web.Request) -> web.Response:
+        """Remember a line typed in a terminal window (`.cmd_history`: last 50, no repeats)."""
+        session_id = _session_id(request)
+        body = await _json_body(request)
+        entry = _str_field(body, "entry")
+        if not entry or not entry.strip():
+            _bad("field 'entry' must be a non-empty string")
+        if len(entry) > self.settings.max_message_chars:
+            raise ApiError(
+                413, "too_large", f"entry is longer than {self.settings.max_message_chars} chars"
+            )
+        await self.require_session(session_id)
+        files = self.store.files(session_id)
+        try:
+            entries = await asyncio.to_thread(files.add_cmd_history, entry)
+        except (FileNotFoundError, SessionDirectoryMissing):
+            raise ApiError(404, "not_found", f"no such session: {session_id}") from None
+        return web.json_response({"inputs": entries})
+
     async def answer(self, request: web.Request) -> web.Response:
         session_id = _session_id(request)
         task_hash = request.match_info["task_hash"]
@@ -995,7 +1036,8 @@ def build_app(
     """The aiohttp application for `runtime`; registers the `http` sink with its router."""
     open_paths = OPEN_PATHS | {path for path, _ in webhooks}
     api = HttpApi(runtime, keepalive_seconds=keepalive_seconds, open_paths=open_paths)
-    runtime.router.register_sink("http", api.sink)
+    for platform in CLIENT_PLATFORMS:
+        runtime.router.register_sink(platform, api.sink)
     app = web.Application(
         middlewares=[api.measure, api.errors, api.authenticate],
         client_max_size=MAX_BODY_BYTES,
@@ -1013,6 +1055,9 @@ def build_app(
     # No HEAD: it would hold an endless stream open with nothing to send.
     add.add_get("/v1/session/{sid}/log", api.session_log, allow_head=False)
     add.add_get("/v1/session/{sid}/pending", api.pending)
+    add.add_get("/v1/pending", api.pending_everywhere)
+    add.add_get("/v1/session/{sid}/inputs", api.inputs)
+    add.add_post("/v1/session/{sid}/inputs", api.add_input)
     add.add_post("/v1/session/{sid}/pending/{task_hash}", api.answer)
     add.add_get("/v1/session/{sid}/task/{task_hash}", api.task)
     add.add_post("/v1/session/{sid}/cancel/{task_hash}", api.cancel)

@@ -87,6 +87,7 @@ _SENDER_HEADERS: Final[list[Schema]] = [
     {"$ref": "#/components/parameters/Sender"},
     {"$ref": "#/components/parameters/SenderName"},
     {"$ref": "#/components/parameters/Window"},
+    {"$ref": "#/components/parameters/Client"},
 ]
 _SESSION_PATH: Final[list[Schema]] = [{"$ref": "#/components/parameters/SessionId"}]
 _TASK_PATH: Final[list[Schema]] = [
@@ -168,6 +169,7 @@ def _schemas() -> dict[str, Schema]:
             required=[],
         ),
         "CreatedSession": _obj({"session_id": _SESSION_ID}),
+        "Inputs": _obj({"inputs": {"type": "array", "items": _STR}}),
         "UpdateSessionRequest": {
             **_obj(
                 {
@@ -355,6 +357,16 @@ def _components() -> Schema:
                 "description": "Window hash of the client; minted per request when absent.",
                 "schema": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
             },
+            "Client": {
+                "name": "X-Agenvoy-Client",
+                "in": "header",
+                "required": False,
+                "description": (
+                    "`terminal` for the full-screen client: its prompts can then be answered "
+                    "from the window that started the task only (or by an admin)."
+                ),
+                "schema": {"type": "string", "enum": ["http", "terminal"], "default": "http"},
+            },
         },
         "responses": {
             "BadRequest": _error_response(
@@ -535,6 +547,40 @@ def _paths() -> Schema:
                         _obj({"pending": {"type": "array", "items": _ref("Prompt")}}),
                     ),
                     **_errors(400, 404),
+                },
+            },
+        },
+        "/v1/pending": {
+            "get": {
+                "operationId": "listAllPending",
+                "summary": "Open prompts in every session that the sender may answer",
+                "parameters": _SENDER_HEADERS,
+                "responses": {
+                    "200": _json(
+                        "The open prompts, soonest to expire first",
+                        _obj({"pending": {"type": "array", "items": _ref("Prompt")}}),
+                    ),
+                    **_errors(400),
+                },
+            },
+        },
+        "/v1/session/{sid}/inputs": {
+            "parameters": _SESSION_PATH,
+            "get": {
+                "operationId": "listInputs",
+                "summary": "The terminal input history of the session (.cmd_history)",
+                "responses": {
+                    "200": _json("Oldest first, at most 50", _ref("Inputs")),
+                    **_errors(400, 404),
+                },
+            },
+            "post": {
+                "operationId": "addInput",
+                "summary": "Remember a typed line (a repeat of the last one is not stored)",
+                "requestBody": _body(_obj({"entry": {"type": "string", "minLength": 1}})),
+                "responses": {
+                    "200": _json("The history after the change", _ref("Inputs")),
+                    **_errors(400, 404, 413),
                 },
             },
         },

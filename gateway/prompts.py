@@ -66,13 +66,20 @@ class Prompt:
         }
 
     def may_answer(self, responder: Origin, admins: frozenset[str]) -> bool:
-        """The sender who started the task, or an admin."""
+        """The sender who started the task, or an admin.
+
+        A terminal prompt belongs to the window that started the task: the same person in
+        another window watches it but cannot answer it.
+        """
         if responder.is_admin or responder.sender_key in admins:
             return True
-        return (
+        same_sender = (
             responder.platform == self.origin.platform
             and responder.sender_id == self.origin.sender_id
         )
+        if same_sender and self.origin.platform == "terminal":
+            return responder.window_hash == self.origin.window_hash
+        return same_sender
 
     def resolve(self, approved: bool | None, text: str | None, by: str) -> Answer:
         if self.future.done():

@@ -361,6 +361,8 @@ class Router:
             raise PromptNotFound(f"task {task_hash} is not waiting for an answer")
         if not prompt.may_answer(responder, self.settings.admin_keys):
             who = prompt.origin.sender_name or prompt.origin.sender_id or "the requester"
+            if prompt.origin.platform == "terminal":
+                who = f"the terminal window of {who}"
             raise NotAllowed(f"only {who} or an admin may answer this prompt")
         by = responder.sender_name or responder.sender_id or responder.platform
         return prompt.resolve(approve, text, by)

@@ -982,3 +982,57 @@ async def test_allow_in_a_shared_chat_needs_an_admin(server: Server) -> None:
     send = {"content": "/allow", "session_id": "tg-7"}
     status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
     assert body["text"] == "allowed without confirmation: demo_action"
+
+
+async def test_terminal_prompt_is_answered_from_its_own_window(server: Server) -> None:
+    status, body = await server.call("POST", "/v1/session")
+    sid = body["session_id"]
+    window_a = {"X-Agenvoy-Sender": "ann", "X-Agenvoy-Client": "terminal", "X-Agenvoy-Window": "a"}
+    window_b = {**window_a, "X-Agenvoy-Window": "b"}
+    send = {"content": "!confirm deploy", "session_id": sid}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=window_a)
+    assert status == 202, body
+    task = body["task_hash"]
+    assert body["pending"]["origin"]["platform"] == "terminal"
+    assert body["pending"]["origin"]["window_hash"] == "a"
+
+    status, body = await server.call("GET", "/v1/pending", headers=window_b)
+    assert body["pending"] == []  # same person, other window: not theirs to answer
+    status, body = await server.call("GET", "/v1/pending", headers=ROOT)
+    assert [p["task_hash"] for p in body["pending"]] == [task]
+    status, body = await server.call("GET", "/v1/pending", headers=window_a)
+    assert [p["task_hash"] for p in body["pending"]] == [task]
+
+    answer = f"/v1/session/{sid}/pending/{task}"
+    status, body = await server.call("POST", answer, json_body={"approve": True}, headers=window_b)
+    assert (status, err(body)) == (403, "not_allowed")
+    assert "terminal window" in body["error"]["message"]
+    status, body = await server.call("POST", answer, json_body={"approve": True}, headers=window_a)
+    assert (status, body["approved"]) == (200, True)
+
+    bad_client = {**window_a, "X-Agenvoy-Client": "discord"}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=bad_client)
+    assert (status, err(body)) == (400, "bad_request")
+
+
+async def test_input_history_routes(server: Server) -> None:
+    status, body = await server.call("POST", "/v1/session")
+    sid = body["session_id"]
+    path = f"/v1/session/{sid}/inputs"
+    status, body = await server.call("GET", path)
+    assert (status, body) == (200, {"inputs": []})
+    for entry in ["first", "second\nline two", "second\nline two", "third"]:
+        status, body = await server.call("POST", path, json_body={"entry": entry})
+        assert status == 200
+    assert body["inputs"] == ["first", "second\nline two", "third"]
+    for _ in range(60):
+        status, body = await server.call("POST", path, json_body={"entry": f"n{_}"})
+    status, body = await server.call("GET", path)
+    assert len(body["inputs"]) == 50 and body["inputs"][-1] == "n59"
+    for bad in ({}, {"entry": ""}, {"entry": "  "}, {"entry": 5}):
+        status, body = await server.call("POST", path, json_body=bad)
+        assert (status, err(body)) == (400, "bad_request"), bad
+    status, body = await server.call("POST", path, json_body={"entry": "x" * 20_000})
+    assert status == 413
+    status, body = await server.call("GET", "/v1/session/cli-none/inputs")
+    assert (status, err(body)) == (404, "not_found")
