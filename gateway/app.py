@@ -40,7 +40,17 @@ def build_agent(settings: Settings) -> Agent:
         from gateway.agents.openai import OpenAIAgent
 
         return OpenAIAgent(settings)
-    raise UnknownAgent(f"unknown agent {name!r} (AGENVOY_AGENT); available: offline, openai")
+    if name == "claude-code":
+        from gateway.agents.claude_code import ClaudeCodeAgent, ClaudeCodeUnavailable
+
+        try:
+            return ClaudeCodeAgent(settings)
+        except ClaudeCodeUnavailable as exc:
+            # Shown by `agenvoy run` as a start-up error, like an unknown agent name.
+            raise UnknownAgent(str(exc)) from exc
+    raise UnknownAgent(
+        f"unknown agent {name!r} (AGENVOY_AGENT); available: offline, openai, claude-code"
+    )
 
 
 @dataclass

@@ -22,6 +22,7 @@ from gateway.agents.base import (
     AgentFailed,
     Delta,
     Reply,
+    Step,
     ToolCall,
     ToolResult,
     Usage,
@@ -459,8 +460,11 @@ class Router:
             context.allowed_tools = row.allowed_tools if row else frozenset()
             summary = await asyncio.to_thread(self.store.files(state.session_id).read_summary)
             context.summary = summary.text if summary else ""
-            async with self.presence.hold(state.session_id, state.task_hash):
-                async for step in self.agent.run(context):
+            async with (
+                self.presence.hold(state.session_id, state.task_hash),
+                _closing(self.agent.run(context)) as steps,
+            ):
+                async for step in steps:
                     await self._step(state, step)
         except asyncio.CancelledError:
             if state.canceled_by:
@@ -912,6 +916,18 @@ class Router:
                 await state.journal_io
         files = self.store.files(state.session_id)
         await asyncio.to_thread(files.remove_pending, state.task_hash)
+
+
+@contextlib.asynccontextmanager
+async def _closing(steps: AsyncIterator[Step]) -> AsyncIterator[AsyncIterator[Step]]:
+    """Close the agent's run on the way out, cancel included, so its own clean-up (stopping a
+    subprocess, closing a stream) runs now rather than whenever the generator is collected."""
+    try:
+        yield steps
+    finally:
+        aclose = getattr(steps, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def _journals_of(files: SessionFiles) -> list[tuple[str, dict[str, Any]]]:

@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     action_log_max_bytes: int = 10 * 1024 * 1024
     usage_retention_days: int = 28
 
-    # The agent that answers: "offline" (deterministic, no network) until others are added.
+    # The agent that answers: "offline" (deterministic, no network), "openai" or "claude-code".
     agent: str = "offline"
     # Who may answer any prompt and run admin-only commands, as platform:user-id pairs,
     # e.g. "discord:123,telegram:456".
@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     # provider's default. `/reasoning` and `PUT /v1/session/{sid}` override it per session.
     reasoning: Literal["", "low", "medium", "high"] = ""
     openai_timeout_seconds: float = 120.0
+    # The claude-code agent: the Claude Code CLI (a name on PATH or a path), run once per task
+    # in the session workspace. `model` picks its model too ("sonnet", "opus" or a full id).
+    claude_code_bin: str = "claude"
 
     http_host: str = "127.0.0.1"
     http_port: int = 17989
