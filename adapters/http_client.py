@@ -1,12 +1,19 @@
-"""A small client of the gateway's HTTP API, used by the `agenvoy` command line."""
+"""A small client of the gateway's HTTP API, used by the `agenvoy` command line and the
+terminal chat client."""
 
 from __future__ import annotations
 
 import getpass
+import json
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
+from pydantic import ValidationError
+
+from gateway.events import EVENT_ADAPTER, Event
 
 
 class GatewayUnavailable(RuntimeError):
@@ -26,9 +33,21 @@ class Reply:
 
 
 class GatewayClient:
-    def __init__(self, base_url: str, token: str = "", sender: str = "") -> None:
+    """One client identity: a sender, and for terminal windows the window's own hash."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str = "",
+        sender: str = "",
+        *,
+        window_hash: str = "",
+        client: str = "http",
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.headers = {"X-Agenvoy-Sender": sender or getpass.getuser()}
+        self.headers = {"X-Agenvoy-Sender": sender or getpass.getuser(), "X-Agenvoy-Client": client}
+        if window_hash:
+            self.headers["X-Agenvoy-Window"] = window_hash
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
         self._session: aiohttp.ClientSession | None = None
@@ -90,3 +109,99 @@ class GatewayClient:
             reply = await self.call("GET", f"/v1/session/{sid}/pending")
             prompts.extend(reply.body.get("pending", []))
         return prompts
+
+    # -- what the terminal client needs ------------------------------------------------------
+
+    async def healthy(self) -> bool:
+        """True when a gateway answers at the base URL."""
+        try:
+            await self.call("GET", "/healthz")
+        except (GatewayUnavailable, GatewayError):
+            return False
+        return True
+
+    async def create_session(self, prefix: str = "cli") -> str:
+        reply = await self.call("POST", "/v1/session", {"prefix": prefix})
+        return str(reply.body["session_id"])
+
+    async def session(self, session_id: str) -> dict[str, Any] | None:
+        try:
+            return (await self.call("GET", f"/v1/session/{_segment(session_id)}")).body
+        except GatewayError as exc:
+            if exc.status in (400, 404):
+                return None
+            raise
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        return list((await self.call("GET", "/v1/sessions")).body.get("sessions", []))
+
+    async def update_session(self, session_id: str, **fields: Any) -> dict[str, Any]:
+        return (await self.call("PUT", f"/v1/session/{_segment(session_id)}", fields)).body
+
+    async def inputs(self, session_id: str) -> list[str]:
+        reply = await self.call("GET", f"/v1/session/{_segment(session_id)}/inputs")
+        return [str(e) for e in reply.body.get("inputs", [])]
+
+    async def add_input(self, session_id: str, entry: str) -> list[str]:
+        path = f"/v1/session/{_segment(session_id)}/inputs"
+        reply = await self.call("POST", path, {"entry": entry})
+        return [str(e) for e in reply.body.get("inputs", [])]
+
+    async def submit(self, session_id: str, content: str) -> dict[str, Any]:
+        """Hand a message to the session without waiting; events follow on `events()`."""
+        body = {"content": content, "session_id": session_id, "wait": 0}
+        return (await self.call("POST", "/v1/send", body)).body
+
+    async def cancel(self, session_id: str, task_hash: str) -> bool:
+        path = f"/v1/session/{_segment(session_id)}/cancel/{_segment(task_hash)}"
+        return bool((await self.call("POST", path)).body.get("canceled"))
+
+    async def pending_everywhere(self) -> list[dict[str, Any]]:
+        return list((await self.call("GET", "/v1/pending")).body.get("pending", []))
+
+    async def events(
+        self, session_id: str, *, on_live: Callable[[], None] | None = None
+    ) -> AsyncIterator[Event]:
+        """The session's events from now on (its log stream), until the server ends it.
+
+        `on_live` runs once the gateway has subscribed the stream: from then on no event of
+        the session is missed, so a message sent after it shows up in full.
+        """
+        assert self._session is not None, "use the client as `async with`"
+        url = f"{self.base_url}/v1/session/{_segment(session_id)}/log?tail=0"
+        try:
+            async with self._session.get(url) as resp:
+                if resp.status >= 400:
+                    data = await resp.json(content_type=None)
+                    error = (data or {}).get("error", {})
+                    raise GatewayError(
+                        resp.status, error.get("code", "?"), error.get("message", "")
+                    )
+                data_lines: list[str] = []
+                async for raw in resp.content:
+                    line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                    if line == ": live" and on_live is not None:
+                        on_live()
+                    elif line.startswith("data:"):
+                        data_lines.append(line[5:].removeprefix(" "))
+                    elif not line and data_lines:
+                        event = _parse_event("\n".join(data_lines))
+                        data_lines = []
+                        if event is not None:
+                            yield event
+        except aiohttp.ClientConnectionError as exc:
+            raise GatewayUnavailable(
+                f"lost the connection to the gateway at {self.base_url}"
+            ) from exc
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+def _parse_event(data: str) -> Event | None:
+    """One SSE data block as an event; log records and unknown kinds are skipped."""
+    try:
+        return EVENT_ADAPTER.validate_python(json.loads(data))
+    except (ValueError, ValidationError):
+        return None

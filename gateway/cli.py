@@ -15,6 +15,7 @@ import typer
 from pydantic import ValidationError
 
 from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
+from adapters.terminal.launch import GatewayNotRunning, api_token, ensure_gateway, gateway_url
 from gateway.app import Runtime, UnknownAgent
 from gateway.clock import now_ms
 from gateway.ids import InvalidSessionId, Prefix, prefix_of, validate_session_id
@@ -252,12 +253,9 @@ def run() -> None:
 
 def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:
     settings = _settings()
-    token = settings.api_token.get_secret_value() if settings.api_token else ""
-    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
-    url = f"http://{host}:{settings.http_port}"
 
     async def main() -> T:
-        async with GatewayClient(url, token) as client:
+        async with GatewayClient(gateway_url(settings), api_token(settings)) as client:
             return await work(client)
 
     try:
@@ -268,6 +266,47 @@ def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:
     except GatewayError as exc:
         typer.secho(str(exc), fg="red", err=True)
         raise typer.Exit(1) from exc
+
+
+@app.command()
+def chat(
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", metavar="SID", help="The session to open."),
+    ] = None,
+    start: Annotated[
+        bool, typer.Option("--start", help="Start the gateway in the background if it is down.")
+    ] = False,
+) -> None:
+    """Open the full-screen chat window on a session of the running gateway.
+
+    Without --session it opens the session used last, or a new cli-* one.
+    """
+    from adapters.terminal.app import ChatApp, ChatConfig
+
+    if session is not None:
+        _checked_id(session)
+    settings = _settings()
+    try:
+        started = asyncio.run(ensure_gateway(settings, start=start))
+    except (GatewayNotRunning, TimeoutError) as exc:
+        message = str(exc) or "the gateway did not come up in time; see its log"
+        typer.secho(message, fg="red", err=True)
+        raise typer.Exit(1) from exc
+    if started is not None:
+        typer.echo(
+            f"started the gateway in the background (pid {started.pid}, log: {started.log_file})"
+        )
+    config = ChatConfig(
+        base_url=gateway_url(settings),
+        token=api_token(settings),
+        session_id=session,
+        state_file=settings.home / "terminal.json",
+    )
+    window = ChatApp(config)
+    window.run()
+    if window.return_code:
+        raise typer.Exit(window.return_code)
 
 
 def _ask_in_terminal(prompt: dict[str, Any]) -> dict[str, Any] | None:

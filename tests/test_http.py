@@ -981,7 +981,7 @@ async def test_allow_in_a_shared_chat_needs_an_admin(server: Server) -> None:
     assert "without asking" in body["text"]
     send = {"content": "/allow", "session_id": "tg-7"}
     status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
-    assert body["text"] == "allowed without confirmation: demo_action"
+    assert (status, body["text"]) == (200, "allowed without confirmation: demo_action")
 
 
 async def test_terminal_prompt_is_answered_from_its_own_window(server: Server) -> None:

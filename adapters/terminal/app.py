@@ -1,0 +1,414 @@
+"""The chat window: one session's conversation, live, with this window's prompts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Footer, Header, Markdown, Static
+
+from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
+from adapters.terminal.history import InputHistory
+from adapters.terminal.picker import SessionPicker, SessionRow, short_id
+from adapters.terminal.widgets import MessageInput, OpenPrompt, PromptPanel, describe_confirm
+from gateway.events import (
+    AnswerEvent,
+    AskUserEvent,
+    CanceledEvent,
+    ConfirmEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    TextDeltaEvent,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    UserEvent,
+)
+from gateway.ids import InvalidSessionId, new_window_hash, validate_session_id
+
+CLIENT_HELP = """**Window commands**
+
+- `/switch [name]` or Ctrl+S: pick another session (by name or id when given)
+- `/new`: start a new terminal session
+- `/name <text>`: rename this session
+- `/pending`: prompts waiting for you in any session
+- `/cancel`: cancel the running task started from this window
+- `/quit` or Ctrl+Q: leave (tasks go on in the gateway)
+
+Other `/commands` (`/status`, `/model`, `/persona`, `/allow`…) go to the gateway.
+Enter sends; Ctrl+J adds a line; Up and Down walk your input history."""
+
+STREAM_RETRY_SECONDS = 1.0
+LIVE_TIMEOUT_SECONDS = 10.0
+
+
+@dataclass
+class TaskView:
+    """How one task shows in the conversation."""
+
+    task_hash: str
+    mine: bool
+    reply: Markdown | None = None
+    text: str = ""
+    finished: bool = False
+    tools: dict[str, Static] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChatConfig:
+    base_url: str
+    token: str = ""
+    sender: str = ""
+    session_id: str | None = None
+    # Where the window remembers the last session it showed; None keeps nothing.
+    state_file: Path | None = None
+
+
+class ChatApp(App[None]):
+    TITLE = "agenvoy"
+    CSS = """
+    #conversation { height: 1fr; padding: 0 1; }
+    .user { margin-top: 1; color: $text; text-style: bold; }
+    .reply { margin: 0 0 0 2; }
+    .tool { margin-left: 2; color: $text-muted; }
+    .note { color: $text-muted; margin-top: 1; }
+    .error { color: $error; margin-left: 2; }
+    .foreign { color: $text-muted; border-left: outer $secondary; padding-left: 1; }
+    PromptPanel { height: auto; border: round $warning; padding: 0 1; display: none; }
+    #prompt-buttons { height: auto; }
+    #prompt-buttons Button { margin-right: 2; }
+    MessageInput { height: auto; max-height: 10; border: round $accent; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+s", "switch", "Sessions"),
+        Binding("ctrl+n", "new_session", "New"),
+        Binding("ctrl+q", "quit", "Quit"),
+    ]
+
+    def __init__(self, config: ChatConfig, *, window_hash: str | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.window_hash = window_hash or new_window_hash()
+        self.session_id = ""
+        self.inputs = InputHistory()
+        self.tasks: dict[str, TaskView] = {}
+        self.live = asyncio.Event()
+        self._client: GatewayClient | None = None
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    @property
+    def client(self) -> GatewayClient:
+        assert self._client is not None, "the client opens when the app mounts"
+        return self._client
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield VerticalScroll(id="conversation")
+        yield PromptPanel(id="prompt")
+        yield MessageInput(self.inputs, id="input")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self._client = GatewayClient(
+            self.config.base_url,
+            self.config.token,
+            self.config.sender,
+            window_hash=self.window_hash,
+            client="terminal",
+        )
+        await self._client.__aenter__()
+        self.query_one(MessageInput).focus()
+        try:
+            session_id = await self._first_session()
+        except (GatewayUnavailable, GatewayError) as exc:
+            self.exit(return_code=1, message=str(exc))
+            return
+        await self.open_session(session_id)
+
+    async def on_unmount(self) -> None:
+        if self._client is not None:
+            await self._client.__aexit__(None, None, None)
+
+    async def _first_session(self) -> str:
+        wanted = self.config.session_id or await asyncio.to_thread(self._remembered)
+        if wanted and await self.client.session(wanted) is not None:
+            return wanted
+        if self.config.session_id:
+            raise GatewayError(404, "not_found", f"no such session: {self.config.session_id}")
+        return await self.client.create_session("cli")
+
+    def _remembered(self) -> str | None:
+        path = self.config.state_file
+        if path is None:
+            return None
+        try:
+            value = json.loads(path.read_text()).get("last_session")
+            return validate_session_id(value) if isinstance(value, str) else None
+        except (OSError, ValueError, AttributeError, InvalidSessionId):
+            return None
+
+    def _remember(self) -> bool:
+        path = self.config.state_file
+        if path is None:
+            return True
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"last_session": self.session_id}))
+            tmp.replace(path)
+        except OSError:
+            return False
+        return True
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    async def open_session(self, session_id: str) -> None:
+        """Show `session_id`: a fresh view, its input history, its live events."""
+        self.session_id = session_id
+        self.tasks.clear()
+        self.live = asyncio.Event()
+        self.query_one(PromptPanel).close()
+        conversation = self.query_one("#conversation", VerticalScroll)
+        await conversation.remove_children()
+        meta = await self.client.session(session_id) or {}
+        self._set_title(meta)
+        self.inputs.reset(await self.client.inputs(session_id))
+        if not await asyncio.to_thread(self._remember):
+            self.notify("could not remember the session for next time", severity="warning")
+        self.follow(session_id)
+        await self._add(Static(f"session {session_id} · window {self.window_hash}", classes="note"))
+
+    def _set_title(self, meta: dict[str, Any]) -> None:
+        name = str(meta.get("name") or "")
+        self.title = name or short_id(self.session_id)
+        self.sub_title = self.session_id
+
+    @work(exclusive=True, group="events")
+    async def follow(self, session_id: str) -> None:
+        """The session's events, for as long as it is shown; reconnects when the gateway blinks."""
+        lost = False
+        while session_id == self.session_id:
+            try:
+                async for event in self.client.events(session_id, on_live=self.live.set):
+                    if lost:
+                        lost = False
+                        self.notify("connected to the gateway again")
+                    await self.show_event(event)
+            except GatewayUnavailable:
+                pass
+            except GatewayError as exc:
+                await self._add(Static(f"cannot follow the session: {exc}", classes="error"))
+                return
+            if not lost:
+                lost = True
+                self.notify("lost the gateway; reconnecting…", severity="warning")
+            self.live.clear()
+            await asyncio.sleep(STREAM_RETRY_SECONDS)
+
+    # -- input ---------------------------------------------------------------------------------
+
+    async def on_message_input_submitted(self, message: MessageInput.Submitted) -> None:
+        text = message.text
+        try:
+            self.inputs.reset(await self.client.add_input(self.session_id, text))
+            await self.handle_input(text)
+        except GatewayUnavailable as exc:
+            await self._add(Static(str(exc), classes="error"))
+        except GatewayError as exc:
+            await self._add(Static(f"the gateway refused: {exc}", classes="error"))
+
+    async def handle_input(self, text: str) -> None:
+        stripped = text.strip()
+        name, _, args = stripped.partition(" ")
+        args = args.strip()
+        local = {
+            "/switch": self._cmd_switch,
+            "/new": self._cmd_new,
+            "/name": self._cmd_name,
+            "/pending": self._cmd_pending,
+            "/cancel": self._cmd_cancel,
+            "/help": self._cmd_help,
+        }
+        if name == "/quit":
+            self.exit()
+            return
+        handler = local.get(name.lower())
+        if handler is not None:
+            await handler(args)
+            return
+        # Subscribed first, so no event of the task can slip by before the stream is up.
+        await asyncio.wait_for(self.live.wait(), LIVE_TIMEOUT_SECONDS)
+        reply = await self.client.submit(self.session_id, text)
+        if "command" in reply:
+            await self._add(Markdown(str(reply.get("text", "")), classes="note"))
+        elif reply.get("task_hash"):
+            self._view(str(reply["task_hash"]), mine=True)
+
+    async def _cmd_help(self, _args: str) -> None:
+        await self._add(Markdown(CLIENT_HELP, classes="note"))
+
+    async def _cmd_switch(self, wanted: str) -> None:
+        rows = [SessionRow.from_json(s) for s in await self.client.sessions()]
+        if not wanted:
+            self.push_screen(SessionPicker(rows, self.session_id), self._picked)
+            return
+        match = _find_session(rows, wanted)
+        if match is None:
+            await self._add(Static(f"no session named {wanted!r}", classes="error"))
+            return
+        await self.open_session(match)
+
+    async def _picked(self, session_id: str | None) -> None:
+        if session_id and session_id != self.session_id:
+            await self.open_session(session_id)
+
+    async def _cmd_new(self, _args: str) -> None:
+        await self.open_session(await self.client.create_session("cli"))
+
+    async def _cmd_name(self, name: str) -> None:
+        if not name:
+            await self._add(Static("usage: /name <text>", classes="error"))
+            return
+        self._set_title(await self.client.update_session(self.session_id, name=name))
+        await self._add(Static(f"session renamed to {name!r}", classes="note"))
+
+    async def _cmd_pending(self, _args: str) -> None:
+        prompts = await self.client.pending_everywhere()
+        if not prompts:
+            await self._add(Static("nothing is waiting for you", classes="note"))
+            return
+        lines = ["**Waiting for you**", ""]
+        for prompt in prompts:
+            what = (
+                describe_confirm(prompt.get("tool", ""), prompt.get("args", {}))
+                if prompt.get("kind") == "confirm"
+                else prompt.get("question", "")
+            )
+            here = (
+                " (this window)" if prompt["origin"].get("window_hash") == self.window_hash else ""
+            )
+            lines.append(f"- `{short_id(prompt['session_id'])}` {what}{here}")
+        await self._add(Markdown("\n".join(lines), classes="note"))
+
+    async def _cmd_cancel(self, _args: str) -> None:
+        running = [v for v in self.tasks.values() if v.mine and not v.finished]
+        if not running:
+            await self._add(Static("no task of this window is running", classes="note"))
+            return
+        for view in running:
+            await self.client.cancel(self.session_id, view.task_hash)
+
+    async def action_switch(self) -> None:
+        await self._cmd_switch("")
+
+    async def action_new_session(self) -> None:
+        await self._cmd_new("")
+
+    async def on_prompt_panel_answered(self, message: PromptPanel.Answered) -> None:
+        panel = self.query_one(PromptPanel)
+        try:
+            await self.client.answer(
+                self.session_id, message.task_hash, approve=message.approve, text=message.text
+            )
+        except GatewayError as exc:
+            await self._add(Static(f"the answer was not taken: {exc}", classes="error"))
+        panel.close(message.task_hash)
+        self.query_one(MessageInput).focus()
+
+    # -- events --------------------------------------------------------------------------------
+
+    def _view(self, task_hash: str, *, mine: bool) -> TaskView:
+        view = self.tasks.get(task_hash)
+        if view is None:
+            view = self.tasks[task_hash] = TaskView(task_hash, mine)
+        return view
+
+    async def show_event(self, event: Event) -> None:
+        if event.session_id != self.session_id:
+            return
+        mine = event.window_hash == self.window_hash
+        view = self._view(event.task_hash, mine=mine) if event.task_hash else None
+        foreign = "" if mine else " foreign"
+        match event:
+            case UserEvent():
+                who = "You" if mine else f"{event.sender or 'someone'} (elsewhere)"
+                await self._add(Static(f"{who}: {event.text}", classes="user" + foreign))
+            case TextDeltaEvent() if view is not None:
+                await self._reply(view, view.text + event.text)
+            case TextEvent() if view is not None:
+                await self._reply(view, event.text)
+            case DoneEvent() if view is not None:
+                view.finished = True
+                if event.text and event.text != view.text:
+                    await self._reply(view, event.text)
+            case ToolCallEvent() if view is not None:
+                args = json.dumps(event.args, ensure_ascii=False)[:200]
+                line = Static(f"⚙ {event.tool} {args}", classes="tool" + foreign)
+                view.tools[event.call_id] = line
+                await self._add(line)
+            case ToolResultEvent() if view is not None:
+                shown = event.result if len(event.result) <= 200 else event.result[:199] + "…"
+                await self._add(Static(f"  ↳ {event.status}: {shown}", classes="tool" + foreign))
+            case ConfirmEvent() if mine and view is not None:
+                text = describe_confirm(event.tool, event.args)
+                self.query_one(PromptPanel).ask(OpenPrompt(view.task_hash, "confirm", text))
+            case AskUserEvent() if mine and view is not None:
+                prompt = OpenPrompt(
+                    view.task_hash, "ask_user", event.question, tuple(event.options)
+                )
+                self.query_one(PromptPanel).ask(prompt)
+            case AnswerEvent() if mine and view is not None:
+                self.query_one(PromptPanel).close(view.task_hash)
+                self.query_one(MessageInput).focus()
+                if event.prompt == "confirm":
+                    verdict = "approved" if event.approved else "denied"
+                    await self._add(Static(f"{verdict} by {event.answered_by}", classes="tool"))
+            case ErrorEvent() if view is not None:
+                view.finished = True
+                await self._add(Static(f"error: {event.message}", classes="error" + foreign))
+            case CanceledEvent() if view is not None:
+                view.finished = True
+                if mine:
+                    self.query_one(PromptPanel).close(view.task_hash)
+                by = f" by {event.by}" if event.by else ""
+                await self._add(Static(f"canceled{by}", classes="note" + foreign))
+            case _:
+                pass
+
+    async def _reply(self, view: TaskView, text: str) -> None:
+        view.text = text
+        if view.reply is None:
+            view.reply = Markdown(text, classes="reply" + ("" if view.mine else " foreign"))
+            await self._add(view.reply)
+        else:
+            await view.reply.update(text)
+            self._scroll()
+
+    async def _add(self, widget: Widget) -> None:
+        await self.query_one("#conversation", VerticalScroll).mount(widget)
+        self._scroll()
+
+    def _scroll(self) -> None:
+        self.query_one("#conversation", VerticalScroll).scroll_end(animate=False)
+
+
+def _find_session(rows: list[SessionRow], wanted: str) -> str | None:
+    """By exact name first, then by id, then by a unique id prefix."""
+    for row in rows:
+        if row.name == wanted:
+            return row.session_id
+    for row in rows:
+        if row.session_id == wanted:
+            return row.session_id
+    prefixed = [r for r in rows if r.session_id.startswith(wanted)]
+    return prefixed[0].session_id if len(prefixed) == 1 else None

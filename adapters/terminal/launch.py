@@ -1,0 +1,78 @@
+"""Finding the running gateway for `agenvoy chat`, and starting one when asked to."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters.http_client import GatewayClient
+from gateway.settings import Settings
+
+START_TIMEOUT_SECONDS = 30.0
+POLL_SECONDS = 0.2
+
+
+class GatewayNotRunning(RuntimeError):
+    """No gateway answers at the configured address (and none could be started)."""
+
+
+@dataclass(frozen=True)
+class StartedGateway:
+    pid: int
+    log_file: Path
+
+
+def gateway_url(settings: Settings) -> str:
+    # A gateway bound to every interface is reached on loopback from the same machine.
+    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.http_port}"
+
+
+def api_token(settings: Settings) -> str:
+    return settings.api_token.get_secret_value() if settings.api_token else ""
+
+
+async def ensure_gateway(settings: Settings, *, start: bool) -> StartedGateway | None:
+    """Check that a gateway answers; with `start`, launch one in the background if not.
+
+    The background gateway inherits this process's environment and working directory, so it
+    reads the same settings. Returns it, or None when a gateway was already running.
+    """
+    url = gateway_url(settings)
+    async with GatewayClient(url, api_token(settings)) as client:
+        if await client.healthy():
+            return None
+        if not start:
+            raise GatewayNotRunning(
+                f"no gateway is running at {url}. Start one with `agenvoy run` in another "
+                "terminal, or run `agenvoy chat --start` to start it in the background."
+            )
+        log_file = settings.home / "gateway.log"
+        process = await asyncio.to_thread(_spawn, log_file)
+        async with asyncio.timeout(START_TIMEOUT_SECONDS):
+            while not await client.healthy():
+                if process.poll() is not None:
+                    raise GatewayNotRunning(
+                        f"the gateway exited with status {process.returncode} while starting; "
+                        f"see {log_file}"
+                    )
+                await asyncio.sleep(POLL_SECONDS)
+        return StartedGateway(process.pid, log_file)
+
+
+def _spawn(log_file: Path) -> subprocess.Popen[bytes]:
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        # Its own session: closing the chat window (or its terminal) leaves the gateway up.
+        return subprocess.Popen(
+            [sys.executable, "-m", "gateway", "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )

@@ -1,0 +1,134 @@
+"""The session picker: sessions grouped by prefix, the current one first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Label, OptionList, TabbedContent, TabPane
+from textual.widgets.option_list import Option
+
+PREFIX_ORDER = ("cli", "chat", "dc", "tg", "temp")
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    session_id: str
+    name: str
+    updated_at: int  # Unix ms
+    running: bool
+
+    @property
+    def prefix(self) -> str:
+        return self.session_id.split("-", 1)[0]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SessionRow:
+        return cls(
+            session_id=str(data["session_id"]),
+            name=str(data.get("name") or ""),
+            updated_at=int(data.get("updated_at") or 0),
+            running=bool(data.get("running")),
+        )
+
+
+def short_id(session_id: str) -> str:
+    """`cli-` + 8 characters of a minted id; platform ids are short enough as they are."""
+    prefix, _, rest = session_id.partition("-")
+    if prefix in ("cli", "chat", "temp") and len(rest) > 8:
+        return f"{prefix}-{rest[:8]}"
+    return session_id if len(session_id) <= 24 else session_id[:23] + "…"
+
+
+def when(ms: int, now: datetime | None = None) -> str:
+    if ms <= 0:
+        return "never"
+    moment = datetime.fromtimestamp(ms / 1000).astimezone()
+    today = (now or datetime.now().astimezone()).date()
+    return moment.strftime("%H:%M") if moment.date() == today else moment.strftime("%Y-%m-%d")
+
+
+def ordered(rows: Sequence[SessionRow], current: str) -> list[SessionRow]:
+    """The current session first, then the most recently active."""
+    return sorted(rows, key=lambda r: (r.session_id != current, -r.updated_at, r.session_id))
+
+
+def visible_groups(rows: Sequence[SessionRow]) -> list[str]:
+    present = {r.prefix for r in rows}
+    known = [p for p in PREFIX_ORDER if p in present]
+    return known + sorted(present - set(known))
+
+
+class SessionPicker(ModalScreen[str | None]):
+    """Dismissed with the chosen session id, or None."""
+
+    BINDINGS = [
+        Binding("escape", "dismiss_picker", "Close"),
+        Binding("t", "toggle_temp", "Show temp-*"),
+    ]
+
+    def __init__(self, sessions: Sequence[SessionRow], current: str, show_temp: bool = False):
+        super().__init__()
+        self.sessions = list(sessions)
+        self.current = current
+        self.show_temp = show_temp
+
+    @property
+    def rows(self) -> list[SessionRow]:
+        shown = [
+            r
+            for r in self.sessions
+            if self.show_temp or r.prefix != "temp" or r.session_id == self.current
+        ]
+        return ordered(shown, self.current)
+
+    def compose(self) -> ComposeResult:
+        rows = self.rows
+        groups = visible_groups(rows)
+        hint = "Enter: open · t: " + ("hide" if self.show_temp else "show") + " temp-* · Esc"
+        with Vertical(id="picker"):
+            yield Label(f"Sessions ({len(rows)})   {hint}", id="picker-title")
+            if len(groups) < 2:
+                yield self._list("all", rows)
+            else:
+                with TabbedContent(id="picker-tabs"):
+                    with TabPane("all", id="tab-all"):
+                        yield self._list("all", rows)
+                    for prefix in groups:
+                        with TabPane(prefix, id=f"tab-{prefix}"):
+                            yield self._list(prefix, [r for r in rows if r.prefix == prefix])
+
+    def _list(self, group: str, rows: Sequence[SessionRow]) -> OptionList:
+        options = [Option(self._label(r), id=r.session_id) for r in rows]
+        return OptionList(*options, id=f"list-{group}")
+
+    def _label(self, row: SessionRow) -> str:
+        mark = "▶" if row.session_id == self.current else " "
+        running = "● running" if row.running else ""
+        name = row.name if len(row.name) <= 24 else row.name[:23] + "…"
+        sid = short_id(row.session_id)
+        return f"{mark} {sid:<16} {name:<24} {when(row.updated_at):>10}  {running}"
+
+    def on_mount(self) -> None:
+        self.query(OptionList).first().focus()
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        pane = event.pane
+        if pane is not None:
+            pane.query_one(OptionList).focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
+
+    def action_dismiss_picker(self) -> None:
+        self.dismiss(None)
+
+    def action_toggle_temp(self) -> None:
+        self.show_temp = not self.show_temp
+        self.refresh(recompose=True)

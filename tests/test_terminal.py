@@ -1,0 +1,341 @@
+"""The terminal chat window, driven headless by Textual's pilot against a real gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from support import wait_until
+from test_http import Server, serving
+from textual.pilot import Pilot
+from textual.widgets import Button, Markdown, OptionList, Static, TabPane
+from typer.testing import CliRunner
+
+from adapters.http_client import GatewayClient
+from adapters.terminal.app import ChatApp, ChatConfig
+from adapters.terminal.history import InputHistory
+from adapters.terminal.launch import GatewayNotRunning, ensure_gateway, gateway_url
+from adapters.terminal.picker import SessionPicker, SessionRow, short_id
+from adapters.terminal.widgets import MessageInput, PromptPanel
+from gateway.cli import app as cli_app
+from gateway.ids import Prefix, new_session_id
+from gateway.settings import Settings
+
+SIZE = (100, 32)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    async with serving(tmp_path, confirm_timeout_seconds=30) as srv:
+        yield srv
+
+
+def config(server: Server, tmp_path: Path, session_id: str | None = None) -> ChatConfig:
+    return ChatConfig(
+        base_url=server.base,
+        sender="ann",
+        session_id=session_id,
+        state_file=tmp_path / "terminal.json",
+    )
+
+
+def texts(app: ChatApp, selector: str = "#conversation > *") -> list[str]:
+    """What the conversation shows, one string per widget."""
+    shown = []
+    for widget in app.query(selector):
+        if isinstance(widget, Markdown):
+            shown.append(widget.source)
+        elif isinstance(widget, Static):
+            shown.append(str(widget.render()))
+    return shown
+
+
+async def until(pilot: Pilot[None], check: Callable[[], bool], within: float = 10.0) -> None:
+    async def done() -> bool:
+        await pilot.pause()
+        return check()
+
+    assert await wait_until(done, within), f"condition not met within {within}s"
+
+
+async def opened(pilot: Pilot[None]) -> ChatApp:
+    app = pilot.app
+    assert isinstance(app, ChatApp)
+    await until(pilot, lambda: bool(app.session_id) and app.live.is_set())
+    return app
+
+
+async def type_and_send(pilot: Pilot[None], text: str) -> None:
+    box = pilot.app.query_one(MessageInput)
+    box.focus()
+    box.load_text(text)
+    await pilot.press("enter")
+
+
+async def test_message_reply_and_input_history_across_restarts(
+    server: Server, tmp_path: Path
+) -> None:
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        sid = app.session_id
+        assert sid.startswith("cli-")
+        await type_and_send(pilot, "hello gateway")
+        await until(pilot, lambda: "echo: hello gateway" in texts(app))
+        assert "You: hello gateway" in texts(app)
+        await type_and_send(pilot, "second\nline two")
+        await until(pilot, lambda: "echo: second\nline two" in texts(app))
+        assert app.query_one(MessageInput).text == ""
+
+    # A new window opens the last session and remembers what was typed there.
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        assert app.session_id == sid
+        box = app.query_one(MessageInput)
+        await pilot.press("up")
+        assert box.text == "second\nline two"  # multi-line entry kept intact
+        await pilot.press("up")
+        assert box.text == "hello gateway"
+        await pilot.press("down")
+        assert box.text == "second\nline two"
+        await pilot.press("down")
+        assert box.text == ""
+    assert server.runtime.store.files(sid).read_cmd_history() == [
+        "hello gateway",
+        "second\nline two",
+    ]
+
+
+def test_input_history_walk_keeps_the_draft() -> None:
+    history = InputHistory(["a", "b"])
+    assert history.next() is None
+    assert history.previous("draft") == "b"
+    assert history.previous("b") == "a"
+    assert history.previous("a") is None
+    assert history.next() == "b"
+    assert history.next() == "draft"
+    assert history.next() is None
+
+
+async def test_picker_tabs_and_current_first(server: Server, tmp_path: Path) -> None:
+    store = server.runtime.store
+    older = new_session_id(Prefix.cli)
+    await store.ensure(older)
+    await store.update(older, name="older work")
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        current = app.session_id
+
+        # Only cli-* sessions: one list, no tabs, the current one first and marked.
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, SessionPicker))
+        assert not app.screen.query(TabPane)
+        options = app.screen.query_one("#list-all", OptionList)
+        first = options.get_option_at_index(0)
+        assert first.id == current and str(first.prompt).startswith("▶")
+        assert options.option_count == 2
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, SessionPicker))
+
+        # A second prefix (and a hidden temp-* one) brings tabs: all, cli, tg.
+        await store.ensure("tg-1001")
+        await store.update("tg-1001", name="family chat")
+        await store.ensure(new_session_id(Prefix.temp))
+        await type_and_send(pilot, "/switch")
+        await until(pilot, lambda: isinstance(app.screen, SessionPicker))
+        tabs = [pane.id for pane in app.screen.query(TabPane)]
+        assert tabs == ["tab-all", "tab-cli", "tab-tg"]
+        everything = app.screen.query_one("#list-all", OptionList)
+        assert everything.get_option_at_index(0).id == current
+        assert everything.option_count == 3  # temp-* hidden
+        await pilot.press("t")
+        await until(pilot, lambda: bool(app.screen.query("#tab-temp")))
+        assert app.screen.query_one("#list-all", OptionList).option_count == 4
+        # Choosing a row opens that session.
+        listing = app.screen.query_one("#list-all", OptionList)
+        index = next(
+            i for i in range(listing.option_count) if listing.get_option_at_index(i).id == "tg-1001"
+        )
+        listing.focus()
+        listing.highlighted = index
+        await pilot.press("enter")
+        await until(pilot, lambda: app.session_id == "tg-1001" and app.live.is_set())
+        assert app.title == "family chat"
+
+        await type_and_send(pilot, f"/switch {short_id(older)[:7]}")  # "cli-" + 3: ambiguous
+        await type_and_send(pilot, "/switch older work")
+        await until(pilot, lambda: app.session_id == older)
+
+
+async def test_new_and_name(server: Server, tmp_path: Path) -> None:
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        first = app.session_id
+        await type_and_send(pilot, "/new")
+        await until(pilot, lambda: app.session_id != first and app.live.is_set())
+        await type_and_send(pilot, "/name release planning")
+        await until(pilot, lambda: app.title == "release planning")
+        row = await server.runtime.store.require(app.session_id)
+        assert row.name == "release planning"
+
+
+async def test_confirm_is_asked_only_in_the_window_that_started_it(
+    server: Server, tmp_path: Path
+) -> None:
+    sid = new_session_id(Prefix.cli)
+    await server.runtime.store.ensure(sid)
+    window_a = ChatApp(config(server, tmp_path, sid), window_hash="aaaa")
+    window_b = ChatApp(config(server, tmp_path, sid), window_hash="bbbb")
+    async with window_a.run_test(size=SIZE) as a, window_b.run_test(size=SIZE) as b:
+        await opened(a)
+        await opened(b)
+        await type_and_send(a, "!confirm ship it")
+        panel_a = window_a.query_one(PromptPanel)
+        await until(a, lambda: panel_a.display and panel_a.prompt is not None)
+        assert "demo_action" in str(window_a.query_one("#prompt-text", Static).render())
+        # B sees A's message as foreign activity but never the prompt.
+        await until(b, lambda: any("ship it" in t for t in texts(window_b, ".foreign")))
+        assert not window_b.query_one(PromptPanel).display
+        assert window_b.query_one(PromptPanel).prompt is None
+        assert not await _prompt_shown_in(b, window_b)
+
+        # B cannot answer it through the API either; A can, with its button.
+        (prompt,) = server.runtime.router.pending(sid)
+        await a.click("#approve")
+        await until(a, lambda: "approved: ship it" in texts(window_a))
+        await until(b, lambda: "approved: ship it" in texts(window_b, ".foreign"))
+        assert not panel_a.display
+        assert prompt.origin.window_hash == "aaaa"
+        assert not await _prompt_shown_in(b, window_b)
+
+
+async def _prompt_shown_in(pilot: Pilot[None], app: ChatApp) -> bool:
+    await pilot.pause()
+    panel = app.query_one(PromptPanel)
+    return bool(panel.display) or any(b.display for b in panel.query(Button) if panel.display)
+
+
+async def test_task_started_over_http_shows_as_foreign(server: Server, tmp_path: Path) -> None:
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        status, body = await server.call(
+            "POST",
+            "/v1/send",
+            json_body={"content": "from a script", "session_id": app.session_id, "wait": 10},
+            headers={"X-Agenvoy-Sender": "bot", "X-Agenvoy-Sender-Name": "Build Bot"},
+        )
+        assert status == 200 and body["text"] == "echo: from a script"
+        await until(pilot, lambda: "echo: from a script" in texts(app, ".foreign"))
+        assert "Build Bot (elsewhere): from a script" in texts(app, ".foreign")
+        assert not any(v.mine for v in app.tasks.values())
+
+
+async def test_cancel_and_pending(server: Server, tmp_path: Path) -> None:
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        await type_and_send(pilot, "/cancel")
+        await until(pilot, lambda: "no task of this window is running" in texts(app))
+        await type_and_send(pilot, "!sleep 60")
+        await until(pilot, lambda: any(v.mine and not v.finished for v in app.tasks.values()))
+        await type_and_send(pilot, "/cancel")
+        await until(pilot, lambda: any(t.startswith("canceled") for t in texts(app)))
+        assert all(v.finished for v in app.tasks.values())
+
+        await type_and_send(pilot, "/pending")
+        await until(pilot, lambda: "nothing is waiting for you" in texts(app))
+        await type_and_send(pilot, "!ask favourite colour?")
+        await until(pilot, lambda: app.query_one(PromptPanel).display)
+        await type_and_send(pilot, "/pending")
+        await until(pilot, lambda: any("favourite colour?" in t for t in texts(app)))
+        answer = app.query_one("#prompt-answer")
+        answer.focus()
+        await pilot.press(*"teal", "enter")
+        await until(pilot, lambda: "answer: teal" in texts(app))
+
+
+async def test_gateway_commands_and_help(server: Server, tmp_path: Path) -> None:
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        await type_and_send(pilot, "/status")
+        await until(
+            pilot, lambda: any(t.startswith(f"session: {app.session_id}") for t in texts(app))
+        )
+        await type_and_send(pilot, "/help")
+        await until(pilot, lambda: any("/switch" in t for t in texts(app)))
+
+
+async def test_unknown_session_is_a_clear_exit(server: Server, tmp_path: Path) -> None:
+    app = ChatApp(config(server, tmp_path, "cli-does-not-exist"))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.return_code is not None)
+    assert app.return_code == 1
+
+
+def test_session_rows_order_and_short_ids() -> None:
+    rows = [
+        SessionRow("cli-0123456789abcdef", "", 5, False),
+        SessionRow("tg-42", "", 9, True),
+        SessionRow("temp-aaaaaaaabbbb", "", 1, False),
+    ]
+    picker = SessionPicker(rows, current="cli-0123456789abcdef")
+    assert [r.session_id for r in picker.rows] == ["cli-0123456789abcdef", "tg-42"]
+    assert short_id("cli-0123456789abcdef") == "cli-01234567"
+    assert short_id("dc-123456789012345678") == "dc-123456789012345678"
+
+
+async def test_chat_without_a_gateway_says_how_to_start_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_gateway_process import free_port
+
+    monkeypatch.setenv("AGENVOY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AGENVOY_HTTP_PORT", str(free_port()))
+    with pytest.raises(GatewayNotRunning) as caught:
+        await ensure_gateway(Settings(_env_file=None), start=False)  # type: ignore[call-arg]
+    assert "agenvoy run" in str(caught.value) and "--start" in str(caught.value)
+
+    result = await asyncio.to_thread(CliRunner().invoke, cli_app, ["chat"])
+    assert result.exit_code == 1
+    assert "agenvoy chat --start" in result.output
+
+
+@pytest.mark.slow
+async def test_start_launches_a_gateway_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from test_gateway_process import free_port
+
+    monkeypatch.setenv("AGENVOY_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AGENVOY_HTTP_PORT", str(free_port()))
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    started = await ensure_gateway(settings, start=True)
+    assert started is not None
+    try:
+        assert await ensure_gateway(settings, start=False) is None  # now it answers
+        async with GatewayClient(gateway_url(settings)) as client:
+            sid = await client.create_session()
+        assert (settings.home / "sessions" / sid).is_dir()
+        assert started.log_file == settings.home / "gateway.log"
+    finally:
+        os.kill(started.pid, signal.SIGTERM)
+        _pid, status = await asyncio.wait_for(asyncio.to_thread(os.waitpid, started.pid, 0), 30)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+@pytest.mark.slow
+async def test_screenshots_render(tmp_path: Path) -> None:
+    """docs/make_screenshots.py still drives the window to what README shows."""
+    import importlib.util
+
+    script = Path(__file__).parent.parent / "docs" / "make_screenshots.py"
+    spec = importlib.util.spec_from_file_location("make_screenshots", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    chat, picker = await module.render(tmp_path)
+    chat_svg = chat.read_text()
+    assert "Approve" in chat_svg and "CI&#160;bot&#160;(elsewhere)" in chat_svg
+    assert "family&#160;chat" in picker.read_text()
