@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gateway.clock import now_ms
 from gateway.events import Inbound
 from gateway.ids import Prefix, new_session_id, prefix_of
 
@@ -92,7 +93,8 @@ async def run_command(router: Router, inbound: Inbound) -> CommandReply | None:
             return CommandReply(name, "only an admin may reset a shared chat", ok=False)
         if await router.store.get(sid) is None:
             return CommandReply(name, "nothing to reset")
-        await asyncio.to_thread(router.store.files(sid).reset_conversation)
+        last = await router.store.last_message_id(sid)
+        await asyncio.to_thread(router.store.files(sid).reset_conversation, last, now_ms())
         return CommandReply(name, "conversation window and summary cleared")
     if name in ("model", "persona"):
         if prefix_of(sid) in SHARED_PREFIXES and not is_admin:

@@ -449,8 +449,12 @@ class Router:
         try:
             await self._set_status(state, "running")
             await self._journal(state)
+            summary = await asyncio.to_thread(self.store.files(state.session_id).read_summary)
+            # The window starts after what the summary covers (and after a /reset).
             history = await self.store.recent_messages(
-                state.session_id, self.settings.history_window + 1
+                state.session_id,
+                self.settings.history_window + 1,
+                after_id=summary.cursor if summary else 0,
             )
             context = _Context(self, state, [m for m in history if m.id != state.user_message_id])
             row = await self.store.get(state.session_id)
@@ -458,7 +462,6 @@ class Router:
             context.model = row.model if row else ""
             context.reasoning = row.reasoning if row else ""
             context.allowed_tools = row.allowed_tools if row else frozenset()
-            summary = await asyncio.to_thread(self.store.files(state.session_id).read_summary)
             context.summary = summary.text if summary else ""
             async with (
                 self.presence.hold(state.session_id, state.task_hash),

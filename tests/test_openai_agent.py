@@ -266,3 +266,32 @@ async def test_reasoning_command(runtime: Runtime) -> None:
     assert "reasoning: low" in (await command("/status")).text
     assert (await command("/reasoning default")).ok
     assert (await runtime.store.require("cli-q")).reasoning == ""
+
+
+async def test_reset_empties_the_window_and_nothing_is_folded_again(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    rt = await start(fake, tmp_path / "h", history_window=2)
+    rt.router.after_task.clear()  # the summary runs when the test says so
+    try:
+        fake.script(Text("one"), Text("two"), Text("Ann said hello twice."))
+        for message in ("hello", "hello again"):
+            await ask(rt.router, "cli-r", message)
+        assert rt.summary is not None and await rt.summary.run("cli-r")
+        reset = await rt.router.submit(Inbound(ANN, "cli-r", "/reset"))
+        assert reset.command is not None and reset.command.ok
+
+        fake.script(Text("fresh start"))
+        await ask(rt.router, "cli-r", "who am I?")
+        messages = fake.requests[-1]["messages"]
+        assert [m["role"] for m in messages] == ["system", "user"]  # no summary, no window
+        assert messages[-1]["content"] == "Ann: who am I?"
+        # Nothing from before the reset is due for a summary any more.
+        requests = len(fake.requests)
+        assert not await rt.summary.run("cli-r")
+        assert len(fake.requests) == requests
+        summary = rt.store.files("cli-r").read_summary()
+        assert summary is not None and summary.text == ""
+        assert summary.cursor == (await rt.store.recent_messages("cli-r", 4))[-3].id
+    finally:
+        await rt.close()

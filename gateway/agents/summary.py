@@ -65,7 +65,7 @@ class RollingSummary:
         files = self.store.files(session_id)
         current = await asyncio.to_thread(files.read_summary)
         cursor = current.cursor if current else 0
-        recent = await self.store.recent_messages(session_id, self.window)
+        recent = await self.store.recent_messages(session_id, self.window, after_id=cursor)
         if not recent:
             return False
         oldest_in_window = recent[0].id

@@ -147,12 +147,14 @@ class SessionFiles:
         atomic_write(self.dir / SUMMARY, json.dumps(body, ensure_ascii=False).encode())
         atomic_write(self.dir / SUMMARY_CURSOR, f"{summary.cursor}\n".encode())
 
-    def reset_conversation(self) -> None:
-        """Empty the conversation window and drop the summary; the SQL archive keeps all."""
+    def reset_conversation(self, last_message_id: int, at: int) -> None:
+        """Empty the conversation window and the summary; the SQL archive keeps all.
+
+        The cursor moves to the newest archived message: the agent's window starts after it,
+        and nothing before it is folded into a summary again.
+        """
         self.history.replace([])
-        for name in (SUMMARY, SUMMARY_CURSOR):
-            with contextlib.suppress(FileNotFoundError):
-                (self.dir / name).unlink()
+        self.write_summary(Summary("", last_message_id, at))
 
     # -- terminal input history -------------------------------------------------------------
 

@@ -303,11 +303,14 @@ class SessionStore:
         line = HistoryMessage(role, content, at, sender)
         return await self.db.write(work, after_commit=lambda _: history.append(line))
 
-    async def recent_messages(self, session_id: str, limit: int = 20) -> list[StoredMessage]:
+    async def recent_messages(
+        self, session_id: str, limit: int = 20, *, after_id: int = 0
+    ) -> list[StoredMessage]:
+        """The newest `limit` messages (newer than `after_id`), oldest first."""
         validate_session_id(session_id)
         stmt = (
             select(MessageRow)
-            .where(MessageRow.session_id == session_id)
+            .where(MessageRow.session_id == session_id, col(MessageRow.id) > after_id)
             .order_by(col(MessageRow.id).desc())
             .limit(limit)
         )
@@ -315,6 +318,16 @@ class SessionStore:
         def work(session: Session) -> list[StoredMessage]:
             rows = session.exec(stmt).all()
             return [_stored(r) for r in reversed(rows)]
+
+        return await self.db.read(work)
+
+    async def last_message_id(self, session_id: str) -> int:
+        """Id of the session's newest archived message; 0 when it has none."""
+        validate_session_id(session_id)
+        stmt = select(func.max(MessageRow.id)).where(MessageRow.session_id == session_id)
+
+        def work(session: Session) -> int:
+            return int(session.exec(stmt).one() or 0)
 
         return await self.db.read(work)
 
