@@ -15,12 +15,14 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Markdown, OptionList, Static, TabPane
 from typer.testing import CliRunner
 
+from adapters.http import start_http
 from adapters.http_client import GatewayClient
 from adapters.terminal.app import ChatApp, ChatConfig
 from adapters.terminal.history import InputHistory
 from adapters.terminal.launch import GatewayNotRunning, ensure_gateway, gateway_url
 from adapters.terminal.picker import SessionPicker, SessionRow, short_id
 from adapters.terminal.widgets import MessageInput, PromptPanel
+from gateway.app import Runtime
 from gateway.cli import app as cli_app
 from gateway.ids import Prefix, new_session_id
 from gateway.settings import Settings
@@ -239,7 +241,16 @@ async def test_cancel_and_pending(server: Server, tmp_path: Path) -> None:
         await type_and_send(pilot, "/cancel")
         await until(pilot, lambda: "no task of this window is running" in texts(app))
         await type_and_send(pilot, "!sleep 60")
-        await until(pilot, lambda: any(v.mine and not v.finished for v in app.tasks.values()))
+        # The reply streams in while the task still runs.
+        await until(pilot, lambda: any(v.text.startswith("1s") for v in app.tasks.values()))
+        assert any(v.mine and not v.finished for v in app.tasks.values())
+        # The picker marks the session as running.
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, SessionPicker))
+        first = app.screen.query_one("#list-all", OptionList).get_option_at_index(0)
+        assert "● running" in str(first.prompt)
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, SessionPicker))
         await type_and_send(pilot, "/cancel")
         await until(pilot, lambda: any(t.startswith("canceled") for t in texts(app)))
         assert all(v.finished for v in app.tasks.values())
@@ -250,6 +261,13 @@ async def test_cancel_and_pending(server: Server, tmp_path: Path) -> None:
         await until(pilot, lambda: app.query_one(PromptPanel).display)
         await type_and_send(pilot, "/pending")
         await until(pilot, lambda: any("favourite colour?" in t for t in texts(app)))
+        # Away to another session and back: the open question is asked again.
+        asking = app.session_id
+        await type_and_send(pilot, "/new")
+        await until(pilot, lambda: app.session_id != asking and app.live.is_set())
+        assert not app.query_one(PromptPanel).display
+        await type_and_send(pilot, f"/switch {asking}")
+        await until(pilot, lambda: app.session_id == asking and app.query_one(PromptPanel).display)
         answer = app.query_one("#prompt-answer")
         answer.focus()
         await pilot.press(*"teal", "enter")
@@ -339,3 +357,66 @@ async def test_screenshots_render(tmp_path: Path) -> None:
     chat_svg = chat.read_text()
     assert "Approve" in chat_svg and "CI&#160;bot&#160;(elsewhere)" in chat_svg
     assert "family&#160;chat" in picker.read_text()
+
+
+async def test_prompt_of_a_window_on_a_discord_session_stays_out_of_discord(
+    tmp_path: Path,
+) -> None:
+    """A window on dc-<channel> asks its confirmation in the window, never in the channel."""
+    from fakes.discord import FakeDiscord, point_discord_py_at, text_channel, user
+    from test_discord import contents, reply_in, start_rig, stop_rig
+
+    channel, member = 901, user(11, "ann")
+    async with FakeDiscord() as fake:
+        fake.add_guild(900, "guild", channels=[text_channel(channel, "general")], members=[member])
+        with point_discord_py_at(fake):
+            rig = await start_rig(fake, tmp_path / "home")
+            try:
+                runner = await start_http(rig.runtime, "127.0.0.1", 0)
+                try:
+                    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+                    sid = f"dc-{channel}"
+                    await rig.runtime.store.ensure(sid)
+                    chat = ChatApp(ChatConfig(base_url=base, sender="ann", session_id=sid))
+                    async with chat.run_test(size=SIZE) as pilot:
+                        await opened(pilot)
+                        await type_and_send(pilot, "!confirm restart the build")
+                        panel = chat.query_one(PromptPanel)
+                        await until(pilot, lambda: panel.prompt is not None)
+                        # Someone in the channel meanwhile: queued behind the window's task.
+                        fake.inject_message(channel, member, "status?", mentions_bot=True)
+                        await until(pilot, lambda: "status?" in str(texts(chat, ".foreign")))
+                        await pilot.click("#approve")
+                        await until(pilot, lambda: "approved: restart the build" in texts(chat))
+                        await reply_in(fake, channel, "echo: status?")
+                        await until(pilot, lambda: "echo: status?" in texts(chat, ".foreign"))
+                    # The channel got its own task's notice and reply, nothing of the window's.
+                    sent = contents(fake, channel)
+                    assert sent[-1] == "echo: status?" and len(sent) <= 2, sent
+                    assert not any("restart" in m or "demo_action" in m for m in sent), sent
+                    log_text = rig.runtime.store.files(sid).action_log.path.read_text()
+                    assert f"[{chat.window_hash}][confirm]" in log_text
+                finally:
+                    await runner.cleanup()
+            finally:
+                await stop_rig(rig)
+
+
+async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    try:
+        runner = await start_http(runtime, "127.0.0.1", 0)
+        port = runner.addresses[0][1]
+        chat = ChatApp(ChatConfig(base_url=f"http://127.0.0.1:{port}", sender="ann"))
+        async with chat.run_test(size=SIZE) as pilot:
+            await opened(pilot)
+            await runner.cleanup()
+            await until(pilot, lambda: not chat.live.is_set())
+            runner = await start_http(runtime, "127.0.0.1", port)
+            await until(pilot, lambda: chat.live.is_set())
+            await type_and_send(pilot, "still there?")
+            await until(pilot, lambda: "echo: still there?" in texts(chat))
+        await runner.cleanup()
+    finally:
+        await runtime.close()

@@ -187,6 +187,24 @@ class ChatApp(App[None]):
             self.notify("could not remember the session for next time", severity="warning")
         self.follow(session_id)
         await self._add(Static(f"session {session_id} · window {self.window_hash}", classes="note"))
+        await self._reopen_prompts()
+
+    async def _reopen_prompts(self) -> None:
+        """A prompt of this window left open while another session was shown is asked again."""
+        for prompt in await self.client.pending(self.session_id):
+            if prompt.get("origin", {}).get("window_hash") != self.window_hash:
+                continue
+            task_hash = str(prompt["task_hash"])
+            self._view(task_hash, mine=True)
+            if prompt.get("kind") == "confirm":
+                text = describe_confirm(str(prompt.get("tool", "")), prompt.get("args") or {})
+                self.query_one(PromptPanel).ask(OpenPrompt(task_hash, "confirm", text))
+            else:
+                options = tuple(str(o) for o in prompt.get("options") or ())
+                question = str(prompt.get("question", ""))
+                self.query_one(PromptPanel).ask(
+                    OpenPrompt(task_hash, "ask_user", question, options)
+                )
 
     def _set_title(self, meta: dict[str, Any]) -> None:
         name = str(meta.get("name") or "")
@@ -247,7 +265,12 @@ class ChatApp(App[None]):
             await handler(args)
             return
         # Subscribed first, so no event of the task can slip by before the stream is up.
-        await asyncio.wait_for(self.live.wait(), LIVE_TIMEOUT_SECONDS)
+        try:
+            await asyncio.wait_for(self.live.wait(), LIVE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise GatewayUnavailable(
+                "not connected to the gateway; the message was not sent (Up brings it back)"
+            ) from None
         reply = await self.client.submit(self.session_id, text)
         if "command" in reply:
             await self._add(Markdown(str(reply.get("text", "")), classes="note"))
