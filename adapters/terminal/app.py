@@ -14,6 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Markdown, Static
+from textual.widgets.markdown import MarkdownStream
 
 from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
 from adapters.terminal.history import InputHistory
@@ -58,6 +59,8 @@ class TaskView:
     task_hash: str
     mine: bool
     reply: Markdown | None = None
+    # Coalesces streamed pieces, so a fast model does not re-render the reply per token.
+    stream: MarkdownStream | None = None
     text: str = ""
     finished: bool = False
     tools: dict[str, Static] = field(default_factory=dict)
@@ -175,6 +178,8 @@ class ChatApp(App[None]):
     async def open_session(self, session_id: str) -> None:
         """Show `session_id`: a fresh view, its input history, its live events."""
         self.session_id = session_id
+        for view in self.tasks.values():
+            await self._end_stream(view)
         self.tasks.clear()
         self.live = asyncio.Event()
         self.query_one(PromptPanel).close()
@@ -367,13 +372,14 @@ class ChatApp(App[None]):
                 who = "You" if mine else f"{event.sender or 'someone'} (elsewhere)"
                 await self._add(Static(f"{who}: {event.text}", classes="user" + foreign))
             case TextDeltaEvent() if view is not None:
-                await self._reply(view, view.text + event.text)
+                await self._stream(view, event.text)
             case TextEvent() if view is not None:
                 await self._reply(view, event.text)
             case DoneEvent() if view is not None:
                 view.finished = True
                 if event.text and event.text != view.text:
                     await self._reply(view, event.text)
+                await self._end_stream(view)
             case ToolCallEvent() if view is not None:
                 args = json.dumps(event.args, ensure_ascii=False)[:200]
                 line = Static(f"⚙ {event.tool} {args}", classes="tool" + foreign)
@@ -398,9 +404,11 @@ class ChatApp(App[None]):
                     await self._add(Static(f"{verdict} by {event.answered_by}", classes="tool"))
             case ErrorEvent() if view is not None:
                 view.finished = True
+                await self._end_stream(view)
                 await self._add(Static(f"error: {event.message}", classes="error" + foreign))
             case CanceledEvent() if view is not None:
                 view.finished = True
+                await self._end_stream(view)
                 if mine:
                     self.query_one(PromptPanel).close(view.task_hash)
                 by = f" by {event.by}" if event.by else ""
@@ -408,13 +416,38 @@ class ChatApp(App[None]):
             case _:
                 pass
 
+    async def _reply_widget(self, view: TaskView, text: str) -> Markdown | None:
+        """The task's reply widget; mounted with `text` (and None returned) the first time."""
+        if view.reply is not None:
+            return view.reply
+        view.reply = Markdown(text, classes="reply" + ("" if view.mine else " foreign"))
+        await self._add(view.reply)
+        return None
+
+    async def _stream(self, view: TaskView, piece: str) -> None:
+        view.text += piece
+        widget = await self._reply_widget(view, view.text)
+        if widget is None:
+            return
+        if view.stream is None:
+            view.stream = Markdown.get_stream(widget)
+        await view.stream.write(piece)
+        self._scroll()
+
+    async def _end_stream(self, view: TaskView) -> None:
+        if view.stream is not None:
+            stream, view.stream = view.stream, None
+            await stream.stop()
+
     async def _reply(self, view: TaskView, text: str) -> None:
+        """The whole reply text: replaces what was streamed when it differs."""
+        if text == view.text and view.reply is not None:
+            return
         view.text = text
-        if view.reply is None:
-            view.reply = Markdown(text, classes="reply" + ("" if view.mine else " foreign"))
-            await self._add(view.reply)
-        else:
-            await view.reply.update(text)
+        widget = await self._reply_widget(view, text)
+        if widget is not None:
+            await self._end_stream(view)
+            await widget.update(text)
             self._scroll()
 
     async def _add(self, widget: Widget) -> None:
