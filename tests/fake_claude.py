@@ -42,6 +42,17 @@ def assistant(*blocks: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def tool_result(tool_use_id: str, content: object, *, is_error: bool) -> dict[str, Any]:
+    """The CLI reports a tool's output as a user message holding a tool_result block."""
+    block = {
+        "type": "tool_result",
+        "tool_use_id": tool_use_id,
+        "content": content,
+        "is_error": is_error,
+    }
+    return {"type": "user", "message": {"role": "user", "content": [block]}}
+
+
 def option(argv: list[str], name: str) -> str | None:
     return argv[argv.index(name) + 1] if name in argv else None
 
@@ -106,40 +117,11 @@ def main() -> int:
                 {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}},
             )
         )
-        emit(
-            {
-                "type": "user",
-                "message": {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": "toolu_1",
-                            "content": "notes.txt",
-                            "is_error": False,
-                        }
-                    ],
-                },
-            }
-        )
+        emit(tool_result("toolu_1", "notes.txt", is_error=False))
         read = {"file_path": "missing.txt"}
         emit(assistant({"type": "tool_use", "id": "toolu_2", "name": "Read", "input": read}))
-        emit(
-            {
-                "type": "user",
-                "message": {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "tool_result",
-                            "tool_use_id": "toolu_2",
-                            "content": [{"type": "text", "text": "File does not exist."}],
-                            "is_error": True,
-                        }
-                    ],
-                },
-            }
-        )
+        missing = [{"type": "text", "text": "File does not exist."}]
+        emit(tool_result("toolu_2", missing, is_error=True))
 
     last = prompt.strip().splitlines()[-1] if prompt.strip() else ""
     emit(assistant({"type": "text", "text": "echo: "}))
