@@ -295,3 +295,47 @@ async def test_reset_empties_the_window_and_nothing_is_folded_again(
         assert summary.cursor == (await rt.store.recent_messages("cli-r", 4))[-3].id
     finally:
         await rt.close()
+
+
+async def test_usage_counts_cache_reads_and_writes(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(
+        Text(
+            "cached",
+            usage={
+                "prompt_tokens": 120,
+                "prompt_tokens_details": {"cached_tokens": 80, "cache_write_tokens": 30},
+            },
+        )
+    )
+    await ask(runtime.router, "cli-u", "hello")
+
+    def work(session: Session) -> tuple[int, int, int]:
+        row = (
+            session.connection()
+            .execute(text("SELECT input, cache_read, cache_write FROM usage ORDER BY id DESC"))
+            .first()
+        )
+        assert row is not None
+        return row[0], row[1], row[2]
+
+    assert await runtime.store.db.read(work) == (120, 80, 30)
+
+
+def test_anthropic_style_usage_counts_cache_writes_as_input() -> None:
+    from gateway.agents.openai import _usage
+
+    usage = _usage(
+        "claude-sonnet",
+        {
+            "input_tokens": 10,
+            "cache_creation_input_tokens": 40,
+            "cache_read_input_tokens": 500,
+            "output_tokens": 7,
+        },
+        elapsed_ms=12,
+        call_ids=["c1"],
+    )
+    assert (usage.input, usage.cache_write, usage.cache_read, usage.output) == (50, 40, 500, 7)
+    assert usage.tool_calls == ("c1",)
+    odd = _usage("m", {"prompt_tokens": "many", "prompt_tokens_details": None}, 0, [])
+    assert (odd.input, odd.cache_read) == (0, 0)  # nonsense from a provider is not a crash

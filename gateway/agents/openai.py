@@ -299,12 +299,37 @@ def _absorb(chunk: dict[str, Any], into: _Completion) -> str:
 
 
 def _usage(model: str, usage: dict[str, Any], elapsed_ms: int, call_ids: list[str]) -> Usage:
+    """One usage row from whichever usage fields the provider sent.
+
+    OpenAI-style blocks count cached tokens inside `prompt_tokens`. Anthropic-style blocks
+    (Claude models behind a compatible endpoint) leave cache writes out of `input_tokens`;
+    they are added back so `input` means the same for every provider.
+    """
     details = usage.get("prompt_tokens_details") or {}
+    if not isinstance(details, dict):
+        details = {}
+
+    def count(*values: object) -> int:
+        for value in values:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return int(value)
+        return 0
+
+    cache_write = count(details.get("cache_write_tokens"), usage.get("cache_creation_input_tokens"))
+    if "prompt_tokens" in usage:
+        prompt = count(usage.get("prompt_tokens"))
+    else:
+        prompt = count(usage.get("input_tokens")) + cache_write
     return Usage(
         model=model,
-        input=int(usage.get("prompt_tokens") or 0),
-        output=int(usage.get("completion_tokens") or 0),
-        cache_read=int(details.get("cached_tokens") or 0),
+        input=prompt,
+        output=count(usage.get("completion_tokens"), usage.get("output_tokens")),
+        cache_read=count(
+            details.get("cached_tokens"),
+            usage.get("cache_read_input_tokens"),
+            usage.get("prompt_cache_hit_tokens"),
+        ),
+        cache_write=cache_write,
         elapsed_ms=elapsed_ms,
         tool_calls=tuple(call_ids),
     )
