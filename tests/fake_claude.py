@@ -73,6 +73,9 @@ def main() -> int:
         }
         log.write(json.dumps(entry) + "\n")
 
+    if "--max-turns" in argv and os.environ.get("FAKE_CLAUDE_FAIL_SUMMARY"):
+        sys.stderr.write("fake claude: no summaries today\n")
+        return 2
     if resume is not None and resume in forgotten:
         sys.stderr.write(f"No conversation found with session ID: {resume}\n")
         return 1

@@ -197,6 +197,7 @@ async def test_next_task_resumes_with_only_what_is_new(cli: FakeCli, runtime: Ru
 
 async def test_resume_survives_a_sliding_window(cli: FakeCli, tmp_path: Path) -> None:
     rt = await start(cli, tmp_path / "home", history_window=2)
+    rt.router.after_task.clear()  # no background summary calls in between
     try:
         for message in ("one", "two", "three"):
             assert (await ask(rt.router, "cli-w", message)).status == "done"
@@ -405,3 +406,46 @@ async def test_allowed_tools_reach_the_cli(cli: FakeCli, runtime: Runtime) -> No
     await ask(runtime.router, "cli-t", "now edit")
     argv = cli.calls()[1]["argv"]
     assert argv[argv.index("--allowedTools") + 1] == "Bash,Edit"
+
+
+async def test_summary_is_one_tool_less_cli_call(
+    cli: FakeCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = await start(cli, tmp_path / "home", history_window=2, summary_model="haiku")
+    rt.router.after_task.clear()  # the summary runs when the test says so
+    try:
+        for message in ("one", "two"):
+            await ask(rt.router, "cli-s", message)
+        assert rt.summary is not None and await rt.summary.run("cli-s")
+        summary_call = cli.calls()[-1]
+        argv = summary_call["argv"]
+        assert argv[argv.index("--model") + 1] == "haiku"
+        assert argv[argv.index("--max-turns") + 1] == "1" and "--resume" not in argv
+        assert "Ann: one" in summary_call["stdin"] and "Ann: two" not in summary_call["stdin"]
+        workspace = rt.store.files("cli-s").dir / "workspace"
+        assert Path(summary_call["cwd"]) != workspace
+        assert not await asyncio.to_thread(Path(summary_call["cwd"]).exists)  # scratch is gone
+        summary = rt.store.files("cli-s").read_summary()
+        assert summary is not None and summary.text.startswith("echo: ")
+        # A fresh start later carries the summary to the CLI.
+        await rt.store.update("cli-s", persona="someone new")
+        await ask(rt.router, "cli-s", "three")
+        assert cli.calls()[-1]["stdin"].startswith("Summary of the earlier conversation:")
+
+        # A failing summary call leaves the summary where it was.
+        monkeypatch.setenv("FAKE_CLAUDE_FAIL_SUMMARY", "1")
+        await ask(rt.router, "cli-s", "four")
+        cli_calls = len(cli.calls())
+        assert not await rt.summary.run("cli-s")
+        assert len(cli.calls()) > cli_calls
+        assert rt.store.files("cli-s").read_summary() == summary
+    finally:
+        await rt.close()
+
+
+async def test_reasoning_level_reaches_the_cli(cli: FakeCli, runtime: Runtime) -> None:
+    await runtime.store.ensure("cli-e")
+    await runtime.store.update("cli-e", reasoning="high")
+    await ask(runtime.router, "cli-e", "think")
+    argv = cli.calls()[-1]["argv"]
+    assert argv[argv.index("--effort") + 1] == "high"

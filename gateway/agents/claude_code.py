@@ -20,6 +20,9 @@ window up to that message). The CLI session has seen the window up to there: it 
 message (nothing saved, `/reset`, more messages since than the window holds, a rewritten
 history) it starts fresh and is sent the summary, the whole window and the new message.
 
+Rolling summaries are one more CLI call each, with the summary model, one turn (no tool use)
+and an empty scratch directory; a fresh start sends the summary ahead of the window.
+
 A changed persona or model gives another file, hence a fresh start. A resume the CLI refuses
 (its session was deleted, or lives on another machine) is retried once fresh, provided nothing
 of it reached the user yet.
@@ -34,9 +37,11 @@ import json
 import os
 import shutil
 import signal
+import tempfile
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gateway.agents.base import (
@@ -49,7 +54,7 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
-from gateway.agents.openai import system_prompt
+from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
 from gateway.logs import get_logger
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
@@ -143,8 +148,9 @@ class ClaudeCodeAgent:
             cli_session, known = resume
             prompt = "\n".join([*(_line(m) for m in window[known:]), new_message])
             run = _Run()
+            args = self._task_args(ctx, model, system, cli_session)
             async with contextlib.aclosing(
-                self._run_cli(ctx, model, system, prompt, cli_session, run)
+                self._run_cli(args, ctx.workspace, prompt, run, model)
             ) as steps:
                 async for step in steps:
                     yield step
@@ -159,8 +165,9 @@ class ClaudeCodeAgent:
         if run is None:
             run = _Run()
             prompt = _transcript(ctx.summary, window, new_message)
+            args = self._task_args(ctx, model, system, None)
             async with contextlib.aclosing(
-                self._run_cli(ctx, model, system, prompt, None, run)
+                self._run_cli(args, ctx.workspace, prompt, run, model)
             ) as steps:
                 async for step in steps:
                     yield step
@@ -176,16 +183,21 @@ class ClaudeCodeAgent:
         await ctx.write_resume_state(model, system, state, with_tools=True)
         yield Reply(run.reply)
 
-    async def _run_cli(
-        self,
-        ctx: AgentContext,
-        model: str,
-        system: str,
-        prompt: str,
-        resume: str | None,
-        run: _Run,
-    ) -> AsyncGenerator[Step, None]:
-        args = [
+    def _task_args(
+        self, ctx: AgentContext, model: str, system: str, resume: str | None
+    ) -> list[str]:
+        args = self._base_args(model, system)
+        if resume is not None:
+            args += ["--resume", resume]
+        if ctx.allowed_tools:
+            # `/allow <tool>` maps onto the CLI's own permission list (e.g. `Bash`, `Edit`).
+            args += ["--allowedTools", ",".join(sorted(ctx.allowed_tools))]
+        if ctx.reasoning:
+            args += ["--effort", ctx.reasoning]
+        return args
+
+    def _base_args(self, model: str, system: str) -> list[str]:
+        return [
             self.binary,
             "-p",
             "--output-format",
@@ -196,18 +208,39 @@ class ClaudeCodeAgent:
             "--append-system-prompt",
             system,
         ]
-        if resume is not None:
-            args += ["--resume", resume]
-        if ctx.allowed_tools:
-            # `/allow <tool>` maps onto the CLI's own permission list (e.g. `Bash`, `Edit`).
-            args += ["--allowedTools", ",".join(sorted(ctx.allowed_tools))]
+
+    async def summarize(self, previous: str, messages: Sequence[StoredMessage]) -> str:
+        """Fold `messages` into `previous` with one tool-less CLI call (the summary model)."""
+        model = self.settings.summary_model or self.settings.model
+        lines = "\n".join(_line(m) for m in messages)
+        prompt = f"Summary so far:\n{previous or '(none yet)'}\n\nNew messages:\n{lines}"
+        # One turn: the answer is the summary, there is no room for tool use.
+        args = [*self._base_args(model, SUMMARY_INSTRUCTIONS), "--max-turns", "1"]
+        # An empty directory of its own: a summary has no business with any workspace.
+        cwd = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="agenvoy-summary-"))
+        run = _Run()
+        try:
+            async with contextlib.aclosing(self._run_cli(args, cwd, prompt, run, model)) as steps:
+                async for _step in steps:
+                    pass
+        finally:
+            await asyncio.to_thread(shutil.rmtree, cwd, True)
+        if run.failure:
+            raise AgentFailed(run.failure)
+        if not run.reply:
+            raise AgentFailed("the Claude Code CLI gave an empty summary")
+        return run.reply
+
+    async def _run_cli(
+        self, args: list[str], cwd: Path, prompt: str, run: _Run, model: str
+    ) -> AsyncGenerator[Step, None]:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *args,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                cwd=ctx.workspace,
+                cwd=cwd,
                 limit=LINE_LIMIT,
                 # Its own process group, so stopping it also stops the commands it started.
                 start_new_session=True,
