@@ -413,9 +413,15 @@ async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> 
             await opened(pilot)
             await runner.cleanup()
             await until(pilot, lambda: not chat.live.is_set())
+            # Typed while the gateway is away: an error, and the text stays in the box.
+            await type_and_send(pilot, "still there?")
+            box = chat.query_one(MessageInput)
+            await until(pilot, lambda: box.text == "still there?")
+            assert any("not running" in t or "lost" in t for t in texts(chat, ".error"))
             runner = await start_http(runtime, "127.0.0.1", port)
             await until(pilot, lambda: chat.live.is_set())
-            await type_and_send(pilot, "still there?")
+            box.focus()
+            await pilot.press("enter")
             await until(pilot, lambda: "echo: still there?" in texts(chat))
         await runner.cleanup()
     finally:

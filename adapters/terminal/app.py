@@ -247,8 +247,17 @@ class ChatApp(App[None]):
             await self.handle_input(text)
         except GatewayUnavailable as exc:
             await self._add(Static(str(exc), classes="error"))
+            self._give_back(text)
         except GatewayError as exc:
             await self._add(Static(f"the gateway refused: {exc}", classes="error"))
+            self._give_back(text)
+
+    def _give_back(self, text: str) -> None:
+        """What could not be sent goes back into the input box, unless something new is there."""
+        box = self.query_one(MessageInput)
+        if not box.text:
+            box.load_text(text)
+            box.move_cursor(box.document.end)
 
     async def handle_input(self, text: str) -> None:
         stripped = text.strip()
