@@ -426,3 +426,31 @@ async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> 
         await runner.cleanup()
     finally:
         await runtime.close()
+
+
+async def test_open_prompt_comes_back_after_a_gateway_restart(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", confirm_timeout_seconds=60, _env_file=None)  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    runner = await start_http(runtime, "127.0.0.1", 0)
+    port = runner.addresses[0][1]
+    try:
+        chat = ChatApp(ChatConfig(base_url=f"http://127.0.0.1:{port}", sender="ann"))
+        async with chat.run_test(size=SIZE) as pilot:
+            await opened(pilot)
+            await type_and_send(pilot, "!confirm survive a restart")
+            panel = chat.query_one(PromptPanel)
+            await until(pilot, lambda: panel.prompt is not None)
+            await runner.cleanup()
+            await runtime.close()
+            await until(pilot, lambda: not chat.live.is_set())
+            panel.close()  # forget it here: the window must learn it again from the gateway
+
+            runtime = await Runtime.start(settings)
+            assert await runtime.router.recover() == 1
+            runner = await start_http(runtime, "127.0.0.1", port)
+            await until(pilot, lambda: chat.live.is_set() and panel.prompt is not None)
+            await pilot.click("#approve")
+            await until(pilot, lambda: "approved: survive a restart" in texts(chat))
+    finally:
+        await runner.cleanup()
+        await runtime.close()

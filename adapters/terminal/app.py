@@ -105,6 +105,7 @@ class ChatApp(App[None]):
         self.inputs = InputHistory()
         self.tasks: dict[str, TaskView] = {}
         self.live = asyncio.Event()
+        self._reconnecting = False
         self._client: GatewayClient | None = None
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -219,24 +220,28 @@ class ChatApp(App[None]):
     @work(exclusive=True, group="events")
     async def follow(self, session_id: str) -> None:
         """The session's events, for as long as it is shown; reconnects when the gateway blinks."""
-        lost = False
         while session_id == self.session_id:
             try:
-                async for event in self.client.events(session_id, on_live=self.live.set):
-                    if lost:
-                        lost = False
-                        self.notify("connected to the gateway again")
+                async for event in self.client.events(session_id, on_live=self._on_live):
                     await self.show_event(event)
             except GatewayUnavailable:
                 pass
             except GatewayError as exc:
                 await self._add(Static(f"cannot follow the session: {exc}", classes="error"))
                 return
-            if not lost:
-                lost = True
+            if not self._reconnecting:
+                self._reconnecting = True
                 self.notify("lost the gateway; reconnecting…", severity="warning")
             self.live.clear()
             await asyncio.sleep(STREAM_RETRY_SECONDS)
+
+    def _on_live(self) -> None:
+        self.live.set()
+        if self._reconnecting:
+            self._reconnecting = False
+            self.notify("connected to the gateway again")
+            # A restarted gateway asks open prompts again before this window is back.
+            self.run_worker(self._reopen_prompts(), group="prompts", exclusive=True)
 
     # -- input ---------------------------------------------------------------------------------
 
