@@ -61,6 +61,7 @@ from gateway.prompts import (
 from gateway.settings import Settings
 from gateway.store import outbox as outbox_table
 from gateway.store.files import SessionFiles
+from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.outbox import OutboxEntry, OutboxItem
 from gateway.store.search import search_messages
 from gateway.store.sessions import RunRecord, SessionStore, StoredMessage
@@ -103,6 +104,7 @@ class TaskState:
     attachments: Sequence[Attachment]
     user_message_id: int
     status: TaskStatus = "queued"
+    user_sent_at: int = 0  # send_at of the user message, to find it in history.json
     reply: str = ""
     error: str = ""
     events: list[Event] = field(default_factory=list)
@@ -235,7 +237,13 @@ class Router:
             session_id, "user", inbound.text, sender=origin.sender_name, task_hash=task_hash
         )
         state = TaskState(
-            session_id, task_hash, origin, inbound.text, tuple(inbound.attachments), stored.id
+            session_id,
+            task_hash,
+            origin,
+            inbound.text,
+            tuple(inbound.attachments),
+            stored.id,
+            user_sent_at=stored.send_at,
         )
         self._remember(state)
         await self._journal(state)
@@ -449,14 +457,9 @@ class Router:
         try:
             await self._set_status(state, "running")
             await self._journal(state)
-            summary = await asyncio.to_thread(self.store.files(state.session_id).read_summary)
-            # The window starts after what the summary covers (and after a /reset).
-            history = await self.store.recent_messages(
-                state.session_id,
-                self.settings.history_window + 1,
-                after_id=summary.cursor if summary else 0,
-            )
-            context = _Context(self, state, [m for m in history if m.id != state.user_message_id])
+            files = self.store.files(state.session_id)
+            summary = await asyncio.to_thread(files.read_summary)
+            context = _Context(self, state, await self._window(state, files))
             row = await self.store.get(state.session_id)
             context.persona = row.persona if row else ""
             context.model = row.model if row else ""
@@ -508,6 +511,25 @@ class Router:
             )
         elif isinstance(step, Reply):
             state.reply = step.text
+
+    async def _window(self, state: TaskState, files: SessionFiles) -> list[StoredMessage]:
+        """The recent conversation from history.json, without the task's own message."""
+        size = self.settings.history_window
+        try:
+            recent = await asyncio.to_thread(files.history.tail, size + 1)
+        except SessionDirectoryMissing:
+            return []
+        text = state.text.replace("\x00", "\ufffd")  # as the archive stored it
+        for index in range(len(recent) - 1, -1, -1):
+            line = recent[index]
+            own = line.role == "user" and line.content == text
+            if own and state.user_sent_at in (0, line.send_at):
+                del recent[index]
+                break
+        return [
+            StoredMessage(0, state.session_id, m.role, m.content, m.sender, m.send_at)
+            for m in recent[-size:]
+        ]
 
     async def _finish_done(self, state: TaskState) -> None:
         sid = state.session_id
@@ -783,6 +805,7 @@ class Router:
                         str(journal["text"]),
                         (),
                         int(journal["user_message_id"]),
+                        user_sent_at=int(journal.get("user_sent_at", 0)),
                         submitted_at=int(journal.get("submitted_at", 0)),
                         replay=list(journal.get("steps") or []),
                     )
@@ -895,6 +918,7 @@ class Router:
             "origin": state.origin.to_json(),
             "text": state.text,
             "user_message_id": state.user_message_id,
+            "user_sent_at": state.user_sent_at,
             "submitted_at": state.submitted_at,
             "steps": state.steps,
             "prompt": state.prompt.to_json() if state.prompt else None,

@@ -3,9 +3,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway.store.files import SessionsDir
 from gateway.store.fslock import SessionDirectoryMissing
@@ -134,3 +138,55 @@ def test_foreign_but_valid_layout_is_normalised(history: HistoryFile) -> None:
     history.path.write_text(json.dumps([{"role": "user", "content": "a", "send_at": 1}]))
     history.append(msg(2))
     assert [m.content for m in history.read()] == ["a", "message 2"]
+
+
+@given(
+    contents=st.lists(st.text(max_size=300), max_size=40),
+    count=st.integers(min_value=0, max_value=45),
+)
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_tail_matches_a_full_read(tmp_path: Path, contents: list[str], count: int) -> None:
+    # One fresh directory per example: hypothesis reruns the body with the same tmp_path.
+    directory = Path(tempfile.mkdtemp(prefix="cli-", dir=tmp_path))
+    history = HistoryFile(directory / "history.json")
+    history.extend([msg(i, text) for i, text in enumerate(contents)])
+    expected = history.read()[-count:] if count else []
+    assert history.tail(count) == expected
+
+
+def test_tail_of_a_long_history_reads_only_its_end(
+    history: HistoryFile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history.extend([msg(i, "x" * 500) for i in range(5_000)])  # ~2.7 MB
+    assert [m.send_at for m in history.tail(3)] == [msg(i).send_at for i in (4997, 4998, 4999)]
+    read_sizes: list[int] = []
+    real_open = Path.open
+
+    def spying_open(self: Path, *args: Any, **kwargs: Any) -> Any:
+        handle = real_open(self, *args, **kwargs)
+        real_read = handle.read
+
+        def read(size: int = -1) -> Any:
+            data = real_read(size)
+            read_sizes.append(len(data))
+            return data
+
+        handle.read = read
+        return handle
+
+    monkeypatch.setattr(Path, "open", spying_open)
+    assert len(history.tail(24)) == 24
+    assert 0 < sum(read_sizes) <= 128 * 1024
+
+
+def test_tail_falls_back_on_a_torn_or_hand_edited_file(history: HistoryFile) -> None:
+    history.extend([msg(i) for i in range(5)])
+    with history.path.open("ab") as file:
+        file.write(b'{"role":"user","con')  # a crash mid-append
+    assert [m.content for m in history.tail(2)] == ["message 3", "message 4"]
+    assert history.read_checked().repaired is False  # the fallback read repaired it already
+    pretty = [{"role": "user", "content": f"pretty {i}", "send_at": i} for i in range(4)]
+    history.path.write_text(json.dumps(pretty, indent=2))
+    assert [m.content for m in history.tail(2)] == ["pretty 2", "pretty 3"]

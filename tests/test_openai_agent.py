@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from gateway.commands import CommandReply
 from gateway.events import Inbound, Origin
 from gateway.router import Router
 from gateway.settings import Settings
+from gateway.store.history_file import HistoryMessage
 from gateway.store.usage import usage_summary
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann")
@@ -339,3 +341,22 @@ def test_anthropic_style_usage_counts_cache_writes_as_input() -> None:
     assert usage.tool_calls == ("c1",)
     odd = _usage("m", {"prompt_tokens": "many", "prompt_tokens_details": None}, 0, [])
     assert (odd.input, odd.cache_read) == (0, 0)  # nonsense from a provider is not a crash
+
+
+async def test_window_is_read_from_history_json(fake: FakeOpenAI, runtime: Runtime) -> None:
+    fake.script(Text("first answer"), Text("second answer"))
+    await ask(runtime.router, "cli-h", "first question")
+    # What history.json holds is the window, e.g. after an operator pruned it by hand.
+    history = runtime.store.files("cli-h").history
+    await asyncio.to_thread(
+        history.replace, [HistoryMessage("user", "pruned context", 1, "Operator")]
+    )
+    await ask(runtime.router, "cli-h", "second question")
+    messages = fake.requests[-1]["messages"]
+    assert [m["content"] for m in messages[1:]] == [
+        "Operator: pruned context",
+        "Ann: second question",
+    ]
+    # The archive keeps everything regardless.
+    archived = [m.content for m in await runtime.store.recent_messages("cli-h", 10)]
+    assert archived[:2] == ["first question", "first answer"]

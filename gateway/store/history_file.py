@@ -35,6 +35,7 @@ log = get_logger(__name__)
 EMPTY: Final = b"[\n]\n"
 CLOSE: Final = b"\n]\n"
 _TRIM_TO: Final = 0.75
+TAIL_BLOCK: Final = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,35 @@ class HistoryFile:
             return ReadResult(messages, repaired=not clean)
 
     def tail(self, count: int) -> list[HistoryMessage]:
-        return self.read()[-count:] if count > 0 else []
+        """The last `count` messages, read from the end of the file: a long history costs no
+        more than a short one. A tail that is not one clean message per line (torn by a crash,
+        edited by hand) falls back to a full, repairing read."""
+        if count <= 0:
+            return []
+        with dir_lock(self.path.parent):
+            data, from_start = self._read_tail_bytes(count)
+        if data is None:
+            return []
+        messages = _tail_lines(data, count, from_start)
+        return messages if messages is not None else self.read()[-count:]
+
+    def _read_tail_bytes(self, count: int) -> tuple[bytes | None, bool]:
+        """Enough bytes from the end to hold `count` lines; whether they reach the start."""
+        try:
+            with self.path.open("rb") as file:
+                position = file.seek(0, os.SEEK_END)
+                data = b""
+                # One more newline than messages: the line before the first one kept must end.
+                while position > 0 and data.count(b"\n") <= count + 1:
+                    step = min(TAIL_BLOCK, position)
+                    position -= step
+                    file.seek(position)
+                    data = file.read(step) + data
+                return data, position == 0
+        except FileNotFoundError:
+            if not self.path.parent.is_dir():
+                raise SessionDirectoryMissing(str(self.path.parent)) from None
+            return None, True
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -194,4 +223,33 @@ def _salvage(data: bytes) -> list[HistoryMessage]:
         message = HistoryMessage.from_obj(obj)
         if message is not None:
             messages.append(message)
+    return messages
+
+
+def _tail_lines(data: bytes, count: int, from_start: bool) -> list[HistoryMessage] | None:
+    """The last `count` messages of the file's tail `data`; None when it is not clean."""
+    if not data.endswith(CLOSE):
+        return None
+    lines = data[: -len(CLOSE)].split(b"\n")
+    if from_start:
+        if lines[0] != b"[":
+            return None
+        lines = lines[1:]
+    else:
+        lines = lines[1:]  # the first line is cut somewhere in its middle
+    messages: list[HistoryMessage] = []
+    chosen = lines[-count:]
+    for index, line in enumerate(chosen):
+        last = index == len(chosen) - 1
+        # Every message line but the last ends with the "," that separates it from the next.
+        if not last and not line.endswith(b","):
+            return None
+        try:
+            obj = json.loads(line[:-1] if not last else line)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        message = HistoryMessage.from_obj(obj)
+        if message is None:
+            return None
+        messages.append(message)
     return messages
