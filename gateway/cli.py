@@ -302,6 +302,7 @@ def chat(
         token=api_token(settings),
         session_id=session,
         state_file=settings.home / "terminal.json",
+        windows_dir=settings.home / "windows",
     )
     window = ChatApp(config)
     window.run()

@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from adapters.terminal.history import InputHistory
 from adapters.terminal.launch import GatewayNotRunning, ensure_gateway, gateway_url
 from adapters.terminal.picker import SessionPicker, SessionRow, short_id
 from adapters.terminal.widgets import MessageInput, PromptPanel
+from adapters.terminal.windows import claim_window
 from gateway.app import Runtime
 from gateway.cli import app as cli_app
 from gateway.ids import Prefix, new_session_id
@@ -454,3 +456,69 @@ async def test_open_prompt_comes_back_after_a_gateway_restart(tmp_path: Path) ->
     finally:
         await runner.cleanup()
         await runtime.close()
+
+
+def test_window_claims(tmp_path: Path) -> None:
+    first = claim_window(tmp_path)
+    second = claim_window(tmp_path)
+    assert not first.adopted and not second.adopted
+    assert first.window_hash != second.window_hash  # two open windows never share a hash
+    first.release()
+    third = claim_window(tmp_path)
+    assert third.adopted and third.window_hash == first.window_hash
+    (tmp_path / "not a hash!.lock").touch()  # stray files are skipped
+    fourth = claim_window(tmp_path)
+    assert fourth.window_hash not in {second.window_hash, third.window_hash}
+    for claim in (second, third, fourth):
+        claim.release()
+
+
+async def test_a_new_window_takes_over_the_prompt_of_a_closed_one(
+    server: Server, tmp_path: Path
+) -> None:
+    windows = tmp_path / "windows"
+    closed = ChatApp(replace(config(server, tmp_path), windows_dir=windows))
+    async with closed.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        await type_and_send(pilot, "!confirm after the crash")
+        await until(pilot, lambda: closed.query_one(PromptPanel).prompt is not None)
+    # The terminal is gone; the prompt still waits in the gateway.
+    assert len(server.runtime.router.pending(closed.session_id)) == 1
+
+    again = ChatApp(replace(config(server, tmp_path), windows_dir=windows))
+    async with again.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        assert again.window_hash == closed.window_hash
+        panel = again.query_one(PromptPanel)
+        await until(pilot, lambda: panel.prompt is not None)
+        await pilot.click("#approve")
+        await until(pilot, lambda: "approved: after the crash" in texts(again, ".reply"))
+
+        # While it is open, another window gets a hash of its own and sees no prompt of it.
+        await type_and_send(pilot, "!confirm only here")
+        await until(pilot, lambda: panel.prompt is not None)
+        other = ChatApp(replace(config(server, tmp_path), windows_dir=windows))
+        async with other.run_test(size=SIZE) as other_pilot:
+            await opened(other_pilot)
+            assert other.window_hash != again.window_hash
+            assert other.query_one(PromptPanel).prompt is None
+
+
+async def test_adopted_prompt_in_another_session_is_pointed_at(
+    server: Server, tmp_path: Path
+) -> None:
+    windows = tmp_path / "windows"
+    closed = ChatApp(replace(config(server, tmp_path), windows_dir=windows))
+    async with closed.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        await type_and_send(pilot, "!ask still there?")
+        await until(pilot, lambda: closed.query_one(PromptPanel).prompt is not None)
+    elsewhere = new_session_id(Prefix.cli)
+    await server.runtime.store.ensure(elsewhere)
+    again = ChatApp(replace(config(server, tmp_path, elsewhere), windows_dir=windows))
+    async with again.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        wanted = f"/switch {closed.session_id}"
+        await until(pilot, lambda: any(wanted in t for t in texts(again, ".note")))
+        await type_and_send(pilot, wanted)
+        await until(pilot, lambda: again.query_one(PromptPanel).prompt is not None)

@@ -20,6 +20,7 @@ from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
 from adapters.terminal.history import InputHistory
 from adapters.terminal.picker import SessionPicker, SessionRow, short_id
 from adapters.terminal.widgets import MessageInput, OpenPrompt, PromptPanel, describe_confirm
+from adapters.terminal.windows import WindowClaim, claim_window
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
@@ -74,6 +75,9 @@ class ChatConfig:
     session_id: str | None = None
     # Where the window remembers the last session it showed; None keeps nothing.
     state_file: Path | None = None
+    # Where windows hold their hashes, so a new window takes over a closed one's prompts;
+    # None gives every window a fresh hash.
+    windows_dir: Path | None = None
 
 
 class ChatApp(App[None]):
@@ -101,6 +105,8 @@ class ChatApp(App[None]):
         super().__init__()
         self.config = config
         self.window_hash = window_hash or new_window_hash()
+        self._fixed_hash = window_hash is not None
+        self._claim: WindowClaim | None = None
         self.session_id = ""
         self.inputs = InputHistory()
         self.tasks: dict[str, TaskView] = {}
@@ -123,6 +129,9 @@ class ChatApp(App[None]):
         yield Footer()
 
     async def on_mount(self) -> None:
+        if self.config.windows_dir is not None and not self._fixed_hash:
+            self._claim = await asyncio.to_thread(claim_window, self.config.windows_dir)
+            self.window_hash = self._claim.window_hash
         self._client = GatewayClient(
             self.config.base_url,
             self.config.token,
@@ -138,10 +147,22 @@ class ChatApp(App[None]):
             self.exit(return_code=1, message=str(exc))
             return
         await self.open_session(session_id)
+        if self._claim is not None and self._claim.adopted:
+            await self._point_at_orphans()
 
     async def on_unmount(self) -> None:
         if self._client is not None:
             await self._client.__aexit__(None, None, None)
+        if self._claim is not None:
+            self._claim.release()
+
+    async def _point_at_orphans(self) -> None:
+        """Prompts a closed window left open in other sessions are this window's now."""
+        for prompt in await self.client.pending_everywhere():
+            sid = str(prompt.get("session_id", ""))
+            if prompt["origin"].get("window_hash") == self.window_hash and sid != self.session_id:
+                note = f"a prompt from an earlier window waits in {sid}: /switch {sid}"
+                await self._add(Static(note, classes="note"))
 
     async def _first_session(self) -> str:
         wanted = self.config.session_id or await asyncio.to_thread(self._remembered)
