@@ -1037,7 +1037,7 @@ def build_app(
     open_paths = OPEN_PATHS | {path for path, _ in webhooks}
     api = HttpApi(runtime, keepalive_seconds=keepalive_seconds, open_paths=open_paths)
     for platform in CLIENT_PLATFORMS:
-        runtime.router.register_sink(platform, api.sink)
+        runtime.router.register_sink(platform, api.sink, streamed=True)
     app = web.Application(
         middlewares=[api.measure, api.errors, api.authenticate],
         client_max_size=MAX_BODY_BYTES,

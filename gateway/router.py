@@ -181,6 +181,7 @@ class Router:
         self.agent = agent
         self.presence = presence
         self._sinks: dict[str, OriginSink] = {}
+        self._streamed: set[str] = set()
         self._lanes: dict[str, _Lane] = {}
         self._tasks: OrderedDict[str, TaskState] = OrderedDict()
         self._subscribers: dict[str, set[Subscription]] = {}
@@ -202,8 +203,18 @@ class Router:
 
     # -- wiring ----------------------------------------------------------------------------
 
-    def register_sink(self, platform: str, sink: OriginSink) -> None:
+    def register_sink(self, platform: str, sink: OriginSink, *, streamed: bool = False) -> None:
+        """`streamed`: the platform's clients read every event from the gateway's streams and
+        task routes, so nothing is pushed to them and the outbox keeps no entries for them."""
         self._sinks[platform] = sink
+        if streamed:
+            self._streamed.add(platform)
+        else:
+            self._streamed.discard(platform)
+
+    def _pushed(self, state: TaskState) -> bool:
+        """Whether replies to this task's origin go out through the outbox."""
+        return state.origin.platform not in self._streamed
 
     @contextlib.contextmanager
     def subscribe(self, session_id: str) -> Any:
@@ -538,9 +549,9 @@ class Router:
             RunRecord(sid, state.task_hash, state.text, state.reply, state.tool_results),
             state.reply,
             sender=self.agent.name,
-            outbox=[self._outbox_entry(state, text_event)],
+            outbox=[self._outbox_entry(state, text_event)] if self._pushed(state) else [],
         )
-        await self._emit(state, text_event, item=items[0])
+        await self._emit(state, text_event, item=items[0] if items else None)
         await self._emit(state, DoneEvent(session_id=sid, text=state.reply))
         self.counters["tasks_done"] += 1
         await self._drop_journal(state)  # before waiters hear of the end
@@ -555,9 +566,9 @@ class Router:
             RunRecord(state.session_id, state.task_hash, state.text, "", state.tool_results),
             "",
             sender=self.agent.name,
-            outbox=[self._outbox_entry(state, error_event)],
+            outbox=[self._outbox_entry(state, error_event)] if self._pushed(state) else [],
         )
-        await self._emit(state, error_event, item=items[0])
+        await self._emit(state, error_event, item=items[0] if items else None)
         self.counters["tasks_failed"] += 1
         await self._drop_journal(state)  # before waiters hear of the end
         await self._set_status(state, "error")
@@ -864,7 +875,7 @@ class Router:
             log.warning("session gone while its task ran", session=state.session_id)
         for sub in self._subscribers.get(state.session_id, ()):
             sub.offer(event)
-        if event.kind in OUTBOX_KINDS:
+        if event.kind in OUTBOX_KINDS and self._pushed(state):
             if item is None:
                 item = await outbox_table.claim(self.store.db, self._outbox_entry(state, event))
             await self.courier.send(item)
