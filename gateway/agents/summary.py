@@ -65,10 +65,11 @@ class RollingSummary:
         files = self.store.files(session_id)
         current = await asyncio.to_thread(files.read_summary)
         cursor = current.cursor if current else 0
-        recent = await self.store.recent_messages(session_id, self.window, after_id=cursor)
-        if not recent:
-            return False
-        oldest_in_window = recent[0].id
+        oldest_in_window = await self.store.window_start_id(
+            session_id, self.window, after_id=cursor
+        )
+        if not oldest_in_window:
+            return False  # everything after the cursor still fits in the window
         due = [
             m
             for m in await self.store.messages_after(session_id, cursor, limit=MAX_FOLD)

@@ -321,6 +321,23 @@ class SessionStore:
 
         return await self.db.read(work)
 
+    async def window_start_id(self, session_id: str, window: int, *, after_id: int = 0) -> int:
+        """Id of the oldest of the newest `window` messages after `after_id`; 0 when there are
+        fewer than that. Ids only, so asking costs no message bodies."""
+        validate_session_id(session_id)
+        stmt = (
+            select(MessageRow.id)
+            .where(MessageRow.session_id == session_id, col(MessageRow.id) > after_id)
+            .order_by(col(MessageRow.id).desc())
+            .offset(max(window - 1, 0))
+            .limit(1)
+        )
+
+        def work(session: Session) -> int:
+            return int(session.exec(stmt).first() or 0)
+
+        return await self.db.read(work)
+
     async def last_message_id(self, session_id: str) -> int:
         """Id of the session's newest archived message; 0 when it has none."""
         validate_session_id(session_id)
