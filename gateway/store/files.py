@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ CMD_HISTORY: Final = ".cmd_history"
 PENDING_DIR: Final = "pending"
 RESUME_DIR: Final = ".claude_code"
 CMD_HISTORY_LIMIT: Final = 50
+KNOWN_SESSIONS: Final = 4096  # SessionFiles kept by SessionsDir.get
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +60,27 @@ class SessionsDir:
         self.root = root
         self.history_max_bytes = history_max_bytes
         self.action_log_max_bytes = action_log_max_bytes
+        self._known: dict[str, SessionFiles] = {}
+        self._known_lock = threading.Lock()
 
     def path_of(self, session_id: str) -> Path:
         return self.root / validate_session_id(session_id)
 
     def get(self, session_id: str) -> SessionFiles:
-        return SessionFiles(
-            self.path_of(session_id),
-            history_max_bytes=self.history_max_bytes,
-            action_log_max_bytes=self.action_log_max_bytes,
-        )
+        # SessionFiles only names paths, so one per session is kept: a task asks for its
+        # session's files a dozen times, and building the paths each time showed in profiles.
+        files = self._known.get(session_id)
+        if files is None:
+            files = SessionFiles(
+                self.path_of(session_id),
+                history_max_bytes=self.history_max_bytes,
+                action_log_max_bytes=self.action_log_max_bytes,
+            )
+            with self._known_lock:  # worker threads ask too
+                self._known[session_id] = files
+                while len(self._known) > KNOWN_SESSIONS:
+                    del self._known[next(iter(self._known))]
+        return files
 
     def create(self, session_id: str) -> SessionFiles:
         files = self.get(session_id)
