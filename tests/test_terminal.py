@@ -473,15 +473,21 @@ def test_window_claims(tmp_path: Path) -> None:
         claim.release()
 
 
+async def window_left_with_a_prompt(server: Server, tmp_path: Path, text: str) -> ChatApp:
+    """A window (holding its hash under tmp_path/windows) that starts a prompt, then closes."""
+    closed = ChatApp(replace(config(server, tmp_path), windows_dir=tmp_path / "windows"))
+    async with closed.run_test(size=SIZE) as pilot:
+        await opened(pilot)
+        await type_and_send(pilot, text)
+        await until(pilot, lambda: closed.query_one(PromptPanel).prompt is not None)
+    return closed
+
+
 async def test_a_new_window_takes_over_the_prompt_of_a_closed_one(
     server: Server, tmp_path: Path
 ) -> None:
     windows = tmp_path / "windows"
-    closed = ChatApp(replace(config(server, tmp_path), windows_dir=windows))
-    async with closed.run_test(size=SIZE) as pilot:
-        await opened(pilot)
-        await type_and_send(pilot, "!confirm after the crash")
-        await until(pilot, lambda: closed.query_one(PromptPanel).prompt is not None)
+    closed = await window_left_with_a_prompt(server, tmp_path, "!confirm after the crash")
     # The terminal is gone; the prompt still waits in the gateway.
     assert len(server.runtime.router.pending(closed.session_id)) == 1
 
@@ -508,11 +514,7 @@ async def test_adopted_prompt_in_another_session_is_pointed_at(
     server: Server, tmp_path: Path
 ) -> None:
     windows = tmp_path / "windows"
-    closed = ChatApp(replace(config(server, tmp_path), windows_dir=windows))
-    async with closed.run_test(size=SIZE) as pilot:
-        await opened(pilot)
-        await type_and_send(pilot, "!ask still there?")
-        await until(pilot, lambda: closed.query_one(PromptPanel).prompt is not None)
+    closed = await window_left_with_a_prompt(server, tmp_path, "!ask still there?")
     elsewhere = new_session_id(Prefix.cli)
     await server.runtime.store.ensure(elsewhere)
     again = ChatApp(replace(config(server, tmp_path, elsewhere), windows_dir=windows))

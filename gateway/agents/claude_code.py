@@ -148,12 +148,8 @@ class ClaudeCodeAgent:
             cli_session, known = resume
             prompt = "\n".join([*(_line(m) for m in window[known:]), new_message])
             run = _Run()
-            args = self._task_args(ctx, model, system, cli_session)
-            async with contextlib.aclosing(
-                self._run_cli(args, ctx.workspace, prompt, run, model)
-            ) as steps:
-                async for step in steps:
-                    yield step
+            async for step in self._attempt(ctx, model, system, prompt, cli_session, run):
+                yield step
             if run.failure and not run.produced:
                 log.warning(
                     "the Claude Code CLI did not resume its session; starting fresh",
@@ -165,12 +161,8 @@ class ClaudeCodeAgent:
         if run is None:
             run = _Run()
             prompt = _transcript(ctx.summary, window, new_message)
-            args = self._task_args(ctx, model, system, None)
-            async with contextlib.aclosing(
-                self._run_cli(args, ctx.workspace, prompt, run, model)
-            ) as steps:
-                async for step in steps:
-                    yield step
+            async for step in self._attempt(ctx, model, system, prompt, None, run):
+                yield step
         if run.failure:
             raise AgentFailed(run.failure)
         if run.reply:  # the router stores no empty reply, so it has no fingerprint either
@@ -182,6 +174,23 @@ class ClaudeCodeAgent:
         }
         await ctx.write_resume_state(model, system, state, with_tools=True)
         yield Reply(run.reply)
+
+    async def _attempt(
+        self,
+        ctx: AgentContext,
+        model: str,
+        system: str,
+        prompt: str,
+        resume: str | None,
+        run: _Run,
+    ) -> AsyncGenerator[Step, None]:
+        """One CLI process for the task, fresh or resuming; what it produced lands in `run`."""
+        args = self._task_args(ctx, model, system, resume)
+        async with contextlib.aclosing(
+            self._run_cli(args, ctx.workspace, prompt, run, model)
+        ) as steps:
+            async for step in steps:
+                yield step
 
     def _task_args(
         self, ctx: AgentContext, model: str, system: str, resume: str | None
