@@ -524,3 +524,45 @@ async def test_adopted_prompt_in_another_session_is_pointed_at(
         await until(pilot, lambda: any(wanted in t for t in texts(again, ".note")))
         await type_and_send(pilot, wanted)
         await until(pilot, lambda: again.query_one(PromptPanel).prompt is not None)
+
+
+async def test_admin_answers_prompts_from_the_pending_list(tmp_path: Path) -> None:
+    async with serving(tmp_path, admins="terminal:root", confirm_timeout_seconds=30) as server:
+        ann = {"X-Agenvoy-Sender": "ann", "X-Agenvoy-Sender-Name": "Ann"}
+        status, first = await server.call(
+            "POST",
+            "/v1/send",
+            json_body={"content": "!confirm deploy", "persist": True},
+            headers=ann,
+        )
+        status, second = await server.call(
+            "POST", "/v1/send", json_body={"content": "!ask colour?", "persist": True}, headers=ann
+        )
+        assert status == 202 and first["pending"] and second["pending"]
+
+        outsider = ChatApp(ChatConfig(base_url=server.base, sender="eve"))
+        async with outsider.run_test(size=SIZE) as pilot:
+            await opened(pilot)
+            await type_and_send(pilot, "/pending")
+            await until(pilot, lambda: "nothing is waiting for you" in texts(outsider))
+
+        admin = ChatApp(ChatConfig(base_url=server.base, sender="root"))
+        async with admin.run_test(size=SIZE) as pilot:
+            await opened(pilot)
+            await type_and_send(pilot, "/pending")
+            await until(pilot, lambda: len(admin.listed_prompts) == 2)
+            order = [p["task_hash"] for p in admin.listed_prompts]
+            confirm = order.index(first["task_hash"]) + 1
+            question = order.index(second["task_hash"]) + 1
+            await type_and_send(pilot, f"/answer {confirm} yes please")
+            await until(pilot, lambda: any("takes /approve or /deny" in t for t in texts(admin)))
+            await type_and_send(pilot, "/approve 9")
+            await until(pilot, lambda: any("usage: /approve N" in t for t in texts(admin)))
+            await type_and_send(pilot, f"/approve {confirm}")
+            await type_and_send(pilot, f"/answer {question} teal")
+            await until(pilot, lambda: texts(admin).count("answered prompt 1") == 1)
+            await until(pilot, lambda: texts(admin).count("answered prompt 2") == 1)
+
+        for body, reply in ((first, "approved: deploy"), (second, "answer: teal")):
+            state = await server.runtime.router.wait(body["task_hash"], 10)
+            assert (state.status, state.reply) == ("done", reply)

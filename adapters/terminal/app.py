@@ -42,7 +42,8 @@ CLIENT_HELP = """**Window commands**
 - `/switch [name]` or Ctrl+S: pick another session (by name or id when given)
 - `/new`: start a new terminal session
 - `/name <text>`: rename this session
-- `/pending`: prompts waiting for you in any session
+- `/pending`: prompts waiting for you in any session; `/approve N`, `/deny N`,
+  `/answer N text` answer one of them
 - `/cancel`: cancel the running task started from this window
 - `/quit` or Ctrl+Q: leave (tasks go on in the gateway)
 
@@ -112,6 +113,7 @@ class ChatApp(App[None]):
         self.tasks: dict[str, TaskView] = {}
         self.live = asyncio.Event()
         self._reconnecting = False
+        self.listed_prompts: list[dict[str, Any]] = []  # the last /pending list, numbered
         self._client: GatewayClient | None = None
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -294,6 +296,9 @@ class ChatApp(App[None]):
             "/new": self._cmd_new,
             "/name": self._cmd_name,
             "/pending": self._cmd_pending,
+            "/approve": self._cmd_approve,
+            "/deny": self._cmd_deny,
+            "/answer": self._cmd_answer,
             "/cancel": self._cmd_cancel,
             "/help": self._cmd_help,
         }
@@ -346,22 +351,56 @@ class ChatApp(App[None]):
         await self._add(Static(f"session renamed to {name!r}", classes="note"))
 
     async def _cmd_pending(self, _args: str) -> None:
-        prompts = await self.client.pending_everywhere()
-        if not prompts:
+        self.listed_prompts = await self.client.pending_everywhere()
+        if not self.listed_prompts:
             await self._add(Static("nothing is waiting for you", classes="note"))
             return
-        lines = ["**Waiting for you**", ""]
-        for prompt in prompts:
+        lines = ["**Waiting for you** (`/approve N`, `/deny N`, `/answer N text`)", ""]
+        for number, prompt in enumerate(self.listed_prompts, 1):
             what = (
                 describe_confirm(prompt.get("tool", ""), prompt.get("args", {}))
                 if prompt.get("kind") == "confirm"
                 else prompt.get("question", "")
             )
-            here = (
-                " (this window)" if prompt["origin"].get("window_hash") == self.window_hash else ""
-            )
-            lines.append(f"- `{short_id(prompt['session_id'])}` {what}{here}")
+            origin = prompt.get("origin", {})
+            here = origin.get("window_hash") == self.window_hash
+            who = "this window" if here else origin.get("sender_name") or origin.get("platform")
+            lines.append(f"{number}. `{short_id(prompt['session_id'])}` {what} ({who})")
         await self._add(Markdown("\n".join(lines), classes="note"))
+
+    async def _cmd_approve(self, args: str) -> None:
+        await self._answer_listed("/approve", args, approve=True)
+
+    async def _cmd_deny(self, args: str) -> None:
+        await self._answer_listed("/deny", args, approve=False)
+
+    async def _cmd_answer(self, args: str) -> None:
+        number, _, text = args.partition(" ")
+        if not text.strip():
+            await self._add(Static("usage: /answer N your answer", classes="error"))
+            return
+        await self._answer_listed("/answer", number, text=text.strip())
+
+    async def _answer_listed(
+        self, command: str, number: str, *, approve: bool | None = None, text: str | None = None
+    ) -> None:
+        """Answer prompt N of the last /pending list (the gateway checks who may)."""
+        index = int(number) - 1 if number.strip().isdigit() else -1
+        if not 0 <= index < len(self.listed_prompts):
+            await self._add(
+                Static(f"usage: {command} N, N from the /pending list", classes="error")
+            )
+            return
+        prompt = self.listed_prompts[index]
+        kind = prompt.get("kind")
+        if (kind == "confirm") != (text is None):
+            right = "/approve or /deny" if kind == "confirm" else "/answer"
+            await self._add(Static(f"prompt {number} takes {right}", classes="error"))
+            return
+        await self.client.answer(
+            str(prompt["session_id"]), str(prompt["task_hash"]), approve=approve, text=text
+        )
+        await self._add(Static(f"answered prompt {number}", classes="note"))
 
     async def _cmd_cancel(self, _args: str) -> None:
         running = [v for v in self.tasks.values() if v.mine and not v.finished]
