@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.openai import Error, FakeOpenAI, Malformed, Slow, Text, ToolCalls
+from fakes.openai import Cut, Error, FakeOpenAI, Malformed, Slow, Text, ToolCalls
 from sqlalchemy import text
 from sqlmodel import Session
 
@@ -360,3 +360,24 @@ async def test_window_is_read_from_history_json(fake: FakeOpenAI, runtime: Runti
     # The archive keeps everything regardless.
     archived = [m.content for m in await runtime.store.recent_messages("cli-h", 10)]
     assert archived[:2] == ["first question", "first answer"]
+
+
+async def test_stream_cut_mid_answer_is_retried_without_repeating_text(
+    fake: FakeOpenAI, runtime: Runtime
+) -> None:
+    answer = "The build is green and the release can go out tonight."
+    fake.script(Cut(answer, pieces=4), Text(answer))
+    _sub, state = await ask(runtime.router, "cli-cut", "status?")
+    assert (state.status, state.reply) == ("done", answer)
+    assert len(fake.requests) == 2
+    streamed = "".join(e.text for e in state.events if e.kind == "text_delta")  # type: ignore[union-attr]
+    assert streamed == answer  # what the first attempt showed is not shown twice
+
+
+async def test_stream_that_keeps_getting_cut_is_a_clear_error(
+    fake: FakeOpenAI, runtime: Runtime
+) -> None:
+    fake.script(*[Cut("partial answer", pieces=1)] * 4)
+    _sub, state = await ask(runtime.router, "cli-cut2", "status?")
+    assert state.status == "error" and "not available" in state.error
+    assert state.reply == ""  # a cut-off answer is never taken for the whole one

@@ -77,6 +77,7 @@ class _Completion:
     text: str = ""
     calls: dict[int, dict[str, Any]] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False  # a finish reason or [DONE] arrived: the answer is whole
 
 
 class OpenAIAgent:
@@ -234,11 +235,17 @@ class OpenAIAgent:
             wait=_wait_for_server,
             reraise=True,
         )
+        shown = ""  # reply text already streamed to the user, over every attempt
         try:
             async for attempt in retrying:
                 with attempt:
+                    produced = ""
                     async for delta in self._stream(url, body, headers, into):
-                        yield delta
+                        produced += delta
+                        # A retry starts the answer over; the user sees only what is new.
+                        if len(produced) > len(shown):
+                            yield produced[len(shown) :]
+                            shown = produced
         except _Retryable as exc:
             raise AgentFailed(f"the model is not available right now ({exc})") from exc
 
@@ -246,7 +253,7 @@ class OpenAIAgent:
         self, url: str, body: dict[str, Any], headers: dict[str, str], into: _Completion
     ) -> AsyncIterator[str]:
         # A retried call starts over: nothing of a failed attempt is kept.
-        into.text, into.calls, into.usage = "", {}, {}
+        into.text, into.calls, into.usage, into.finished = "", {}, {}, False
         try:
             async with self._session().post(url, json=body, headers=headers) as resp:
                 if resp.status in (401, 403):
@@ -264,6 +271,7 @@ class OpenAIAgent:
                         continue
                     data = text[5:].strip()
                     if data == "[DONE]":
+                        into.finished = True
                         break
                     try:
                         chunk = json.loads(data)
@@ -273,8 +281,11 @@ class OpenAIAgent:
                     delta = _absorb(chunk, into)
                     if delta:
                         yield delta
-        except (TimeoutError, aiohttp.ClientConnectionError) as exc:
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise _Retryable(f"cannot reach {self.base_url}: {type(exc).__name__}", None) from exc
+        if not into.finished:
+            # Ended without a finish reason: cut off, not complete, whatever the text says.
+            raise _Retryable("the answer was cut off mid-stream", None)
 
 
 def _absorb(chunk: dict[str, Any], into: _Completion) -> str:
@@ -284,6 +295,8 @@ def _absorb(chunk: dict[str, Any], into: _Completion) -> str:
     choices = chunk.get("choices") or []
     if not choices:
         return ""
+    if choices[0].get("finish_reason"):
+        into.finished = True
     delta = choices[0].get("delta") or {}
     for fragment in delta.get("tool_calls") or []:
         slot = into.calls.setdefault(

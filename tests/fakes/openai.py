@@ -110,7 +110,16 @@ class Malformed:
     line: str = '{"id": "chatcmpl-broken", "choices": [{'
 
 
-Reply: TypeAlias = Text | ToolCalls | Error | Slow | Malformed
+@dataclass(frozen=True)
+class Cut:
+    """Streaming: the first ``pieces`` pieces of ``text``, then the connection drops (no
+    finish reason, no ``[DONE]``). Non-streaming: the connection drops before any answer."""
+
+    text: str
+    pieces: int = 2
+
+
+Reply: TypeAlias = Text | ToolCalls | Error | Slow | Malformed | Cut
 
 
 # ---------------------------------------------------------------------------------------------
@@ -323,6 +332,8 @@ class FakeOpenAI(LocalServer):
             )
         completion_id = f"chatcmpl-fake-{next(self._ids)}"
         model = body.get("model") if isinstance(body.get("model"), str) else DEFAULT_MODEL
+        if isinstance(reply, Cut):
+            return await self._cut(request, reply, completion_id, str(model), body)
         if body.get("stream") is True:
             return await self._stream(request, body, reply, completion_id, str(model))
         if isinstance(reply, Malformed):
@@ -382,6 +393,26 @@ class FakeOpenAI(LocalServer):
             if "total_tokens" not in override:
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return usage
+
+    async def _cut(
+        self, request: web.Request, reply: Cut, completion_id: str, model: str, body: JSON
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if body.get("stream") is True:
+            for piece in _split_pieces(reply.text)[: reply.pieces]:
+                frame = {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": model,
+                    "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
+                }
+                await response.write(f"data: {json.dumps(frame)}\n\n".encode())
+        # Gone mid-answer, the way a proxy timeout or a crashed server looks to the client.
+        assert request.transport is not None
+        request.transport.abort()
+        return response
 
     async def _stream(
         self,
