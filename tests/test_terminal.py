@@ -566,3 +566,18 @@ async def test_admin_answers_prompts_from_the_pending_list(tmp_path: Path) -> No
         for body, reply in ((first, "approved: deploy"), (second, "answer: teal")):
             state = await server.runtime.router.wait(body["task_hash"], 10)
             assert (state.status, state.reply) == ("done", reply)
+
+
+async def test_a_long_conversation_keeps_only_the_latest_lines(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("adapters.terminal.app.MAX_SHOWN", 6)
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        for n in range(6):
+            await type_and_send(pilot, f"message {n}")
+            await until(pilot, lambda n=n: f"echo: message {n}" in texts(app))
+        shown = texts(app)
+        assert len(shown) <= 6
+        assert shown[-2:] == ["You: message 5", "echo: message 5"]
+        assert "You: message 0" not in shown

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,6 +51,7 @@ Other `/commands` (`/status`, `/model`, `/persona`, `/allow`…) go to the gatew
 Enter sends; Ctrl+J adds a line; Up and Down walk your input history."""
 
 STREAM_RETRY_SECONDS = 1.0
+MAX_SHOWN = 500  # conversation lines kept on screen
 LIVE_TIMEOUT_SECONDS = 10.0
 
 
@@ -65,7 +66,6 @@ class TaskView:
     stream: MarkdownStream | None = None
     text: str = ""
     finished: bool = False
-    tools: dict[str, Static] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -456,9 +456,7 @@ class ChatApp(App[None]):
                 await self._end_stream(view)
             case ToolCallEvent() if view is not None:
                 args = json.dumps(event.args, ensure_ascii=False)[:200]
-                line = Static(f"⚙ {event.tool} {args}", classes="tool" + foreign)
-                view.tools[event.call_id] = line
-                await self._add(line)
+                await self._add(Static(f"⚙ {event.tool} {args}", classes="tool" + foreign))
             case ToolResultEvent() if view is not None:
                 shown = event.result if len(event.result) <= 200 else event.result[:199] + "…"
                 await self._add(Static(f"  ↳ {event.status}: {shown}", classes="tool" + foreign))
@@ -525,7 +523,15 @@ class ChatApp(App[None]):
             self._scroll()
 
     async def _add(self, widget: Widget) -> None:
-        await self.query_one("#conversation", VerticalScroll).mount(widget)
+        conversation = self.query_one("#conversation", VerticalScroll)
+        await conversation.mount(widget)
+        # A window left open for days stays light: the oldest lines go (the archive has them),
+        # but never the reply of a task still running.
+        excess = len(conversation.children) - MAX_SHOWN
+        if excess > 0:
+            live = {id(v.reply) for v in self.tasks.values() if not v.finished}
+            old = [w for w in conversation.children if id(w) not in live][:excess]
+            await conversation.remove_children(old)
         self._scroll()
 
     def _scroll(self) -> None:
