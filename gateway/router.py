@@ -241,11 +241,15 @@ class Router:
             await self._notice(inbound.origin, command.text)
             return Submission(command.session_id or session_id, command=command)
 
-        await self.store.ensure(session_id)
         task_hash = new_task_hash()
         origin = inbound.origin
         stored = await self.store.append_message(
-            session_id, "user", inbound.text, sender=origin.sender_name, task_hash=task_hash
+            session_id,
+            "user",
+            inbound.text,
+            sender=origin.sender_name,
+            task_hash=task_hash,
+            create_session=True,
         )
         state = TaskState(
             session_id,
@@ -279,10 +283,9 @@ class Router:
         session_id = validate_session_id(inbound.session_id)
         if len(inbound.text) > self.settings.max_message_chars:
             raise MessageTooLong(len(inbound.text), self.settings.max_message_chars)
-        await self.store.ensure(session_id)
         origin = inbound.origin
         stored = await self.store.append_message(
-            session_id, "user", inbound.text, sender=origin.sender_name
+            session_id, "user", inbound.text, sender=origin.sender_name, create_session=True
         )
         await self.store.log_action(
             session_id, "user", inbound.text, window_hash=origin.window_hash

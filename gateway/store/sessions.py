@@ -265,14 +265,20 @@ class SessionStore:
         send_at: int | None = None,
         task_hash: str = "",
         write_history: bool = True,
+        create_session: bool = False,
     ) -> StoredMessage:
         """Archive one message in SQL, then add it to history.json.
 
         SQL goes first: its id is what the summary cursor refers to, and it is the durable copy
         from which history.json could be rebuilt. `write_history=False` archives only (imports,
-        and the benchmark separating the two costs).
+        and the benchmark separating the two costs). `create_session` makes a session that
+        does not exist yet (its folder, and its row in the message's own transaction) instead
+        of failing with UnknownSession: the path of every inbound message.
         """
         validate_session_id(session_id)
+        if create_session:
+            await asyncio.to_thread(self.dirs.create, session_id)
+        new_row = self._insert_ignoring(SessionRow)
         if task_hash:
             validate_hash(task_hash)
         at = send_at if send_at is not None else now_ms()
@@ -292,7 +298,9 @@ class SessionStore:
         def work(session: Session) -> StoredMessage:
             conn = session.connection()
             if not conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": at}).rowcount:
-                raise UnknownSession(session_id)
+                if not create_session:
+                    raise UnknownSession(session_id)
+                conn.execute(new_row.values(id=session_id, created_at=at, updated_at=at))
             message_id = conn.execute(_INSERT_MESSAGE, values).scalar_one()
             assert message_id is not None
             return StoredMessage(message_id, session_id, role, content, sender, at, task_hash)
@@ -500,9 +508,13 @@ class SessionStore:
         }
         return await self._insert_ignore(FileHistoryRow, values)
 
-    async def _insert_ignore(self, model: type[Any], values: dict[str, Any]) -> bool:
+    def _insert_ignoring(self, model: type[Any]) -> Any:
+        """INSERT … ON CONFLICT DO NOTHING in the database's dialect; `.values()` to be added."""
         insert = sqlite_insert if self.db.dialect == "sqlite" else pg_insert
-        stmt = insert(model).values(**values).on_conflict_do_nothing()
+        return insert(model).on_conflict_do_nothing()
+
+    async def _insert_ignore(self, model: type[Any], values: dict[str, Any]) -> bool:
+        stmt = self._insert_ignoring(model).values(**values)
 
         def work(session: Session) -> bool:
             conn = session.connection()
