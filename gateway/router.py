@@ -470,7 +470,7 @@ class Router:
         self.counters["tasks_started"] += 1
         try:
             await self._set_status(state, "running")
-            await self._journal(state)
+            # The journal written at submit already holds all a replay needs until a step.
             files = self.store.files(state.session_id)
             summary = await asyncio.to_thread(files.read_summary)
             context = _Context(self, state, await self._window(state, files))
