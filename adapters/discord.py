@@ -42,6 +42,7 @@ from gateway.events import (
 )
 from gateway.ids import discord_session_id
 from gateway.logs import get_logger
+from gateway.outbox import Progress
 from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError, PromptNotFound
 from gateway.router import MessageTooLong, TaskNotFound
 from gateway.settings import Settings
@@ -455,16 +456,22 @@ class DiscordAdapter:
             return found
         return self.client.get_partial_messageable(channel_id)
 
-    async def send_reply(self, origin: Origin, text: str, nonce_base: str) -> str:
+    async def send_reply(
+        self, origin: Origin, text: str, nonce_base: str, progress: Progress
+    ) -> str:
+        """Send a reply in parts of at most 2,000 characters, from the first part an earlier
+        attempt did not get out."""
         channel = self.channel(int(origin.channel_id))
+        chunks = split_message(text or "(empty reply)")
         last: discord.Message | None = None
-        for index, chunk in enumerate(split_message(text or "(empty reply)")):
+        for index in range(progress.sent, len(chunks)):
             last = await channel.send(
-                chunk,
+                chunks[index],
                 nonce=f"{nonce_base}{index:03d}"[-25:],
                 allowed_mentions=NO_MASS_MENTIONS,
                 **(_reply_to(origin) if index == 0 else {}),
             )
+            await progress.part_sent(index + 1)
         return str(last.id) if last else ""
 
     async def send_prompt(self, origin: Origin, event: ConfirmEvent | AskUserEvent) -> str:
@@ -554,14 +561,16 @@ class _Sink:
     def __init__(self, adapter: DiscordAdapter) -> None:
         self.adapter = adapter
 
-    async def deliver(self, origin: Origin, event: Event) -> str | None:
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
         adapter = self.adapter
         try:
             if isinstance(event, TextDeltaEvent):
                 await adapter.typing(origin)
                 await adapter.stream(origin, event)
             elif isinstance(event, TextEvent):
-                message_id = await adapter.send_reply(origin, event.text, f"r{event.task_hash}")
+                message_id = await adapter.send_reply(
+                    origin, event.text, f"r{event.task_hash}", progress
+                )
                 await adapter.end_stream(event.task_hash)
                 return message_id
             elif isinstance(event, ConfirmEvent | AskUserEvent):

@@ -51,6 +51,7 @@ from gateway.ids import (
     validate_session_id,
 )
 from gateway.logs import get_logger
+from gateway.outbox import Progress
 from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError, PromptNotFound
 from gateway.router import MessageTooLong, Router, Submission, TaskNotFound, TaskState
 from gateway.settings import Settings
@@ -183,7 +184,7 @@ class HttpSink:
         self._keep = keep
         self._notices: OrderedDict[str, str] = OrderedDict()
 
-    async def deliver(self, origin: Origin, event: Event) -> str | None:
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
         return None  # no platform message id: the client reads the event from its stream
 
     async def notice(self, origin: Origin, text: str) -> None:

@@ -64,6 +64,7 @@ from gateway.events import (
 )
 from gateway.ids import telegram_session_id
 from gateway.logs import get_logger
+from gateway.outbox import Progress
 from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError
 from gateway.router import MessageTooLong, TaskNotFound
 from gateway.settings import TelegramMode
@@ -125,7 +126,6 @@ class TelegramAdapter:
         # ForceReply questions: (chat, message id) → task hash.
         self._force_replies: dict[tuple[int, int], str] = {}
         # Chunks of a reply already sent, so a retried delivery resumes instead of repeating.
-        self._sent_chunks: dict[str, int] = {}
         # Groups that became supergroups: old chat id → new chat id.
         self._aliases: dict[int, int] = {}
         self.bot_id = 0
@@ -429,17 +429,16 @@ class TelegramAdapter:
     async def send_plain(self, place: Place, text: str, *, reply_to: int | None = None) -> Message:
         return await self.send(place, text, reply_parameters=_reply(reply_to))
 
-    async def send_reply(self, origin: Origin, text: str, key: str) -> str:
-        """Send a reply in chunks; on a retry, continue after the chunks already sent."""
+    async def send_reply(self, origin: Origin, text: str, progress: Progress) -> str:
+        """Send a reply in chunks; a retry (also after a restart) goes on after the chunks
+        already sent."""
         place = Place.of(origin)
         chunks = split_html(render_html(text or "(empty reply)"), MAX_CHARS)
-        done = self._sent_chunks.get(key, 0)
         last: Message | None = None
-        for index in range(done, len(chunks)):
+        for index in range(progress.sent, len(chunks)):
             reply_to = int(origin.reply_to) if index == 0 and origin.reply_to else None
             last = await self._send_chunk(place, chunks[index], reply_to)
-            self._sent_chunks[key] = index + 1
-        self._sent_chunks.pop(key, None)
+            await progress.part_sent(index + 1)
         return str(last.message_id) if last else ""
 
     async def _send_chunk(self, place: Place, html: str, reply_to: int | None) -> Message:
@@ -578,7 +577,7 @@ class _Sink:
             with contextlib.suppress(TelegramError):
                 await self.adapter.bot.delete_message(stream.place.chat_id, stream.message_id)
 
-    async def deliver(self, origin: Origin, event: Event) -> str | None:
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
         adapter = self.adapter
         try:
             if isinstance(event, TextDeltaEvent):
@@ -586,8 +585,7 @@ class _Sink:
                 await self._stream(origin, event)
                 return None
             if isinstance(event, TextEvent):
-                key = f"{event.task_hash}:{hash(event.text)}"
-                reply_id = await adapter.send_reply(origin, event.text, key)
+                reply_id = await adapter.send_reply(origin, event.text, progress)
                 await self._end_stream(event.task_hash)
                 return reply_id
             if isinstance(event, ConfirmEvent | AskUserEvent):

@@ -6,15 +6,18 @@ retried with backoff; one that keeps failing is marked failed, logged and writte
 session's action.log — never dropped silently. After a restart, entries still pending are
 delivered; delivered ones are never sent again.
 
-The one window left is a crash after the platform accepted a message and before it was marked
-delivered: that entry is sent again on restart. Adapters close it where the platform allows
-(Discord's `enforce_nonce`, keyed by the entry id).
+A reply the platform takes in several parts records each accepted part with its entry
+(`Progress`), so a restart between parts goes on from the next one. The one window left is a
+crash after the platform accepted a part and before it was recorded: that part is sent again
+on restart. Adapters close it where the platform allows (Discord's `enforce_nonce`, keyed by
+the task and part).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
@@ -31,11 +34,30 @@ log = get_logger(__name__)
 OUTBOX_KINDS = frozenset({"text", "confirm", "ask_user", "error"})
 
 
+@dataclass
+class Progress:
+    """How far earlier attempts got with a message the platform takes in several parts (a
+    reply split at its size limit). Kept with the outbox entry, so it survives a restart:
+    a retried delivery goes on from part `sent` instead of posting the first parts again."""
+
+    sent: int = 0
+    save: Callable[[int], Awaitable[None]] | None = None
+
+    async def part_sent(self, count: int) -> None:
+        """`count` parts are out now (call after each one the platform accepted)."""
+        self.sent = count
+        if self.save is not None:
+            await self.save(count)
+
+
 class OriginSink(Protocol):
     """How an adapter receives what the router sends to an origin on its platform."""
 
-    async def deliver(self, origin: Origin, event: Event) -> str | None:
-        """Show `event` at `origin`; return the platform's message id, if there is one."""
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
+        """Show `event` at `origin`; return the platform's message id, if there is one.
+
+        A sink that splits a message reports each part through `progress` and skips the
+        `progress.sent` parts an earlier attempt delivered."""
         ...
 
     async def notice(self, origin: Origin, text: str) -> None: ...
@@ -70,6 +92,11 @@ class Courier:
             return False
         origin = Origin.from_json(item.payload["origin"])
         event = event_from_json(json.dumps(item.payload["event"]))
+
+        async def save(count: int) -> None:
+            await table.record_parts(self.db, item.id, count)
+
+        progress = Progress(item.parts_sent, save)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait),
@@ -79,7 +106,7 @@ class Courier:
             async for attempt in retrying:
                 with attempt:
                     try:
-                        message_id = await sink.deliver(origin, event)
+                        message_id = await sink.deliver(origin, event, progress)
                     except Exception as exc:
                         final = attempt.retry_state.attempt_number >= self.attempts
                         await table.mark_attempt_failed(self.db, item.id, repr(exc), final=final)

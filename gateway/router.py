@@ -48,7 +48,7 @@ from gateway.events import (
 )
 from gateway.ids import new_task_hash, validate_session_id
 from gateway.logs import get_logger
-from gateway.outbox import OUTBOX_KINDS, Courier, OriginSink
+from gateway.outbox import OUTBOX_KINDS, Courier, OriginSink, Progress
 from gateway.presence import Presence
 from gateway.prompts import (
     AlreadyAnswered,
@@ -886,7 +886,7 @@ class Router:
         sink = self._sinks.get(state.origin.platform)
         if sink is not None:
             try:
-                await sink.deliver(state.origin, event)
+                await sink.deliver(state.origin, event, Progress())
             except Exception:
                 self.counters["sink_errors"] += 1
                 log.exception("delivery failed", platform=state.origin.platform, kind=event.kind)

@@ -314,6 +314,16 @@ async def test_failures_queue_up(fake: FakeTelegram, bot: Bot) -> None:
     await bot.send_message(-4001, "x")
 
 
+async def test_failure_for_a_matching_call_only(fake: FakeTelegram, bot: Bot) -> None:
+    fake.fail_next(
+        "sendMessage", 400, "Bad Request: chat not found", when=lambda p: p["text"] == "b"
+    )
+    await bot.send_message(-4001, "a")  # does not match: goes through
+    with pytest.raises(BadRequest, match="Chat not found"):
+        await bot.send_message(-4001, "b")
+    await bot.send_message(-4001, "b")  # the failure was used up
+
+
 async def test_forbidden(fake: FakeTelegram, bot: Bot) -> None:
     fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user")
     with pytest.raises(Forbidden, match="blocked"):

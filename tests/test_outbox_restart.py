@@ -8,6 +8,7 @@ import pytest
 
 from gateway.app import Runtime
 from gateway.events import Event, Inbound, Origin
+from gateway.outbox import Progress
 from gateway.settings import Settings
 from gateway.store import outbox as table
 
@@ -24,7 +25,7 @@ class Sink:
         self.arrived = asyncio.Event()
         self.stuck = asyncio.Event()
 
-    async def deliver(self, origin: Origin, event: Event) -> str | None:
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
         if event.kind == "text" and self.hang_on_text:
             self.stuck.set()
             await asyncio.Event().wait()  # a platform that never answers

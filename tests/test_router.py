@@ -10,6 +10,7 @@ import pytest
 
 from gateway.app import Runtime
 from gateway.events import Event, Inbound, Origin
+from gateway.outbox import Progress
 from gateway.prompts import AlreadyAnswered, NotAllowed, PromptNotFound
 from gateway.router import MessageTooLong, Router
 from gateway.settings import Settings
@@ -24,7 +25,7 @@ class RecordingSink:
         self.events: list[tuple[Origin, Event]] = []
         self.notices: list[tuple[Origin, str]] = []
 
-    async def deliver(self, origin: Origin, event: Event) -> None:
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> None:
         self.events.append((origin, event))
 
     async def notice(self, origin: Origin, text: str) -> None:

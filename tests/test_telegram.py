@@ -412,3 +412,37 @@ async def test_polling_survives_errors(rig: Rig) -> None:
     await reply_in(fake, 201, "echo: still there?")
     failed = [c.status for c in fake.call_log if c.method == "getUpdates" and c.status != 200]
     assert failed[:2] == [502, 409]  # both errors were met, and polling carried on
+
+
+async def test_long_reply_cut_by_a_restart_goes_on_from_the_next_part(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    rig = await start_rig(fake, home)
+    rig.runtime.router.courier.initial_wait = 60  # after the failure it waits past the restart
+    ann = fake.user(101, "Ann")
+    chat = fake.private_chat(101)
+    words = [f"w{i}" for i in range(2200)]  # about 11,000 characters: three parts
+    parts_seen = 0
+
+    def second_part(params: dict[str, Any]) -> bool:
+        nonlocal parts_seen
+        if len(str(params.get("text", ""))) > 1000:
+            parts_seen += 1
+        return parts_seen == 2
+
+    fake.fail_next("sendMessage", 500, when=second_part)
+    fake.inject_message(chat, ann, " ".join(words))
+    await fake.wait_for_call("sendMessage", lambda p: len(str(p.get("text"))) > 1000, ok=False)
+    assert len([m for m in fake.sent_messages(101) if len(m.get("text", "")) > 1000]) == 1
+    await stop_rig(rig)  # the process goes away with the reply half sent
+
+    rig = await start_rig(fake, home)
+    try:
+        await rig.runtime.router.recover()
+        assert await rig.runtime.router.courier.redeliver() == 1
+        parts = [m["text"] for m in fake.sent_messages(101) if len(m.get("text", "")) > 1000]
+        assert len(parts) == 3  # the first part was not sent again
+        assert " ".join(parts).split() == ["echo:", *words]
+    finally:
+        await stop_rig(rig)

@@ -116,6 +116,7 @@ class OutboxRow(SQLModel, table=True):
     status: str = "pending"  # pending | delivered | failed
     platform_message_id: str = ""
     attempts: int = 0
+    parts_sent: int = 0  # parts of a split message already accepted by the platform
     last_error: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     created_at: int = Field(default=0, sa_type=BigInteger)
     delivered_at: int = Field(default=0, sa_type=BigInteger)

@@ -51,6 +51,7 @@ class OutboxItem:
     status: str
     attempts: int
     platform_message_id: str
+    parts_sent: int = 0
 
 
 def insert_entry_statement(dialect: str, entry: OutboxEntry) -> Any:
@@ -105,6 +106,12 @@ async def mark_delivered(db: Database, item_id: int, platform_message_id: str) -
     await db.write(lambda session: session.connection().execute(stmt))
 
 
+async def record_parts(db: Database, item_id: int, parts_sent: int) -> None:
+    """The platform accepted `parts_sent` parts of the entry's message so far."""
+    stmt = update(OutboxRow).where(col(OutboxRow.id) == item_id).values(parts_sent=parts_sent)
+    await db.write(lambda session: session.connection().execute(stmt))
+
+
 async def mark_attempt_failed(db: Database, item_id: int, error: str, *, final: bool) -> None:
     stmt = (
         update(OutboxRow)
@@ -153,4 +160,5 @@ def _item(row: OutboxRow) -> OutboxItem:
         status=row.status,
         attempts=row.attempts,
         platform_message_id=row.platform_message_id,
+        parts_sent=row.parts_sent,
     )

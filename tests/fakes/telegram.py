@@ -455,7 +455,7 @@ class FakeTelegram(LocalServer):
         self.callback_answers: list[JSON] = []
         self.webhook_deliveries: list[JSON] = []
         self._consumed_calls: set[int] = set()
-        self._failures: dict[str, deque[ApiError]] = {}
+        self._failures: dict[str, deque[tuple[Callable[[JSON], bool] | None, ApiError]]] = {}
         self._pending: list[JSON] = []
         self._update_ids = itertools.count(1)
         self._callback_ids = itertools.count(4_000_000_000_001)
@@ -786,11 +786,20 @@ class FakeTelegram(LocalServer):
 
     # -- test-side control ---------------------------------------------------------------------
 
-    def fail_next(self, method: str, status: int, description: str = "", **parameters: Any) -> None:
+    def fail_next(
+        self,
+        method: str,
+        status: int,
+        description: str = "",
+        *,
+        when: Callable[[JSON], bool] | None = None,
+        **parameters: Any,
+    ) -> None:
         """Make the next call of ``method`` answer this error instead; calls queue up.
 
         ``parameters`` become the error's ``parameters`` (``retry_after``,
-        ``migrate_to_chat_id``). Without a description a standard one is used.
+        ``migrate_to_chat_id``). Without a description a standard one is used. ``when``
+        limits the failure to the next call whose parameters it accepts.
         """
         if not description:
             if "migrate_to_chat_id" in parameters:
@@ -800,7 +809,7 @@ class FakeTelegram(LocalServer):
             else:
                 description = _DEFAULT_DESCRIPTIONS.get(status, "Error")
         self._failures.setdefault(method.lower(), deque()).append(
-            ApiError(status, description, parameters)
+            (when, ApiError(status, description, parameters))
         )
 
     def register_file(self, file_id: str, data: bytes, file_path: str | None = None) -> JSON:
@@ -834,9 +843,12 @@ class FakeTelegram(LocalServer):
         try:
             if handler is None:
                 raise ApiError(404, "Not Found")
-            failures = self._failures.get(method.lower())
-            if failures:
-                raise failures.popleft()
+            failures = self._failures.get(method.lower(), deque())
+            for queued in failures:
+                when, error = queued
+                if when is None or when(params):
+                    failures.remove(queued)
+                    raise error
             result = await handler(params)
         except ApiError as exc:
             response = _error_response(exc.status, exc.description, exc.parameters)
