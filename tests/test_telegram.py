@@ -357,6 +357,11 @@ async def test_attachments_are_saved_and_described(rig: Rig) -> None:
     fake.inject_message(chat, ann, "", photo=b"\x89PNG fake image bytes")
     photo = await reply_in(fake, 151, "image/jpeg")
     assert "photo.jpg" in photo["text"]
+    fake.inject_message(chat, ann, "", voice=b"OggS fake opus")
+    voice = await reply_in(fake, 151, "audio/ogg")
+    assert "voice.ogg" in voice["text"]
+    contents = {p.read_bytes() for p in saved[0].parent.iterdir()}
+    assert b"OggS fake opus" in contents
 
 
 async def test_oversized_attachment_is_not_downloaded(fake: FakeTelegram, tmp_path: Path) -> None:

@@ -601,6 +601,7 @@ class FakeTelegram(LocalServer):
         entities: list[JSON] | None = None,
         document: JSON | tuple[str, bytes] | tuple[str, bytes, str] | None = None,
         photo: bytes | list[JSON] | None = None,
+        voice: bytes | None = None,
         migrate_to_chat_id: int | None = None,
     ) -> JSON:
         """Queue a ``message`` update from ``user`` in ``chat`` and return the update.
@@ -609,7 +610,8 @@ class FakeTelegram(LocalServer):
         is given, a ``bot_command`` entity is added for a leading ``/command`` and a ``mention``
         entity for every ``@username``. ``reply_to`` is a message (or update) dict or a
         message id in the same chat. ``document`` is a ``Document`` dict or
-        ``(file_name, data[, mime_type])``; ``photo`` is raw bytes or a list of ``PhotoSize``.
+        ``(file_name, data[, mime_type])``; ``photo`` is raw bytes or a list of ``PhotoSize``;
+        ``voice`` is the bytes of an OGG/Opus voice note.
         Byte contents are registered so ``getFile`` and the download route serve them.
         ``migrate_to_chat_id`` makes the service message of a group upgraded to a supergroup;
         later sends to the old id then fail with ``migrate_to_chat_id`` like the real API.
@@ -633,11 +635,21 @@ class FakeTelegram(LocalServer):
         files: list[_StoredFile] = []
         if migrate_to_chat_id is not None:
             message["migrate_to_chat_id"] = migrate_to_chat_id
-        elif document is not None or photo is not None:
+        elif document is not None or photo is not None or voice is not None:
             if document is not None:
                 message["document"] = self._document_object(document, files)
             if photo is not None:
                 message["photo"] = self._photo_object(photo, files)
+            if voice is not None:
+                stored = self._new_file(voice, "voice/file_0.oga")
+                files.append(stored)
+                message["voice"] = {
+                    "file_id": stored.file_id,
+                    "file_unique_id": stored.file_unique_id,
+                    "duration": 3,
+                    "mime_type": "audio/ogg",
+                    "file_size": len(voice),
+                }
             if text:
                 message["caption"] = text
                 caption_entities = self._auto_entities(text) if entities is None else entities
@@ -649,7 +661,9 @@ class FakeTelegram(LocalServer):
             if text_entities:
                 message["entities"] = text_entities
         else:
-            raise ValueError("a message needs text, a document, a photo or migrate_to_chat_id")
+            raise ValueError(
+                "a message needs text, a document, a photo, a voice note or migrate_to_chat_id"
+            )
         update = self._validated_update({"message": message})
         for stored in files:
             self._store_file(stored)
