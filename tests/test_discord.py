@@ -9,7 +9,15 @@ from typing import Any
 
 import discord
 import pytest
-from fakes.discord import FakeDiscord, point_discord_py_at, text_channel, thread, user
+from fakes.discord import (
+    FakeDiscord,
+    member,
+    point_discord_py_at,
+    role,
+    text_channel,
+    thread,
+    user,
+)
 
 from adapters.discord import DiscordAdapter
 from gateway.app import Runtime
@@ -279,3 +287,38 @@ async def test_missing_message_content_intent_is_explained(
                 await adapter.stop()
                 await runtime.close()
     assert "MESSAGE CONTENT INTENT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("admin_role", ["ops", "950"])
+async def test_member_with_the_admin_role_may_approve(tmp_path: Path, admin_role: str) -> None:
+    carl = user(13, "carl")
+    async with FakeDiscord() as fake:
+        fake.add_guild(
+            GUILD,
+            "guild",
+            channels=[text_channel(GENERAL, "general")],
+            roles=[role(950, "ops")],
+            members=[ANN, BOB, member(carl, [950])],
+        )
+        with point_discord_py_at(fake):
+            rig = await start_rig(fake, tmp_path / "home", discord_admin_role=admin_role)
+            try:
+                fake.inject_message(GENERAL, ANN, "!confirm deploy", mentions_bot=True)
+                prompt = await prompt_in(fake, GENERAL)
+                approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
+                fake.inject_component(BOB, prompt, approve)  # no role: refused
+                await fake.wait_for_call(
+                    "POST /interactions/{id}/{token}/callback",
+                    lambda b: b.get("type") == 4,
+                    timeout=10,
+                )
+                fake.inject_component(carl, prompt, approve)
+                edit = await fake.wait_for_call(
+                    "POST /interactions/{id}/{token}/callback",
+                    lambda b: b.get("type") == 7,
+                    timeout=10,
+                )
+                assert "approved by carl" in edit["data"]["content"]
+                await reply_in(fake, GENERAL, "approved: deploy")
+            finally:
+                await stop_rig(rig)
