@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlmodel import Session
 
 from gateway.settings import Settings
-from gateway.store.db import Database, DatabaseError
+from gateway.store.db import Database, DatabaseError, head_revision
 from gateway.store.search import search_messages
 from gateway.store.sessions import RunRecord, SessionStore, UnknownSession
 from gateway.store.usage import DAY_MS, UsageRecord, purge_usage, record_usage, usage_summary
@@ -205,7 +205,7 @@ async def test_dedupe_migration_keeps_first(database_url: str) -> None:
 
         await db.write(insert)
         await db.migrate()
-        assert await db.current_revision() == "0003"
+        assert await db.current_revision() == head_revision()
 
         def rows(session: Session) -> list[str]:
             conn = session.connection()

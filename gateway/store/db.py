@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import OperationalError
@@ -244,6 +245,13 @@ def _while_locked() -> AsyncRetrying:
         stop=stop_after_delay(60),
         reraise=True,
     )
+
+
+def head_revision() -> str:
+    """The newest migration's revision id: what `migrate()` brings a database to."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "the migrations have no head"
+    return head
 
 
 def alembic_config() -> Config:
