@@ -322,3 +322,28 @@ async def test_member_with_the_admin_role_may_approve(tmp_path: Path, admin_role
                 await reply_in(fake, GENERAL, "approved: deploy")
             finally:
                 await stop_rig(rig)
+
+
+async def test_a_shard_gets_only_its_own_guilds(tmp_path: Path) -> None:
+    # Discord puts a guild on shard (guild_id >> 22) % shard_count.
+    mine, other = (1 << 22) + 7, GUILD  # shard 1 and shard 0 of 2
+    mine_channel, other_channel = 911, GENERAL
+    async with FakeDiscord() as fake:
+        fake.add_guild(mine, "mine", channels=[text_channel(mine_channel, "here")], members=[ANN])
+        fake.add_guild(
+            other, "other", channels=[text_channel(other_channel, "there")], members=[ANN]
+        )
+        with point_discord_py_at(fake):
+            rig = await start_rig(
+                fake, tmp_path / "home", discord_shard_count=2, discord_shard_ids="1"
+            )
+            try:
+                identify = fake.identifies[-1]
+                assert identify["shard"] == [1, 2]
+                fake.inject_message(other_channel, ANN, "not for this shard", mentions_bot=True)
+                fake.inject_message(mine_channel, ANN, "for this shard", mentions_bot=True)
+                await reply_in(fake, mine_channel, "echo: for this shard")
+                assert contents(fake, other_channel) == []
+                assert await rig.runtime.store.get(f"dc-{other_channel}") is None
+            finally:
+                await stop_rig(rig)

@@ -1061,12 +1061,18 @@ class FakeDiscord(LocalServer):
     # -- internals: gateway --------------------------------------------------------------------
 
     def _dispatch(self, event: str, data: JSON) -> None:
-        """Send a dispatch to every live session (buffered until a session exists)."""
+        """Send a dispatch to every live session (buffered until a session exists); a guild's
+        events go only to the shard that guild lives on, as Discord routes them."""
         sessions = [s for s in self._sessions.values() if s.alive]
         if not sessions:
             self._early.append((event, copy.deepcopy(data)))
             return
+        guild_id = data.get("guild_id")
         for session in sessions:
+            if guild_id is not None:
+                shard_id, shard_count = session.shard
+                if (int(guild_id) >> 22) % shard_count != shard_id:
+                    continue
             self._dispatch_to(session, event, data)
 
     def _dispatch_to(self, session: _Session, event: str, data: JSON) -> None:
