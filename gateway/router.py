@@ -604,8 +604,11 @@ class Router:
         if ordinal < len(recorded) and recorded[ordinal].get("answer") is not None:
             # Answered before a restart: the answer stands, nobody is asked twice.
             state.steps.append(recorded[ordinal])
-            state.next_chunk()  # keep chunk numbers where the first life had them
             given = recorded[ordinal]["answer"]
+            if given.get("by") != ALLOW_LIST and self._pushed(state):
+                # The first life sent this prompt through the outbox: keep chunk numbers where
+                # they were then.
+                state.next_chunk()
             return Answer(
                 approved=given.get("approved"), text=given.get("text"), by=given.get("by", "")
             )
