@@ -381,3 +381,50 @@ async def test_stream_that_keeps_getting_cut_is_a_clear_error(
     _sub, state = await ask(runtime.router, "cli-cut2", "status?")
     assert state.status == "error" and "not available" in state.error
     assert state.reply == ""  # a cut-off answer is never taken for the whole one
+
+
+async def test_allow_listed_tool_then_asked_one_across_a_restart(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """Replay keeps outbox chunk numbers where the first life had them: the allow-list's
+    approval had no outbox entry then, so it takes no number now."""
+    from test_outbox_restart import CHAT, Sink
+
+    from gateway.store import outbox as outbox_table
+
+    home = tmp_path / "home"
+    write = ToolCalls([("w1", "write_file", {"name": "notes.md", "content": "v1"})])
+    delete = ToolCalls([("d1", "delete_file", {"name": "notes.md"})])
+    # The first life gets as far as the asked delete; the second replays the whole run.
+    fake.script(write, delete, write, delete, Text("Cleaned up."))
+
+    first_sink = Sink()
+    rt = await start(fake, home)
+    rt.router.register_sink("chat", first_sink)
+    await rt.store.ensure("dc-7")
+    await rt.store.update("dc-7", allowed_tools=["write_file"])
+    sub = await rt.router.submit(Inbound(CHAT, "dc-7", "tidy up"))
+    state = await rt.router.wait(sub.task_hash, 15, until_prompt=True)
+    assert state.prompt is not None and state.prompt.tool == "delete_file"
+    await first_sink.until("confirm")
+    await rt.close()  # gone with the delete still asked
+
+    second_sink = Sink()
+    rt = await start(fake, home)
+    rt.router.register_sink("chat", second_sink)
+    try:
+        assert await rt.router.recover() == 1
+        state = await rt.router.wait(sub.task_hash, 15, until_prompt=True)
+        assert state.prompt is not None and state.prompt.tool == "delete_file"
+        await rt.router.answer("dc-7", sub.task_hash, CHAT, approve=True)
+        state = await rt.router.wait(sub.task_hash, 15)
+        assert (state.status, state.reply) == ("done", "Cleaned up.")
+        items = await outbox_table.items_of_task(rt.store.db, sub.task_hash)
+        assert [(i.kind, i.chunk_index) for i in items] == [
+            ("confirm", 0),  # asked by the first life
+            ("confirm", 0),  # asked again, in the same place
+            ("text", 1),
+        ]
+        assert second_sink.kinds() == ["confirm", "text"]
+    finally:
+        await rt.close()
