@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,9 @@ class SessionStore:
             history_max_bytes=settings.history_max_bytes,
             action_log_max_bytes=settings.action_log_max_bytes,
         )
+        # Per session: a lock over "insert a message, then file it in history.json", and how
+        # many hold or wait for it (the lock is dropped when nobody does).
+        self._archiving: dict[str, tuple[asyncio.Lock, int]] = {}
 
     @classmethod
     async def open(cls, settings: Settings) -> SessionStore:
@@ -100,6 +104,22 @@ class SessionStore:
 
     def files(self, session_id: str) -> SessionFiles:
         return self.dirs.get(session_id)
+
+    @contextlib.asynccontextmanager
+    async def _archive_turn(self, session_id: str) -> AsyncIterator[None]:
+        """One message write of the session at a time, so history.json lists a session's
+        messages in the order of their archive ids whoever writes them (the intake, a reply)."""
+        lock, users = self._archiving.get(session_id, (asyncio.Lock(), 0))
+        self._archiving[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._archiving[session_id]
+            if users == 1:
+                del self._archiving[session_id]
+            else:
+                self._archiving[session_id] = (lock, users - 1)
 
     # -- sessions --------------------------------------------------------------------------
 
@@ -309,7 +329,8 @@ class SessionStore:
             return await self.db.write(work)
         history = self.files(session_id).history
         line = HistoryMessage(role, content, at, sender)
-        return await self.db.write(work, after_commit=lambda _: history.append(line))
+        async with self._archive_turn(session_id):
+            return await self.db.write(work, after_commit=lambda _: history.append(line))
 
     async def recent_messages(
         self, session_id: str, limit: int = 20, *, after_id: int = 0
@@ -452,16 +473,18 @@ class SessionStore:
                 )
             return [claim_in(session, dialect, entry) for entry in outbox]
 
-        items = await self.db.write(work)
-        if wrote_reply:
-            history = self.files(run.session_id).history
+        history = self.files(run.session_id).history
+
+        def file_reply(_: object) -> None:
+            if not wrote_reply:
+                return
             try:
-                await asyncio.to_thread(
-                    history.append, HistoryMessage("assistant", reply, at, sender)
-                )
+                history.append(HistoryMessage("assistant", reply, at, sender))
             except FileNotFoundError:
                 log.warning("session deleted before its reply was filed", session=run.session_id)
-        return items
+
+        async with self._archive_turn(run.session_id):
+            return await self.db.write(work, after_commit=file_reply)
 
     async def finished_run(self, session_id: str, task_hash: str) -> dict[str, str] | None:
         """The recorded outcome of a finished task: objective and reply (empty on error)."""
