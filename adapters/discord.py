@@ -26,7 +26,11 @@ from discord import app_commands, ui
 
 from adapters.attachments import describe, safe_name, save_attachment
 from adapters.discord_format import split_message
-from gateway.app import Runtime
+from gateway.adapter import HttpRoute, Progress
+from gateway.auth import NotAllowed
+from gateway.commands.registry import Command
+from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
+from gateway.engine.task import MessageTooLong, TaskNotFound
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
@@ -42,9 +46,7 @@ from gateway.events import (
 )
 from gateway.ids import discord_session_id
 from gateway.logs import get_logger
-from gateway.outbox import Progress
-from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError, PromptNotFound
-from gateway.router import MessageTooLong, TaskNotFound
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 log = get_logger(__name__)
@@ -192,6 +194,8 @@ class _Stream:
 
 
 class DiscordAdapter:
+    name = PLATFORM
+
     def __init__(self, runtime: Runtime, **client_options: Any) -> None:
         import asyncio
 
@@ -218,6 +222,9 @@ class DiscordAdapter:
         self._missing_permission_logged: set[int] = set()
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    def routes(self) -> list[HttpRoute]:
+        return []
 
     async def start(self, *, ready_timeout: float = 60.0) -> None:
         import asyncio
@@ -299,20 +306,23 @@ class DiscordAdapter:
             or message.channel.id in self.listen_channels
         )
         session_id = discord_session_id(message.channel.id)
-        attachments = await self._attachments(message, session_id)
-        if attachments:
-            text = f"{text}\n{describe(attachments)}".strip()
-        if not text:
-            return
-        inbound = Inbound(self.origin_of(message), session_id, text, attachments)
-        try:
-            if addressed:
-                await self.router.submit(inbound)
-            else:
-                await self.router.record(inbound)
-        except MessageTooLong as exc:
-            with contextlib.suppress(discord.HTTPException):
-                await message.reply(f"⚠️ {exc}", allowed_mentions=NO_MASS_MENTIONS)
+        # discord.py handles each message in a task of its own: the turn, taken before the
+        # first await, keeps a later message from overtaking this one while it downloads.
+        with self.router.take_turn(session_id) as turn:
+            attachments = await self._attachments(message, session_id)
+            if attachments:
+                text = f"{text}\n{describe(attachments)}".strip()
+            if not text:
+                return
+            inbound = Inbound(self.origin_of(message), session_id, text, attachments)
+            try:
+                if addressed:
+                    await self.router.submit(inbound, turn=turn)
+                else:
+                    await self.router.record(inbound, turn=turn)
+            except MessageTooLong as exc:
+                with contextlib.suppress(discord.HTTPException):
+                    await message.reply(f"⚠️ {exc}", allowed_mentions=NO_MASS_MENTIONS)
 
     async def _attachments(self, message: discord.Message, session_id: str) -> list[Attachment]:
         if not message.attachments:
@@ -336,36 +346,44 @@ class DiscordAdapter:
         return saved
 
     def add_commands(self, tree: app_commands.CommandTree[Any]) -> None:
-        for name, description in (
-            ("status", "session, running task and queue"),
-            ("cancel", "cancel the running task"),
-            ("reset", "clear the conversation window and summary"),
-            ("help", "what the bot can do"),
-        ):
+        """The gateway's commands as application (slash) commands, from the registry."""
+        for command in self.runtime.commands.menu(PLATFORM):
             tree.add_command(
                 app_commands.Command(
-                    name=name, description=description, callback=self._command_callback(name)
+                    name=command.name,
+                    description=command.summary[:100],
+                    callback=self._command_callback(command),
                 )
             )
 
-    def _command_callback(self, name: str) -> Any:
+    def _command_callback(self, command: Command) -> Any:
         async def run(interaction: discord.Interaction[Any]) -> None:
-            channel_id = interaction.channel_id or 0
-            origin = Origin(
-                PLATFORM,
-                channel_id=str(channel_id),
-                reply_to=f"{INTERACTION_PREFIX}{interaction.id}",
-                sender_id=str(interaction.user.id),
-                sender_name=interaction.user.display_name,
-                is_admin=self.is_admin(interaction.user),
-            )
-            submission = await self.router.submit(
-                Inbound(origin, discord_session_id(channel_id), f"/{name}")
-            )
-            text = submission.command.text if submission.command else "done"
-            await interaction.response.send_message(text, allowed_mentions=NO_MASS_MENTIONS)
+            await self._run_command(interaction, command.name, "")
 
-        return run
+        @app_commands.describe(text=command.usage or "what follows the command")
+        async def run_with_text(
+            interaction: discord.Interaction[Any], text: str | None = None
+        ) -> None:
+            await self._run_command(interaction, command.name, text or "")
+
+        return run_with_text if command.usage else run
+
+    async def _run_command(
+        self, interaction: discord.Interaction[Any], name: str, args: str
+    ) -> None:
+        channel_id = interaction.channel_id or 0
+        origin = Origin(
+            PLATFORM,
+            channel_id=str(channel_id),
+            reply_to=f"{INTERACTION_PREFIX}{interaction.id}",
+            sender_id=str(interaction.user.id),
+            sender_name=interaction.user.display_name,
+            is_admin=self.is_admin(interaction.user),
+        )
+        text = f"/{name} {args}".rstrip()
+        submission = await self.router.submit(Inbound(origin, discord_session_id(channel_id), text))
+        reply = submission.command.text if submission.command else "done"
+        await interaction.response.send_message(reply, allowed_mentions=NO_MASS_MENTIONS)
 
     # -- answering prompts -----------------------------------------------------------------
 
@@ -382,19 +400,12 @@ class DiscordAdapter:
         self, interaction: discord.Interaction[Any], task_hash: str
     ) -> bool:
         try:
-            state = self.router.task(task_hash)
-        except TaskNotFound:
-            await interaction.response.send_message("already answered", ephemeral=True)
+            self.router.may_answer(task_hash, self.responder(interaction))
+        except NotAllowed as exc:
+            await interaction.response.send_message(str(exc), ephemeral=True)
             return True
-        prompt = state.prompt
-        if prompt is None:
+        except PromptError:
             await interaction.response.send_message("already answered", ephemeral=True)
-            return True
-        if not prompt.may_answer(self.responder(interaction), self.admins):
-            who = prompt.origin.sender_name or prompt.origin.sender_id
-            await interaction.response.send_message(
-                f"only {who} or an admin may answer this", ephemeral=True
-            )
             return True
         return False
 
@@ -624,3 +635,7 @@ def _outcome(approved: bool | None, text: str | None, by: str) -> str:
     if approved is None:
         return f"not answered ({who})"
     return f"{'approved' if approved else 'denied'} by {who}"
+
+
+def create(runtime: Runtime) -> DiscordAdapter:
+    return DiscordAdapter(runtime)

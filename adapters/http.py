@@ -12,8 +12,8 @@ token may send any of them, so an `http:<id>` entry in AGENVOY_ADMINS grants adm
 every token holder who names that id.
 
 Events reach HTTP clients through the task stream (`POST /v1/send` with `stream`), the task
-route and the session log stream, never through the sink, so the `http` sink keeps only the
-last notice per window. The event contract and the SSE framing are in docs/events.md.
+route and the session log stream: the router pushes nothing to `http` and `terminal`
+origins. The event contract and the SSE framing are in docs/events.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import json
 import math
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
@@ -36,9 +35,12 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from adapters.http_openapi import openapi_document
-from gateway.app import Runtime
+from gateway.adapter import HttpRoute
+from gateway.auth import NotAllowed
 from gateway.clock import now_ms
-from gateway.commands import REASONING_LEVELS, SHARED_PREFIXES, TOOL_NAME
+from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
+from gateway.engine.router import Router
+from gateway.engine.task import MessageTooLong, Submission, TaskNotFound, TaskView
 from gateway.events import Event, Inbound, Origin, event_to_json
 from gateway.ids import (
     InvalidHash,
@@ -46,14 +48,12 @@ from gateway.ids import (
     Prefix,
     new_session_id,
     new_window_hash,
-    prefix_of,
     validate_hash,
     validate_session_id,
 )
 from gateway.logs import get_logger
-from gateway.outbox import Progress
-from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError, PromptNotFound
-from gateway.router import MessageTooLong, Router, Submission, TaskNotFound, TaskState
+from gateway.runtime import Runtime
+from gateway.session_settings import SettingsChange, SettingsRefused
 from gateway.settings import Settings
 from gateway.store.actionlog import ActionRecord
 from gateway.store.fslock import SessionDirectoryMissing
@@ -85,7 +85,6 @@ POLL_SECONDS: Final = 1.0
 # How long deleting a session waits for its running task to wind down after the cancel.
 DELETE_GRACE_SECONDS: Final = 5.0
 UPDATABLE_FIELDS: Final = frozenset({"name", "persona", "model", "reasoning", "allowed_tools"})
-NOTICES_KEPT: Final = 1024
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SSE_HEADERS: Final = {
     "Content-Type": "text/event-stream; charset=utf-8",
@@ -114,7 +113,6 @@ _STATUS_CODES: Final = {
 }
 _PROMPT_STATUS: Final[dict[type[PromptError], int]] = {
     PromptNotFound: 404,
-    NotAllowed: 403,
     AlreadyAnswered: 409,
 }
 
@@ -168,33 +166,6 @@ def api_token(settings: Settings) -> str:
 def check_binding(host: str, settings: Settings) -> None:
     if not is_loopback(host) and not api_token(settings):
         raise InsecureBinding(host)
-
-
-# -- the sink ------------------------------------------------------------------------------------
-
-
-class HttpSink:
-    """The router's sink for the `http` platform.
-
-    HTTP clients read a task's events from its stream or its task route, so delivery is a
-    no-op; notices (queue position, prompt expiry) are kept, the last one per window.
-    """
-
-    def __init__(self, keep: int = NOTICES_KEPT) -> None:
-        self._keep = keep
-        self._notices: OrderedDict[str, str] = OrderedDict()
-
-    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
-        return None  # no platform message id: the client reads the event from its stream
-
-    async def notice(self, origin: Origin, text: str) -> None:
-        self._notices[origin.window_hash] = text
-        self._notices.move_to_end(origin.window_hash)
-        while len(self._notices) > self._keep:
-            self._notices.popitem(last=False)
-
-    def last_notice(self, window_hash: str) -> str | None:
-        return self._notices.get(window_hash)
 
 
 # -- metrics -----------------------------------------------------------------------------------
@@ -508,7 +479,6 @@ class HttpApi:
         self.router = runtime.router
         self.store = runtime.store
         self.settings = runtime.settings
-        self.sink = HttpSink()
         self.metrics = RequestMetrics()
         self.keepalive_seconds = keepalive_seconds
         self.closing = asyncio.Event()
@@ -559,6 +529,8 @@ class HttpApi:
             return _error(404, "not_found", str(exc.args[0]) if exc.args else "not found")
         except PromptError as exc:
             return _error(_PROMPT_STATUS.get(type(exc), 400), exc.code, str(exc))
+        except NotAllowed as exc:
+            return _error(403, exc.code, str(exc))
         except Exception:
             log.exception("http request failed", method=request.method, path=request.path)
             return _error(500, "internal", "internal error")
@@ -599,7 +571,7 @@ class HttpApi:
         if await self.store.get(session_id) is None:
             raise ApiError(404, "not_found", f"no such session: {session_id}")
 
-    def task_of(self, request: web.Request) -> TaskState:
+    def task_of(self, request: web.Request) -> TaskView:
         session_id = _session_id(request)
         task_hash = request.match_info["task_hash"]
         try:
@@ -610,9 +582,6 @@ class HttpApi:
             shown = task_hash if len(task_hash) <= 64 else task_hash[:64] + "…"
             raise ApiError(404, "not_found", f"no task {shown} in session {session_id}")
         return state
-
-    def is_admin(self, origin: Origin) -> bool:
-        return origin.is_admin or origin.sender_key in self.settings.admin_keys
 
     async def until_closing(self, work: Awaitable[T]) -> T | None:
         """Await `work` unless the server starts shutting down first (then None)."""
@@ -690,35 +659,24 @@ class HttpApi:
                 f"unknown fields: {', '.join(sorted(unknown))}; "
                 f"updatable: {', '.join(sorted(UPDATABLE_FIELDS))}"
             )
-        changes: dict[str, str] = {}
-        persona_limit = self.settings.max_message_chars
-        for name, limit in (("name", 200), ("model", 200), ("persona", persona_limit)):
-            value = _str_field(body, name)
-            if value is not None:
-                if len(value) > limit:
-                    _bad(f"field '{name}' is longer than {limit} characters")
-                changes[name] = value.strip()
-        reasoning = _str_field(body, "reasoning")
-        if reasoning is not None:
-            if reasoning not in REASONING_LEVELS - {"default"} | {""}:
-                _bad("field 'reasoning' must be one of: '', 'low', 'medium', 'high'")
-            changes["reasoning"] = reasoning
         tools = body.get("allowed_tools")
         if tools is not None and not (
-            isinstance(tools, list)
-            and len(tools) <= 64
-            and all(isinstance(t, str) and TOOL_NAME.fullmatch(t) for t in tools)
+            isinstance(tools, list) and all(isinstance(t, str) for t in tools)
         ):
-            _bad("field 'allowed_tools' must be a list of up to 64 tool names")
+            _bad("field 'allowed_tools' must be a list of tool names")
+        change = SettingsChange(
+            name=_str_field(body, "name"),
+            persona=_str_field(body, "persona"),
+            model=_str_field(body, "model"),
+            reasoning=_str_field(body, "reasoning"),
+            allowed_tools=tools,
+        )
         await self.require_session(session_id)
         origin = self.origin(request)
-        behavioural = set(changes) - {"name"} or tools is not None
-        if behavioural and prefix_of(session_id) in SHARED_PREFIXES and not self.is_admin(origin):
-            raise ApiError(
-                403, "not_allowed", "only an admin may change the agent settings of a shared chat"
-            )
         try:
-            await self.store.update(session_id, allowed_tools=tools, **changes)
+            await self.runtime.session_settings.change(session_id, origin, change)
+        except SettingsRefused as exc:
+            _bad(str(exc))
         except UnknownSession:
             raise ApiError(404, "not_found", f"no such session: {session_id}") from None
         log.info(
@@ -823,7 +781,7 @@ class HttpApi:
                     "status": state.status,
                     "text": state.reply,
                     "error": state.error,
-                    "events": [_event_json(e) for e in list(state.events)],
+                    "events": [_event_json(e) for e in state.events],
                 }
             )
         if prompt is not None:
@@ -880,8 +838,8 @@ class HttpApi:
     async def pending_everywhere(self, request: web.Request) -> web.Response:
         """Open prompts in every session that the asking sender may answer."""
         origin = self.origin(request)
-        admins = self.settings.admin_keys
-        prompts = [p for p in self.router.pending() if p.may_answer(origin, admins)]
+        authority = self.runtime.authority
+        prompts = [p for p in self.router.pending() if authority.may_act_for(origin, p.origin)]
         return web.json_response({"pending": [p.to_json() for p in prompts]})
 
     async def inputs(self, request: web.Request) -> web.Response:
@@ -967,21 +925,13 @@ class HttpApi:
             )
             state = waited or state
         return web.json_response(
-            {**state.view(), "events": [_event_json(e) for e in list(state.events)]}
+            {**state.to_json(), "events": [_event_json(e) for e in state.events]}
         )
 
     async def cancel(self, request: web.Request) -> web.Response:
         state = self.task_of(request)
         origin = self.origin(request)
-        same_sender = (
-            state.origin.platform == origin.platform and state.origin.sender_id == origin.sender_id
-        )
-        if not (same_sender or self.is_admin(origin)):
-            who = state.origin.sender_name or state.origin.sender_id or "the sender"
-            raise ApiError(403, "not_allowed", f"only {who} or an admin may cancel this task")
-        canceled = await self.router.cancel(
-            state.session_id, state.task_hash, by=origin.sender_name
-        )
+        canceled = await self.router.cancel_for(origin, state.session_id, state.task_hash)
         return web.json_response({"canceled": canceled})
 
     # -- archive -----------------------------------------------------------------------------
@@ -1023,22 +973,16 @@ class HttpApi:
 API_KEY: Final = web.AppKey("agenvoy_http_api", HttpApi)
 
 
-# A route another adapter serves on this server (a platform's webhook). It authenticates its
-# callers itself, so the API's bearer token does not apply to it.
-Webhook = tuple[str, Handler]
+def build_app(runtime: Runtime, *, keepalive_seconds: float = KEEPALIVE_SECONDS) -> web.Application:
+    """The aiohttp application for `runtime`, with the routes other adapters contributed.
 
-
-def build_app(
-    runtime: Runtime,
-    *,
-    keepalive_seconds: float = KEEPALIVE_SECONDS,
-    webhooks: Sequence[Webhook] = (),
-) -> web.Application:
-    """The aiohttp application for `runtime`; registers the `http` sink with its router."""
-    open_paths = OPEN_PATHS | {path for path, _ in webhooks}
+    HTTP and terminal clients read their events from the gateway, so the router is told to
+    push nothing to them."""
+    contributed = runtime.http_routes
+    open_paths = OPEN_PATHS | {route.path for route in contributed}
     api = HttpApi(runtime, keepalive_seconds=keepalive_seconds, open_paths=open_paths)
     for platform in CLIENT_PLATFORMS:
-        runtime.router.register_sink(platform, api.sink, streamed=True)
+        runtime.router.register_pulled(platform)
     app = web.Application(
         middlewares=[api.measure, api.errors, api.authenticate],
         client_max_size=MAX_BODY_BYTES,
@@ -1067,8 +1011,8 @@ def build_app(
     add.add_get("/healthz", api.healthz)
     add.add_get("/metrics", api.prometheus)
     add.add_get("/openapi.json", api.openapi)
-    for path, handler in webhooks:
-        add.add_post(path, handler)
+    for route in contributed:
+        add.add_route(route.method, route.path, route.handler)
     return app
 
 
@@ -1078,7 +1022,6 @@ async def start_http(
     port: int | None = None,
     *,
     keepalive_seconds: float = KEEPALIVE_SECONDS,
-    webhooks: Sequence[Webhook] = (),
 ) -> web.AppRunner:
     """Serve the API on host:port (default: the settings'); the caller ends it with cleanup().
 
@@ -1088,7 +1031,7 @@ async def start_http(
     host = settings.http_host if host is None else host
     port = settings.http_port if port is None else port
     check_binding(host, settings)
-    app = build_app(runtime, keepalive_seconds=keepalive_seconds, webhooks=webhooks)
+    app = build_app(runtime, keepalive_seconds=keepalive_seconds)
     runner = web.AppRunner(app, max_line_size=MAX_REQUEST_LINE, shutdown_timeout=10.0)
     await runner.setup()
     try:
@@ -1098,3 +1041,35 @@ async def start_http(
         await runner.cleanup()
         raise
     return runner
+
+
+class HttpAdapter:
+    """The HTTP API as one of the gateway's front-ends."""
+
+    name = "http"
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._runner: web.AppRunner | None = None
+
+    def routes(self) -> Sequence[HttpRoute]:
+        return ()
+
+    async def start(self) -> None:
+        self._runner = await start_http(self.runtime)
+        settings = self.runtime.settings
+        for address in self._runner.addresses:
+            log.info(
+                "adapter started",
+                adapter=self.name,
+                url=f"http://{address[0]}:{address[1]}",
+                auth=bool(api_token(settings)),
+            )
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+def create(runtime: Runtime) -> HttpAdapter:
+    return HttpAdapter(runtime)

@@ -10,8 +10,8 @@ import copy
 import functools
 from typing import Any, Final, get_args
 
+from gateway.engine.task import TaskStatus
 from gateway.events import EVENT_ADAPTER
-from gateway.router import TaskStatus
 
 Schema = dict[str, Any]
 

@@ -48,7 +48,10 @@ from telegram.ext import (
 
 from adapters.attachments import describe, safe_name, save_attachment
 from adapters.telegram_format import render_html, split_html, split_plain, strip_html
-from gateway.app import Runtime
+from gateway.adapter import HttpRoute, Progress
+from gateway.auth import NotAllowed
+from gateway.engine.prompts import AlreadyAnswered, PromptError
+from gateway.engine.task import MessageTooLong, TaskNotFound
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
@@ -64,9 +67,7 @@ from gateway.events import (
 )
 from gateway.ids import telegram_session_id
 from gateway.logs import get_logger
-from gateway.outbox import Progress
-from gateway.prompts import AlreadyAnswered, NotAllowed, PromptError
-from gateway.router import MessageTooLong, TaskNotFound
+from gateway.runtime import Runtime
 from gateway.settings import TelegramMode
 
 log = get_logger(__name__)
@@ -81,12 +82,6 @@ MAX_CHARS: Final = 4096
 TYPING_EVERY_SECONDS: Final = 4.0
 STREAM_EDIT_SECONDS: Final = 1.0
 REFUSAL_EVERY_SECONDS: Final = 3600.0
-COMMANDS: Final = [
-    ("help", "what the bot can do"),
-    ("status", "session, running task and queue"),
-    ("cancel", "cancel the running task"),
-    ("reset", "clear the conversation window"),
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +108,8 @@ def callback_data(kind: str, task_hash: str, choice: str) -> str:
 
 
 class TelegramAdapter:
+    name = PLATFORM
+
     def __init__(self, runtime: Runtime, application: Application[Any, Any, Any, Any, Any, Any]):
         self.runtime = runtime
         self.app = application
@@ -156,10 +153,12 @@ class TelegramAdapter:
     def webhook_mode(self) -> bool:
         return self.runtime.settings.telegram_mode is TelegramMode.webhook
 
-    def webhook_route(self) -> tuple[str, Any]:
-        """The path Telegram posts to (from the webhook URL) and its handler."""
+    def routes(self) -> list[HttpRoute]:
+        """In webhook mode, the path Telegram posts to (from the webhook URL)."""
+        if not self.webhook_mode:
+            return []
         path = urlsplit(self.runtime.settings.telegram_webhook_url).path or "/telegram"
-        return path, self.on_webhook
+        return [HttpRoute("POST", path, self.on_webhook)]
 
     async def on_webhook(self, request: web.Request) -> web.Response:
         secret = self.runtime.settings.telegram_webhook_secret
@@ -186,8 +185,9 @@ class TelegramAdapter:
         me = self.app.bot
         self.bot_id = me.id
         self.bot_username = me.username or ""
+        menu = [(c.name, c.summary) for c in self.runtime.commands.menu(PLATFORM)]
         with contextlib.suppress(TelegramError):
-            await me.set_my_commands(COMMANDS)
+            await me.set_my_commands(menu)
         for key, new in (await self.runtime.kv.scan(ALIAS_PREFIX)).items():
             self._aliases[int(key.removeprefix(ALIAS_PREFIX))] = int(new)
         self.sink = _Sink(self)
@@ -275,11 +275,15 @@ class TelegramAdapter:
         """Whether a group message is for the bot, and its text without the mention."""
         mention = f"@{self.bot_username}" if self.bot_username else ""
         addressed = False
-        for entity in message.entities or ():
+        # A photo or document carries its mention in the caption's entities.
+        for entity, mentioned in [
+            *((e, message.parse_entity) for e in message.entities or ()),
+            *((e, message.parse_caption_entity) for e in message.caption_entities or ()),
+        ]:
             if entity.type == MessageEntityType.BOT_COMMAND and entity.offset == 0:
                 addressed = True
             is_mention = entity.type == MessageEntityType.MENTION and mention
-            if is_mention and message.parse_entity(entity).lower() == mention.lower():
+            if is_mention and mentioned(entity).lower() == mention.lower():
                 addressed = True
         replied = message.reply_to_message
         if replied is not None and replied.from_user is not None:
@@ -621,3 +625,7 @@ def _reply(message_id: int | None) -> ReplyParameters | None:
 
 def _esc(text: str) -> str:
     return html.escape(text, quote=False)
+
+
+def create(runtime: Runtime) -> TelegramAdapter:
+    return TelegramAdapter.build(runtime)

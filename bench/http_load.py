@@ -29,8 +29,8 @@ import aiohttp
 from aiohttp import web
 
 from adapters.http import start_http
-from gateway.app import Runtime
 from gateway.logs import configure_logging
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.db import Database, sqlite_pragmas
 

@@ -1,101 +1,63 @@
-"""Composition root: settings → stores → agent → router → adapters.
+"""Composition root: settings → runtime → adapters, and the background jobs.
 
-`Runtime` is the core without any front-end (tests use it directly); `serve` adds the adapters
-and the background jobs and runs until told to stop.
+The one module that knows both the core and the front-ends. Each front-end module exposes
+`create(runtime) -> Adapter`; the configured ones are built first (so the routes they
+contribute are known), started in order, and stopped in reverse on the way out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import signal
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
-from gateway.agents.base import Agent
-from gateway.agents.offline import OfflineAgent
-from gateway.agents.summary import RollingSummary, Summarizes
+from pydantic import SecretStr
+
+from gateway.adapter import Adapter
 from gateway.jobs import Reaper, SessionWatcher, every, trim_usage
 from gateway.logs import get_logger
-from gateway.presence import Presence
-from gateway.router import Router
+from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store.kv import KVStore, open_kv
-from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
 
 DAY_SECONDS = 86_400.0
 
 
-class UnknownAgent(ValueError):
-    pass
+def _is_set(secret: SecretStr | None) -> bool:
+    return secret is not None and bool(secret.get_secret_value())
 
 
-def build_agent(settings: Settings) -> Agent:
-    name = settings.agent
-    if name == "offline":
-        return OfflineAgent()
-    if name == "openai":
-        from gateway.agents.openai import OpenAIAgent
-
-        return OpenAIAgent(settings)
-    if name == "claude-code":
-        from gateway.agents.claude_code import ClaudeCodeAgent, ClaudeCodeUnavailable
-
-        try:
-            return ClaudeCodeAgent(settings)
-        except ClaudeCodeUnavailable as exc:
-            # Shown by `agenvoy run` as a start-up error, like an unknown agent name.
-            raise UnknownAgent(str(exc)) from exc
-    raise UnknownAgent(
-        f"unknown agent {name!r} (AGENVOY_AGENT); available: offline, openai, claude-code"
-    )
+@dataclass(frozen=True, slots=True)
+class FrontEnd:
+    name: str
+    module: str  # a module with `create(runtime: Runtime) -> Adapter`
+    configured: Callable[[Settings], bool]
 
 
-@dataclass
-class Runtime:
-    settings: Settings
-    store: SessionStore
-    kv: KVStore
-    presence: Presence
-    router: Router
-    summary: RollingSummary | None = None
+# In start order: the HTTP server first, so a platform that registers a webhook finds it up.
+FRONT_ENDS = (
+    FrontEnd("http", "adapters.http", lambda settings: True),
+    FrontEnd("telegram", "adapters.telegram", lambda s: _is_set(s.telegram_token)),
+    FrontEnd("discord", "adapters.discord", lambda s: _is_set(s.discord_token)),
+)
 
-    @classmethod
-    async def start(cls, settings: Settings) -> Runtime:
-        agent = build_agent(settings)
-        store = await SessionStore.open(settings)
-        try:
-            kv = await open_kv(settings.resolved_kv_url)
-        except BaseException:
-            await store.close()
-            raise
-        presence = Presence(
-            kv,
-            settings.instance_id,
-            ttl=settings.presence_ttl_seconds,
-            refresh=settings.presence_refresh_seconds,
-        )
-        cleared = await presence.clear_instance()
-        if cleared:
-            log.info("cleared presence left by a previous run", keys=cleared)
-        router = Router(settings, store, agent, presence)
-        summary = None
-        if isinstance(agent, Summarizes):
-            summary = RollingSummary(store, agent, settings.history_window)
-            router.after_task.append(summary.schedule)
-        return cls(settings, store, kv, presence, router, summary)
 
-    async def close(self) -> None:
-        await self.router.close()
-        if self.summary is not None:
-            await self.summary.close()
-        closer = getattr(self.router.agent, "aclose", None)
-        if closer is not None:
-            await closer()
-        await self.kv.close()
-        await self.store.close()
+def build_adapters(runtime: Runtime) -> list[Adapter]:
+    """The configured front-ends, built but not started; their routes go to the runtime."""
+    adapters: list[Adapter] = []
+    for front in FRONT_ENDS:
+        if front.configured(runtime.settings):
+            # Imported only when configured: a gateway without Discord never loads discord.py.
+            module = importlib.import_module(front.module)
+            adapters.append(module.create(runtime))
+    runtime.http_routes.extend(route for adapter in adapters for route in adapter.routes())
+    return adapters
 
 
 async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -104,80 +66,45 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     On shutdown, tasks in flight are interrupted with their journals kept, so the next start
     takes them up again.
     """
-    # The composition root is the one place that knows both the core and the adapters.
-    from adapters.http import start_http
-
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
-
-    runtime = await Runtime.start(settings)
-    jobs: list[asyncio.Task[None]] = []
-    http = None
-    telegram = None
-    discord_adapter = None
-    try:
-        webhooks = []
-        if settings.telegram_token is not None and settings.telegram_token.get_secret_value():
-            from adapters.telegram import TelegramAdapter
-
-            telegram = TelegramAdapter.build(runtime)
-            if telegram.webhook_mode:
-                webhooks.append(telegram.webhook_route())
-        http = await start_http(runtime, webhooks=webhooks)
-        if telegram is not None:
-            await telegram.start()
-        if settings.discord_token is not None and settings.discord_token.get_secret_value():
-            from adapters.discord import DiscordAdapter
-
-            discord_adapter = DiscordAdapter(runtime)
-            await discord_adapter.start()
-        for address in http.addresses:
-            host, port = address[0], address[1]
-            log.info(
-                "adapter started",
-                adapter="http",
-                url=f"http://{host}:{port}",
-                auth=settings.api_token is not None and bool(settings.api_token.get_secret_value()),
-            )
+    async with contextlib.AsyncExitStack() as stack:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, stop.set)
+                stack.callback(loop.remove_signal_handler, signum)
+        stack.callback(log.info, "gateway stopped")
+        runtime = await Runtime.start(settings)
+        stack.push_async_callback(runtime.close)
+        for adapter in build_adapters(runtime):
+            await adapter.start()
+            stack.push_async_callback(adapter.stop)
         resumed = await runtime.router.recover()
         sent = await runtime.router.courier.redeliver()
-        reaper = Reaper(
-            runtime.store, runtime.kv, runtime.presence, runtime.router, settings.temp_idle_seconds
-        )
-        watcher = SessionWatcher(runtime.store)
-        jobs = [
-            asyncio.create_task(
-                every(settings.cleanup_interval_seconds, reaper.run_once, name="cleanup")
-            ),
-            asyncio.create_task(
-                every(
-                    DAY_SECONDS,
-                    partial(trim_usage, runtime.store, settings.usage_retention_days),
-                    name="usage retention",
-                )
-            ),
-            asyncio.create_task(watcher.run()),
-        ]
+        for job in _jobs(runtime):
+            stack.push_async_callback(_cancel, asyncio.create_task(job))
         log.info("gateway ready", agent=settings.agent, resumed=resumed, redelivered=sent)
         await stop.wait()
         log.info("gateway stopping")
-    finally:
-        for job in jobs:
-            job.cancel()
-        for job in jobs:
-            with contextlib.suppress(asyncio.CancelledError):
-                await job
-        if discord_adapter is not None:
-            await discord_adapter.stop()
-        if telegram is not None:
-            await telegram.stop()
-        if http is not None:
-            await http.cleanup()
-        await runtime.close()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signum)
-        log.info("gateway stopped")
+
+
+def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
+    settings = runtime.settings
+    reaper = Reaper(
+        runtime.store, runtime.kv, runtime.presence, runtime.router, settings.temp_idle_seconds
+    )
+    return [
+        every(settings.cleanup_interval_seconds, reaper.run_once, name="cleanup"),
+        every(
+            DAY_SECONDS,
+            partial(trim_usage, runtime.store, settings.usage_retention_days),
+            name="usage retention",
+        ),
+        SessionWatcher(runtime.store).run(),
+    ]
+
+
+async def _cancel(job: asyncio.Task[None]) -> None:
+    job.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await job

@@ -16,11 +16,11 @@ from pydantic import ValidationError
 
 from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
 from adapters.terminal.launch import GatewayNotRunning, api_token, ensure_gateway, gateway_url
-from gateway.app import Runtime, UnknownAgent
 from gateway.clock import now_ms
 from gateway.ids import InvalidSessionId, Prefix, prefix_of, validate_session_id
 from gateway.jobs import Reaper
 from gateway.logs import configure_logging
+from gateway.runtime import Runtime, UnknownAgent
 from gateway.settings import Settings
 from gateway.store.db import Database, DatabaseError
 from gateway.store.kv import open_kv

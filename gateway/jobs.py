@@ -11,10 +11,10 @@ from pathlib import Path
 from watchfiles import Change, awatch
 
 from gateway.clock import now_ms
+from gateway.engine.router import Router
 from gateway.ids import Prefix, is_valid_session_id, prefix_of
 from gateway.logs import get_logger
 from gateway.presence import PRESENCE_PREFIX, Presence
-from gateway.router import Router
 from gateway.store.kv import ERROR_MEMORY_PREFIX, TOOL_CACHE_PREFIX, KVStore
 from gateway.store.sessions import SessionStore
 from gateway.store.usage import purge_usage

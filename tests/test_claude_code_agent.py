@@ -19,9 +19,10 @@ from structlog.testing import capture_logs
 
 from gateway.agents.claude_code import ClaudeCodeAgent, fingerprint, resume_point
 from gateway.agents.openai import BASE_INSTRUCTIONS, FORMATTING
-from gateway.app import Runtime, UnknownAgent
+from gateway.engine.router import Router
+from gateway.engine.task import TaskView
 from gateway.events import Event, Inbound, Origin
-from gateway.router import Router, TaskState
+from gateway.runtime import Runtime, UnknownAgent
 from gateway.settings import Settings
 from gateway.store.files import resume_state_name
 
@@ -86,15 +87,19 @@ async def runtime(cli: FakeCli, tmp_path: Path) -> AsyncIterator[Runtime]:
         await rt.close()
 
 
-async def ask(router: Router, sid: str, message: str, origin: Origin = ANN) -> TaskState:
+async def ask(router: Router, sid: str, message: str, origin: Origin = ANN) -> TaskView:
     sub = await router.submit(Inbound(origin, sid, message))
     assert sub.task_hash
     return await router.wait(sub.task_hash, 15)
 
 
-async def wait_for_event(state: TaskState, seen: Callable[[Event], bool]) -> None:
-    async with state.changed:
-        await asyncio.wait_for(state.changed.wait_for(lambda: any(map(seen, state.events))), 15)
+async def wait_for_event(router: Router, task_hash: str, seen: Callable[[Event], bool]) -> None:
+    async def scan() -> None:
+        async for event in router.stream(task_hash):
+            if seen(event):
+                return
+
+    await asyncio.wait_for(scan(), 15)
 
 
 def resume_files(rt: Runtime, sid: str) -> dict[str, dict[str, Any]]:
@@ -325,7 +330,7 @@ async def test_cancel_stops_the_cli(cli: FakeCli, runtime: Runtime) -> None:
 
 
 async def test_cli_ignoring_sigterm_is_killed(cli: FakeCli, runtime: Runtime) -> None:
-    agent = runtime.router.agent
+    agent = runtime.agent
     assert isinstance(agent, ClaudeCodeAgent)
     agent.kill_grace = 0.3
     sub = await runtime.router.submit(Inbound(ANN, "cli-k", "!stubborn"))
@@ -338,9 +343,8 @@ async def test_cli_ignoring_sigterm_is_killed(cli: FakeCli, runtime: Runtime) ->
 async def test_cancel_between_steps_still_stops_the_cli(cli: FakeCli, runtime: Runtime) -> None:
     router = runtime.router
     sub = await router.submit(Inbound(ANN, "cli-b", "!busy"))
-    state = router.task(sub.task_hash)
     # Cancelled while the router handles a step, the agent is left suspended at a yield.
-    await wait_for_event(state, lambda e: e.kind == "text_delta")
+    await wait_for_event(router, sub.task_hash, lambda e: e.kind == "text_delta")
     (call,) = cli.calls()
     assert await router.cancel("cli-b", sub.task_hash)
     assert (await router.wait(sub.task_hash, 15)).status == "canceled"

@@ -20,7 +20,7 @@ from fakes.discord import (
 )
 
 from adapters.discord import DiscordAdapter
-from gateway.app import Runtime
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 GUILD, GENERAL, THREAD, DM = 900, 901, 902, 903
@@ -347,3 +347,35 @@ async def test_a_shard_gets_only_its_own_guilds(tmp_path: Path) -> None:
                 assert await rig.runtime.store.get(f"dc-{other_channel}") is None
             finally:
                 await stop_rig(rig)
+
+
+async def test_people_writing_at_once_are_answered_in_the_order_they_wrote(rig: Rig) -> None:
+    fake = rig.fake
+    sid = f"dc-{GENERAL}"
+    # Attachments take a download before the message can be stored: without its turn in the
+    # channel's order, a later plain message would overtake them.
+    written = []
+    for i in range(9):
+        author = (ANN, BOB, user(13, "cy"))[i % 3]
+        text = f"m{i}"
+        fake.inject_message(
+            GENERAL,
+            author,
+            text,
+            mentions_bot=i % 4 != 3,  # every fourth is chatter, kept as context
+            attachments=[(f"f{i}.txt", b"x" * 2000)] if i % 3 == 0 else None,
+        )
+        written.append(text)
+    addressed = [t for i, t in enumerate(written) if i % 4 != 3]
+    for text in addressed:
+        await reply_in(fake, GENERAL, f"echo: {text}")
+
+    archived = await rig.runtime.store.recent_messages(sid, 50)
+    asked = [m.content.split("\n")[0] for m in archived if m.role == "user"]
+    answers = [m.content.split("\n")[0] for m in archived if m.role == "assistant"]
+    assert asked == written  # archived in the order Discord delivered them
+    assert answers == [f"echo: {t}" for t in addressed]  # replies archived in that order
+    posted = [c.split("\n")[0] for c in contents(fake, GENERAL) if c.startswith("echo:")]
+    assert posted == answers  # and posted in that order
+    history = rig.runtime.store.files(sid).history.read()
+    assert [m.content.split("\n")[0] for m in history if m.role == "user"] == written

@@ -18,7 +18,7 @@ from support import wait_until
 from yarl import URL
 
 from adapters.http import InsecureBinding, check_binding, is_loopback, sse_frame, start_http
-from gateway.app import Runtime
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 TIMEOUT = 10.0
@@ -299,6 +299,31 @@ async def test_send_wait_zero_and_task_route(server: Server) -> None:
     assert (status, err(body)) == (404, "not_found")
     status, body = await server.call("GET", f"/v1/session/{sid}/task/nosuchtask")
     assert (status, err(body)) == (404, "not_found")
+
+
+async def test_concurrent_sends_to_one_session_run_in_archive_order(server: Server) -> None:
+    sid = "chat-busy"
+    texts = [f"m{i}" for i in range(20)]
+    answers = await asyncio.gather(
+        *(
+            server.call("POST", "/v1/send", json_body={"content": t, "session_id": sid})
+            for t in texts
+        )
+    )
+    assert all(status == 200 for status, _ in answers), answers
+    assert {body["text"] for _, body in answers} == {f"echo: {t}" for t in texts}
+    archived = await server.runtime.store.recent_messages(sid, 100)
+    asked = [m.task_hash for m in archived if m.role == "user"]
+    replied = [m.task_hash for m in archived if m.role == "assistant"]
+    log = server.runtime.store.files(sid).action_log.read()
+    ran = [r.task_hash for r in log if r.kind == "done"]
+    accepted = [r.task_hash for r in log if r.kind == "user"]
+    # Whatever order the requests raced in, the archive, the audit trail, the runs and the
+    # replies all follow one order.
+    assert len(asked) == 20
+    assert accepted == asked and ran == asked and replied == asked
+    history = server.runtime.store.files(sid).history.read()
+    assert [(m.role, m.content) for m in history] == [(m.role, m.content) for m in archived]
 
 
 async def test_commands_answer_at_once(server: Server) -> None:
@@ -604,7 +629,7 @@ async def test_log_stream_replays_then_goes_live(server: Server) -> None:
         assert [int(f.id or 0) for f in events] == [4, 5, 6]
 
         # A subscriber that lost events is told how many before its next frame.
-        (sub,) = server.runtime.router._subscribers[sid]
+        (sub,) = server.runtime.router._dispatch._subscribers[sid]
         sub.dropped += 3
         await server.call("POST", "/v1/send", json_body={"content": "third", "session_id": sid})
         while True:
@@ -635,7 +660,7 @@ async def test_log_stream_tail_zero_and_keepalive(server: Server) -> None:
     router = server.runtime.router
 
     async def unsubscribed() -> bool:
-        return created not in router._subscribers
+        return router.subscribers(created) == 0
 
     assert await wait_until(unsubscribed, TIMEOUT)
 

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import text
 from sqlmodel import Session
 
-from gateway.app import Runtime
 from gateway.clock import now_ms
 from gateway.events import Inbound, Origin
 from gateway.jobs import Reaper, SessionWatcher
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann")

@@ -13,10 +13,10 @@ from fakes.openai import Cut, Error, FakeOpenAI, Malformed, Slow, Text, ToolCall
 from sqlalchemy import text
 from sqlmodel import Session
 
-from gateway.app import Runtime
-from gateway.commands import CommandReply
+from gateway.commands.registry import CommandReply
+from gateway.engine.router import Router
 from gateway.events import Inbound, Origin
-from gateway.router import Router
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.history_file import HistoryMessage
 from gateway.store.usage import usage_summary
@@ -193,7 +193,7 @@ async def test_summary_model_folds_messages(fake: FakeOpenAI, tmp_path: Path) ->
         fake.script(Text("one"), Text("two"), Text("Ann greeted twice."))
         for message in ("hello", "hello again"):
             await ask(rt.router, "cli-sum", message)
-        assert rt.summary is not None and isinstance(rt.router.agent, OpenAIAgent)
+        assert rt.summary is not None and isinstance(rt.agent, OpenAIAgent)
         assert await rt.summary.run("cli-sum")
         request = fake.requests[-1]
         assert request["model"] == "small-model" and "tools" not in request

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import Runtime
+from gateway.adapter import Progress
 from gateway.events import Event, Inbound, Origin
-from gateway.outbox import Progress
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store import outbox as table
 

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway.app import Runtime
+from gateway.adapter import Progress
+from gateway.auth import NotAllowed
+from gateway.engine.prompts import AlreadyAnswered, PromptNotFound
+from gateway.engine.router import Router
+from gateway.engine.task import MessageTooLong
 from gateway.events import Event, Inbound, Origin
-from gateway.outbox import Progress
-from gateway.prompts import AlreadyAnswered, NotAllowed, PromptNotFound
-from gateway.router import MessageTooLong, Router
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.search import search_messages
 
@@ -81,23 +83,27 @@ async def test_echo_persists_everything(runtime: Runtime) -> None:
     assert len(hits) == 2
 
 
-async def test_one_task_at_a_time_in_order(runtime: Runtime) -> None:
+async def test_one_task_at_a_time_in_archive_order(runtime: Runtime) -> None:
     router = runtime.router
     with router.subscribe("cli-q") as sub:
         sub.queue = asyncio.Queue()  # unbounded: this test wants every event
         subs = await asyncio.gather(*(router.submit(inbound("cli-q", f"m{i}")) for i in range(50)))
-        assert sorted(s.position for s in subs) == list(range(50))
         for s in subs:
             await finished(router, s.task_hash)
         events = [sub.queue.get_nowait() for _ in range(sub.queue.qsize())]
-    by_position = [s.task_hash for s in sorted(subs, key=lambda s: s.position)]
+    archived = await runtime.store.recent_messages("cli-q", 100)
+    asked = [m.task_hash for m in archived if m.role == "user"]
+    answered = [m.task_hash for m in archived if m.role == "assistant"]
+    assert sorted(asked) == sorted(s.task_hash for s in subs)
+    # Tasks ran in the order their messages were archived, replies were archived in that order
+    # too, and each task's events are contiguous: one at a time.
     run_events = [e for e in events if e.kind != "user"]
-    # Tasks ran in arrival order, and each one's events are contiguous: one at a time.
-    assert [e.task_hash for e in run_events if e.kind == "done"] == by_position
-    assert [e.task_hash for e in run_events] == [h for h in by_position for _ in ("text", "done")]
-    replies = {s.task_hash: router.task(s.task_hash).reply for s in subs}
-    texts = {s.task_hash: router.task(s.task_hash).text for s in subs}
-    assert all(replies[h] == f"echo: {texts[h]}" for h in replies)
+    assert [e.task_hash for e in run_events if e.kind == "done"] == asked
+    assert [e.task_hash for e in run_events] == [h for h in asked for _ in ("text", "done")]
+    assert answered == asked
+    history = runtime.store.files("cli-q").history.read()
+    assert [m.content for m in history if m.role == "user"] == [router.task(h).text for h in asked]
+    assert all(router.task(h).reply == f"echo: {router.task(h).text}" for h in asked)
 
 
 async def test_sessions_run_concurrently(runtime: Runtime) -> None:

@@ -4,8 +4,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gateway.agents.summary import RollingSummary
-from gateway.app import Runtime
 from gateway.events import Inbound, Origin
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -81,13 +81,13 @@ async def test_the_agent_sees_the_summary(tmp_path: Path) -> None:
         await rt.store.ensure("cli-v")
         rt.store.files("cli-v").write_summary(Summary("they agreed on blue", 0, 1))
         seen: list[str] = []
-        original = rt.router.agent.run
+        original = rt.agent.run
 
         def spy(ctx: object) -> object:
             seen.append(ctx.summary)  # type: ignore[attr-defined]
             return original(ctx)  # type: ignore[arg-type]
 
-        rt.router.agent.run = spy  # type: ignore[method-assign]
+        rt.agent.run = spy  # type: ignore[method-assign]
         sub = await rt.router.submit(Inbound(ANN, "cli-v", "hi"))
         await rt.router.wait(sub.task_hash, 10)
         assert seen == ["they agreed on blue"]

@@ -13,7 +13,7 @@ import pytest
 from fakes.telegram import FakeTelegram
 
 from adapters.telegram import TelegramAdapter
-from gateway.app import Runtime
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
@@ -301,7 +301,8 @@ async def test_webhook_mode(fake: FakeTelegram, tmp_path: Path) -> None:
     )  # type: ignore[call-arg]
     runtime = await Runtime.start(settings)
     adapter = TelegramAdapter.build(runtime)
-    http = await start_http(runtime, port=port, webhooks=[adapter.webhook_route()])
+    runtime.http_routes.extend(adapter.routes())
+    http = await start_http(runtime, port=port)
     try:
         await adapter.start()
         hook = await fake.wait_for_call("setWebhook", timeout=10)
@@ -451,3 +452,34 @@ async def test_long_reply_cut_by_a_restart_goes_on_from_the_next_part(
         assert " ".join(parts).split() == ["echo:", *words]
     finally:
         await stop_rig(rig)
+
+
+async def test_group_members_writing_at_once_are_answered_in_order(rig: Rig) -> None:
+    fake = rig.fake
+    group = fake.group(-300, "busy")
+    people = [fake.user(11, "Ann"), fake.user(12, "Bob"), fake.user(13, "Cy")]
+    mention = f"@{fake.bot_user['username']}"
+    written = []
+    for i in range(9):
+        text = f"m{i}"
+        addressed = i % 4 != 3  # every fourth is chatter, kept as context
+        fake.inject_message(
+            group,
+            people[i % 3],
+            f"{mention} {text}" if addressed else text,
+            document=(f"f{i}.txt", b"x" * 2000) if i % 3 == 0 else None,
+        )
+        written.append((text, addressed))
+    for text, addressed in written:
+        if addressed:
+            await reply_in(fake, -300, f"echo: {text}")
+
+    archived = await rig.runtime.store.recent_messages("tg--300", 50)
+    asked = [m.content.split("\n")[0] for m in archived if m.role == "user"]
+    answers = [m.content.split("\n")[0] for m in archived if m.role == "assistant"]
+    assert asked == [text for text, _ in written]
+    assert answers == [f"echo: {text}" for text, addressed in written if addressed]
+    posted = [t.split("\n")[0] for t in sent_to(fake, -300) if t.startswith("echo:")]
+    assert posted == answers
+    history = rig.runtime.store.files("tg--300").history.read()
+    assert [m.content.split("\n")[0] for m in history if m.role == "user"] == asked

@@ -24,9 +24,9 @@ from adapters.terminal.launch import GatewayNotRunning, ensure_gateway, gateway_
 from adapters.terminal.picker import SessionPicker, SessionRow, short_id
 from adapters.terminal.widgets import MessageInput, PromptPanel
 from adapters.terminal.windows import claim_window
-from gateway.app import Runtime
 from gateway.cli import app as cli_app
 from gateway.ids import Prefix, new_session_id
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 SIZE = (100, 32)

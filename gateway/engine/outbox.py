@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
 
 from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
 
-from gateway.events import Event, Origin, event_from_json
+from gateway.adapter import Progress, Sink
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.events import Origin, event_from_json
 from gateway.logs import get_logger
 from gateway.store import outbox as table
 from gateway.store.actionlog import ActionKind
@@ -34,42 +34,14 @@ log = get_logger(__name__)
 OUTBOX_KINDS = frozenset({"text", "confirm", "ask_user", "error"})
 
 
-@dataclass
-class Progress:
-    """How far earlier attempts got with a message the platform takes in several parts (a
-    reply split at its size limit). Kept with the outbox entry, so it survives a restart:
-    a retried delivery goes on from part `sent` instead of posting the first parts again."""
-
-    sent: int = 0
-    save: Callable[[int], Awaitable[None]] | None = None
-
-    async def part_sent(self, count: int) -> None:
-        """`count` parts are out now (call after each one the platform accepted)."""
-        self.sent = count
-        if self.save is not None:
-            await self.save(count)
-
-
-class OriginSink(Protocol):
-    """How an adapter receives what the router sends to an origin on its platform."""
-
-    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
-        """Show `event` at `origin`; return the platform's message id, if there is one.
-
-        A sink that splits a message reports each part through `progress` and skips the
-        `progress.sent` parts an earlier attempt delivered."""
-        ...
-
-    async def notice(self, origin: Origin, text: str) -> None: ...
-
-
 class Courier:
     def __init__(
         self,
         db: Database,
-        sinks: Mapping[str, OriginSink],
+        sinks: Mapping[str, Sink],
         log_action: Callable[[str, str, str, str], Awaitable[object]],
         *,
+        clock: Clock = SYSTEM_CLOCK,
         attempts: int = 5,
         initial_wait: float = 0.5,
         max_wait: float = 30.0,
@@ -77,6 +49,7 @@ class Courier:
         self.db = db
         self.sinks = sinks
         self._log_action = log_action
+        self.clock = clock
         self.attempts = attempts
         self.initial_wait = initial_wait
         self.max_wait = max_wait
@@ -100,6 +73,7 @@ class Courier:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
             wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait),
+            sleep=self.clock.sleep,
             reraise=True,
         )
         try:

@@ -1,0 +1,73 @@
+"""What the core asks of a front-end: the protocol every adapter implements.
+
+An adapter turns platform events into `Inbound` values for the router, and shows the router's
+events on its platform through a `Sink`. The composition root builds the configured adapters
+with the running core, starts them in order and stops them in reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gateway.events import Event, Origin
+
+
+@dataclass
+class Progress:
+    """How far earlier attempts got with a message the platform takes in several parts (a
+    reply split at its size limit). Kept with the outbox entry, so it survives a restart:
+    a retried delivery goes on from part `sent` instead of posting the first parts again."""
+
+    sent: int = 0
+    save: Callable[[int], Awaitable[None]] | None = None
+
+    async def part_sent(self, count: int) -> None:
+        """`count` parts are out now (call after each one the platform accepted)."""
+        self.sent = count
+        if self.save is not None:
+            await self.save(count)
+
+
+class Sink(Protocol):
+    """How an adapter receives what the router sends to an origin on its platform."""
+
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
+        """Show `event` at `origin`; return the platform's message id, if there is one.
+
+        A sink that splits a message reports each part through `progress` and skips the
+        `progress.sent` parts an earlier attempt delivered."""
+        ...
+
+    async def notice(self, origin: Origin, text: str) -> None:
+        """A line for the person at `origin` that is not part of any task's conversation
+        (a queue position, an expired prompt)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRoute:
+    """A route an adapter serves on the gateway's HTTP server (a platform's webhook).
+
+    It authenticates its callers itself: the API's bearer token does not apply to it. The
+    handler takes the HTTP server's request object and returns its response object."""
+
+    method: str
+    path: str
+    handler: Callable[[Any], Awaitable[Any]]
+
+
+class Adapter(Protocol):
+    """A front-end the gateway runs. Built before any adapter starts, so the routes every
+    adapter contributes are known when the HTTP server starts."""
+
+    name: str
+
+    def routes(self) -> Sequence[HttpRoute]:
+        """Routes this adapter needs on the gateway's HTTP server; usually none."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...

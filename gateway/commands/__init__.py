@@ -1,0 +1,1 @@
+"""Gateway commands (`/help`, `/status`, …): one registry feeds every front-end."""

@@ -1,0 +1,160 @@
+"""The gateway's own commands, the same on every front-end."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.auth import Access
+from gateway.clock import Clock
+from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
+from gateway.engine.router import Router
+from gateway.ids import Prefix, new_session_id
+from gateway.session_settings import SessionSettings, SettingsChange, SettingsRefused
+from gateway.store.sessions import SessionStore
+
+
+class BuiltinCommands:
+    def __init__(
+        self,
+        registry: CommandRegistry,
+        router: Router,
+        store: SessionStore,
+        settings: SessionSettings,
+        agent_name: str,
+        clock: Clock,
+    ) -> None:
+        self.registry = registry
+        self.router = router
+        self.store = store
+        self.settings = settings
+        self.agent_name = agent_name
+        self.clock = clock
+
+    def register(self) -> None:
+        add = self.registry.add
+        add(Command("help", "this list", Access.anyone, self.help))
+        add(Command("status", "session, running task, queue and model", Access.anyone, self.status))
+        add(Command("cancel", "cancel the running task", Access.requester, self.cancel))
+        add(
+            Command(
+                "reset",
+                "clear the conversation window and summary",
+                Access.shared_admin,
+                self.reset,
+            )
+        )
+        add(
+            Command(
+                "new",
+                "start a new session",
+                Access.anyone,
+                self.new,
+                platforms=frozenset({"terminal"}),
+            )
+        )
+        for name, usage, summary in (
+            ("model", "<name>", "use another model in this session"),
+            ("persona", "<text>", "give the agent a persona in this session"),
+            ("reasoning", "<low|medium|high|default>", "how hard the model thinks"),
+        ):
+            add(
+                Command(
+                    name,
+                    summary,
+                    Access.shared_admin,
+                    self.setting,
+                    usage=usage,
+                    reads_without_args=True,
+                )
+            )
+        add(
+            Command(
+                "allow",
+                "run a tool without asking here; alone: the list",
+                Access.shared_admin,
+                self.allow,
+                usage="[tool]",
+                reads_without_args=True,
+            )
+        )
+        add(
+            Command(
+                "disallow",
+                "ask for confirmation again before the tool runs",
+                Access.shared_admin,
+                self.allow,
+                usage="<tool>",
+            )
+        )
+
+    async def help(self, call: CommandCall) -> CommandReply:
+        return CommandReply(call.name, self.registry.help_text())
+
+    async def status(self, call: CommandCall) -> CommandReply:
+        sid = call.session_id
+        row = await self.store.get(sid)
+        running = self.router.running_task(sid)
+        lines = [
+            f"session: {sid}",
+            f"running: {running.task_hash if running else 'nothing'}",
+            f"queued: {self.router.queue_length(sid)}",
+            f"model: {(row.model if row else '') or self.agent_name}",
+            f"reasoning: {(row.reasoning if row else '') or 'default'}",
+        ]
+        return CommandReply(call.name, "\n".join(lines))
+
+    async def cancel(self, call: CommandCall) -> CommandReply:
+        running = self.router.running_task(call.session_id)
+        if running is None:
+            return CommandReply(call.name, "nothing is running", ok=False)
+        await self.router.cancel_for(call.origin, call.session_id, running.task_hash)
+        return CommandReply(call.name, f"canceled {running.task_hash}")
+
+    async def reset(self, call: CommandCall) -> CommandReply:
+        sid = call.session_id
+        if await self.store.get(sid) is None:
+            return CommandReply(call.name, "nothing to reset")
+        last = await self.store.last_message_id(sid)
+        files = self.store.files(sid)
+        await asyncio.to_thread(files.reset_conversation, last, self.clock.now_ms())
+        return CommandReply(call.name, "conversation window and summary cleared")
+
+    async def new(self, call: CommandCall) -> CommandReply:
+        fresh = new_session_id(Prefix.cli)
+        await self.store.ensure(fresh)
+        return CommandReply(call.name, f"new session {fresh}", session_id=fresh)
+
+    async def setting(self, call: CommandCall) -> CommandReply:
+        """/model, /persona, /reasoning: alone they show the value, with an argument set it."""
+        sid, name = call.session_id, call.name
+        await self.store.ensure(sid)
+        if not call.args:
+            row = await self.store.require(sid)
+            current = {"model": row.model, "persona": row.persona, "reasoning": row.reasoning}
+            fallback = "default" if name == "reasoning" else "(default)"
+            return CommandReply(name, f"{name}: {current[name] or fallback}")
+        try:
+            await self.settings.change(sid, call.origin, SettingsChange(**{name: call.args}))
+        except SettingsRefused as exc:
+            return CommandReply(name, str(exc), ok=False)
+        shown = call.args.lower() if name == "reasoning" else call.args
+        return CommandReply(name, f"{name} set to: {shown}")
+
+    async def allow(self, call: CommandCall) -> CommandReply:
+        sid, name = call.session_id, call.name
+        if not call.args:
+            if name == "disallow":
+                return CommandReply(name, "usage: /disallow <tool>", ok=False)
+            row = await self.store.get(sid)
+            listed = sorted(row.allowed_tools) if row else []
+            shown = ", ".join(listed) if listed else "nothing; every gated tool asks first"
+            return CommandReply(name, f"allowed without confirmation: {shown}")
+        tool = call.args.split()[0]
+        try:
+            allowed = await self.settings.allow(sid, call.origin, tool, name == "allow")
+        except SettingsRefused as exc:
+            return CommandReply(name, str(exc), ok=False)
+        if name == "allow":
+            return CommandReply(name, f"{tool} now runs without asking in this session")
+        shown = ", ".join(sorted(allowed)) or "nothing"
+        return CommandReply(name, f"{tool} asks for confirmation again (allowed: {shown})")

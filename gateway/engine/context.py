@@ -1,0 +1,130 @@
+"""What the agent sees of a run: the message, the session's settings, summary and recent
+window, and the ways back into the engine (prompts, journaled tools, the archive)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from gateway.agents.base import ToolCall, ToolResult
+from gateway.engine.prompts import Prompts
+from gateway.engine.task import Task
+from gateway.store.files import SessionFiles
+from gateway.store.fslock import SessionDirectoryMissing
+from gateway.store.search import search_messages
+from gateway.store.sessions import SessionStore, StoredMessage
+
+RunTool = Callable[[Task, ToolCall, Callable[[], Awaitable[str]]], Awaitable[ToolResult]]
+
+
+class RunContext:
+    """The `AgentContext` of one task."""
+
+    def __init__(
+        self,
+        task: Task,
+        store: SessionStore,
+        prompts: Prompts,
+        run_tool: RunTool,
+        history: Sequence[StoredMessage],
+    ) -> None:
+        self._task = task
+        self._store = store
+        self._prompts = prompts
+        self._run_tool = run_tool
+        self.session_id = task.session_id
+        self.task_hash = task.task_hash
+        self.origin = task.origin
+        self.text = task.text
+        self.attachments = task.attachments
+        self.history: Sequence[StoredMessage] = history
+        self.workspace = store.files(task.session_id).dir / "workspace"
+        self.persona = ""
+        self.model = ""
+        self.summary = ""
+        self.reasoning = ""
+        self.allowed_tools: frozenset[str] = frozenset()
+
+    async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
+        answer = await self._prompts.ask(
+            self._task, "confirm", tool=tool, args=args, auto_approve=tool in self.allowed_tools
+        )
+        return bool(answer.approved)
+
+    async def ask_user(self, question: str, options: Sequence[str] = ()) -> str | None:
+        answer = await self._prompts.ask(self._task, "ask_user", question=question, options=options)
+        return answer.text
+
+    async def run_tool(self, call: ToolCall, execute: Callable[[], Awaitable[str]]) -> ToolResult:
+        return await self._run_tool(self._task, call, execute)
+
+    async def search_history(self, query: str) -> list[dict[str, object]]:
+        hits = await search_messages(self._store.db, query, session_id=self.session_id)
+        return [
+            {
+                "id": h.id,
+                "role": h.role,
+                "sender": h.sender,
+                "content": h.content,
+                "send_at": h.send_at,
+            }
+            for h in hits
+        ]
+
+    async def record_file_version(self, directory: str, name: str, content: str) -> None:
+        await self._store.record_file_version(
+            self.session_id, self.task_hash, directory, name, content
+        )
+
+    async def read_resume_state(
+        self, model: str, system_prompt: str, *, with_tools: bool
+    ) -> dict[str, Any] | None:
+        files = self._store.files(self.session_id)
+        return await asyncio.to_thread(
+            files.read_resume_state, model, system_prompt, with_tools=with_tools
+        )
+
+    async def write_resume_state(
+        self, model: str, system_prompt: str, state: dict[str, Any], *, with_tools: bool
+    ) -> None:
+        files = self._store.files(self.session_id)
+        await asyncio.to_thread(
+            files.write_resume_state, model, system_prompt, state, with_tools=with_tools
+        )
+
+
+async def load_context(
+    task: Task, store: SessionStore, prompts: Prompts, run_tool: RunTool, window: int
+) -> RunContext:
+    """The context of `task`: session settings from SQL, summary and window from its files."""
+    files = store.files(task.session_id)
+    summary = await asyncio.to_thread(files.read_summary)
+    context = RunContext(task, store, prompts, run_tool, await _window(task, files, window))
+    row = await store.get(task.session_id)
+    if row is not None:
+        context.persona = row.persona
+        context.model = row.model
+        context.reasoning = row.reasoning
+        context.allowed_tools = row.allowed_tools
+    context.summary = summary.text if summary else ""
+    return context
+
+
+async def _window(task: Task, files: SessionFiles, size: int) -> list[StoredMessage]:
+    """The recent conversation from history.json, without the task's own message."""
+    try:
+        recent = await asyncio.to_thread(files.history.tail, size + 1)
+    except SessionDirectoryMissing:
+        return []
+    text = task.text.replace("\x00", "\ufffd")  # as the archive stored it
+    for index in range(len(recent) - 1, -1, -1):
+        line = recent[index]
+        own = line.role == "user" and line.content == text
+        if own and task.user_sent_at in (0, line.send_at):
+            del recent[index]
+            break
+    return [
+        StoredMessage(0, task.session_id, m.role, m.content, m.sender, m.send_at)
+        for m in recent[-size:]
+    ]

@@ -1,0 +1,173 @@
+"""Where a task's events go: the task itself, the session's audit trail, live subscribers, and
+the task's origin — through the outbox for platforms the gateway pushes to.
+
+Two kinds of platform: *pushed* ones have a `Sink` (Discord, Telegram): replies and prompts are
+recorded in the outbox and handed to the sink, once. *Pulled* ones (HTTP, the terminal) read
+a task's events from the gateway themselves (streams, task routes), so nothing is pushed to
+them and the outbox keeps nothing for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+from gateway.adapter import Progress, Sink
+from gateway.clock import Clock
+from gateway.engine.outbox import OUTBOX_KINDS, Courier
+from gateway.engine.task import Task
+from gateway.events import Event, Origin
+from gateway.ids import validate_session_id
+from gateway.logs import get_logger
+from gateway.store import outbox as outbox_table
+from gateway.store.outbox import OutboxEntry, OutboxItem
+from gateway.store.sessions import SessionStore
+
+log = get_logger(__name__)
+
+SUBSCRIBER_BUFFER = 256
+
+
+class Subscription:
+    """Live events of one session, for a reader that may be slow: drops rather than blocks."""
+
+    def __init__(self, session_id: str, size: int = SUBSCRIBER_BUFFER) -> None:
+        self.session_id = session_id
+        self.queue: asyncio.Queue[Event] = asyncio.Queue(size)
+        self.dropped = 0
+
+    def offer(self, event: Event) -> None:
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+    async def get(self) -> Event:
+        return await self.queue.get()
+
+
+class Dispatch:
+    def __init__(self, store: SessionStore, counters: dict[str, int], clock: Clock) -> None:
+        self.store = store
+        self.counters = counters
+        self.sinks: dict[str, Sink] = {}
+        self.pulled: set[str] = set()
+        self.courier = Courier(store.db, self.sinks, self._log_for_courier, clock=clock)
+        self._subscribers: dict[str, set[Subscription]] = {}
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def register_sink(self, platform: str, sink: Sink) -> None:
+        self.sinks[platform] = sink
+        self.pulled.discard(platform)
+
+    def register_pulled(self, platform: str) -> None:
+        """The platform's clients read every event from the gateway: push nothing to them."""
+        self.pulled.add(platform)
+        self.sinks.pop(platform, None)
+
+    def pushed(self, origin: Origin) -> bool:
+        """Whether replies to this origin go out through the outbox."""
+        return origin.platform not in self.pulled
+
+    @contextlib.contextmanager
+    def subscribe(self, session_id: str) -> Iterator[Subscription]:
+        sub = Subscription(validate_session_id(session_id))
+        self._subscribers.setdefault(session_id, set()).add(sub)
+        try:
+            yield sub
+        finally:
+            self._subscribers[session_id].discard(sub)
+            if not self._subscribers[session_id]:
+                del self._subscribers[session_id]
+            if sub.dropped:
+                self.counters["subscriber_drops"] += sub.dropped
+                log.warning("slow subscriber lost events", session=session_id, dropped=sub.dropped)
+
+    def subscribers(self, session_id: str) -> int:
+        return len(self._subscribers.get(session_id, ()))
+
+    # -- events ----------------------------------------------------------------------------
+
+    async def emit(self, task: Task, event: Event, *, item: OutboxItem | None = None) -> None:
+        """Record `event` (task, audit trail, subscribers), then deliver it to the origin."""
+        event = await self.record(task, event)
+        await self.deliver(task, event, item=item)
+
+    async def record(self, task: Task, event: Event) -> Event:
+        """Stamp `event` with its task and window, and record it everywhere but the origin."""
+        event = event.model_copy(
+            update={"task_hash": task.task_hash, "window_hash": task.origin.window_hash}
+        )
+        self.counters["events"] += 1
+        await task.add_event(event)
+        body = event.model_dump_json(
+            exclude={"kind", "session_id", "task_hash", "window_hash", "at"}
+        )
+        try:
+            await self.store.log_action(
+                task.session_id,
+                event.kind,
+                body,
+                window_hash=task.origin.window_hash,
+                task_hash=task.task_hash,
+            )
+        except FileNotFoundError:
+            log.warning("session gone while its task ran", session=task.session_id)
+        for sub in self._subscribers.get(task.session_id, ()):
+            sub.offer(event)
+        return event
+
+    async def deliver(self, task: Task, event: Event, *, item: OutboxItem | None = None) -> None:
+        """Hand a recorded event to its origin: replies and prompts through the outbox (`item`
+        when the caller recorded the entry already), the rest straight to the sink."""
+        if not self.pushed(task.origin):
+            return
+        if event.kind in OUTBOX_KINDS:
+            if item is None:
+                item = await outbox_table.claim(self.store.db, self.outbox_entry(task, event))
+            await self.courier.send(item)
+            return
+        sink = self.sinks.get(task.origin.platform)
+        if sink is None:
+            return
+        try:
+            await sink.deliver(task.origin, event, Progress())
+        except Exception:
+            self.counters["sink_errors"] += 1
+            log.exception("delivery failed", platform=task.origin.platform, kind=event.kind)
+
+    def outbox_entry(self, task: Task, event: Event) -> OutboxEntry:
+        event = event.model_copy(
+            update={"task_hash": task.task_hash, "window_hash": task.origin.window_hash}
+        )
+        # The timestamp is left out of the identity: the same chunk made again after a restart
+        # must be recognised as the one already recorded.
+        payload = {
+            "origin": task.origin.to_json(),
+            "event": event.model_dump(mode="json", exclude={"at"}),
+        }
+        return OutboxEntry(
+            task.session_id,
+            task.task_hash,
+            task.next_chunk(),
+            event.kind,
+            task.origin.platform,
+            payload,
+        )
+
+    async def notice(self, origin: Origin, text: str) -> None:
+        """A line for `origin` outside any conversation (queue position, prompt expiry)."""
+        sink = self.sinks.get(origin.platform)
+        if sink is None:
+            return
+        try:
+            await sink.notice(origin, text)
+        except Exception:
+            self.counters["sink_errors"] += 1
+            log.exception("notice failed", platform=origin.platform)
+
+    async def _log_for_courier(self, session_id: str, kind: str, body: str, task_hash: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            await self.store.log_action(session_id, kind, body, task_hash=task_hash)

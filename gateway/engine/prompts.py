@@ -1,0 +1,189 @@
+"""Confirmations and questions a running task puts to the person who started it.
+
+A prompt goes only to the task's origin, is journaled before it is shown, and parks the task
+without holding a concurrency slot. It is answered by the requester or an admin (`auth`), or
+expires after `confirm_timeout_seconds`: a confirmation then counts as denied, a question as
+unanswered. A prompt answered before a restart is not asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.auth import Authority
+from gateway.clock import Clock
+from gateway.engine.dispatch import Dispatch
+from gateway.engine.journal import Answer, PromptAsked, PromptKind
+from gateway.engine.scheduler import Scheduler
+from gateway.engine.task import Prompt, Task
+from gateway.events import AnswerEvent, AskUserEvent, ConfirmEvent, Origin
+
+# Who "answered" a confirmation that the session allow-list approved without asking.
+ALLOW_LIST = "allow-list"
+
+
+class PromptError(Exception):
+    """An answer that cannot be taken; `code` tells adapters which status to show."""
+
+    code = "invalid"
+
+
+class PromptNotFound(PromptError):
+    code = "not_found"
+
+
+class AlreadyAnswered(PromptError):
+    code = "already_answered"
+
+
+class Prompts:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        scheduler: Scheduler,
+        authority: Authority,
+        clock: Clock,
+        timeout_seconds: float,
+    ) -> None:
+        self.dispatch = dispatch
+        self.scheduler = scheduler
+        self.authority = authority
+        self.clock = clock
+        self.timeout_seconds = timeout_seconds
+
+    async def ask(
+        self,
+        task: Task,
+        kind: PromptKind,
+        *,
+        tool: str = "",
+        args: dict[str, Any] | None = None,
+        question: str = "",
+        options: Sequence[str] = (),
+        auto_approve: bool = False,
+    ) -> Answer:
+        """Ask the task's origin, wait for the answer (or the expiry), and return it."""
+        answered_before = task.journal.replay.next_prompt()
+        if answered_before is not None and answered_before.answer is not None:
+            # Answered before a restart: the answer stands, nobody is asked twice.
+            task.journal.steps.append(answered_before)
+            if answered_before.answer.by != ALLOW_LIST and self.dispatch.pushed(task.origin):
+                # The first life sent this prompt through the outbox: keep chunk numbers where
+                # they were then.
+                task.next_chunk()
+            return answered_before.answer
+        if kind == "confirm" and auto_approve:
+            return await self._allow_listed(task)
+
+        prompt = Prompt(
+            kind=kind,
+            session_id=task.session_id,
+            task_hash=task.task_hash,
+            origin=task.origin,
+            expires_at=self.clock.now_ms() + int(self.timeout_seconds * 1000),
+            tool=tool,
+            args=dict(args or {}),
+            question=question,
+            options=tuple(options),
+        )
+        step = PromptAsked(kind)
+        task.journal.steps.append(step)
+        task.prompt = prompt
+        task.answer = asyncio.get_running_loop().create_future()
+        task.status = "waiting"
+        await task.save_journal()
+        await self.dispatch.emit(task, _prompt_event(prompt))
+        async with self.scheduler.parked(task):
+            answer = await self._wait(task, prompt, task.answer)
+        task.prompt = task.answer = None
+        step.answer = answer
+        await self.dispatch.emit(
+            task,
+            AnswerEvent(
+                session_id=task.session_id,
+                prompt=kind,
+                approved=answer.approved,
+                answer=answer.text,
+                answered_by=answer.by,
+            ),
+        )
+        await task.set_status("running")
+        await task.save_journal()
+        return answer
+
+    async def _allow_listed(self, task: Task) -> Answer:
+        """Allowed for this session (`/allow <tool>`): nobody is asked, the audit trail still
+        shows the approval and who granted it."""
+        answer = Answer(approved=True, by=ALLOW_LIST)
+        task.journal.steps.append(PromptAsked("confirm", answer))
+        await self.dispatch.emit(
+            task,
+            AnswerEvent(
+                session_id=task.session_id, prompt="confirm", approved=True, answered_by=ALLOW_LIST
+            ),
+        )
+        await task.save_journal()
+        return answer
+
+    async def _wait(self, task: Task, prompt: Prompt, future: asyncio.Future[Answer]) -> Answer:
+        try:
+            return await self.clock.wait_for(asyncio.shield(future), self.timeout_seconds)
+        except TimeoutError:
+            if future.done():  # answered as the time ran out: the answer counts
+                return future.result()
+        confirm = prompt.kind == "confirm"
+        expired = Answer(approved=False if confirm else None, by="timeout")
+        future.set_result(expired)
+        what, outcome = (
+            ("confirmation", "treated as denied") if confirm else ("question", "left unanswered")
+        )
+        await self.dispatch.notice(task.origin, f"The {what} expired and was {outcome}.")
+        return expired
+
+    def check(self, task: Task, responder: Origin) -> Prompt:
+        """The task's open prompt, if `responder` may answer it; raises otherwise."""
+        prompt = task.prompt
+        if prompt is None or task.answer is None or task.answer.done():
+            if any(isinstance(step, PromptAsked) for step in task.journal.steps):
+                raise AlreadyAnswered(f"the prompt of task {task.task_hash} was already answered")
+            raise PromptNotFound(f"task {task.task_hash} is not waiting for an answer")
+        self.authority.require_requester(responder, prompt.origin, "answer this prompt")
+        return prompt
+
+    def answer(
+        self, task: Task, responder: Origin, *, approve: bool | None, text: str | None
+    ) -> Answer:
+        prompt = self.check(task, responder)
+        by = responder.sender_name or responder.sender_id or responder.platform
+        if prompt.kind == "confirm":
+            if approve is None:
+                raise PromptError("a confirmation is answered with approve: true or false")
+            answer = Answer(approved=approve, by=by)
+        else:
+            if text is None:
+                raise PromptError("a question is answered with a text answer")
+            answer = Answer(text=text, by=by)
+        assert task.answer is not None
+        task.answer.set_result(answer)
+        return answer
+
+
+def _prompt_event(prompt: Prompt) -> ConfirmEvent | AskUserEvent:
+    requester = prompt.origin.sender_name or prompt.origin.sender_id
+    if prompt.kind == "confirm":
+        return ConfirmEvent(
+            session_id=prompt.session_id,
+            tool=prompt.tool,
+            args=prompt.args,
+            requester=requester,
+            expires_at=prompt.expires_at,
+        )
+    return AskUserEvent(
+        session_id=prompt.session_id,
+        question=prompt.question,
+        options=list(prompt.options),
+        requester=requester,
+        expires_at=prompt.expires_at,
+    )

@@ -1,0 +1,234 @@
+"""One task's life: the agent runs with the session's context, its steps become events, its
+tools run once (journaled around the call), and its end is recorded — reply, run, outbox
+entry — in one transaction before anyone hears of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from gateway.agents.base import (
+    Agent,
+    AgentFailed,
+    Delta,
+    Reply,
+    Step,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from gateway.engine.context import load_context
+from gateway.engine.dispatch import Dispatch
+from gateway.engine.journal import ToolFinished, ToolStarted
+from gateway.engine.prompts import Prompts
+from gateway.engine.task import Task
+from gateway.events import (
+    CanceledEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    TextDeltaEvent,
+    TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+)
+from gateway.logs import get_logger
+from gateway.presence import Presence
+from gateway.store.sessions import RunRecord, SessionStore
+from gateway.store.usage import UsageRecord, record_usage
+
+log = get_logger(__name__)
+
+
+class Runner:
+    def __init__(
+        self,
+        store: SessionStore,
+        agent: Agent,
+        presence: Presence,
+        dispatch: Dispatch,
+        prompts: Prompts,
+        counters: dict[str, int],
+        window: int,
+    ) -> None:
+        self.store = store
+        self.agent = agent
+        self.presence = presence
+        self.dispatch = dispatch
+        self.prompts = prompts
+        self.counters = counters
+        self.window = window
+        # Called with the session id after each task that finished with a reply (background
+        # work such as the rolling summary hooks in here, off the reply path).
+        self.after_task: list[Callable[[str], None]] = []
+
+    async def run(self, task: Task) -> None:
+        self.counters["tasks_started"] += 1
+        try:
+            await task.set_status("running")
+            # The journal written at submission already holds all a replay needs until a step.
+            context = await load_context(task, self.store, self.prompts, self.run_tool, self.window)
+            async with (
+                self.presence.hold(task.session_id, task.task_hash),
+                _closing(self.agent.run(context)) as steps,
+            ):
+                async for step in steps:
+                    await self._step(task, step)
+        except asyncio.CancelledError:
+            if task.canceled_by:
+                await self.finish_canceled(task)
+                return
+            await task.set_status("interrupted")
+            raise
+        except AgentFailed as exc:
+            await self._finish_error(task, str(exc))
+            return
+        except Exception as exc:
+            log.exception("task crashed", session=task.session_id, task=task.task_hash)
+            await self._finish_error(task, f"internal error: {type(exc).__name__}")
+            return
+        await self._finish_done(task)
+
+    async def _step(self, task: Task, step: Step) -> None:
+        sid = task.session_id
+        if isinstance(step, Delta):
+            await self.dispatch.emit(task, TextDeltaEvent(session_id=sid, text=step.text))
+        elif isinstance(step, ToolCall):
+            await self._tool_started(task, step)
+        elif isinstance(step, ToolResult):
+            await self._tool_finished(task, step)
+        elif isinstance(step, Usage):
+            await record_usage(
+                self.store.db,
+                UsageRecord(
+                    sid,
+                    step.model,
+                    input=step.input,
+                    output=step.output,
+                    cache_read=step.cache_read,
+                    cache_write=step.cache_write,
+                    elapsed_ms=step.elapsed_ms,
+                    tool_calls=step.tool_calls,
+                ),
+            )
+        elif isinstance(step, Reply):
+            task.reply = step.text
+
+    # -- tools -----------------------------------------------------------------------------
+
+    async def run_tool(
+        self, task: Task, call: ToolCall, execute: Callable[[], Awaitable[str]]
+    ) -> ToolResult:
+        """Run a tool once per task, journaled around the call.
+
+        On a task replayed after a restart, a call that had finished returns its recorded
+        result, and one that had started but not finished is not run again: it is reported to
+        the agent as interrupted.
+        """
+        before = task.journal.replay.tool(call.call_id)
+        finished = [s for s in before if isinstance(s, ToolFinished)]
+        if finished:
+            task.journal.steps.extend(before)
+            done = finished[-1]
+            task.tool_results.append(done.record())
+            return ToolResult(call.call_id, call.tool, done.status, done.result)
+        if before:
+            result = ToolResult(
+                call.call_id,
+                call.tool,
+                "interrupted",
+                "the gateway restarted while this tool was running",
+            )
+        else:
+            await self._tool_started(task, call)
+            try:
+                result = ToolResult(call.call_id, call.tool, "ok", await execute())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                result = ToolResult(
+                    call.call_id, call.tool, "error", f"{type(exc).__name__}: {exc}"
+                )
+        await self._tool_finished(task, result)
+        return result
+
+    async def _tool_started(self, task: Task, call: ToolCall) -> None:
+        task.journal.steps.append(ToolStarted(call.call_id, call.tool, call.args))
+        await task.save_journal()
+        await self.dispatch.emit(
+            task,
+            ToolCallEvent(
+                session_id=task.session_id, call_id=call.call_id, tool=call.tool, args=call.args
+            ),
+        )
+
+    async def _tool_finished(self, task: Task, result: ToolResult) -> None:
+        step = ToolFinished(result.call_id, result.tool, result.status, result.result)
+        task.tool_results.append(step.record())
+        task.journal.steps.append(step)
+        await task.save_journal()
+        await self.dispatch.emit(
+            task,
+            ToolResultEvent(
+                session_id=task.session_id,
+                call_id=result.call_id,
+                tool=result.tool,
+                status=result.status,
+                result=result.result,
+            ),
+        )
+
+    # -- the end ---------------------------------------------------------------------------
+
+    async def _finish_done(self, task: Task) -> None:
+        text_event = TextEvent(session_id=task.session_id, text=task.reply)
+        await self._record_end(task, task.reply, text_event)
+        await self.dispatch.emit(task, DoneEvent(session_id=task.session_id, text=task.reply))
+        self.counters["tasks_done"] += 1
+        await task.journal.close()  # before waiters hear of the end
+        await task.set_status("done")
+        for hook in self.after_task:
+            hook(task.session_id)
+
+    async def _finish_error(self, task: Task, message: str) -> None:
+        task.error = message
+        await self._record_end(task, "", ErrorEvent(session_id=task.session_id, message=message))
+        self.counters["tasks_failed"] += 1
+        await task.journal.close()  # before waiters hear of the end
+        await task.set_status("error")
+
+    async def _record_end(self, task: Task, reply: str, event: Event) -> None:
+        """The reply, the run and the outbox entry that carries `event`, in one transaction;
+        then `event` goes out."""
+        pushed = self.dispatch.pushed(task.origin)
+        items = await self.store.finish_run(
+            RunRecord(task.session_id, task.task_hash, task.text, reply, task.tool_results),
+            reply,
+            sender=self.agent.name,
+            outbox=[self.dispatch.outbox_entry(task, event)] if pushed else [],
+        )
+        await self.dispatch.emit(task, event, item=items[0] if items else None)
+
+    async def finish_canceled(self, task: Task) -> None:
+        if task.answer is not None and not task.answer.done():
+            task.answer.cancel()
+        task.prompt = task.answer = None
+        await self.dispatch.emit(
+            task, CanceledEvent(session_id=task.session_id, by=task.canceled_by)
+        )
+        self.counters["tasks_canceled"] += 1
+        await task.journal.close()  # before waiters hear of the end
+        await task.set_status("canceled")
+
+
+@contextlib.asynccontextmanager
+async def _closing(steps: AsyncIterator[Step]) -> AsyncIterator[AsyncIterator[Step]]:
+    """Close the agent's run on the way out, cancel included, so its own clean-up (stopping a
+    subprocess, closing a stream) runs now rather than whenever the generator is collected."""
+    try:
+        yield steps
+    finally:
+        aclose = getattr(steps, "aclose", None)
+        if aclose is not None:
+            await aclose()

@@ -1,0 +1,126 @@
+"""The running core without any front-end: stores, agent, router, commands, settings.
+
+Adapters receive a `Runtime`; tests start one directly. `close` stops it in reverse order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gateway.adapter import HttpRoute
+from gateway.agents.base import Agent
+from gateway.agents.summary import RollingSummary, Summarizes
+from gateway.auth import Authority
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.commands.builtin import BuiltinCommands
+from gateway.commands.registry import CommandRegistry
+from gateway.engine.router import Router
+from gateway.logs import get_logger
+from gateway.presence import Presence
+from gateway.session_settings import SessionSettings
+from gateway.settings import Settings
+from gateway.store.kv import KVStore, open_kv
+from gateway.store.sessions import SessionStore
+
+log = get_logger(__name__)
+
+AGENTS = ("offline", "openai", "claude-code")
+
+
+class UnknownAgent(ValueError):
+    pass
+
+
+def build_agent(settings: Settings) -> Agent:
+    name = settings.agent
+    if name == "offline":
+        from gateway.agents.offline import OfflineAgent
+
+        return OfflineAgent()
+    if name == "openai":
+        from gateway.agents.openai import OpenAIAgent
+
+        return OpenAIAgent(settings)
+    if name == "claude-code":
+        from gateway.agents.claude_code import ClaudeCodeAgent, ClaudeCodeUnavailable
+
+        try:
+            return ClaudeCodeAgent(settings)
+        except ClaudeCodeUnavailable as exc:
+            # Shown by `agenvoy run` as a start-up error, like an unknown agent name.
+            raise UnknownAgent(str(exc)) from exc
+    raise UnknownAgent(f"unknown agent {name!r} (AGENVOY_AGENT); available: {', '.join(AGENTS)}")
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: SessionStore
+    kv: KVStore
+    presence: Presence
+    agent: Agent
+    router: Router
+    authority: Authority
+    commands: CommandRegistry
+    session_settings: SessionSettings
+    clock: Clock
+    summary: RollingSummary | None = None
+    # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
+    http_routes: list[HttpRoute] = field(default_factory=list)
+
+    @classmethod
+    async def start(cls, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> Runtime:
+        agent = build_agent(settings)
+        store = await SessionStore.open(settings)
+        try:
+            kv = await open_kv(settings.resolved_kv_url)
+        except BaseException:
+            await store.close()
+            raise
+        presence = Presence(
+            kv,
+            settings.instance_id,
+            ttl=settings.presence_ttl_seconds,
+            refresh=settings.presence_refresh_seconds,
+        )
+        cleared = await presence.clear_instance()
+        if cleared:
+            log.info("cleared presence left by a previous run", keys=cleared)
+        authority = Authority(settings.admin_keys)
+        router = Router(settings, store, agent, presence, authority=authority, clock=clock)
+        session_settings = SessionSettings(
+            store,
+            authority,
+            max_persona_chars=settings.max_message_chars,
+            known_tools=getattr(agent, "tool_names", None),
+        )
+        commands = CommandRegistry(authority)
+        BuiltinCommands(commands, router, store, session_settings, agent.name, clock).register()
+        router.commands = commands.run
+        summary = None
+        if isinstance(agent, Summarizes):
+            summary = RollingSummary(store, agent, settings.history_window)
+            router.after_task.append(summary.schedule)
+        return cls(
+            settings,
+            store,
+            kv,
+            presence,
+            agent,
+            router,
+            authority,
+            commands,
+            session_settings,
+            clock,
+            summary,
+        )
+
+    async def close(self) -> None:
+        await self.router.close()
+        if self.summary is not None:
+            await self.summary.close()
+        closer = getattr(self.agent, "aclose", None)
+        if closer is not None:
+            await closer()
+        await self.kv.close()
+        await self.store.close()
