@@ -436,6 +436,7 @@ class FakeDiscord(LocalServer):
         intents switched on "in the developer portal": asking for others closes with 4014.
         ``interaction_timeout`` (seconds, None = never) makes late first responses 10062.
         """
+        super().__init__()
         self.token = token
         self.bot_user: JSON = user(bot_id, bot_username, bot=True)
         self.bot_user["global_name"] = None
@@ -474,44 +475,21 @@ class FakeDiscord(LocalServer):
         self._early: list[tuple[str, JSON]] = []
         self._connections: list[_Connection] = []
         self._cond = asyncio.Condition()
-        self._background: set[asyncio.Task[Any]] = set()
         self._routes = self._build_routes()
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start listening on a free port of 127.0.0.1."""
-        if self._runner is not None:
-            return
+    def _app(self) -> web.Application:
         app = web.Application(client_max_size=ATTACHMENT_SIZE_LIMIT + 1024 * 1024)
         app.router.add_get("/gateway", self._handle_ws)
         app.router.add_get("/gateway/", self._handle_ws)
         app.router.add_get("/attachments/{cid}/{aid}/{filename}", self._handle_attachment)
         app.router.add_route("*", "/api/v10{tail:.*}", self._handle_api)
         app.router.add_route("*", "/{tail:.*}", self._handle_not_found)
-        await self._serve(app)
+        return app
 
-    async def stop(self) -> None:
-        """Close every websocket and stop the server."""
-        if self._runner is None:
-            return
-        for conn in list(self._connections):
-            conn.close(1001)
-        writers = [c.writer for c in self._connections if c.writer is not None]
-        if writers:
-            await asyncio.wait(writers, timeout=2.0)
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
-        await self._unserve()
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("FakeDiscord is not started")
-        return self._port
+    async def _stopping(self) -> None:
+        await self.disconnect(1001)
 
     @property
     def url(self) -> str:

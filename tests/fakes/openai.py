@@ -14,6 +14,8 @@ server-sent-events answer are produced, including ``stream_options.include_usage
 
 Every authorised request body is kept in ``requests``; :meth:`FakeOpenAI.wait_for_request`
 waits for one. Requests with a wrong or missing key get a 401 and are not recorded.
+``drop_next(CHAT_ROUTE)`` closes the connection of the next request before the script is
+consulted.
 
 Not simulated: models other than echoing the requested name, ``n > 1``, logprobs, images,
 the Responses API and real tokenisation (tokens are counted as whitespace-separated words).
@@ -28,16 +30,22 @@ import json
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 from aiohttp import web
 
-from .base import LocalServer
+from .base import (
+    DEFAULT_TIMEOUT,
+    JSON,
+    BodyPredicate,
+    CallRecord,
+    DropConnection,
+    RecordingServer,
+)
 
-JSON = dict[str, Any]
-
+CHAT_ROUTE = "POST /v1/chat/completions"
 DEFAULT_API_KEY = "sk-test-fake"
 DEFAULT_MODEL = "fake-model"
 NO_SCRIPTED_REPLY = "(no scripted reply)"
@@ -205,41 +213,24 @@ def _arguments_text(arguments: JSON | str) -> str:
 # The server
 
 
-class FakeOpenAI(LocalServer):
+class FakeOpenAI(RecordingServer[CallRecord]):
     """An OpenAI-compatible ``/v1/chat/completions`` server answering from a script."""
 
     def __init__(self, api_key: str = DEFAULT_API_KEY) -> None:
+        super().__init__()
         self.api_key = api_key
-        self.requests: list[JSON] = []
         self._script: deque[Reply] = deque()
-        self._consumed: set[int] = set()
         self._ids = itertools.count(1)
-        self._cond = asyncio.Condition()
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
 
-    # -- lifecycle -----------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Start listening on a free port of 127.0.0.1."""
-        if self._runner is not None:
-            return
+    def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle_chat)
-        await self._serve(app)
-
-    async def stop(self) -> None:
-        """Stop the server; answers still in progress are cut off."""
-        if self._runner is None:
-            return
-        await self._unserve()
+        return app
 
     @property
     def url(self) -> str:
         """Base URL ``http://127.0.0.1:<port>/v1``; only valid after :meth:`start`."""
-        if self._port is None:
-            raise RuntimeError("FakeOpenAI is not started")
-        return f"http://127.0.0.1:{self._port}/v1"
+        return f"http://127.0.0.1:{self.port}/v1"
 
     # -- test-side control ---------------------------------------------------------------------
 
@@ -252,23 +243,27 @@ class FakeOpenAI(LocalServer):
         """How many scripted replies have not been used yet."""
         return len(self._script)
 
+    @property
+    def requests(self) -> list[JSON]:
+        """Every authorised request body, in arrival order."""
+        return [record.data for record in self.call_log]
+
     def reset(self) -> None:
         """Forget recorded requests and the remaining script."""
-        self.requests.clear()
-        self._consumed.clear()
+        self._forget_calls()
         self._script.clear()
 
     def last_messages(self) -> list[JSON]:
         """The ``messages`` of the latest recorded request."""
-        if not self.requests:
+        if not self.call_log:
             raise AssertionError("FakeOpenAI has received no request")
-        messages = self.requests[-1].get("messages")
+        messages = self.call_log[-1].data.get("messages")
         return list(messages) if isinstance(messages, list) else []
 
     async def wait_for_request(
         self,
-        predicate: Callable[[JSON], bool] = lambda body: True,
-        timeout: float = 5.0,  # noqa: ASYNC109 - a per-call deadline reads best in tests
+        predicate: BodyPredicate = lambda body: True,
+        timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - a per-call deadline reads best in tests
     ) -> JSON:
         """Wait for a recorded request whose body matches ``predicate`` and return the body.
 
@@ -277,25 +272,10 @@ class FakeOpenAI(LocalServer):
         answered, so this also returns while a ``Slow`` reply is still sleeping. Raises
         ``AssertionError`` when nothing matches within ``timeout``.
         """
-        found: list[int] = []
-
-        def match() -> bool:
-            for index, body in enumerate(self.requests):
-                if index not in self._consumed and predicate(body):
-                    found.append(index)
-                    return True
-            return False
-
-        try:
-            async with asyncio.timeout(timeout), self._cond:
-                await self._cond.wait_for(match)
-        except TimeoutError:
-            raise AssertionError(
-                f"no matching chat completion request within {timeout}s; "
-                f"{len(self.requests)} received, {len(self._consumed)} already handed out"
-            ) from None
-        self._consumed.add(found[0])
-        return self.requests[found[0]]
+        record = await self._wait_for(
+            lambda record: predicate(record.data), timeout, "matching chat completion request"
+        )
+        return record.data
 
     # -- request handling ----------------------------------------------------------------------
 
@@ -315,9 +295,13 @@ class FakeOpenAI(LocalServer):
             return _json_error(400, "The request body must be a JSON object.")
         if not isinstance(body.get("messages"), list):
             return _json_error(400, "Missing required parameter: 'messages'.", code=None)
-        async with self._cond:
-            self.requests.append(copy.deepcopy(body))
-            self._cond.notify_all()
+        return await self._answer(
+            request, CallRecord(CHAT_ROUTE, body), lambda record: self._reply(request, record)
+        )
+
+    async def _reply(self, request: web.Request, record: CallRecord) -> web.StreamResponse:
+        self._fail_if_queued(record)
+        body = record.data
         reply: Reply = self._script.popleft() if self._script else Text(NO_SCRIPTED_REPLY)
         while isinstance(reply, Slow):
             await asyncio.sleep(reply.seconds)
@@ -333,7 +317,7 @@ class FakeOpenAI(LocalServer):
         completion_id = f"chatcmpl-fake-{next(self._ids)}"
         model = body.get("model") if isinstance(body.get("model"), str) else DEFAULT_MODEL
         if isinstance(reply, Cut):
-            return await self._cut(request, reply, completion_id, str(model), body)
+            await self._cut(request, reply, completion_id, str(model), body)
         if body.get("stream") is True:
             return await self._stream(request, body, reply, completion_id, str(model))
         if isinstance(reply, Malformed):
@@ -396,10 +380,10 @@ class FakeOpenAI(LocalServer):
 
     async def _cut(
         self, request: web.Request, reply: Cut, completion_id: str, model: str, body: JSON
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
+    ) -> NoReturn:
         if body.get("stream") is True:
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
             for piece in _split_pieces(reply.text)[: reply.pieces]:
                 frame = {
                     "id": completion_id,
@@ -409,10 +393,7 @@ class FakeOpenAI(LocalServer):
                     "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
                 }
                 await response.write(f"data: {json.dumps(frame)}\n\n".encode())
-        # Gone mid-answer, the way a proxy timeout or a crashed server looks to the client.
-        assert request.transport is not None
-        request.transport.abort()
-        return response
+        raise DropConnection
 
     async def _stream(
         self,

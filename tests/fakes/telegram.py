@@ -441,6 +441,7 @@ class FakeTelegram(LocalServer):
         bot_username: str = "agenvoy_test_bot",
         bot_first_name: str = "Agenvoy Test Bot",
     ) -> None:
+        super().__init__()
         self.token = token
         bot_id = int(token.split(":", 1)[0]) if _INT_RE.fullmatch(token.split(":", 1)[0]) else 1
         self.bot_user: JSON = {
@@ -476,11 +477,7 @@ class FakeTelegram(LocalServer):
         self._waiting_polls = 0
         self._closing = False
         self._cond = asyncio.Condition()
-        self._background: set[asyncio.Task[None]] = set()
-        self._deliver_task: asyncio.Task[None] | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._runner: web.AppRunner | None = None
-        self._port: int | None = None
         self._methods: dict[str, tuple[str, Handler]] = {
             name.lower(): (name, handler)
             for name, handler in {
@@ -509,41 +506,32 @@ class FakeTelegram(LocalServer):
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Start listening on a free port of 127.0.0.1."""
-        if self._runner is not None:
-            return
-        self._closing = False
+    def _app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_UPLOAD_BYTES)
         app.router.add_route("*", "/bot{token}/{method}", self._handle_api)
         app.router.add_get("/file/bot{token}/{file_path:.+}", self._handle_download)
-        await self._serve(app)
+        return app
+
+    async def _started(self) -> None:
+        self._closing = False
         self._session = aiohttp.ClientSession()
-        self._deliver_task = asyncio.create_task(self._deliver_webhooks())
+        self._spawn(self._deliver_webhooks())
+
+    async def _stopping(self) -> None:
+        # Pending long-polls return at once instead of holding up the runner's cleanup.
+        self._closing = True
+        await self._notify()
 
     async def stop(self) -> None:
-        """Stop the server; pending long-polls return at once."""
-        if self._runner is None:
-            return
-        self._closing = True
-        async with self._cond:
-            self._cond.notify_all()
-        tasks = [t for t in (self._deliver_task, *self._background) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._deliver_task = None
+        await super().stop()
         if self._session is not None:
             await self._session.close()
             self._session = None
-        await self._unserve()
 
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>``; only valid after :meth:`start`."""
-        if self._port is None:
-            raise RuntimeError("FakeTelegram is not started")
-        return f"http://127.0.0.1:{self._port}"
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:
@@ -1454,12 +1442,10 @@ class FakeTelegram(LocalServer):
     def _wake(self) -> None:
         """Notify waiters from synchronous code (the condition needs its lock held)."""
         try:
-            loop = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:
             return
-        task = loop.create_task(self._notify())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self._spawn(self._notify())
 
     async def _notify(self) -> None:
         async with self._cond:
