@@ -41,8 +41,9 @@ class CallRecord:
 
     ``route`` is what waits and failures match it by. ``status`` stays None until the call
     has been answered; a call whose connection was dropped on purpose has ``dropped`` set
-    instead. ``response`` is the JSON answer, error bodies included. ``time`` is the
-    ``time.monotonic()`` of arrival, so tests can check how long a client backed off.
+    instead. ``response`` is the JSON answer, error bodies included, for fakes that keep it.
+    ``time`` is the ``time.monotonic()`` of arrival, so tests can check how long a client
+    backed off.
     """
 
     route: str

@@ -31,7 +31,6 @@ import itertools
 import json
 import re
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,9 +39,14 @@ import aiohttp
 from aiohttp import web
 from telegram import Update
 
-from .base import LocalServer, Upload
-
-JSON = dict[str, Any]
+from .base import (
+    DEFAULT_TIMEOUT,
+    JSON,
+    BodyPredicate,
+    CallRecord,
+    RecordingServer,
+    Upload,
+)
 
 DEFAULT_TOKEN = "123456:TEST-TOKEN"
 MAX_MESSAGE_LENGTH = 4096
@@ -159,18 +163,17 @@ class ApiError(Exception):
         self.parameters = parameters or {}
 
 
-@dataclass
-class CallRecord:
-    """One Bot API request: ``status`` stays None until it has been answered."""
-
-    method: str
-    params: JSON
-    status: int | None = None
-    description: str = ""
+class BotApiCall(CallRecord):
+    """One Bot API request; its route is the method name as the fake spells it."""
 
     @property
-    def ok(self) -> bool:
-        return self.status == 200
+    def method(self) -> str:
+        return self.route
+
+    @property
+    def description(self) -> str:
+        """The error's description, ``""`` for a successful call."""
+        return str(self.response.get("description", "")) if self.response else ""
 
 
 @dataclass
@@ -410,11 +413,15 @@ def _decode_params(raw: dict[str, Any]) -> JSON:
     return params
 
 
-def _error_response(status: int, description: str, parameters: JSON | None = None) -> web.Response:
+def _error_body(status: int, description: str, parameters: JSON | None = None) -> JSON:
     body: JSON = {"ok": False, "error_code": status, "description": description}
     if parameters:
         body["parameters"] = parameters
-    return web.json_response(body, status=status)
+    return body
+
+
+def _error_response(status: int, description: str, parameters: JSON | None = None) -> web.Response:
+    return web.json_response(_error_body(status, description, parameters), status=status)
 
 
 def _update_kind(update: JSON) -> str:
@@ -431,8 +438,10 @@ def _snapshot(message: JSON) -> JSON:
 Handler = Callable[[JSON], Awaitable[Any]]
 
 
-class FakeTelegram(LocalServer):
+class FakeTelegram(RecordingServer[BotApiCall]):
     """A fake Telegram Bot API on ``127.0.0.1``; see the module docstring."""
+
+    _unlisted_routes = frozenset({"getUpdates"})
 
     def __init__(
         self,
@@ -450,13 +459,9 @@ class FakeTelegram(LocalServer):
             "first_name": bot_first_name,
             "username": bot_username,
         }
-        self.calls: list[tuple[str, JSON]] = []
-        self.call_log: list[CallRecord] = []
         self.uploads: list[Upload] = []
         self.callback_answers: list[JSON] = []
         self.webhook_deliveries: list[JSON] = []
-        self._consumed_calls: set[int] = set()
-        self._failures: dict[str, deque[tuple[Callable[[JSON], bool] | None, ApiError]]] = {}
         self._pending: list[JSON] = []
         self._update_ids = itertools.count(1)
         self._callback_ids = itertools.count(4_000_000_000_001)
@@ -476,7 +481,6 @@ class FakeTelegram(LocalServer):
         self._poll_generation = 0
         self._waiting_polls = 0
         self._closing = False
-        self._cond = asyncio.Condition()
         self._session: aiohttp.ClientSession | None = None
         self._methods: dict[str, tuple[str, Handler]] = {
             name.lower(): (name, handler)
@@ -713,10 +717,10 @@ class FakeTelegram(LocalServer):
         message = self._messages.get((chat_id, message_id))
         return copy.deepcopy(message) if message is not None else None
 
-    def calls_to(self, method: str) -> list[JSON]:
-        """Parameters of every recorded call of ``method`` (case-insensitive), in order."""
-        wanted = method.lower()
-        return [params for name, params in self.calls if name.lower() == wanted]
+    @property
+    def calls(self) -> list[tuple[str, JSON]]:
+        """``(method, params)`` of every recorded call, in order."""
+        return [(record.method, record.data) for record in self.call_log]
 
     def my_commands(self, scope: JSON | None = None, language_code: str = "") -> list[JSON]:
         """The command list stored by ``setMyCommands`` for a scope and language."""
@@ -727,64 +731,9 @@ class FakeTelegram(LocalServer):
         """The webhook set by ``setWebhook`` (url, secret_token, ...), or None."""
         return copy.deepcopy(self._webhook)
 
-    async def wait_for_call(
-        self,
-        method: str,
-        predicate: Callable[[JSON], bool] = lambda params: True,
-        timeout: float = 5.0,  # noqa: ASYNC109 - a per-call deadline reads best in tests
-        *,
-        ok: bool | None = True,
-    ) -> JSON:
-        """Wait until a call of ``method`` matching ``predicate`` has been answered.
-
-        Returns the call's params. By the time it returns, the fake's state reflects the
-        call (``sent_messages()`` shows a sent message), though the bot may still be handling
-        the answer. ``ok=True`` (the default) matches only successful calls, ``ok=False`` only
-        failed ones (e.g. a ``fail_next`` error), ``ok=None`` either. Calls made before the
-        wait count too, but each call is handed out once: waiting twice for ``sendMessage``
-        gives the first and then the second. Raises ``AssertionError`` listing the calls seen
-        when nothing matches within ``timeout``.
-        """
-        wanted = method.lower()
-        found: list[int] = []
-
-        def match() -> bool:
-            for index, record in enumerate(self.call_log):
-                if (
-                    index in self._consumed_calls
-                    or record.status is None
-                    or record.method.lower() != wanted
-                    or (ok is not None and record.ok != ok)
-                ):
-                    continue
-                if predicate(record.params):
-                    found.append(index)
-                    return True
-            return False
-
-        try:
-            async with asyncio.timeout(timeout), self._cond:
-                await self._cond.wait_for(match)
-        except TimeoutError:
-            seen = [
-                f"{r.method}->{r.status if r.status is not None else 'pending'}"
-                for r in self.call_log
-                if r.method != "getUpdates"
-            ]
-            raise AssertionError(
-                f"no matching {method} call (ok={ok}) answered within {timeout}s; "
-                f"calls seen: {seen}"
-            ) from None
-        self._consumed_calls.add(found[0])
-        return self.call_log[found[0]].params
-
-    async def wait_until_polling(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+    async def wait_until_polling(self, timeout: float = DEFAULT_TIMEOUT) -> None:  # noqa: ASYNC109
         """Wait until a ``getUpdates`` long-poll is parked in the fake, i.e. the bot is idle."""
-        try:
-            async with asyncio.timeout(timeout), self._cond:
-                await self._cond.wait_for(lambda: self._waiting_polls > 0)
-        except TimeoutError:
-            raise AssertionError(f"no getUpdates long-poll within {timeout}s") from None
+        await self._wait_until(lambda: self._waiting_polls > 0, timeout, "getUpdates long-poll")
 
     # -- test-side control ---------------------------------------------------------------------
 
@@ -794,14 +743,15 @@ class FakeTelegram(LocalServer):
         status: int,
         description: str = "",
         *,
-        when: Callable[[JSON], bool] | None = None,
+        times: int = 1,
+        when: BodyPredicate | None = None,
         **parameters: Any,
     ) -> None:
-        """Make the next call of ``method`` answer this error instead; calls queue up.
+        """Make the next ``times`` calls of ``method`` answer this error; failures queue up.
 
         ``parameters`` become the error's ``parameters`` (``retry_after``,
         ``migrate_to_chat_id``). Without a description a standard one is used. ``when``
-        limits the failure to the next call whose parameters it accepts.
+        limits the failure to calls whose parameters it accepts.
         """
         if not description:
             if "migrate_to_chat_id" in parameters:
@@ -810,9 +760,8 @@ class FakeTelegram(LocalServer):
                 description = f"Too Many Requests: retry after {parameters['retry_after']}"
             else:
                 description = _DEFAULT_DESCRIPTIONS.get(status, "Error")
-        self._failures.setdefault(method.lower(), deque()).append(
-            (when, ApiError(status, description, parameters))
-        )
+        error = ApiError(status, description, parameters)
+        self._queue_failure(method, error, times=times, when=when)
 
     def register_file(self, file_id: str, data: bytes, file_path: str | None = None) -> JSON:
         """Make ``getFile(file_id)`` and the download route serve ``data``; returns the File."""
@@ -827,7 +776,7 @@ class FakeTelegram(LocalServer):
 
     # -- HTTP handlers -------------------------------------------------------------------------
 
-    async def _handle_api(self, request: web.Request) -> web.Response:
+    async def _handle_api(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["token"] != self.token:
             return _error_response(401, "Unauthorized")
         raw_method = request.match_info["method"]
@@ -837,37 +786,24 @@ class FakeTelegram(LocalServer):
             return _error_response(exc.status, exc.description, exc.parameters)
         entry = self._methods.get(raw_method.lower())
         method, handler = entry if entry else (raw_method, None)
-        record = CallRecord(method, params)
-        async with self._cond:
-            self.calls.append((method, params))
-            self.call_log.append(record)
-            self._cond.notify_all()
+        return await self._answer(
+            request, BotApiCall(method, params), lambda record: self._respond(record, handler)
+        )
+
+    async def _respond(self, record: BotApiCall, handler: Handler | None) -> web.Response:
         try:
             if handler is None:
                 raise ApiError(404, "Not Found")
-            failures = self._failures.get(method.lower(), deque())
-            for queued in failures:
-                when, error = queued
-                if when is None or when(params):
-                    failures.remove(queued)
-                    raise error
-            result = await handler(params)
+            self._fail_if_queued(record)
+            status, body = 200, {"ok": True, "result": await handler(record.data)}
         except ApiError as exc:
-            response = _error_response(exc.status, exc.description, exc.parameters)
-            record.description = exc.description
-        except Exception as exc:
-            # A bug in the fake itself: record it, then let aiohttp log it and answer 500.
-            async with self._cond:
-                record.status = 500
-                record.description = f"fake raised {exc!r}"
-                self._cond.notify_all()
-            raise
-        else:
-            response = web.json_response({"ok": True, "result": result})
-        async with self._cond:
-            record.status = response.status
-            self._cond.notify_all()
-        return response
+            status, body = exc.status, _error_body(exc.status, exc.description, exc.parameters)
+        record.response = body
+        return web.json_response(body, status=status)
+
+    def _route_matches(self, route: str, record: BotApiCall) -> bool:
+        # Method names are case-insensitive in the Bot API.
+        return route.lower() == record.route.lower()
 
     async def _read_params(self, request: web.Request) -> JSON:
         raw: dict[str, Any] = dict(request.query)
@@ -1438,18 +1374,6 @@ class FakeTelegram(LocalServer):
             for u in self._pending
             if (_update_kind(u) in allowed if allowed else _update_kind(u) not in _OPT_IN_UPDATES)
         ]
-
-    def _wake(self) -> None:
-        """Notify waiters from synchronous code (the condition needs its lock held)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._spawn(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._cond:
-            self._cond.notify_all()
 
     async def _deliver_webhooks(self) -> None:
         """Post pending updates, oldest first, to the webhook while one is set."""
