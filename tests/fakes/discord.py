@@ -33,7 +33,6 @@ import json
 import re
 import secrets
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,9 +44,15 @@ import discord.http
 import yarl
 from aiohttp import web
 
-from .base import LocalServer, Upload
+from .base import (
+    DEFAULT_TIMEOUT,
+    JSON,
+    BodyPredicate,
+    CallRecord,
+    RecordingServer,
+    Upload,
+)
 
-JSON = dict[str, Any]
 Snowflake = int | str
 
 DEFAULT_TOKEN = "fake-bot-token.agenvoy.test"
@@ -164,24 +169,19 @@ def _invalid_form(field_name: str, error_code: str, message: str) -> ApiError:
 
 
 @dataclass
-class CallRecord:
-    """One REST request; ``status`` stays None until it has been answered.
+class RestCall(CallRecord):
+    """One REST request; its route is ``"METHOD /template"`` of the endpoint it hit.
 
     ``body`` is the JSON body (``payload_json`` for multipart), None without a body; a JSON
     array body (``PUT .../commands``) is stored as ``{"_list": [...]}``.
     """
 
-    method: str
-    route_key: str
-    path: str
-    body: JSON | None
-    query: dict[str, str]
-    status: int | None = None
-    response: Any = None
+    method: str = field(kw_only=True)
+    path: str = field(kw_only=True)
+    query: dict[str, str] = field(kw_only=True)
 
-    @property
-    def ok(self) -> bool:
-        return self.status is not None and 200 <= self.status < 300
+    def summary(self) -> str:
+        return f"{self.method} {self.path}->{self.status}"
 
 
 @dataclass
@@ -412,7 +412,7 @@ def point_discord_py_at(fake: FakeDiscord) -> Iterator[FakeDiscord]:
 # the fake
 
 
-class FakeDiscord(LocalServer):
+class FakeDiscord(RecordingServer[RestCall]):
     """A fake Discord REST API and gateway on ``127.0.0.1``; see the module docstring."""
 
     text_channel = staticmethod(text_channel)
@@ -445,8 +445,6 @@ class FakeDiscord(LocalServer):
         self.enabled_intents = enabled_intents
         self.interaction_timeout = interaction_timeout
 
-        self.calls: list[tuple[str, str, str, JSON | None]] = []
-        self.call_log: list[CallRecord] = []
         self.uploads: list[Upload] = []
         self.gateway_received: list[JSON] = []
         self.identifies: list[JSON] = []
@@ -456,10 +454,8 @@ class FakeDiscord(LocalServer):
         self.reactions: list[JSON] = []
         self.commands_synced: list[JSON] = []
 
-        self._consumed_calls: set[int] = set()
         self._consumed_resumes = 0
         self._consumed_identifies = 0
-        self._failures: dict[str, deque[ApiError]] = {}
         self._ids = itertools.count(((int(time.time() * 1000) - DISCORD_EPOCH_MS) << 22) + 1)
         self._users: dict[str, JSON] = {self.bot_user["id"]: self.bot_user}
         self._guilds: dict[str, JSON] = {}
@@ -474,7 +470,6 @@ class FakeDiscord(LocalServer):
         self._sessions: dict[str, _Session] = {}
         self._early: list[tuple[str, JSON]] = []
         self._connections: list[_Connection] = []
-        self._cond = asyncio.Condition()
         self._routes = self._build_routes()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -768,15 +763,19 @@ class FakeDiscord(LocalServer):
                 conn.session.alive = False
             conn.send({"op": OP_INVALID_SESSION, "d": resumable, "s": None, "t": None})
 
-    async def wait_for_identify(self, timeout: float = 5.0) -> JSON:  # noqa: ASYNC109
+    async def wait_for_identify(self, timeout: float = DEFAULT_TIMEOUT) -> JSON:  # noqa: ASYNC109
         """Wait until READY (and the GUILD_CREATEs) went out for an IDENTIFY; handed out once."""
-        await self._wait(lambda: len(self.identifies) > self._consumed_identifies, timeout, "READY")
+        await self._wait_until(
+            lambda: len(self.identifies) > self._consumed_identifies, timeout, "READY"
+        )
         self._consumed_identifies += 1
         return self.identifies[self._consumed_identifies - 1]
 
-    async def wait_for_resume(self, timeout: float = 5.0) -> JSON:  # noqa: ASYNC109
+    async def wait_for_resume(self, timeout: float = DEFAULT_TIMEOUT) -> JSON:  # noqa: ASYNC109
         """Wait until a RESUME was accepted (RESUMED sent); returns its payload, once each."""
-        await self._wait(lambda: len(self.resumes) > self._consumed_resumes, timeout, "RESUME")
+        await self._wait_until(
+            lambda: len(self.resumes) > self._consumed_resumes, timeout, "RESUME"
+        )
         self._consumed_resumes += 1
         return self.resumes[self._consumed_resumes - 1]
 
@@ -800,64 +799,10 @@ class FakeDiscord(LocalServer):
         """The application commands as last synced (global, or for ``guild_id``)."""
         return copy.deepcopy(self._commands.get(_sid(guild_id) if guild_id else None, []))
 
-    def calls_to(self, route_key: str) -> list[JSON | None]:
-        """Bodies of every recorded call matching ``route_key``, in order."""
-        return [r.body for r in self.call_log if self._key_matches(route_key, r)]
-
-    async def wait_for_call(
-        self,
-        route_key: str,
-        predicate: Callable[[JSON], bool] = lambda body: True,
-        timeout: float = 5.0,  # noqa: ASYNC109 - a per-call deadline reads best in tests
-        *,
-        ok: bool | None = True,
-    ) -> JSON:
-        """Wait until a call matching ``route_key`` and ``predicate`` has been answered.
-
-        ``route_key`` is ``"METHOD /template"`` (placeholder names do not matter, e.g.
-        ``"POST /channels/{id}/messages"``) or a concrete ``"METHOD /channels/10/messages"``.
-        Returns the request body (``{}`` when there was none). ``ok=True`` matches only 2xx
-        answers, ``ok=False`` only errors, ``None`` either. Earlier calls count too, but each
-        call is handed out once. Raises ``AssertionError`` listing the calls on timeout.
-        """
-        record = await self.wait_for_record(route_key, predicate, timeout, ok=ok)
-        return record.body if record.body is not None else {}
-
-    async def wait_for_record(
-        self,
-        route_key: str,
-        predicate: Callable[[JSON], bool] = lambda body: True,
-        timeout: float = 5.0,  # noqa: ASYNC109
-        *,
-        ok: bool | None = True,
-    ) -> CallRecord:
-        """Like :meth:`wait_for_call` but returns the whole record (status, response)."""
-        found: list[int] = []
-
-        def match() -> bool:
-            for index, record in enumerate(self.call_log):
-                if (
-                    index in self._consumed_calls
-                    or record.status is None
-                    or (ok is not None and record.ok != ok)
-                    or not self._key_matches(route_key, record)
-                ):
-                    continue
-                if predicate(record.body if record.body is not None else {}):
-                    found.append(index)
-                    return True
-            return False
-
-        try:
-            async with asyncio.timeout(timeout), self._cond:
-                await self._cond.wait_for(match)
-        except TimeoutError:
-            seen = [f"{r.method} {r.path}->{r.status}" for r in self.call_log]
-            raise AssertionError(
-                f"no matching {route_key} call (ok={ok}) within {timeout}s; calls seen: {seen}"
-            ) from None
-        self._consumed_calls.add(found[0])
-        return self.call_log[found[0]]
+    @property
+    def calls(self) -> list[tuple[str, str, str, JSON | None]]:
+        """``(method, route, path, body)`` of every recorded call, in order."""
+        return [(r.method, r.route, r.path, r.body) for r in self.call_log]
 
     # -- test-side control ---------------------------------------------------------------------
 
@@ -870,12 +815,17 @@ class FakeDiscord(LocalServer):
         retry_after: float = 1.0,
         is_global: bool = False,
         headers: dict[str, str] | None = None,
+        times: int = 1,
+        when: BodyPredicate | None = None,
     ) -> None:
-        """Make the next call matching ``route_key`` answer this error; failures queue up.
+        """Make the next ``times`` calls matching ``route_key`` answer this error.
 
-        A 429 gets ``{"retry_after", "global"}`` and a ``Via`` header (without ``Via``
-        discord.py treats it as a Cloudflare ban). 403 defaults to 50013 Missing Permissions.
-        ``body`` replaces the default JSON body.
+        ``route_key`` is ``"METHOD /template"`` (placeholder names do not matter, e.g.
+        ``"POST /channels/{id}/messages"``) or a concrete ``"METHOD /channels/10/messages"``,
+        as for :meth:`wait_for_call`. Failures queue up; ``when`` limits this one to calls
+        whose body it accepts. A 429 gets ``{"retry_after", "global"}`` and a ``Via`` header
+        (without ``Via`` discord.py treats it as a Cloudflare ban). 403 defaults to 50013
+        Missing Permissions. ``body`` replaces the default JSON body.
         """
         extra_headers = dict(headers or {})
         if body is None:
@@ -895,9 +845,8 @@ class FakeDiscord(LocalServer):
             extra_headers.setdefault("X-RateLimit-Scope", "shared" if not is_global else "global")
             if is_global:
                 extra_headers.setdefault("X-RateLimit-Global", "true")
-        self._failures.setdefault(_normalise_key(route_key), deque()).append(
-            ApiError.from_body(status, body, extra_headers)
-        )
+        error = ApiError.from_body(status, body, extra_headers)
+        self._queue_failure(route_key, error, times=times, when=when)
 
     # -- internals: ids, model helpers ---------------------------------------------------------
 
@@ -1237,13 +1186,6 @@ class FakeDiscord(LocalServer):
                 chunk["nonce"] = data["nonce"]
             self._dispatch_to(conn.session, "GUILD_MEMBERS_CHUNK", chunk)
 
-    async def _wait(self, ready: Callable[[], bool], timeout: float, what: str) -> None:  # noqa: ASYNC109
-        try:
-            async with asyncio.timeout(timeout), self._cond:
-                await self._cond.wait_for(ready)
-        except TimeoutError:
-            raise AssertionError(f"no {what} within {timeout}s") from None
-
     def _interaction_payload(
         self,
         itype: int,
@@ -1362,10 +1304,11 @@ class FakeDiscord(LocalServer):
         ]
         return [_Route(m, t, _compile_template(t), h, auth) for m, t, h, auth in table]
 
-    def _key_matches(self, route_key: str, record: CallRecord) -> bool:
-        wanted = _normalise_key(route_key)
-        return wanted in (
-            _normalise_key(record.route_key),
+    def _route_matches(self, route: str, record: RestCall) -> bool:
+        # A route names the endpoint by template or by concrete path; placeholder names and
+        # the API prefix do not matter.
+        return _normalise_key(route) in (
+            _normalise_key(record.route),
             _normalise_key(f"{record.method} {record.path}"),
         )
 
@@ -1391,51 +1334,42 @@ class FakeDiscord(LocalServer):
             return _json_response(404, {"message": "404: Not Found", "code": 0})
         return web.Response(body=data, headers={"Content-Type": "application/octet-stream"})
 
-    async def _handle_api(self, request: web.Request) -> web.Response:
+    async def _handle_api(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["tail"].lstrip("/")
         method = request.method.upper()
         try:
             matched = self._match_route(method, path)
-        except ApiError as exc:
-            return _json_response(exc.status, exc.body)
-        route_key = f"{method} {matched[0].template}" if matched else f"{method} {path}"
-        try:
             body, files = await self._read_body(request)
         except ApiError as exc:
             return _json_response(exc.status, exc.body)
-        record = CallRecord(method, route_key, path, body, dict(request.query))
-        async with self._cond:
-            self.calls.append((method, route_key, path, copy.deepcopy(body)))
-            self.call_log.append(record)
-            self._cond.notify_all()
-        status = 500
+        route_key = f"{method} {matched[0].template}" if matched else f"{method} {path}"
+        record = RestCall(route_key, body, method=method, path=path, query=dict(request.query))
+        return await self._answer(
+            request, record, lambda record: self._respond(request, record, matched, files)
+        )
+
+    async def _respond(
+        self,
+        request: web.Request,
+        record: RestCall,
+        matched: tuple[_Route, tuple[str, ...]] | None,
+        files: list[Upload],
+    ) -> web.Response:
         try:
             if matched is None:
                 raise ApiError(404, "404: Not Found", 0)
             route, args = matched
             if route.bot_auth and request.headers.get("Authorization") != f"Bot {self.token}":
                 raise ApiError(401, "401: Unauthorized", 0)
-            failures = self._failures.get(_normalise_key(route_key)) or self._failures.get(
-                _normalise_key(f"{method} {path}")
-            )
-            if failures:
-                raise failures.popleft()
-            result = await route.handler(*args, body=body or {}, files=files, query=request.query)
-            if result is None:
-                response = web.Response(status=204)
-            else:
-                response = _json_response(200, result)
-                record.response = copy.deepcopy(result)
-            status = response.status
+            self._fail_if_queued(record)
+            result = await route.handler(*args, body=record.data, files=files, query=request.query)
         except ApiError as exc:
-            response = _json_response(exc.status, exc.body, exc.headers)
             record.response = copy.deepcopy(exc.body)
-            status = exc.status
-        finally:
-            async with self._cond:
-                record.status = status
-                self._cond.notify_all()
-        return response
+            return _json_response(exc.status, exc.body, exc.headers)
+        if result is None:
+            return web.Response(status=204)
+        record.response = copy.deepcopy(result)
+        return _json_response(200, result)
 
     async def _read_body(self, request: web.Request) -> tuple[JSON | None, list[Upload]]:
         if not request.can_read_body:
