@@ -66,10 +66,13 @@ class CallRecord:
     def ok(self) -> bool:
         return self.status is not None and 200 <= self.status < 300
 
+    @property
+    def outcome(self) -> str:
+        return "dropped" if self.dropped else str(self.status or "pending")
+
     def summary(self) -> str:
         """How the call shows up in a failed wait's message."""
-        outcome = "dropped" if self.dropped else self.status or "pending"
-        return f"{self.route}->{outcome}"
+        return f"{self.route}->{self.outcome}"
 
 
 R = TypeVar("R", bound=CallRecord)
