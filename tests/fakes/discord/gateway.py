@@ -57,9 +57,8 @@ class _Session:
 class _Connection:
     """One websocket; a single writer task sends queued frames in order."""
 
-    def __init__(self, ws: web.WebSocketResponse, query: dict[str, str]) -> None:
+    def __init__(self, ws: web.WebSocketResponse) -> None:
         self.ws = ws
-        self.query = query
         self.lock = asyncio.Lock()
         self.queue: asyncio.Queue[JSON | tuple[str, int]] = asyncio.Queue()
         self.session: _Session | None = None
@@ -194,7 +193,7 @@ class DiscordGateway(DiscordState):
     async def _handle_ws(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(autoping=True, max_msg_size=0)
         await ws.prepare(request)
-        conn = _Connection(ws, dict(request.query))
+        conn = _Connection(ws)
         self._connections.append(conn)
         conn.writer = asyncio.create_task(conn.run_writer())
         try:

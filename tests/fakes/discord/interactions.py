@@ -24,7 +24,6 @@ from .rest import DiscordRest, RouteRow
 # Interaction types and callback types.
 INTERACTION_COMMAND = 2
 INTERACTION_COMPONENT = 3
-INTERACTION_AUTOCOMPLETE = 4
 INTERACTION_MODAL_SUBMIT = 5
 CALLBACK_MESSAGE = 4
 CALLBACK_DEFERRED_MESSAGE = 5
@@ -46,7 +45,6 @@ class _Interaction:
     created: float = field(default_factory=time.monotonic)
     response_type: int | None = None
     original: str | None = None  # message id behind "@original"
-    original_ephemeral: bool = False
     followup_used_loading: bool = False
 
 
@@ -282,7 +280,6 @@ class DiscordInteractions(DiscordRest):
                 "type", "BASE_TYPE_CHOICES", "Value must be one of (4, 5, 6, 7, 8, 9)."
             )
         interaction.response_type = ctype
-        interaction.original_ephemeral = ephemeral
         if str(query.get("with_response", "")).lower() not in ("1", "true"):
             return None
         answer: JSON = {
