@@ -148,6 +148,11 @@ class LocalServer:
             raise RuntimeError(f"{type(self).__name__} is not started")
         return self._port
 
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``; only valid after :meth:`start`."""
+        return f"http://127.0.0.1:{self.port}"
+
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)

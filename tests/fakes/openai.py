@@ -230,7 +230,7 @@ class FakeOpenAI(RecordingServer[CallRecord]):
     @property
     def url(self) -> str:
         """Base URL ``http://127.0.0.1:<port>/v1``; only valid after :meth:`start`."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{super().url}/v1"
 
     # -- test-side control ---------------------------------------------------------------------
 

@@ -34,11 +34,6 @@ class DiscordState(RecordingServer[RestCall]):
         self._bot_sent: list[tuple[str, str]] = []
 
     @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<port>``; only valid after :meth:`start`."""
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
     def api_base(self) -> str:
         """Value for ``discord.http.Route.BASE``."""
         return f"{self.url}/api/v10"
