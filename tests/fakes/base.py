@@ -153,11 +153,10 @@ class LocalServer:
         """``http://127.0.0.1:<port>``; only valid after :meth:`start`."""
         return f"http://127.0.0.1:{self.port}"
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-        return task
 
     async def __aenter__(self) -> Self:
         await self.start()
