@@ -354,6 +354,38 @@ async def test_rate_limited_message_is_retried(fake: FakeDiscord) -> None:
         assert [m["content"] for m in fake.sent_messages(CHANNEL)] == ["after the limit"]
 
 
+async def test_rate_limits_for_matching_calls_are_waited_out(fake: FakeDiscord) -> None:
+    async with running(fake, Bot()) as bot:
+        channel = bot.get_channel(CHANNEL)
+        assert isinstance(channel, discord.TextChannel)
+        fake.fail_next(MESSAGES, 429, retry_after=0.1, times=2, when=lambda b: b["content"] == "b")
+        await channel.send("a")
+        await channel.send("b")
+        calls = [r for r in fake.call_log if r.route == MESSAGES]
+        assert [(r.data["content"], r.status) for r in calls] == [
+            ("a", 200),
+            ("b", 429),
+            ("b", 429),
+            ("b", 200),
+        ]
+        # discord.py waited out each retry_after before trying again.
+        first, second, third = calls[1:]
+        assert second.time - first.time >= 0.1 and third.time - second.time >= 0.1
+
+
+async def test_dropped_connection(fake: FakeDiscord) -> None:
+    async with running(fake, Bot()) as bot:
+        channel = bot.get_channel(CHANNEL)
+        assert isinstance(channel, discord.TextChannel)
+        fake.drop_next(MESSAGES)
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await channel.send("lost")
+        dropped = await fake.wait_for_record(MESSAGES, ok=False)
+        assert dropped.dropped and dropped.data["content"] == "lost"
+        await channel.send("sent")
+        assert [m["content"] for m in fake.sent_messages(CHANNEL)] == ["sent"]
+
+
 async def test_forbidden_and_too_long(fake: FakeDiscord) -> None:
     async with running(fake, Bot()) as bot:
         channel = bot.get_channel(CHANNEL)

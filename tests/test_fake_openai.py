@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from fakes.openai import (
+    CHAT_ROUTE,
     NO_SCRIPTED_REPLY,
     Error,
     FakeOpenAI,
@@ -250,6 +251,23 @@ async def test_500_error(fake: FakeOpenAI, session: aiohttp.ClientSession) -> No
         data = await response.json()
     assert data["error"]["type"] == "server_error"
     assert data["error"]["message"] == "The server had an error"
+
+
+async def test_dropped_connections_leave_the_script_alone(
+    fake: FakeOpenAI, session: aiohttp.ClientSession
+) -> None:
+    fake.script(Text("first"), Text("second"))
+    fake.drop_next(CHAT_ROUTE, times=2, when=lambda body: body["messages"][-1]["content"] == "x")
+    async with await _post(session, fake, _body("kept")) as response:
+        assert (await response.json())["choices"][0]["message"]["content"] == "first"
+    for _ in range(2):
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await _post(session, fake, _body("x"))
+    async with await _post(session, fake, _body("x")) as response:
+        assert (await response.json())["choices"][0]["message"]["content"] == "second"
+    assert [r.dropped for r in fake.call_log] == [False, True, True, False]
+    dropped = await fake.wait_for_record(CHAT_ROUTE, ok=False, timeout=WAIT)
+    assert dropped.status is None and dropped.data["messages"][-1]["content"] == "x"
 
 
 async def test_malformed_chunk_in_stream(fake: FakeOpenAI, session: aiohttp.ClientSession) -> None:

@@ -19,6 +19,7 @@ from telegram.error import (
     EndPointNotFound,
     Forbidden,
     InvalidToken,
+    NetworkError,
     RetryAfter,
 )
 from telegram.ext import (
@@ -322,6 +323,26 @@ async def test_failure_for_a_matching_call_only(fake: FakeTelegram, bot: Bot) ->
     with pytest.raises(BadRequest, match="Chat not found"):
         await bot.send_message(-4001, "b")
     await bot.send_message(-4001, "b")  # the failure was used up
+
+
+async def test_failure_for_several_calls(fake: FakeTelegram, bot: Bot) -> None:
+    fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user", times=2)
+    for _ in range(2):
+        with pytest.raises(Forbidden, match="blocked"):
+            await bot.send_message(1001, "x")
+    await bot.send_message(1001, "x")
+    assert [c.status for c in fake.call_log if c.method == "sendMessage"] == [403, 403, 200]
+
+
+async def test_dropped_connection(fake: FakeTelegram, bot: Bot) -> None:
+    fake.drop_next("sendMessage", when=lambda p: p["text"] == "lost")
+    await bot.send_message(1001, "kept")
+    with pytest.raises(NetworkError):
+        await bot.send_message(1001, "lost")
+    dropped = await fake.wait_for_record("sendMessage", ok=False, timeout=WAIT)
+    assert dropped.dropped and dropped.status is None and dropped.data["text"] == "lost"
+    await bot.send_message(1001, "lost")  # the failure was used up
+    assert [m["text"] for m in fake.sent_messages(1001)] == ["kept", "lost"]
 
 
 async def test_forbidden(fake: FakeTelegram, bot: Bot) -> None:

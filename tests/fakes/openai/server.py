@@ -1,0 +1,148 @@
+"""``FakeOpenAI``: the chat-completions server that answers from the test's script."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections import deque
+
+from aiohttp import web
+
+from ..base import DEFAULT_TIMEOUT, JSON, BodyPredicate, CallRecord, RecordingServer
+from .answers import cut, json_error, message, stream, usage
+from .replies import Cut, Error, Malformed, Reply, Slow, Text
+
+CHAT_ROUTE = "POST /v1/chat/completions"
+DEFAULT_API_KEY = "sk-test-fake"
+DEFAULT_MODEL = "fake-model"
+NO_SCRIPTED_REPLY = "(no scripted reply)"
+
+
+class FakeOpenAI(RecordingServer[CallRecord]):
+    """An OpenAI-compatible ``/v1/chat/completions`` server answering from a script."""
+
+    def __init__(self, api_key: str = DEFAULT_API_KEY) -> None:
+        super().__init__()
+        self.api_key = api_key
+        self._script: deque[Reply] = deque()
+        self._ids = itertools.count(1)
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle_chat)
+        return app
+
+    @property
+    def url(self) -> str:
+        """Base URL ``http://127.0.0.1:<port>/v1``; only valid after :meth:`start`."""
+        return f"{super().url}/v1"
+
+    # -- test-side control ---------------------------------------------------------------------
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies; each request takes the next one, in arrival order."""
+        self._script.extend(replies)
+
+    @property
+    def pending(self) -> int:
+        """How many scripted replies have not been used yet."""
+        return len(self._script)
+
+    @property
+    def requests(self) -> list[JSON]:
+        """Every authorised request body, in arrival order."""
+        return [record.data for record in self.call_log]
+
+    def reset(self) -> None:
+        """Forget recorded requests and the remaining script."""
+        self._forget_calls()
+        self._script.clear()
+
+    def last_messages(self) -> list[JSON]:
+        """The ``messages`` of the latest recorded request."""
+        if not self.call_log:
+            raise AssertionError("FakeOpenAI has received no request")
+        messages = self.call_log[-1].data.get("messages")
+        return list(messages) if isinstance(messages, list) else []
+
+    async def wait_for_request(
+        self,
+        predicate: BodyPredicate = lambda body: True,
+        timeout: float = DEFAULT_TIMEOUT,  # noqa: ASYNC109 - a per-call deadline reads best in tests
+    ) -> JSON:
+        """Wait for a recorded request whose body matches ``predicate`` and return the body.
+
+        Requests received before the wait count too, but each is handed out once: waiting
+        twice gives the first and then the second. The request is recorded before it is
+        answered, so this also returns while a ``Slow`` reply is still sleeping. Raises
+        ``AssertionError`` when nothing matches within ``timeout``.
+        """
+        record = await self._wait_for(
+            lambda record: predicate(record.data), timeout, "matching chat completion request"
+        )
+        return record.data
+
+    # -- request handling ----------------------------------------------------------------------
+
+    async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization", "") != f"Bearer {self.api_key}":
+            return json_error(
+                401,
+                "Incorrect API key provided",
+                type_="invalid_request_error",
+                code="invalid_api_key",
+            )
+        try:
+            body = await request.json()
+        except ValueError:
+            return json_error(400, "We could not parse the JSON body of your request.")
+        if not isinstance(body, dict):
+            return json_error(400, "The request body must be a JSON object.")
+        if not isinstance(body.get("messages"), list):
+            return json_error(400, "Missing required parameter: 'messages'.", code=None)
+        return await self._answer(
+            request, CallRecord(CHAT_ROUTE, body), lambda record: self._reply(request, record)
+        )
+
+    async def _reply(self, request: web.Request, record: CallRecord) -> web.StreamResponse:
+        self._fail_if_queued(record)
+        body = record.data
+        reply: Reply = self._script.popleft() if self._script else Text(NO_SCRIPTED_REPLY)
+        while isinstance(reply, Slow):
+            await asyncio.sleep(reply.seconds)
+            reply = reply.reply
+        if isinstance(reply, Error):
+            return json_error(
+                reply.status,
+                reply.message,
+                type_=reply.type,
+                code=reply.code,
+                retry_after=reply.retry_after,
+            )
+        completion_id = f"chatcmpl-fake-{next(self._ids)}"
+        model = body.get("model") if isinstance(body.get("model"), str) else DEFAULT_MODEL
+        if isinstance(reply, Cut):
+            await cut(request, reply, completion_id, str(model), body)
+        if body.get("stream") is True:
+            return await stream(request, body, reply, completion_id, str(model))
+        if isinstance(reply, Malformed):
+            return web.Response(status=200, text=reply.line, content_type="application/json")
+        answer, finish_reason = message(reply)
+        return web.json_response(
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": answer,
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                    }
+                ],
+                "usage": usage(body, reply),
+            }
+        )
