@@ -7,13 +7,14 @@ import getpass
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import aiohttp
 from pydantic import ValidationError
 
-from gateway.events import EVENT_ADAPTER, Event
+if TYPE_CHECKING:
+    from gateway.events import Event
 
 
 class GatewayUnavailable(RuntimeError):
@@ -201,6 +202,9 @@ def _segment(value: str) -> str:
 
 def _parse_event(data: str) -> Event | None:
     """One SSE data block as an event; log records and unknown kinds are skipped."""
+    # Only the chat window reads events: `agenvoy send` is spared building their models.
+    from gateway.events import EVENT_ADAPTER
+
     try:
         return EVENT_ADAPTER.validate_python(json.loads(data))
     except (ValueError, ValidationError):

@@ -1,32 +1,31 @@
-"""The `agenvoy` command: inspect sessions, search the archive, check an installation."""
+"""The `agenvoy` command, the composition root of the gateway process.
+
+The commands here are the gateway's own: `run` starts it, `doctor` and `cleanup` work on its
+installation, and the archive readers (`sessions`, `show`, `search`, `usage`) open the store
+directly. The commands that are clients of a running gateway live with the terminal front-end
+(`adapters.terminal.commands`) and are registered here.
+
+Each command imports what it needs when it runs: `agenvoy --help` or `agenvoy send` load no
+database driver, agent or store.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from itertools import groupby
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from pydantic import ValidationError
 
-from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
-from adapters.terminal.launch import GatewayNotRunning, api_token, ensure_gateway, gateway_url
-from gateway.clock import now_ms
-from gateway.ids import InvalidSessionId, Prefix, prefix_of, validate_session_id
-from gateway.jobs import Reaper
-from gateway.logs import configure_logging
-from gateway.runtime import Runtime, UnknownAgent
-from gateway.settings import Settings
-from gateway.store.db import Database, DatabaseError
-from gateway.store.kv import open_kv
-from gateway.store.search import search_messages
-from gateway.store.sessions import SessionStore, UnknownSession
-from gateway.store.usage import DAY_MS, usage_summary
+from adapters.terminal.commands import register as register_client_commands
+from gateway.cli_support import checked_id, fail, load_settings
+from gateway.ids import InvalidSessionId, Prefix, prefix_of
+
+if TYPE_CHECKING:
+    from gateway.store.sessions import SessionStore
 
 app = typer.Typer(
     help="agenvoy-gateway: one agent runtime behind Discord, Telegram, HTTP and a terminal.",
@@ -37,20 +36,11 @@ app = typer.Typer(
 T = TypeVar("T")
 
 
-def _settings(*, quiet: bool = True) -> Settings:
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        typer.secho(f"invalid settings:\n{exc}", fg="red", err=True)
-        raise typer.Exit(2) from exc
-    # One-shot commands keep their output clean; `run` logs at the configured level.
-    level = "WARNING" if quiet and settings.log_level == "INFO" else settings.log_level
-    configure_logging(level, settings.log_format)
-    return settings
-
-
 def _with_store(work: Callable[[SessionStore], Awaitable[T]]) -> T:
-    settings = _settings()
+    from gateway.store.db import DatabaseError
+    from gateway.store.sessions import SessionStore, UnknownSession
+
+    settings = load_settings()
 
     async def main() -> T:
         store = await SessionStore.open(settings)
@@ -62,14 +52,11 @@ def _with_store(work: Callable[[SessionStore], Awaitable[T]]) -> T:
     try:
         return asyncio.run(main())
     except InvalidSessionId as exc:
-        typer.secho(str(exc), fg="red", err=True)
-        raise typer.Exit(2) from exc
+        fail(str(exc), 2)
     except UnknownSession as exc:
-        typer.secho(str(exc), fg="red", err=True)
-        raise typer.Exit(1) from exc
+        fail(str(exc), 1)
     except DatabaseError as exc:
-        typer.secho(f"database: {exc}", fg="red", err=True)
-        raise typer.Exit(1) from exc
+        fail(f"database: {exc}", 1)
 
 
 def _when(ms: int) -> str:
@@ -78,14 +65,6 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def _checked_id(value: str) -> str:
-    try:
-        return validate_session_id(value)
-    except InvalidSessionId as exc:
-        raise typer.BadParameter(str(exc)) from exc
-
-
-@app.command()
 def sessions() -> None:
     """List sessions grouped by prefix, with name, last activity and message count."""
     infos = _with_store(lambda store: store.list_sessions())
@@ -103,9 +82,8 @@ def sessions() -> None:
             )
 
 
-@app.command()
 def show(
-    session_id: Annotated[str, typer.Argument(callback=_checked_id, metavar="SID")],
+    session_id: Annotated[str, typer.Argument(callback=checked_id, metavar="SID")],
     limit: Annotated[int, typer.Option(min=1, max=1000, help="How many messages.")] = 20,
 ) -> None:
     """A session's settings and its last messages."""
@@ -131,7 +109,6 @@ def show(
     _with_store(work)
 
 
-@app.command()
 def search(
     query: str,
     session: Annotated[
@@ -141,8 +118,10 @@ def search(
     offset: Annotated[int, typer.Option(min=0)] = 0,
 ) -> None:
     """Full-text search of the message archive, newest first."""
+    from gateway.store.search import search_messages
+
     if session is not None:
-        _checked_id(session)
+        checked_id(session)
     hits = _with_store(
         lambda store: search_messages(
             store.db, query, session_id=session, limit=limit, offset=offset
@@ -156,11 +135,13 @@ def search(
         typer.echo(f"{hit.session_id}  #{hit.id}  [{_when(hit.send_at)}] {who}: {hit.content}")
 
 
-@app.command()
 def usage(
     days: Annotated[int, typer.Option(min=1, max=3650, help="Look back this many days.")] = 28,
 ) -> None:
     """Token spend per model, with output tokens per second."""
+    from gateway.clock import now_ms
+    from gateway.store.usage import DAY_MS, usage_summary
+
     since = now_ms() - days * DAY_MS
     rows = _with_store(lambda store: usage_summary(store.db, since_ms=since))
     if not rows:
@@ -177,10 +158,12 @@ def usage(
         )
 
 
-@app.command()
 def doctor() -> None:
     """Print the resolved settings (secrets masked) and check the home and the database."""
-    settings = _settings()
+    from gateway.store.db import Database
+    from gateway.store.kv import open_kv
+
+    settings = load_settings()
     typer.secho("settings", bold=True)
     for key, value in settings.masked().items():
         typer.echo(f"  {key:<26}{value}")
@@ -228,192 +211,28 @@ def doctor() -> None:
     typer.echo("all checks passed")
 
 
-@app.command()
 def run() -> None:
     """Start the gateway: the HTTP API, the agent and the background jobs, until Ctrl+C."""
+    from adapters.http import InsecureBinding
     from gateway.app import serve
+    from gateway.runtime import UnknownAgent
+    from gateway.store.db import DatabaseError
 
-    settings = _settings(quiet=False)
+    settings = load_settings(quiet=False)
     try:
         asyncio.run(serve(settings))
     except OSError as exc:
-        typer.secho(f"cannot start: {exc}", fg="red", err=True)
-        raise typer.Exit(1) from exc
-    except (UnknownAgent, DatabaseError) as exc:
-        typer.secho(f"cannot start: {exc}", fg="red", err=True)
-        raise typer.Exit(2) from exc
-    except Exception as exc:
-        from adapters.http import InsecureBinding
-
-        if isinstance(exc, InsecureBinding):
-            typer.secho(f"cannot start: {exc}", fg="red", err=True)
-            raise typer.Exit(2) from exc
-        raise
+        fail(f"cannot start: {exc}", 1)
+    except (UnknownAgent, DatabaseError, InsecureBinding) as exc:
+        fail(f"cannot start: {exc}", 2)
 
 
-def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:
-    settings = _settings()
-
-    async def main() -> T:
-        async with GatewayClient(gateway_url(settings), api_token(settings)) as client:
-            return await work(client)
-
-    try:
-        return asyncio.run(main())
-    except GatewayUnavailable as exc:
-        typer.secho(str(exc), fg="red", err=True)
-        raise typer.Exit(1) from exc
-    except GatewayError as exc:
-        typer.secho(str(exc), fg="red", err=True)
-        raise typer.Exit(1) from exc
-
-
-@app.command()
-def chat(
-    session: Annotated[
-        str | None,
-        typer.Option("--session", "-s", metavar="SID", help="The session to open."),
-    ] = None,
-    start: Annotated[
-        bool, typer.Option("--start", help="Start the gateway in the background if it is down.")
-    ] = False,
-) -> None:
-    """Open the full-screen chat window on a session of the running gateway.
-
-    Without --session it opens the session used last, or a new cli-* one.
-    """
-    from adapters.terminal.app import ChatApp, ChatConfig
-
-    if session is not None:
-        _checked_id(session)
-    settings = _settings()
-    try:
-        started = asyncio.run(ensure_gateway(settings, start=start))
-    except (GatewayNotRunning, TimeoutError) as exc:
-        message = str(exc) or "the gateway did not come up in time; see its log"
-        typer.secho(message, fg="red", err=True)
-        raise typer.Exit(1) from exc
-    if started is not None:
-        typer.echo(
-            f"started the gateway in the background (pid {started.pid}, log: {started.log_file})"
-        )
-    config = ChatConfig(
-        base_url=gateway_url(settings),
-        token=api_token(settings),
-        session_id=session,
-        state_file=settings.home / "terminal.json",
-        windows_dir=settings.home / "windows",
-    )
-    window = ChatApp(config)
-    window.run()
-    if window.return_code:
-        raise typer.Exit(window.return_code)
-
-
-def _ask_in_terminal(prompt: dict[str, Any]) -> dict[str, Any] | None:
-    if not sys.stdin.isatty():
-        return None
-    if prompt.get("kind") == "confirm":
-        question = f"Allow {prompt.get('tool')} {json.dumps(prompt.get('args', {}))}?"
-        return {"approve": typer.confirm(question, default=False)}
-    return {"answer": typer.prompt(prompt.get("question") or "Answer")}
-
-
-@app.command()
-def send(
-    text: str,
-    session: Annotated[str | None, typer.Option("--session", "-s", metavar="SID")] = None,
-    persist: Annotated[bool, typer.Option(help="Keep the session (chat-*), not temp-*.")] = False,
-    wait: Annotated[float, typer.Option(min=1, max=300, help="Seconds to wait.")] = 120,
-) -> None:
-    """Send a message to the running gateway and print the reply."""
-    if session is not None:
-        _checked_id(session)
-
-    async def work(client: GatewayClient) -> int:
-        reply = await client.send(text, session_id=session, persist=persist, wait=wait)
-        body = reply.body
-        while reply.status == 202 and body.get("pending"):
-            prompt = body["pending"]
-            answer = _ask_in_terminal(prompt)
-            if answer is None:
-                typer.echo(
-                    f"waiting for an answer: agenvoy approve|deny {body['session_id']} "
-                    f"{body['task_hash']}"
-                )
-                return 3
-            await client.answer(
-                body["session_id"],
-                body["task_hash"],
-                approve=answer.get("approve"),
-                text=answer.get("answer"),
-            )
-            reply = await client.task(body["session_id"], body["task_hash"], wait)
-            body = reply.body
-        if "command" in body:
-            typer.echo(body.get("text", ""))
-            return 0 if body.get("ok", True) else 1
-        if body.get("status") == "done":
-            typer.echo(body.get("text", ""))
-            return 0
-        if body.get("error"):
-            typer.secho(body["error"], fg="red", err=True)
-            return 1
-        typer.echo(f"still running: {body.get('session_id')} {body.get('task_hash')}")
-        return 3
-
-    code = _client_call(work)
-    if code:
-        raise typer.Exit(code)
-
-
-@app.command()
-def pending(
-    session: Annotated[str | None, typer.Option("--session", "-s", metavar="SID")] = None,
-) -> None:
-    """Confirmations and questions waiting for an answer."""
-    if session is not None:
-        _checked_id(session)
-    prompts = _client_call(lambda client: client.pending(session))
-    if not prompts:
-        typer.echo("nothing is waiting")
-        return
-    for p in prompts:
-        what = (
-            f"confirm {p.get('tool')} {json.dumps(p.get('args', {}))}"
-            if p.get("kind") == "confirm"
-            else f"question: {p.get('question')}"
-        )
-        typer.echo(f"{p['session_id']}  {p['task_hash']}  {what}")
-
-
-def _answer(session_id: str, task_hash: str, approve: bool) -> None:
-    reply = _client_call(lambda client: client.answer(session_id, task_hash, approve=approve))
-    typer.echo(f"{'approved' if approve else 'denied'} (by {reply.body.get('by', '?')})")
-
-
-@app.command()
-def approve(
-    session_id: Annotated[str, typer.Argument(callback=_checked_id, metavar="SID")],
-    task_hash: str,
-) -> None:
-    """Approve a waiting confirmation."""
-    _answer(session_id, task_hash, True)
-
-
-@app.command()
-def deny(
-    session_id: Annotated[str, typer.Argument(callback=_checked_id, metavar="SID")],
-    task_hash: str,
-) -> None:
-    """Deny a waiting confirmation."""
-    _answer(session_id, task_hash, False)
-
-
-@app.command()
 def cleanup() -> None:
     """Reap idle temp-* sessions now (the running gateway also does this on a timer)."""
-    settings = _settings()
+    from gateway.jobs import Reaper
+    from gateway.runtime import Runtime
+
+    settings = load_settings()
 
     async def main() -> list[str]:
         runtime = await Runtime.start(settings)
@@ -431,6 +250,13 @@ def cleanup() -> None:
 
     reaped = asyncio.run(main())
     typer.echo(f"reaped {len(reaped)} idle temp session(s)" + "".join(f"\n  {s}" for s in reaped))
+
+
+# In the order `agenvoy --help` lists them.
+for _command in (sessions, show, search, usage, doctor, run):
+    app.command()(_command)
+register_client_commands(app)
+app.command()(cleanup)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,179 @@
+"""The `agenvoy` commands that are clients of a running gateway: `chat` opens the window,
+`send`, `pending`, `approve` and `deny` talk to its HTTP API. The root command registers them.
+
+They open no store and start no agent, so what they import comes in only when one runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import typer
+
+from gateway.cli_support import checked_id, fail, load_settings
+
+if TYPE_CHECKING:
+    from adapters.http_client import GatewayClient
+
+T = TypeVar("T")
+
+
+def register(app: typer.Typer) -> None:
+    for command in (chat, send, pending, approve, deny):
+        app.command()(command)
+
+
+def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:
+    from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
+    from adapters.terminal.launch import api_token, gateway_url
+
+    settings = load_settings()
+
+    async def main() -> T:
+        async with GatewayClient(gateway_url(settings), api_token(settings)) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except (GatewayUnavailable, GatewayError) as exc:
+        fail(str(exc), 1)
+
+
+def chat(
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", metavar="SID", help="The session to open."),
+    ] = None,
+    start: Annotated[
+        bool, typer.Option("--start", help="Start the gateway in the background if it is down.")
+    ] = False,
+) -> None:
+    """Open the full-screen chat window on a session of the running gateway.
+
+    Without --session it opens the session used last, or a new cli-* one.
+    """
+    from adapters.terminal.app import ChatApp, ChatConfig
+    from adapters.terminal.launch import GatewayNotRunning, api_token, ensure_gateway, gateway_url
+
+    if session is not None:
+        checked_id(session)
+    settings = load_settings()
+    try:
+        started = asyncio.run(ensure_gateway(settings, start=start))
+    except (GatewayNotRunning, TimeoutError) as exc:
+        fail(str(exc) or "the gateway did not come up in time; see its log", 1)
+    if started is not None:
+        typer.echo(
+            f"started the gateway in the background (pid {started.pid}, log: {started.log_file})"
+        )
+    config = ChatConfig(
+        base_url=gateway_url(settings),
+        token=api_token(settings),
+        session_id=session,
+        state_file=settings.home / "terminal.json",
+        windows_dir=settings.home / "windows",
+    )
+    window = ChatApp(config)
+    window.run()
+    if window.return_code:
+        raise typer.Exit(window.return_code)
+
+
+def _ask_in_terminal(prompt: dict[str, Any]) -> dict[str, Any] | None:
+    if not sys.stdin.isatty():
+        return None
+    if prompt.get("kind") == "confirm":
+        question = f"Allow {prompt.get('tool')} {json.dumps(prompt.get('args', {}))}?"
+        return {"approve": typer.confirm(question, default=False)}
+    return {"answer": typer.prompt(prompt.get("question") or "Answer")}
+
+
+def send(
+    text: str,
+    session: Annotated[str | None, typer.Option("--session", "-s", metavar="SID")] = None,
+    persist: Annotated[bool, typer.Option(help="Keep the session (chat-*), not temp-*.")] = False,
+    wait: Annotated[float, typer.Option(min=1, max=300, help="Seconds to wait.")] = 120,
+) -> None:
+    """Send a message to the running gateway and print the reply."""
+    if session is not None:
+        checked_id(session)
+
+    async def work(client: GatewayClient) -> int:
+        reply = await client.send(text, session_id=session, persist=persist, wait=wait)
+        body = reply.body
+        while reply.status == 202 and body.get("pending"):
+            prompt = body["pending"]
+            answer = _ask_in_terminal(prompt)
+            if answer is None:
+                typer.echo(
+                    f"waiting for an answer: agenvoy approve|deny {body['session_id']} "
+                    f"{body['task_hash']}"
+                )
+                return 3
+            await client.answer(
+                body["session_id"],
+                body["task_hash"],
+                approve=answer.get("approve"),
+                text=answer.get("answer"),
+            )
+            reply = await client.task(body["session_id"], body["task_hash"], wait)
+            body = reply.body
+        if "command" in body:
+            typer.echo(body.get("text", ""))
+            return 0 if body.get("ok", True) else 1
+        if body.get("status") == "done":
+            typer.echo(body.get("text", ""))
+            return 0
+        if body.get("error"):
+            typer.secho(body["error"], fg="red", err=True)
+            return 1
+        typer.echo(f"still running: {body.get('session_id')} {body.get('task_hash')}")
+        return 3
+
+    code = _client_call(work)
+    if code:
+        raise typer.Exit(code)
+
+
+def pending(
+    session: Annotated[str | None, typer.Option("--session", "-s", metavar="SID")] = None,
+) -> None:
+    """Confirmations and questions waiting for an answer."""
+    if session is not None:
+        checked_id(session)
+    prompts = _client_call(lambda client: client.pending(session))
+    if not prompts:
+        typer.echo("nothing is waiting")
+        return
+    for p in prompts:
+        what = (
+            f"confirm {p.get('tool')} {json.dumps(p.get('args', {}))}"
+            if p.get("kind") == "confirm"
+            else f"question: {p.get('question')}"
+        )
+        typer.echo(f"{p['session_id']}  {p['task_hash']}  {what}")
+
+
+def _answer(session_id: str, task_hash: str, approve: bool) -> None:
+    reply = _client_call(lambda client: client.answer(session_id, task_hash, approve=approve))
+    typer.echo(f"{'approved' if approve else 'denied'} (by {reply.body.get('by', '?')})")
+
+
+def approve(
+    session_id: Annotated[str, typer.Argument(callback=checked_id, metavar="SID")],
+    task_hash: str,
+) -> None:
+    """Approve a waiting confirmation."""
+    _answer(session_id, task_hash, True)
+
+
+def deny(
+    session_id: Annotated[str, typer.Argument(callback=checked_id, metavar="SID")],
+    task_hash: str,
+) -> None:
+    """Deny a waiting confirmation."""
+    _answer(session_id, task_hash, False)
