@@ -63,6 +63,9 @@ def main() -> int:
     resume = option(argv, "--resume")
     forgotten = set(filter(None, os.environ.get("FAKE_CLAUDE_FORGET", "").split(",")))
     session_id = resume or str(uuid.uuid4())
+    if "!stubborn" in prompt:
+        # Before the call is logged: a test that saw the call may count on SIGTERM being ignored.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with open(os.environ["FAKE_CLAUDE_LOG"], "a", encoding="utf-8") as log:
         entry = {
             "argv": argv,
@@ -79,9 +82,6 @@ def main() -> int:
     if resume is not None and resume in forgotten:
         sys.stderr.write(f"No conversation found with session ID: {resume}\n")
         return 1
-    if "!stubborn" in prompt:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
     emit({"type": "system", "subtype": "init", "session_id": session_id, "model": "fake"})
     if "!garbage" in prompt:
         emit("this is not json")

@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clock import ManualClock
 from sqlalchemy import text
 from sqlmodel import Session
 from structlog.testing import capture_logs
 
-from gateway.agents.claude_code import ClaudeCodeAgent, fingerprint, resume_point
+from gateway.agents.claude_code import ClaudeCodeAgent
+from gateway.agents.claude_process import KILL_GRACE_SECONDS
+from gateway.agents.claude_resume import fingerprint, resume_point
 from gateway.agents.openai import BASE_INSTRUCTIONS, FORMATTING
 from gateway.engine.router import Router
 from gateway.engine.task import TaskView
@@ -332,10 +335,13 @@ async def test_cancel_stops_the_cli(cli: FakeCli, runtime: Runtime) -> None:
 async def test_cli_ignoring_sigterm_is_killed(cli: FakeCli, runtime: Runtime) -> None:
     agent = runtime.agent
     assert isinstance(agent, ClaudeCodeAgent)
-    agent.kill_grace = 0.3
+    agent.clock = clock = ManualClock()
     sub = await runtime.router.submit(Inbound(ANN, "cli-k", "!stubborn"))
     (call,) = await cli.started(1)
     assert await runtime.router.cancel("cli-k")
+    await clock.sleeping()  # SIGTERM sent, the grace period runs
+    assert not gone(call["pid"])
+    clock.advance(KILL_GRACE_SECONDS)
     state = await runtime.router.wait(sub.task_hash, 15)
     assert state.status == "canceled" and gone(call["pid"])
 
