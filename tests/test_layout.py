@@ -21,7 +21,6 @@ NOT_YET_SPLIT = {
     "adapters.telegram": "its share of a chat-adapter base (stream preview, typing, prompts)",
     "adapters.discord": "its share of a chat-adapter base (stream preview, typing, prompts)",
     "adapters.telegram_format": "HTML rendering apart from splitting at the size limit",
-    "adapters.terminal.app": "the screen apart from the gateway connection",
     "gateway.store.sessions": "sessions, messages and runs",
     "gateway.store.actionlog": "the line format apart from the file",
     "gateway.store.kv": "one module per backend",

@@ -571,7 +571,7 @@ async def test_admin_answers_prompts_from_the_pending_list(tmp_path: Path) -> No
 async def test_a_long_conversation_keeps_only_the_latest_lines(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("adapters.terminal.app.MAX_SHOWN", 6)
+    monkeypatch.setattr("adapters.terminal.conversation.MAX_SHOWN", 6)
     async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
         app = await opened(pilot)
         for n in range(6):
