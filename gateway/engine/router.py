@@ -83,7 +83,7 @@ class Router:
         self._tasks: OrderedDict[str, Task] = OrderedDict()
         self._turns = Turns()
         self._dispatch = Dispatch(store, self.counters, clock)
-        self._scheduler = Scheduler(
+        self._scheduler: Scheduler[Task] = Scheduler(
             settings.max_concurrent_tasks, self._run, self._canceled_before_start
         )
         self._prompts = Prompts(
