@@ -91,6 +91,23 @@ async def rig(fake: FakeDiscord, pointed: None, tmp_path: Path) -> AsyncIterator
         await stop_rig(started)
 
 
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def clocked(
+    fake: FakeDiscord, pointed: None, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[Rig]:
+    """A rig whose runtime runs on `clock`."""
+    started = await start_rig(fake, tmp_path / "home", clock=clock)
+    try:
+        yield started
+    finally:
+        await stop_rig(started)
+
+
 async def reply_in(fake: FakeDiscord, channel: int, contains: str) -> dict[str, Any]:
     return await fake.wait_for_call(
         f"POST /channels/{channel}/messages",
@@ -441,52 +458,43 @@ async def test_slash_command_with_an_argument(
         await stop_rig(rig)
 
 
+ANN_IN_GENERAL = Origin("discord", str(GENERAL), sender_id=ANN["id"], sender_name="ann")
+
+
 async def test_streamed_text_edits_one_message_at_most_once_a_second(
-    fake: FakeDiscord, pointed: None, tmp_path: Path
+    clocked: Rig, clock: FakeClock
 ) -> None:
-    clock = FakeClock()
-    rig = await start_rig(fake, tmp_path / "home", clock=clock)
-    try:
-        origin = Origin("discord", channel_id=str(GENERAL), sender_id=ANN["id"], sender_name="ann")
-        session = f"dc-{GENERAL}"
+    fake, session = clocked.fake, f"dc-{GENERAL}"
 
-        async def show(event: TextDeltaEvent | TextEvent) -> str | None:
-            return await rig.adapter.deliver(origin, event, Progress())
+    async def show(event: TextDeltaEvent | TextEvent) -> None:
+        await clocked.adapter.deliver(ANN_IN_GENERAL, event, Progress())
 
-        def delta(text: str) -> TextDeltaEvent:
-            return TextDeltaEvent(session_id=session, task_hash="t1", text=text)
+    def delta(text: str) -> TextDeltaEvent:
+        return TextDeltaEvent(session_id=session, task_hash="t1", text=text)
 
-        await show(delta("1s "))
-        assert contents(fake, GENERAL) == ["1s "]
-        for text in ("2s ", "3s "):  # within the second the preview was shown: kept for later
-            clock.advance(0.4)
-            await show(delta(text))
-        edit_route = "PATCH /channels/{cid}/messages/{mid}"
-        assert fake.calls_to(edit_route) == []
+    await show(delta("1s "))
+    assert contents(fake, GENERAL) == ["1s "]
+    for text in ("2s ", "3s "):  # within the second the preview was shown: kept for later
         clock.advance(0.4)
-        await show(delta("4s "))
-        assert [e["content"] for e in fake.calls_to(edit_route) if e] == ["1s 2s 3s 4s "]
-        await show(TextEvent(session_id=session, task_hash="t1", text="slept 4s"))
-        await fake.wait_for_call("DELETE /channels/{cid}/messages/{mid}", timeout=10)
-        assert contents(fake, GENERAL) == ["slept 4s"]  # the preview is gone
-    finally:
-        await stop_rig(rig)
+        await show(delta(text))
+    edit_route = "PATCH /channels/{cid}/messages/{mid}"
+    assert fake.calls_to(edit_route) == []
+    clock.advance(0.4)
+    await show(delta("4s "))
+    assert [e["content"] for e in fake.calls_to(edit_route) if e] == ["1s 2s 3s 4s "]
+    await show(TextEvent(session_id=session, task_hash="t1", text="slept 4s"))
+    await fake.wait_for_call("DELETE /channels/{cid}/messages/{mid}", timeout=10)
+    assert contents(fake, GENERAL) == ["slept 4s"]  # the preview is gone
 
 
 async def test_typing_is_sent_at_most_once_every_eight_seconds(
-    fake: FakeDiscord, pointed: None, tmp_path: Path
+    clocked: Rig, clock: FakeClock
 ) -> None:
-    clock = FakeClock()
-    rig = await start_rig(fake, tmp_path / "home", clock=clock)
-    try:
-        origin = Origin("discord", channel_id=str(GENERAL), sender_id=ANN["id"], sender_name="ann")
-        step = ToolCallEvent(session_id=f"dc-{GENERAL}", task_hash="t1", call_id="c1", tool="x")
-        for _ in range(4):
-            await rig.adapter.deliver(origin, step, Progress())
-            clock.advance(2.0)
-        typing_route = f"POST /channels/{GENERAL}/typing"
-        assert len(fake.calls_to(typing_route)) == 1
-        await rig.adapter.deliver(origin, step, Progress())  # eight seconds after the first
-        assert len(fake.calls_to(typing_route)) == 2
-    finally:
-        await stop_rig(rig)
+    step = ToolCallEvent(session_id=f"dc-{GENERAL}", task_hash="t1", call_id="c1", tool="x")
+    for _ in range(4):
+        await clocked.adapter.deliver(ANN_IN_GENERAL, step, Progress())
+        clock.advance(2.0)
+    typing_route = f"POST /channels/{GENERAL}/typing"
+    assert len(clocked.fake.calls_to(typing_route)) == 1
+    await clocked.adapter.deliver(ANN_IN_GENERAL, step, Progress())  # 8 s after the first
+    assert len(clocked.fake.calls_to(typing_route)) == 2

@@ -70,6 +70,21 @@ async def rig(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Rig]:
         await stop_rig(started)
 
 
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def clocked(fake: FakeTelegram, tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:
+    """A rig whose runtime runs on `clock`."""
+    started = await start_rig(fake, tmp_path / "home", clock=clock)
+    try:
+        yield started
+    finally:
+        await stop_rig(started)
+
+
 def sent_to(fake: FakeTelegram, chat_id: int) -> list[str]:
     return [m.get("text", "") for m in fake.sent_messages(chat_id)]
 
@@ -231,8 +246,9 @@ async def test_allowed_chats_refuse_others_once(fake: FakeTelegram, tmp_path: Pa
         await stop_rig(rig)
 
 
-async def test_refusal_is_repeated_after_an_hour(fake: FakeTelegram, tmp_path: Path) -> None:
-    clock = FakeClock()
+async def test_refusal_is_repeated_after_an_hour(
+    fake: FakeTelegram, tmp_path: Path, clock: FakeClock
+) -> None:
     rig = await start_rig(fake, tmp_path / "home", clock=clock, telegram_allowed_chats="91")
     try:
         stranger, eve = fake.private_chat(93), fake.user(93, "Eve")
@@ -433,60 +449,52 @@ async def test_bot_removed_from_chat_cancels_its_prompt(rig: Rig) -> None:
     assert state.status == "canceled"
 
 
+ANN_AT_181 = Origin("telegram", channel_id="181", sender_id="181", sender_name="Ann")
+
+
 async def test_streamed_text_edits_one_message_at_most_once_a_second(
-    fake: FakeTelegram, tmp_path: Path
+    clocked: Rig, clock: FakeClock
 ) -> None:
-    clock = FakeClock()
-    rig = await start_rig(fake, tmp_path / "home", clock=clock)
-    try:
-        fake.private_chat(181)
-        origin = Origin("telegram", channel_id="181", sender_id="181", sender_name="Ann")
+    fake = clocked.fake
+    fake.private_chat(181)
 
-        async def show(event: TextDeltaEvent | TextEvent) -> str | None:
-            return await rig.adapter.deliver(origin, event, Progress())
+    async def show(event: TextDeltaEvent | TextEvent) -> str | None:
+        return await clocked.adapter.deliver(ANN_AT_181, event, Progress())
 
-        def delta(text: str) -> TextDeltaEvent:
-            return TextDeltaEvent(session_id="tg-181", task_hash="t181", text=text)
+    def delta(text: str) -> TextDeltaEvent:
+        return TextDeltaEvent(session_id="tg-181", task_hash="t181", text=text)
 
-        await show(delta("1s "))
-        preview = await fake.wait_for_call("sendMessage", lambda p: p.get("chat_id") == 181)
-        assert preview["text"].startswith("1s")
-        for text in ("2s ", "3s "):  # within the second the preview was shown: kept for later
-            clock.advance(0.4)
-            await show(delta(text))
-        assert fake.calls_to("editMessageText") == []
+    await show(delta("1s "))
+    preview = await fake.wait_for_call("sendMessage", lambda p: p.get("chat_id") == 181)
+    assert preview["text"].startswith("1s")
+    for text in ("2s ", "3s "):  # within the second the preview was shown: kept for later
         clock.advance(0.4)
-        await show(delta("4s "))
-        edits = fake.calls_to("editMessageText")
-        assert [e["text"] for e in edits if e] == ["1s 2s 3s 4s "]  # one message, edited once
-        final_id = await show(TextEvent(session_id="tg-181", task_hash="t181", text="slept 4s"))
-        deleted = await fake.wait_for_call("deleteMessage", timeout=10)
-        posted = fake.sent_messages(181)
-        assert [m["text"] for m in posted] == ["slept 4s"]  # the preview is gone
-        assert str(deleted["message_id"]) != final_id == str(posted[0]["message_id"])
-    finally:
-        await stop_rig(rig)
+        await show(delta(text))
+    assert fake.calls_to("editMessageText") == []
+    clock.advance(0.4)
+    await show(delta("4s "))
+    edits = fake.calls_to("editMessageText")
+    assert [e["text"] for e in edits if e] == ["1s 2s 3s 4s "]  # one message, edited once
+    final_id = await show(TextEvent(session_id="tg-181", task_hash="t181", text="slept 4s"))
+    deleted = await fake.wait_for_call("deleteMessage", timeout=10)
+    posted = fake.sent_messages(181)
+    assert [m["text"] for m in posted] == ["slept 4s"]  # the preview is gone
+    assert str(deleted["message_id"]) != final_id == str(posted[0]["message_id"])
 
 
 async def test_typing_is_sent_at_most_once_every_four_seconds(
-    fake: FakeTelegram, tmp_path: Path
+    clocked: Rig, clock: FakeClock
 ) -> None:
-    clock = FakeClock()
-    rig = await start_rig(fake, tmp_path / "home", clock=clock)
-    try:
-        fake.private_chat(191)
-        origin = Origin("telegram", channel_id="191", sender_id="191", sender_name="Ann")
-        step = ToolCallEvent(session_id="tg-191", task_hash="t191", call_id="c1", tool="x")
-        for _ in range(3):
-            await rig.adapter.deliver(origin, step, Progress())
-            clock.advance(1.0)
-        assert len(fake.calls_to("sendChatAction")) == 1
-        clock.advance(1.0)  # four seconds after the first
-        await rig.adapter.deliver(origin, step, Progress())
-        actions = fake.calls_to("sendChatAction")
-        assert len(actions) == 2 and all(a and a["action"] == "typing" for a in actions)
-    finally:
-        await stop_rig(rig)
+    clocked.fake.private_chat(181)
+    step = ToolCallEvent(session_id="tg-181", task_hash="t181", call_id="c1", tool="x")
+    for _ in range(3):
+        await clocked.adapter.deliver(ANN_AT_181, step, Progress())
+        clock.advance(1.0)
+    assert len(clocked.fake.calls_to("sendChatAction")) == 1
+    clock.advance(1.0)  # four seconds after the first
+    await clocked.adapter.deliver(ANN_AT_181, step, Progress())
+    actions = clocked.fake.calls_to("sendChatAction")
+    assert len(actions) == 2 and all(a and a["action"] == "typing" for a in actions)
 
 
 async def test_polling_survives_errors(rig: Rig) -> None:
