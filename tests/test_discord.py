@@ -475,11 +475,11 @@ async def test_streamed_text_edits_one_message_at_most_once_a_second(
     await show(delta("1s "))
     assert contents(fake, GENERAL) == ["1s "]
     for text in ("2s ", "3s "):  # within the second the preview was shown: kept for later
-        clock.advance(0.4)
+        await clock.advance(0.4)
         await show(delta(text))
     edit_route = "PATCH /channels/{cid}/messages/{mid}"
     assert fake.calls_to(edit_route) == []
-    clock.advance(0.4)
+    await clock.advance(0.4)
     await show(delta("4s "))
     assert [e["content"] for e in fake.calls_to(edit_route) if e] == ["1s 2s 3s 4s "]
     await show(TextEvent(session_id=session, task_hash="t1", text="slept 4s"))
@@ -493,7 +493,7 @@ async def test_typing_is_sent_at_most_once_every_eight_seconds(
     step = ToolCallEvent(session_id=f"dc-{GENERAL}", task_hash="t1", call_id="c1", tool="x")
     for _ in range(4):
         await clocked.adapter.deliver(ANN_IN_GENERAL, step, Progress())
-        clock.advance(2.0)
+        await clock.advance(2.0)
     typing_route = f"POST /channels/{GENERAL}/typing"
     assert len(clocked.fake.calls_to(typing_route)) == 1
     await clocked.adapter.deliver(ANN_IN_GENERAL, step, Progress())  # 8 s after the first

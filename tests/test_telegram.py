@@ -262,9 +262,9 @@ async def test_refusal_is_repeated_after_an_hour(
             return sent_to(fake, 93)
 
         assert len(await stranger_writes("hi")) == 1
-        clock.advance(3599.0)
+        await clock.advance(3599.0)
         assert len(await stranger_writes("still there?")) == 1
-        clock.advance(1.0)
+        await clock.advance(1.0)
         refusals = await stranger_writes("an hour later")
         assert len(refusals) == 2 and all("not available" in r for r in refusals)
     finally:
@@ -468,10 +468,10 @@ async def test_streamed_text_edits_one_message_at_most_once_a_second(
     preview = await fake.wait_for_call("sendMessage", lambda p: p.get("chat_id") == 181)
     assert preview["text"].startswith("1s")
     for text in ("2s ", "3s "):  # within the second the preview was shown: kept for later
-        clock.advance(0.4)
+        await clock.advance(0.4)
         await show(delta(text))
     assert fake.calls_to("editMessageText") == []
-    clock.advance(0.4)
+    await clock.advance(0.4)
     await show(delta("4s "))
     edits = fake.calls_to("editMessageText")
     assert [e["text"] for e in edits if e] == ["1s 2s 3s 4s "]  # one message, edited once
@@ -489,9 +489,9 @@ async def test_typing_is_sent_at_most_once_every_four_seconds(
     step = ToolCallEvent(session_id="tg-181", task_hash="t181", call_id="c1", tool="x")
     for _ in range(3):
         await clocked.adapter.deliver(ANN_AT_181, step, Progress())
-        clock.advance(1.0)
+        await clock.advance(1.0)
     assert len(clocked.fake.calls_to("sendChatAction")) == 1
-    clock.advance(1.0)  # four seconds after the first
+    await clock.advance(1.0)  # four seconds after the first
     await clocked.adapter.deliver(ANN_AT_181, step, Progress())
     actions = clocked.fake.calls_to("sendChatAction")
     assert len(actions) == 2 and all(a and a["action"] == "typing" for a in actions)
