@@ -170,7 +170,6 @@ Event = Annotated[
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
-TERMINAL_KINDS = frozenset({"done", "error", "canceled"})
 
 
 def event_to_json(event: Event) -> str:

@@ -16,7 +16,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Final
 
-from gateway.clock import now_ms
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.ids import is_valid_session_id, validate_hash, validate_session_id
 from gateway.logs import get_logger
 from gateway.store.kv import KVStore
@@ -61,6 +61,7 @@ class Presence:
         instance_id: str,
         ttl: float = 60.0,
         refresh: float = 55.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not instance_id:
             raise ValueError("instance_id must not be empty")
@@ -76,6 +77,7 @@ class Presence:
         self.instance_id = instance_id
         self.ttl = ttl
         self.refresh = refresh
+        self.clock = clock
         self._held: set[str] = set()
 
     @contextlib.asynccontextmanager
@@ -85,7 +87,7 @@ class Presence:
         value = json.dumps(
             {
                 "instance": self.instance_id,
-                "started_at": now_ms(),
+                "started_at": self.clock.now_ms(),
                 "pid": os.getpid(),
             },
             separators=(",", ":"),
@@ -109,7 +111,7 @@ class Presence:
 
     async def _keep_alive(self, key: str, value: str) -> None:
         while True:
-            await asyncio.sleep(self.refresh)
+            await self.clock.sleep(self.refresh)
             try:
                 if not await self.kv.expire(key, self.ttl):
                     # Lapsed (a long stall, or someone removed it): put it back.

@@ -31,16 +31,16 @@ class UnknownAgent(ValueError):
     pass
 
 
-def build_agent(settings: Settings) -> Agent:
+def build_agent(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Agent:
     name = settings.agent
     if name == "offline":
         from gateway.agents.offline import OfflineAgent
 
-        return OfflineAgent()
+        return OfflineAgent(clock)
     if name == "openai":
         from gateway.agents.openai import OpenAIAgent
 
-        return OpenAIAgent(settings)
+        return OpenAIAgent(settings, clock)
     if name == "claude-code":
         from gateway.agents.claude_code import ClaudeCodeAgent, ClaudeCodeUnavailable
 
@@ -70,7 +70,7 @@ class Runtime:
 
     @classmethod
     async def start(cls, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> Runtime:
-        agent = build_agent(settings)
+        agent = build_agent(settings, clock)
         store = await SessionStore.open(settings)
         try:
             kv = await open_kv(settings.resolved_kv_url)
@@ -82,6 +82,7 @@ class Runtime:
             settings.instance_id,
             ttl=settings.presence_ttl_seconds,
             refresh=settings.presence_refresh_seconds,
+            clock=clock,
         )
         cleared = await presence.clear_instance()
         if cleared:

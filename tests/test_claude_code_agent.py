@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clock import ManualClock
+from clock import FakeClock
 from sqlalchemy import text
 from sqlmodel import Session
 from structlog.testing import capture_logs
@@ -335,13 +335,13 @@ async def test_cancel_stops_the_cli(cli: FakeCli, runtime: Runtime) -> None:
 async def test_cli_ignoring_sigterm_is_killed(cli: FakeCli, runtime: Runtime) -> None:
     agent = runtime.agent
     assert isinstance(agent, ClaudeCodeAgent)
-    agent.clock = clock = ManualClock()
+    agent.clock = clock = FakeClock()
     sub = await runtime.router.submit(Inbound(ANN, "cli-k", "!stubborn"))
     (call,) = await cli.started(1)
     assert await runtime.router.cancel("cli-k")
-    await clock.sleeping()  # SIGTERM sent, the grace period runs
+    await clock.until_sleeping(seconds=KILL_GRACE_SECONDS)  # SIGTERM sent, the grace runs
     assert not gone(call["pid"])
-    clock.advance(KILL_GRACE_SECONDS)
+    await clock.advance(KILL_GRACE_SECONDS)
     state = await runtime.router.wait(sub.task_hash, 15)
     assert state.status == "canceled" and gone(call["pid"])
 

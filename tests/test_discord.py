@@ -9,6 +9,7 @@ from typing import Any
 
 import discord
 import pytest
+from clock import FakeClock
 from fakes.discord import (
     FakeDiscord,
     member,
@@ -20,6 +21,9 @@ from fakes.discord import (
 )
 
 from adapters.discord import DiscordAdapter
+from gateway.adapter import Progress
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.events import Origin, TextDeltaEvent, TextEvent, ToolCallEvent
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
@@ -54,7 +58,9 @@ def pointed(fake: FakeDiscord) -> Iterator[None]:
         yield
 
 
-async def start_rig(fake: FakeDiscord, home: Path, **extra: Any) -> Rig:
+async def start_rig(
+    fake: FakeDiscord, home: Path, *, clock: Clock = SYSTEM_CLOCK, **extra: Any
+) -> Rig:
     settings = Settings(
         home=home,
         **extra,
@@ -64,7 +70,7 @@ async def start_rig(fake: FakeDiscord, home: Path, **extra: Any) -> Rig:
         confirm_timeout_seconds=30,
         _env_file=None,
     )  # type: ignore[call-arg]
-    runtime = await Runtime.start(settings)
+    runtime = await Runtime.start(settings, clock=clock)
     runtime.router.courier.initial_wait = 0.01
     adapter = DiscordAdapter(runtime, guild_ready_timeout=0.05)
     await adapter.start(ready_timeout=10)
@@ -79,6 +85,23 @@ async def stop_rig(rig: Rig) -> None:
 @pytest.fixture
 async def rig(fake: FakeDiscord, pointed: None, tmp_path: Path) -> AsyncIterator[Rig]:
     started = await start_rig(fake, tmp_path / "home")
+    try:
+        yield started
+    finally:
+        await stop_rig(started)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def clocked(
+    fake: FakeDiscord, pointed: None, tmp_path: Path, clock: FakeClock
+) -> AsyncIterator[Rig]:
+    """A rig whose runtime runs on `clock`."""
+    started = await start_rig(fake, tmp_path / "home", clock=clock)
     try:
         yield started
     finally:
@@ -379,3 +402,99 @@ async def test_people_writing_at_once_are_answered_in_the_order_they_wrote(rig: 
     assert posted == answers  # and posted in that order
     history = rig.runtime.store.files(sid).history.read()
     assert [m.content.split("\n")[0] for m in history if m.role == "user"] == written
+
+
+INTERACTION_CALLBACK = "POST /interactions/{id}/{token}/callback"
+
+
+async def test_slash_commands_are_registered_from_the_registry(rig: Rig) -> None:
+    menu = rig.runtime.commands.menu("discord")
+    registered = {c["name"]: c for c in rig.fake.registered_commands()}
+    assert list(registered) == [c.name for c in menu]
+    for command in menu:
+        options = registered[command.name]["options"]
+        if command.usage:  # what follows the name is one optional text option
+            assert [(o["name"], o["type"], o.get("required", False)) for o in options] == [
+                ("text", 3, False)
+            ]
+        else:
+            assert options == []
+
+
+async def test_slash_command_runs_through_the_gateway(rig: Rig) -> None:
+    rig.fake.inject_command(ANN, GENERAL, "status")
+    answer = await rig.fake.wait_for_call(
+        INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=10
+    )
+    assert f"session: dc-{GENERAL}" in answer["data"]["content"]
+    # The interaction response carries the reply; nothing else is posted in the channel.
+    assert contents(rig.fake, GENERAL) == [answer["data"]["content"]]
+
+
+async def test_slash_command_with_an_argument(
+    fake: FakeDiscord, pointed: None, tmp_path: Path
+) -> None:
+    rig = await start_rig(fake, tmp_path / "home", admins=f"discord:{ANN['id']}")
+    try:
+        model = [{"name": "text", "type": 3, "value": "tiny-model"}]
+        fake.inject_command(BOB, GENERAL, "model", model)
+        refused = await fake.wait_for_call(
+            INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=10
+        )
+        assert "only an admin" in refused["data"]["content"]
+        fake.inject_command(ANN, GENERAL, "model", model)
+        changed = await fake.wait_for_call(
+            INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=10
+        )
+        assert "tiny-model" in changed["data"]["content"]
+        row = await rig.runtime.store.get(f"dc-{GENERAL}")
+        assert row is not None and row.model == "tiny-model"
+        fake.inject_command(BOB, GENERAL, "model")  # alone it only shows the model: anyone may
+        shown = await fake.wait_for_call(
+            INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=10
+        )
+        assert shown["data"]["content"] == "model: tiny-model"
+    finally:
+        await stop_rig(rig)
+
+
+ANN_IN_GENERAL = Origin("discord", str(GENERAL), sender_id=ANN["id"], sender_name="ann")
+
+
+async def test_streamed_text_edits_one_message_at_most_once_a_second(
+    clocked: Rig, clock: FakeClock
+) -> None:
+    fake, session = clocked.fake, f"dc-{GENERAL}"
+
+    async def show(event: TextDeltaEvent | TextEvent) -> None:
+        await clocked.adapter.deliver(ANN_IN_GENERAL, event, Progress())
+
+    def delta(text: str) -> TextDeltaEvent:
+        return TextDeltaEvent(session_id=session, task_hash="t1", text=text)
+
+    await show(delta("1s "))
+    assert contents(fake, GENERAL) == ["1s "]
+    for text in ("2s ", "3s "):  # within the second the preview was shown: kept for later
+        await clock.advance(0.4)
+        await show(delta(text))
+    edit_route = "PATCH /channels/{cid}/messages/{mid}"
+    assert fake.calls_to(edit_route) == []
+    await clock.advance(0.4)
+    await show(delta("4s "))
+    assert [e["content"] for e in fake.calls_to(edit_route) if e] == ["1s 2s 3s 4s "]
+    await show(TextEvent(session_id=session, task_hash="t1", text="slept 4s"))
+    await fake.wait_for_call("DELETE /channels/{cid}/messages/{mid}", timeout=10)
+    assert contents(fake, GENERAL) == ["slept 4s"]  # the preview is gone
+
+
+async def test_typing_is_sent_at_most_once_every_eight_seconds(
+    clocked: Rig, clock: FakeClock
+) -> None:
+    step = ToolCallEvent(session_id=f"dc-{GENERAL}", task_hash="t1", call_id="c1", tool="x")
+    for _ in range(4):
+        await clocked.adapter.deliver(ANN_IN_GENERAL, step, Progress())
+        await clock.advance(2.0)
+    typing_route = f"POST /channels/{GENERAL}/typing"
+    assert len(clocked.fake.calls_to(typing_route)) == 1
+    await clocked.adapter.deliver(ANN_IN_GENERAL, step, Progress())  # 8 s after the first
+    assert len(clocked.fake.calls_to(typing_route)) == 2

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from adapters.discord_format import split_message
+from adapters.discord.split import split_message
 
 
 def fences_balanced(chunk: str) -> bool:

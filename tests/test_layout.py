@@ -18,9 +18,6 @@ MAX_LINES = 400
 NOT_YET_SPLIT = {
     "adapters.http": "into a package: binding, SSE, metrics, models, one module per resource",
     "adapters.http_openapi": "generated from the route table and the request/response models",
-    "adapters.telegram": "its share of a chat-adapter base (stream preview, typing, prompts)",
-    "adapters.discord": "its share of a chat-adapter base (stream preview, typing, prompts)",
-    "adapters.telegram_format": "HTML rendering apart from splitting at the size limit",
     "gateway.store.sessions": "sessions, messages and runs",
     "gateway.store.actionlog": "the line format apart from the file",
     "gateway.store.kv": "one module per backend",

@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clock import FakeClock
 from fakes.openai import Cut, Error, FakeOpenAI, Malformed, Slow, Text, ToolCalls
 from sqlalchemy import text
 from sqlmodel import Session
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.commands.registry import CommandReply
 from gateway.engine.router import Router
 from gateway.events import Inbound, Origin
@@ -30,7 +32,7 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
         yield server
 
 
-async def start(fake: FakeOpenAI, home: Path, **extra: Any) -> Runtime:
+async def start(fake: FakeOpenAI, home: Path, clock: Clock = SYSTEM_CLOCK, **extra: Any) -> Runtime:
     options: dict[str, Any] = {
         "home": home,
         "agent": "openai",
@@ -41,7 +43,7 @@ async def start(fake: FakeOpenAI, home: Path, **extra: Any) -> Runtime:
         **extra,
     }
     settings = Settings(_env_file=None, **options)  # type: ignore[call-arg]
-    return await Runtime.start(settings)
+    return await Runtime.start(settings, clock=clock)
 
 
 @pytest.fixture
@@ -56,6 +58,40 @@ async def runtime(fake: FakeOpenAI, tmp_path: Path) -> AsyncIterator[Runtime]:
 async def ask(router: Router, sid: str, message: str) -> Any:
     sub = await router.submit(Inbound(ANN, sid, message))
     return sub, await router.wait(sub.task_hash, 15)
+
+
+# Retry backoffs are at most this long; a presence refresher sleeps longer.
+BACKOFF_UNDER = 30.0
+
+
+async def ask_through_backoffs(rt: Runtime, clock: FakeClock, sid: str, message: str) -> Any:
+    """`ask`, with the clock moved past every retry backoff as soon as the agent sleeps."""
+    sub = await rt.router.submit(Inbound(ANN, sid, message))
+
+    async def move_time() -> None:
+        while True:
+            await clock.advance(await clock.next_sleep(under=BACKOFF_UNDER, within=30))
+
+    async def until_done() -> None:
+        async for _event in rt.router.stream(sub.task_hash):
+            pass
+
+    mover = asyncio.create_task(move_time())
+    try:
+        await asyncio.wait_for(until_done(), 15)
+    finally:
+        mover.cancel()
+    return sub, rt.router.task(sub.task_hash)
+
+
+@pytest.fixture
+async def clocked(fake: FakeOpenAI, tmp_path: Path) -> AsyncIterator[tuple[Runtime, FakeClock]]:
+    clock = FakeClock()
+    rt = await start(fake, tmp_path / "clocked", clock)
+    try:
+        yield rt, clock
+    finally:
+        await rt.close()
 
 
 async def usage_rows(rt: Runtime) -> list[tuple[str, int, int, int, str]]:
@@ -138,19 +174,29 @@ async def test_paths_outside_the_workspace_are_refused(fake: FakeOpenAI, runtime
     assert results[0].status == "error"  # type: ignore[union-attr]
 
 
-async def test_429_is_retried_after_retry_after(fake: FakeOpenAI, runtime: Runtime) -> None:
-    fake.script(Error(429, "slow down", retry_after=0.2), Text("Back again."))
-    _sub, state = await ask(runtime.router, "cli-r", "hello")
+async def test_429_is_retried_after_retry_after(
+    fake: FakeOpenAI, clocked: tuple[Runtime, FakeClock]
+) -> None:
+    rt, clock = clocked
+    fake.script(Error(429, "slow down", retry_after=7), Text("Back again."))
+    sub = await rt.router.submit(Inbound(ANN, "cli-r", "hello"))
+    assert await clock.next_sleep(under=BACKOFF_UNDER) == 7  # what the server asked for
+    await clock.advance(6.9)
+    assert len(fake.requests) == 1
+    await clock.advance(0.1)
+    state = await rt.router.wait(sub.task_hash, 15)
     assert state.reply == "Back again."
     assert len(fake.requests) == 2
 
 
 async def test_outage_is_a_clear_error_and_keeps_the_message(
-    fake: FakeOpenAI, runtime: Runtime
+    fake: FakeOpenAI, clocked: tuple[Runtime, FakeClock]
 ) -> None:
+    runtime, clock = clocked
     fake.script(*[Error(500, "boom")] * 4)
-    _sub, state = await ask(runtime.router, "cli-x", "are you there?")
+    _sub, state = await ask_through_backoffs(runtime, clock, "cli-x", "are you there?")
     assert state.status == "error" and "not available" in state.error
+    assert len(fake.requests) == 4
     messages = await runtime.store.recent_messages("cli-x")
     assert [m.content for m in messages] == ["are you there?"]
 
@@ -214,10 +260,11 @@ async def test_slow_answer_within_the_timeout_streams_through(
 
 
 async def test_timed_out_call_is_retried(fake: FakeOpenAI, tmp_path: Path) -> None:
-    rt = await start(fake, tmp_path / "h", openai_timeout_seconds=0.3)
+    clock = FakeClock()
+    rt = await start(fake, tmp_path / "h", clock, openai_timeout_seconds=0.3)
     try:
         fake.script(Slow(5, Text("too late")), Text("Second try worked."))
-        _sub, state = await ask(rt.router, "cli-t", "hello?")
+        _sub, state = await ask_through_backoffs(rt, clock, "cli-t", "hello?")
         assert (state.status, state.reply) == ("done", "Second try worked.")
         assert len(fake.requests) == 2
     finally:
@@ -227,10 +274,11 @@ async def test_timed_out_call_is_retried(fake: FakeOpenAI, tmp_path: Path) -> No
 async def test_model_that_never_answers_gives_a_clear_error(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
-    rt = await start(fake, tmp_path / "h", openai_timeout_seconds=0.2)
+    clock = FakeClock()
+    rt = await start(fake, tmp_path / "h", clock, openai_timeout_seconds=0.2)
     try:
         fake.script(*[Slow(5, Text("never"))] * 4)
-        _sub, state = await ask(rt.router, "cli-n", "anyone?")
+        _sub, state = await ask_through_backoffs(rt, clock, "cli-n", "anyone?")
         assert state.status == "error" and "not available" in state.error
         assert "TimeoutError" in state.error
         assert [m.content for m in await rt.store.recent_messages("cli-n")] == ["anyone?"]
@@ -363,11 +411,12 @@ async def test_window_is_read_from_history_json(fake: FakeOpenAI, runtime: Runti
 
 
 async def test_stream_cut_mid_answer_is_retried_without_repeating_text(
-    fake: FakeOpenAI, runtime: Runtime
+    fake: FakeOpenAI, clocked: tuple[Runtime, FakeClock]
 ) -> None:
+    runtime, clock = clocked
     answer = "The build is green and the release can go out tonight."
     fake.script(Cut(answer, pieces=4), Text(answer))
-    _sub, state = await ask(runtime.router, "cli-cut", "status?")
+    _sub, state = await ask_through_backoffs(runtime, clock, "cli-cut", "status?")
     assert (state.status, state.reply) == ("done", answer)
     assert len(fake.requests) == 2
     streamed = "".join(e.text for e in state.events if e.kind == "text_delta")  # type: ignore[union-attr]
@@ -375,10 +424,11 @@ async def test_stream_cut_mid_answer_is_retried_without_repeating_text(
 
 
 async def test_stream_that_keeps_getting_cut_is_a_clear_error(
-    fake: FakeOpenAI, runtime: Runtime
+    fake: FakeOpenAI, clocked: tuple[Runtime, FakeClock]
 ) -> None:
+    runtime, clock = clocked
     fake.script(*[Cut("partial answer", pieces=1)] * 4)
-    _sub, state = await ask(runtime.router, "cli-cut2", "status?")
+    _sub, state = await ask_through_backoffs(runtime, clock, "cli-cut2", "status?")
     assert state.status == "error" and "not available" in state.error
     assert state.reply == ""  # a cut-off answer is never taken for the whole one
 

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from clock import FakeClock
 
 from gateway.adapter import Progress
 from gateway.auth import NotAllowed
@@ -35,11 +35,16 @@ class RecordingSink:
 
 
 @pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Runtime]:
     settings = Settings(
         home=tmp_path / "home", confirm_timeout_seconds=5, admins="http:root", _env_file=None
     )  # type: ignore[call-arg]
-    rt = await Runtime.start(settings)
+    rt = await Runtime.start(settings, clock=clock)
     try:
         yield rt
     finally:
@@ -106,22 +111,27 @@ async def test_one_task_at_a_time_in_archive_order(runtime: Runtime) -> None:
     assert all(router.task(h).reply == f"echo: {router.task(h).text}" for h in asked)
 
 
-async def test_sessions_run_concurrently(runtime: Runtime) -> None:
+async def test_sessions_run_concurrently(runtime: Runtime, clock: FakeClock) -> None:
     router = runtime.router
     subs = [await router.submit(inbound(f"cli-p{i}", "!sleep 1")) for i in range(5)]
-    started = asyncio.get_running_loop().time()
+    # All five are asleep at once: none waits for another session's task to end.
+    await clock.until_sleeping(5, seconds=1)
+    assert not any(router.task(s.task_hash).finished for s in subs)
+    await clock.advance(1)
     for s in subs:
         assert await finished(router, s.task_hash) == "slept 1s"
-    assert asyncio.get_running_loop().time() - started < 4  # not 5 x 1 s one after another
 
 
-async def test_queue_position_is_told_to_the_origin(runtime: Runtime) -> None:
+async def test_queue_position_is_told_to_the_origin(runtime: Runtime, clock: FakeClock) -> None:
     sink = RecordingSink()
     runtime.router.register_sink("http", sink)
     first = await runtime.router.submit(inbound("cli-w", "!sleep 1"))
     second = await runtime.router.submit(inbound("cli-w", "after"))
     assert second.position == 1
     assert (ANN, "queued (1 ahead)") in sink.notices
+    await clock.until_sleeping(1, seconds=1)
+    assert runtime.router.task(second.task_hash).status == "queued"
+    await clock.advance(1)
     await finished(runtime.router, second.task_hash)
     assert runtime.router.task(first.task_hash).status == "done"
 
@@ -155,21 +165,25 @@ async def test_admin_may_answer_and_ask_user(runtime: Runtime) -> None:
     assert await finished(router, sub.task_hash) == "answer: green"
 
 
-async def test_prompt_expiry(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "h", confirm_timeout_seconds=0.3, _env_file=None)  # type: ignore[call-arg]
-    rt = await Runtime.start(settings)
+async def test_prompt_expiry(runtime: Runtime, clock: FakeClock) -> None:
     sink = RecordingSink()
-    rt.router.register_sink("http", sink)
-    try:
-        confirm = await rt.router.submit(inbound("cli-e", "!confirm x"))
-        assert await finished(rt.router, confirm.task_hash) == "denied: x"
-        ask = await rt.router.submit(inbound("cli-e", "!ask anyone?"))
-        assert await finished(rt.router, ask.task_hash) == "answer: (none)"
-        texts = [t for _, t in sink.notices]
-        assert "The confirmation expired and was treated as denied." in texts
-        assert "The question expired and was left unanswered." in texts
-    finally:
-        await rt.close()
+    runtime.router.register_sink("http", sink)
+    timeout = runtime.settings.confirm_timeout_seconds
+    confirm = await runtime.router.submit(inbound("cli-e", "!confirm x"))
+    await runtime.router.wait(confirm.task_hash, 10, until_prompt=True)
+    await clock.until_sleeping(1, seconds=timeout)
+    await clock.advance(timeout - 0.001)
+    assert runtime.router.task(confirm.task_hash).status == "waiting"  # not a moment early
+    await clock.advance(0.001)
+    assert await finished(runtime.router, confirm.task_hash) == "denied: x"
+    ask = await runtime.router.submit(inbound("cli-e", "!ask anyone?"))
+    await runtime.router.wait(ask.task_hash, 10, until_prompt=True)
+    await clock.until_sleeping(1, seconds=timeout)
+    await clock.advance(timeout)
+    assert await finished(runtime.router, ask.task_hash) == "answer: (none)"
+    texts = [t for _, t in sink.notices]
+    assert "The confirmation expired and was treated as denied." in texts
+    assert "The question expired and was left unanswered." in texts
 
 
 async def test_unknown_prompt_and_wrong_session(runtime: Runtime) -> None:
@@ -279,34 +293,21 @@ async def test_journal_tracks_steps(runtime: Runtime) -> None:
     await finished(runtime.router, sub.task_hash)
 
 
-async def test_fifty_sessions_make_progress_together(tmp_path: Path) -> None:
+async def test_fifty_sessions_make_progress_together(tmp_path: Path, clock: FakeClock) -> None:
     settings = Settings(home=tmp_path / "h", max_concurrent_tasks=50, _env_file=None)  # type: ignore[call-arg]
-    rt = await Runtime.start(settings)
+    rt = await Runtime.start(settings, clock=clock)
     try:
-        with contextlib.ExitStack() as stack:
-            subs = [stack.enter_context(rt.router.subscribe(f"cli-n{i}")) for i in range(50)]
-            for sub in subs:
-                sub.queue = asyncio.Queue()
-            # Long enough that submitting all fifty (slow on a loaded machine) ends well before
-            # the first can finish.
-            tasks = await asyncio.gather(
-                *(rt.router.submit(inbound(f"cli-n{i}", "!sleep 4")) for i in range(50))
-            )
-            for task in tasks:
-                await rt.router.wait(task.task_hash, 30)
-            ordered = sorted(
-                (
-                    e
-                    for sub in subs
-                    for e in [sub.queue.get_nowait() for _ in range(sub.queue.qsize())]
-                ),
-                key=lambda e: e.at,
-            )
-        first_done = next(i for i, e in enumerate(ordered) if e.kind == "done")
-        started = {e.session_id for e in ordered[:first_done] if e.kind == "text_delta"}
-        # Every session had its task going before any of them finished.
-        assert len(started) == 50
-        assert all(rt.router.task(t.task_hash).reply == "slept 4s" for t in tasks)
+        tasks = await asyncio.gather(
+            *(rt.router.submit(inbound(f"cli-n{i}", "!sleep 4")) for i in range(50))
+        )
+        for _ in range(4):
+            # Every session's task is in the same second of its sleep: all fifty are going
+            # before any of them finishes.
+            await clock.until_sleeping(50, seconds=1)
+            assert rt.router.load() == (50, 0)
+            await clock.advance(1)
+        for task in tasks:
+            assert await finished(rt.router, task.task_hash) == "slept 4s"
     finally:
         await rt.close()
 

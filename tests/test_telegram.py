@@ -10,9 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clock import FakeClock
 from fakes.telegram import FakeTelegram
 
 from adapters.telegram import TelegramAdapter
+from gateway.adapter import Progress
+from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.events import Origin, TextDeltaEvent, TextEvent, ToolCallEvent
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
@@ -28,7 +32,9 @@ class Rig:
     adapter: TelegramAdapter
 
 
-async def start_rig(fake: FakeTelegram, home: Path, **extra: Any) -> Rig:
+async def start_rig(
+    fake: FakeTelegram, home: Path, *, clock: Clock = SYSTEM_CLOCK, **extra: Any
+) -> Rig:
     settings = Settings(
         home=home,
         telegram_token=fake.token,
@@ -37,7 +43,7 @@ async def start_rig(fake: FakeTelegram, home: Path, **extra: Any) -> Rig:
         _env_file=None,
         **extra,
     )  # type: ignore[call-arg]
-    runtime = await Runtime.start(settings)
+    runtime = await Runtime.start(settings, clock=clock)
     runtime.router.courier.initial_wait = 0.01
     adapter = TelegramAdapter.build(runtime)
     await asyncio.wait_for(adapter.start(poll_timeout=1), 10)
@@ -58,6 +64,21 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 @pytest.fixture
 async def rig(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Rig]:
     started = await start_rig(fake, tmp_path / "home")
+    try:
+        yield started
+    finally:
+        await stop_rig(started)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def clocked(fake: FakeTelegram, tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:
+    """A rig whose runtime runs on `clock`."""
+    started = await start_rig(fake, tmp_path / "home", clock=clock)
     try:
         yield started
     finally:
@@ -225,6 +246,31 @@ async def test_allowed_chats_refuse_others_once(fake: FakeTelegram, tmp_path: Pa
         await stop_rig(rig)
 
 
+async def test_refusal_is_repeated_after_an_hour(
+    fake: FakeTelegram, tmp_path: Path, clock: FakeClock
+) -> None:
+    rig = await start_rig(fake, tmp_path / "home", clock=clock, telegram_allowed_chats="91")
+    try:
+        stranger, eve = fake.private_chat(93), fake.user(93, "Eve")
+        chat, ann = fake.private_chat(91), fake.user(91, "Ann")
+
+        async def stranger_writes(text: str) -> list[str]:
+            fake.inject_message(stranger, eve, text)
+            # Updates are handled in order: once Ann has her answer, Eve's message was seen.
+            fake.inject_message(chat, ann, f"after {text}")
+            await reply_in(fake, 91, f"echo: after {text}")
+            return sent_to(fake, 93)
+
+        assert len(await stranger_writes("hi")) == 1
+        await clock.advance(3599.0)
+        assert len(await stranger_writes("still there?")) == 1
+        await clock.advance(1.0)
+        refusals = await stranger_writes("an hour later")
+        assert len(refusals) == 2 and all("not available" in r for r in refusals)
+    finally:
+        await stop_rig(rig)
+
+
 async def test_parked_confirmation_answered_after_restart(
     fake: FakeTelegram, tmp_path: Path
 ) -> None:
@@ -341,6 +387,16 @@ def test_webhook_mode_needs_url_and_secret() -> None:
         Settings(telegram_mode="webhook", telegram_webhook_url="https://x/hook", _env_file=None)  # type: ignore[call-arg]
 
 
+async def test_command_menu_lists_the_registry(rig: Rig) -> None:
+    menu = rig.runtime.commands.menu("telegram")
+    listed = rig.fake.my_commands()
+    assert listed == [{"command": c.name, "description": c.summary} for c in menu]
+    assert {"help", "status", "model", "cancel"} <= {c["command"] for c in listed}
+    rig.fake.inject_message(rig.fake.private_chat(211), rig.fake.user(211, "Ann"), "/help")
+    help_text = (await reply_in(rig.fake, 211, "Commands:"))["text"]
+    assert all(f"/{c['command']}" in help_text for c in listed)  # the menu and /help agree
+
+
 async def test_start_greets_with_help(rig: Rig) -> None:
     rig.fake.inject_message(rig.fake.private_chat(141), rig.fake.user(141, "Ann"), "/start")
     greeting = await reply_in(rig.fake, 141, "/help")
@@ -393,21 +449,52 @@ async def test_bot_removed_from_chat_cancels_its_prompt(rig: Rig) -> None:
     assert state.status == "canceled"
 
 
-async def test_streamed_text_edits_one_message_at_most_once_a_second(rig: Rig) -> None:
-    fake = rig.fake
-    fake.inject_message(fake.private_chat(181), fake.user(181, "Ann"), "!sleep 3")
-    preview = await fake.wait_for_call(
-        "sendMessage", lambda p: p.get("chat_id") == 181 and "1s" in str(p.get("text")), timeout=10
-    )
-    final = await reply_in(fake, 181, "slept 3s")
-    deleted = await fake.wait_for_call("deleteMessage", timeout=10)
-    edits = [(m, p) for m, p in fake.calls if m == "editMessageText" and p.get("chat_id") == 181]
-    assert (
-        1 <= len(edits) <= 3
-    )  # deltas at 1 s, 2 s, 3 s: one message, edited at most once a second
-    assert all("1s" in str(p.get("text")) for _, p in edits)
-    assert deleted["message_id"] != final.get("message_id")
+ANN_AT_181 = Origin("telegram", channel_id="181", sender_id="181", sender_name="Ann")
+
+
+async def test_streamed_text_edits_one_message_at_most_once_a_second(
+    clocked: Rig, clock: FakeClock
+) -> None:
+    fake = clocked.fake
+    fake.private_chat(181)
+
+    async def show(event: TextDeltaEvent | TextEvent) -> str | None:
+        return await clocked.adapter.deliver(ANN_AT_181, event, Progress())
+
+    def delta(text: str) -> TextDeltaEvent:
+        return TextDeltaEvent(session_id="tg-181", task_hash="t181", text=text)
+
+    await show(delta("1s "))
+    preview = await fake.wait_for_call("sendMessage", lambda p: p.get("chat_id") == 181)
     assert preview["text"].startswith("1s")
+    for text in ("2s ", "3s "):  # within the second the preview was shown: kept for later
+        await clock.advance(0.4)
+        await show(delta(text))
+    assert fake.calls_to("editMessageText") == []
+    await clock.advance(0.4)
+    await show(delta("4s "))
+    edits = fake.calls_to("editMessageText")
+    assert [e["text"] for e in edits if e] == ["1s 2s 3s 4s "]  # one message, edited once
+    final_id = await show(TextEvent(session_id="tg-181", task_hash="t181", text="slept 4s"))
+    deleted = await fake.wait_for_call("deleteMessage", timeout=10)
+    posted = fake.sent_messages(181)
+    assert [m["text"] for m in posted] == ["slept 4s"]  # the preview is gone
+    assert str(deleted["message_id"]) != final_id == str(posted[0]["message_id"])
+
+
+async def test_typing_is_sent_at_most_once_every_four_seconds(
+    clocked: Rig, clock: FakeClock
+) -> None:
+    clocked.fake.private_chat(181)
+    step = ToolCallEvent(session_id="tg-181", task_hash="t181", call_id="c1", tool="x")
+    for _ in range(3):
+        await clocked.adapter.deliver(ANN_AT_181, step, Progress())
+        await clock.advance(1.0)
+    assert len(clocked.fake.calls_to("sendChatAction")) == 1
+    await clock.advance(1.0)  # four seconds after the first
+    await clocked.adapter.deliver(ANN_AT_181, step, Progress())
+    actions = clocked.fake.calls_to("sendChatAction")
+    assert len(actions) == 2 and all(a and a["action"] == "typing" for a in actions)
 
 
 async def test_polling_survives_errors(rig: Rig) -> None:

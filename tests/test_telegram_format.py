@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.telegram_format import (
+from adapters.telegram.render import render_html
+from adapters.telegram.split import (
     MIN_HTML_LIMIT,
     MIN_PLAIN_LIMIT,
     TELEGRAM_MESSAGE_LIMIT,
-    render_html,
     split_html,
     split_plain,
     strip_html,

@@ -15,7 +15,6 @@ a contract (README, "The offline agent"):
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from gateway.agents.base import (
     ToolCall,
     Usage,
 )
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store.sessions import StoredMessage
 
 MAX_SLEEP_SECONDS = 3600
@@ -42,6 +42,9 @@ class OfflineAgent:
     name = "offline"
     tool_names = frozenset({"demo_action", "write_file"})
 
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
+
     async def summarize(self, previous: str, messages: Sequence[StoredMessage]) -> str:
         """A deterministic digest: one short line per message, newest kept within a bound."""
         lines = [previous] if previous else []
@@ -51,10 +54,10 @@ class OfflineAgent:
         return "\n".join(lines)[-SUMMARY_MAX_CHARS:]
 
     async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
-        started = time.monotonic()
+        started = self.clock.monotonic()
         async for step in self._reply(ctx):
             if isinstance(step, Reply):
-                elapsed = int((time.monotonic() - started) * 1000)
+                elapsed = int((self.clock.monotonic() - started) * 1000)
                 yield Usage(
                     model="offline",
                     input=_words(ctx.text),
@@ -128,7 +131,7 @@ class OfflineAgent:
         if not 0 <= seconds <= MAX_SLEEP_SECONDS:
             raise AgentFailed(f"!sleep takes 0 to {MAX_SLEEP_SECONDS} seconds")
         for second in range(1, seconds + 1):
-            await asyncio.sleep(1)  # the wait itself is what this command is for
+            await self.clock.sleep(1)  # the wait itself is what this command is for
             yield Delta(f"{second}s ")
         yield Reply(f"slept {seconds}s")
 

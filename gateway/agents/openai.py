@@ -10,7 +10,6 @@ model until it answers in text or `max_tool_iterations` calls were made.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +34,7 @@ from gateway.agents.base import (
     Usage,
 )
 from gateway.agents.tools import BUILTIN_TOOLS, Tool, ToolFailed
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
@@ -83,8 +83,14 @@ class _Completion:
 class OpenAIAgent:
     name = "openai"
 
-    def __init__(self, settings: Settings, tools: Mapping[str, Tool] = BUILTIN_TOOLS) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Clock = SYSTEM_CLOCK,
+        tools: Mapping[str, Tool] = BUILTIN_TOOLS,
+    ) -> None:
         self.settings = settings
+        self.clock = clock
         self.tools = dict(tools)
         self.tool_names = frozenset(self.tools)
         self.base_url = settings.openai_base_url.rstrip("/")
@@ -147,11 +153,11 @@ class OpenAIAgent:
         schemas = [tool.schema() for tool in self.tools.values()]
         for _ in range(self.settings.max_tool_iterations):
             completion = _Completion()
-            started = time.monotonic()
+            started = self.clock.monotonic()
             stream = self._complete(model, messages, schemas, completion, reasoning=reasoning)
             async for delta in stream:
                 yield Delta(delta)
-            elapsed = int((time.monotonic() - started) * 1000)
+            elapsed = int((self.clock.monotonic() - started) * 1000)
             calls = [completion.calls[i] for i in sorted(completion.calls)]
             yield _usage(model, completion.usage, elapsed, [c["id"] for c in calls])
             if not calls:
@@ -233,6 +239,7 @@ class OpenAIAgent:
             retry=retry_if_exception(lambda e: isinstance(e, _Retryable)),
             stop=stop_after_attempt(4),
             wait=_wait_for_server,
+            sleep=self.clock.sleep,
             reraise=True,
         )
         shown = ""  # reply text already streamed to the user, over every attempt

@@ -72,7 +72,10 @@ class Courier:
         progress = Progress(item.parts_sent, save)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential_jitter(multiplier=self.initial_wait, max=self.max_wait),
+            # Jitter in proportion to the first wait, so a short backoff stays short.
+            wait=wait_exponential_jitter(
+                multiplier=self.initial_wait, max=self.max_wait, jitter=self.initial_wait
+            ),
             sleep=self.clock.sleep,
             reraise=True,
         )

@@ -42,7 +42,7 @@ class Prompts:
     def __init__(
         self,
         dispatch: Dispatch,
-        scheduler: Scheduler,
+        scheduler: Scheduler[Task],
         authority: Authority,
         clock: Clock,
         timeout_seconds: float,

@@ -14,32 +14,25 @@ Everything outside the engine gets `TaskView` snapshots; no caller touches a tas
 from __future__ import annotations
 
 import contextlib
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 from gateway.adapter import Sink
 from gateway.agents.base import Agent
 from gateway.auth import Authority
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.commands.registry import CommandReply
 from gateway.engine.dispatch import Dispatch, Subscription
-from gateway.engine.journal import Answer, Journal, JournalHead, Replay
-from gateway.engine.order import Turn, Turns
+from gateway.engine.intake import CommandRunner, Intake
+from gateway.engine.journal import Answer
+from gateway.engine.order import Turn
 from gateway.engine.outbox import Courier
 from gateway.engine.prompts import PromptNotFound, Prompts
 from gateway.engine.recovery import unfinished_tasks
 from gateway.engine.runner import Runner
 from gateway.engine.scheduler import Scheduler
-from gateway.engine.task import (
-    MessageTooLong,
-    Prompt,
-    Submission,
-    Task,
-    TaskNotFound,
-    TaskView,
-)
-from gateway.events import Attachment, Event, Inbound, Origin, UserEvent
-from gateway.ids import new_task_hash, validate_session_id
+from gateway.engine.task import Prompt, Submission, Task, TaskNotFound, TaskView
+from gateway.engine.tasks import TaskTable
+from gateway.events import Event, Inbound, Origin
+from gateway.ids import validate_session_id
 from gateway.logs import get_logger
 from gateway.presence import Presence
 from gateway.settings import Settings
@@ -47,8 +40,6 @@ from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
 
-# Finished tasks stay answerable (task route, late waiters) until this many newer ones exist.
-FINISHED_TASKS_KEPT = 2000
 COUNTERS = (
     "tasks_started",
     "tasks_done",
@@ -58,8 +49,6 @@ COUNTERS = (
     "subscriber_drops",
     "sink_errors",
 )
-
-CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
 
 
 class Router:
@@ -73,23 +62,20 @@ class Router:
         authority: Authority | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.settings = settings
-        self.store = store
-        self.clock = clock
-        self.authority = authority or Authority(settings.admin_keys)
+        self._store = store
+        self._presence = presence
+        self._authority = authority or Authority(settings.admin_keys)
+        self._clock = clock
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
-        # Gateway commands, answered before the agent sees a text (set by the runtime).
-        self.commands: CommandRunner | None = None
-        self._tasks: OrderedDict[str, Task] = OrderedDict()
-        self._turns = Turns()
+        self._tasks = TaskTable(store)
         self._dispatch = Dispatch(store, self.counters, clock)
-        self._scheduler = Scheduler(
+        self._scheduler: Scheduler[Task] = Scheduler(
             settings.max_concurrent_tasks, self._run, self._canceled_before_start
         )
         self._prompts = Prompts(
             self._dispatch,
             self._scheduler,
-            self.authority,
+            self._authority,
             clock,
             settings.confirm_timeout_seconds,
         )
@@ -102,7 +88,9 @@ class Router:
             self.counters,
             settings.history_window,
         )
-        self._presence = presence
+        self._intake = Intake(
+            store, self._tasks, self._dispatch, self._scheduler, clock, settings.max_message_chars
+        )
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -126,6 +114,15 @@ class Router:
         return self._dispatch.courier
 
     @property
+    def commands(self) -> CommandRunner | None:
+        """Gateway commands, answered before the agent sees a text."""
+        return self._intake.commands
+
+    @commands.setter
+    def commands(self, runner: CommandRunner | None) -> None:
+        self._intake.commands = runner
+
+    @property
     def after_task(self) -> list[Callable[[str], None]]:
         """Hooks called with the session id after each task that finished with a reply."""
         return self._runner.after_task
@@ -135,113 +132,27 @@ class Router:
     def take_turn(self, session_id: str) -> Turn:
         """A place in the session's arrival order, taken at once. An adapter that must await
         something before `submit`/`record` (a download) takes it first and passes it on."""
-        return self._turns.take(validate_session_id(session_id))
+        return self._intake.turns.take(validate_session_id(session_id))
 
     async def submit(self, inbound: Inbound, *, turn: Turn | None = None) -> Submission:
         """Store the message and queue a task for it (or answer a gateway command)."""
-        session_id = validate_session_id(inbound.session_id)
-        async with turn or self._turns.take(session_id):
-            self._check_length(inbound.text)
-            command = await self.commands(inbound) if self.commands is not None else None
-            if command is None:
-                task, event = await self._accept(session_id, inbound)
-                position = self._scheduler.enqueue(task)
-        if command is not None:
-            await self._dispatch.notice(inbound.origin, command.text)
-            return Submission(command.session_id or session_id, command=command)
-        # The user event reaches the origin (a typing indicator) outside the turn: the next
-        # message need not wait for a platform call.
-        await self._dispatch.deliver(task, event)
-        if position:
-            await self._dispatch.notice(inbound.origin, f"queued ({position} ahead)")
-        return Submission(session_id, task.task_hash, position)
+        return await self._intake.submit(inbound, turn)
 
     async def record(self, inbound: Inbound, *, turn: Turn | None = None) -> int:
         """Keep a message as context (history, archive, action.log) without starting a task.
 
         Group chatter the bot was not addressed in: the agent sees it later as part of the
         conversation, with who said it, in the order it was said."""
-        session_id = validate_session_id(inbound.session_id)
-        origin = inbound.origin
-        async with turn or self._turns.take(session_id):
-            self._check_length(inbound.text)
-            stored = await self.store.append_message(
-                session_id, "user", inbound.text, sender=origin.sender_name, create_session=True
-            )
-            await self.store.log_action(
-                session_id, "user", inbound.text, window_hash=origin.window_hash
-            )
-        return stored.id
-
-    def _check_length(self, text: str) -> None:
-        if len(text) > self.settings.max_message_chars:
-            raise MessageTooLong(len(text), self.settings.max_message_chars)
-
-    async def _accept(self, session_id: str, inbound: Inbound) -> tuple[Task, Event]:
-        """Archive the message and make its task, journaled; returns the task and its user
-        event, recorded but not yet delivered."""
-        origin = inbound.origin
-        task_hash = new_task_hash()
-        stored = await self.store.append_message(
-            session_id,
-            "user",
-            inbound.text,
-            sender=origin.sender_name,
-            task_hash=task_hash,
-            create_session=True,
-        )
-        head = JournalHead(
-            session_id,
-            task_hash,
-            origin,
-            inbound.text,
-            stored.id,
-            stored.send_at,
-            self.clock.now_ms(),
-        )
-        task = self._new_task(head, tuple(inbound.attachments), Replay())
-        await task.save_journal()
-        event = await self._dispatch.record(
-            task, UserEvent(session_id=session_id, text=inbound.text, sender=origin.sender_name)
-        )
-        return task, event
-
-    def _new_task(
-        self, head: JournalHead, attachments: tuple[Attachment, ...], replay: Replay
-    ) -> Task:
-        task = Task(
-            session_id=head.session_id,
-            task_hash=head.task_hash,
-            origin=head.origin,
-            text=head.text,
-            attachments=attachments,
-            user_message_id=head.user_message_id,
-            user_sent_at=head.user_sent_at,
-            submitted_at=head.submitted_at,
-            journal=Journal(self.store.files(head.session_id), head, replay),
-        )
-        self._tasks[task.task_hash] = task
-        while len(self._tasks) > FINISHED_TASKS_KEPT:
-            oldest_hash, oldest = next(iter(self._tasks.items()))
-            if not oldest.finished:
-                break
-            del self._tasks[oldest_hash]
-        return task
+        return await self._intake.record(inbound, turn)
 
     # -- queries ---------------------------------------------------------------------------
 
     def task(self, task_hash: str) -> TaskView:
-        return self._task(task_hash).view()
-
-    def _task(self, task_hash: str) -> Task:
-        try:
-            return self._tasks[task_hash]
-        except KeyError:
-            raise TaskNotFound(f"no such task: {task_hash}") from None
+        return self._tasks.get(task_hash).view()
 
     def latest_task(self, session_id: str) -> TaskView | None:
         """The most recently submitted task of a session this process knows of."""
-        for task in reversed(self._tasks.values()):
+        for task in self._tasks.newest_first():
             if task.session_id == session_id:
                 return task.view()
         return None
@@ -264,7 +175,7 @@ class Router:
         """Open prompts, of one session or of all, soonest to expire first."""
         prompts = [
             t.prompt
-            for t in self._tasks.values()
+            for t in self._tasks
             if t.prompt is not None
             and t.waiting_for_answer()
             and (session_id is None or t.session_id == session_id)
@@ -273,19 +184,19 @@ class Router:
 
     async def wait(self, task_hash: str, within: float, *, until_prompt: bool = False) -> TaskView:
         """The task once it finishes (or parks on a prompt, if asked), or after `within`."""
-        task = self._task(task_hash)
+        task = self._tasks.get(task_hash)
 
         def ready() -> bool:
             return task.finished or (until_prompt and task.waiting_for_answer())
 
         async with task.changed:
             with contextlib.suppress(TimeoutError):
-                await self.clock.wait_for(task.changed.wait_for(ready), within)
+                await self._clock.wait_for(task.changed.wait_for(ready), within)
         return task.view()
 
     async def stream(self, task_hash: str) -> AsyncIterator[Event]:
         """Every event of a task so far, then live ones until it finishes."""
-        task = self._task(task_hash)
+        task = self._tasks.get(task_hash)
         sent = 0
         while True:
             async with task.changed:
@@ -303,7 +214,7 @@ class Router:
     def may_answer(self, task_hash: str, responder: Origin) -> Prompt:
         """The task's open prompt if `responder` may answer it; raises PromptError or
         NotAllowed otherwise (for a front-end that asks for the answer in a second step)."""
-        task = self._tasks.get(task_hash)
+        task = self._tasks.find(task_hash)
         if task is None:
             raise PromptNotFound(f"no task {task_hash}")
         return self._prompts.check(task, responder)
@@ -320,28 +231,29 @@ class Router:
         text: str | None = None,
     ) -> Answer:
         validate_session_id(session_id)
-        task = self._tasks.get(task_hash)
-        if task is None or task.session_id != session_id:
+        task = self._tasks.find(task_hash, session_id)
+        if task is None:
             raise PromptNotFound(f"no task {task_hash} in session {session_id}")
         return self._prompts.answer(task, responder, approve=approve, text=text)
 
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
         """Cancel a queued or running task (the running one when no hash is given)."""
         validate_session_id(session_id)
-        target = self._scheduler.current(session_id) if not task_hash else None
         if task_hash:
-            target = self._tasks.get(task_hash)
-        if target is None or target.session_id != session_id or target.finished:
+            target = self._tasks.find(task_hash, session_id)
+        else:
+            target = self._scheduler.current(session_id)
+        if target is None or target.finished:
             return False
         target.canceled_by = by or "user"
         return await self._scheduler.cancel(target)
 
     async def cancel_for(self, who: Origin, session_id: str, task_hash: str) -> bool:
         """Cancel on behalf of `who`: its requester or an admin (NotAllowed otherwise)."""
-        task = self._tasks.get(task_hash)
-        if task is None or task.session_id != session_id:
+        task = self._tasks.find(task_hash, session_id)
+        if task is None:
             raise TaskNotFound(f"no task {task_hash} in session {session_id}")
-        self.authority.require_requester(who, task.origin, "cancel this task")
+        self._authority.require_requester(who, task.origin, "cancel this task")
         by = who.sender_name or who.sender_id or who.platform
         return await self.cancel(session_id, task_hash, by=by)
 
@@ -360,9 +272,9 @@ class Router:
         """Take up the tasks a previous process left unfinished; returns how many.
 
         They are queued again in their original order and replay from their journals."""
-        found = await unfinished_tasks(self.store, self._presence, self._tasks)
+        found = await unfinished_tasks(self._store, self._presence, self._tasks)
         for head, replay in found:
-            self._scheduler.enqueue(self._new_task(head, (), replay))
+            self._scheduler.enqueue(self._tasks.add(head, (), replay))
         if found:
             log.info("resuming tasks left by a previous run", count=len(found))
         return len(found)

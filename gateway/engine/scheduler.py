@@ -10,46 +10,61 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
-from gateway.engine.task import Task
 
-RunTask = Callable[[Task], Coroutine[Any, Any, None]]
+class Job(Protocol):
+    """What the scheduler needs of a task (the engine's `Task` is one)."""
+
+    session_id: str
+    holds_slot: bool
+    runner: asyncio.Task[None] | None
+
+    @property
+    def finished(self) -> bool: ...
+
+
+J = TypeVar("J", bound=Job)
 
 
 @dataclass(eq=False)
-class _Lane:
-    waiting: deque[Task] = field(default_factory=deque)
-    current: Task | None = None
+class _Lane(Generic[J]):
+    waiting: deque[J] = field(default_factory=deque)
+    current: J | None = None
     worker: asyncio.Task[None] | None = None
 
 
-class Scheduler:
-    def __init__(self, slots: int, run: RunTask, canceled_before_start: RunTask) -> None:
+class Scheduler(Generic[J]):
+    def __init__(
+        self,
+        slots: int,
+        run: Callable[[J], Coroutine[Any, Any, None]],
+        canceled_before_start: Callable[[J], Coroutine[Any, Any, None]],
+    ) -> None:
         """`run` carries a task through its life (it is canceled to cancel the task);
         `canceled_before_start` records the end of one canceled while it was still queued."""
         self._run = run
         self._canceled_before_start = canceled_before_start
         self._slots = asyncio.Semaphore(slots)
-        self._lanes: dict[str, _Lane] = {}
+        self._lanes: dict[str, _Lane[J]] = {}
         self._closing = False
 
     # -- queue -----------------------------------------------------------------------------
 
-    def enqueue(self, task: Task) -> int:
+    def enqueue(self, task: J) -> int:
         """Queue `task` behind its session's others; returns how many are ahead of it."""
-        lane = self._lanes.setdefault(task.session_id, _Lane())
+        lane: _Lane[J] = self._lanes.setdefault(task.session_id, _Lane())
         ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
         lane.waiting.append(task)
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain(task.session_id, lane))
         return ahead
 
-    def current(self, session_id: str) -> Task | None:
+    def current(self, session_id: str) -> J | None:
         lane = self._lanes.get(session_id)
         return lane.current if lane else None
 
-    def queued(self, session_id: str) -> list[Task]:
+    def queued(self, session_id: str) -> list[J]:
         lane = self._lanes.get(session_id)
         return list(lane.waiting) if lane else []
 
@@ -65,7 +80,7 @@ class Scheduler:
 
     # -- cancel and shutdown ---------------------------------------------------------------
 
-    async def cancel(self, task: Task) -> bool:
+    async def cancel(self, task: J) -> bool:
         """Take a queued task off its queue, or cancel a running one; False if neither."""
         lane = self._lanes.get(task.session_id)
         if lane is None or task.finished:
@@ -92,7 +107,7 @@ class Scheduler:
     # -- slots -----------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def parked(self, task: Task) -> AsyncIterator[None]:
+    async def parked(self, task: J) -> AsyncIterator[None]:
         """While the block runs (waiting for an answer), the task holds no slot. It gets one
         back to go on; a task canceled meanwhile ends without taking one."""
         self._release(task)
@@ -100,21 +115,26 @@ class Scheduler:
         await self._slots.acquire()
         task.holds_slot = True
 
-    def _release(self, task: Task) -> None:
+    def _release(self, task: J) -> None:
         if task.holds_slot:
             task.holds_slot = False
             self._slots.release()
 
     # -- running ---------------------------------------------------------------------------
 
-    async def _drain(self, session_id: str, lane: _Lane) -> None:
+    async def _drain(self, session_id: str, lane: _Lane[J]) -> None:
         try:
             while lane.waiting and not self._closing:
+                # The slot is for the lane's next task, whichever it is once one is free: the
+                # head may be canceled meanwhile, and until then it counts as queued.
+                await self._slots.acquire()
+                if not lane.waiting:
+                    self._slots.release()
+                    break
                 task = lane.waiting.popleft()
+                task.holds_slot = True
                 lane.current = task
                 try:
-                    await self._slots.acquire()
-                    task.holds_slot = True
                     task.runner = asyncio.create_task(self._run(task))
                     try:
                         await asyncio.shield(task.runner)

@@ -1,0 +1,21 @@
+"""What the chat platforms (Telegram, Discord) share, so each implements only its primitives.
+
+Modules: `base` (the adapter: intake, delivery by event kind, the streamed preview),
+`prompts` (open prompts and their answers) and `throttle`.
+"""
+
+from __future__ import annotations
+
+from adapters.chat.base import Arrival, ChatAdapter
+from adapters.chat.prompts import ALREADY_ANSWERED, Answered, Posted, Refused
+from adapters.chat.throttle import Throttle
+
+__all__ = [
+    "ALREADY_ANSWERED",
+    "Answered",
+    "Arrival",
+    "ChatAdapter",
+    "Posted",
+    "Refused",
+    "Throttle",
+]

@@ -1,0 +1,269 @@
+"""The chat adapter base: takes messages in and shows a task's events, on top of the few
+primitives a platform implements (send a part, edit, delete, typing, a prompt with buttons).
+
+- Intake: a message takes its session's turn before anything is awaited, so one that needs a
+  download cannot be overtaken by a later one; attachments land in the session workspace.
+- Replies are split at the platform's limit; each part sent is recorded in the outbox entry's
+  `Progress`, so a retried delivery (also after a restart) goes on from the next part.
+- Streamed text shows as one preview message, edited at most once a second and deleted when
+  the final reply arrives. Typing is shown at most once per platform-specific interval.
+- Prompts remember where they were posted, so the answer can close them (`prompts`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Final
+
+from adapters.attachments import Download, describe, save_downloads
+from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
+from adapters.chat.throttle import Throttle
+from gateway.adapter import HttpRoute, Progress
+from gateway.engine.task import MessageTooLong
+from gateway.events import (
+    AnswerEvent,
+    AskUserEvent,
+    Attachment,
+    CanceledEvent,
+    ConfirmEvent,
+    ErrorEvent,
+    Event,
+    Inbound,
+    Origin,
+    TextDeltaEvent,
+    TextEvent,
+)
+from gateway.logs import get_logger
+from gateway.runtime import Runtime
+
+log = get_logger(__name__)
+
+STREAM_EDIT_SECONDS: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A message as read from the platform's event, before anything is awaited for it."""
+
+    origin: Origin
+    session_id: str
+    text: str
+    addressed: bool  # for the agent; otherwise kept as context
+    downloads: Sequence[Download] = ()
+    replied_to: Posted | None = None  # the bot's message this one is a reply to
+
+
+@dataclass
+class _Preview:
+    text: str = ""
+    posted: Posted | None = None
+
+
+class ChatAdapter(ABC):
+    """A chat front-end, and the `Sink` the router delivers its origins' events to."""
+
+    name: str
+    # The platform's API errors: a best-effort call (typing, a preview) swallows them.
+    errors: ClassVar[tuple[type[Exception], ...]]
+    # The error that says the bot may no longer post where the origin is.
+    forbidden: ClassVar[type[Exception]]
+    typing_every: ClassVar[float]
+    preview_chars: ClassVar[int]
+    preview_replies: ClassVar[bool]  # whether the preview answers the triggering message
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.router = runtime.router
+        self._typing = Throttle(runtime.clock, self.typing_every)
+        self._edits = Throttle(runtime.clock, STREAM_EDIT_SECONDS)
+        self._previews: dict[str, _Preview] = {}
+        self.prompts = OpenPrompts(self.router)
+
+    def routes(self) -> list[HttpRoute]:
+        return []
+
+    # -- primitives ------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def max_download_bytes(self) -> int: ...
+
+    @abstractmethod
+    def split(self, text: str) -> list[str]:
+        """A reply as the parts the platform takes, each within its size limit."""
+
+    @abstractmethod
+    async def send_part(self, origin: Origin, part: str, *, index: int, key: str) -> Posted:
+        """Send part `index` of the reply identified by `key` (the same on a retry)."""
+
+    @abstractmethod
+    async def send_text(self, origin: Origin, text: str, *, reply: bool) -> Posted:
+        """Send a plain line, answering the triggering message when `reply`."""
+
+    @abstractmethod
+    async def edit_text(self, posted: Posted, text: str) -> None: ...
+
+    @abstractmethod
+    async def delete(self, posted: Posted) -> None: ...
+
+    @abstractmethod
+    async def send_typing(self, origin: Origin) -> None: ...
+
+    @abstractmethod
+    async def post_prompt(self, origin: Origin, event: ConfirmEvent | AskUserEvent) -> Posted:
+        """Ask a confirmation or question, with the platform's buttons."""
+
+    @abstractmethod
+    async def show_outcome(self, posted: Posted, outcome: str) -> None:
+        """Close a prompt message once it is answered: no buttons, and what became of it."""
+
+    @abstractmethod
+    async def unreachable(self, origin: Origin, event: Event, exc: Exception) -> str | None:
+        """The platform said `forbidden` while showing `event`: return, or raise to retry."""
+
+    # -- intake ----------------------------------------------------------------------------
+
+    async def arrive(self, arrival: Arrival) -> None:
+        """Store a message (and start a task when it is addressed to the bot), in the order
+        messages arrived. Call it before awaiting anything for the message."""
+        with self.router.take_turn(arrival.session_id) as turn:
+            attachments = await self.download(arrival.session_id, arrival.downloads)
+            text = arrival.text
+            if attachments:
+                text = f"{text}\n{describe(attachments)}" if text else describe(attachments)
+            if not text:
+                return
+            answered = self.prompts.answered_by(arrival.replied_to)
+            if answered is not None:
+                await self._answer_by_reply(answered, arrival.origin, text)
+                return
+            inbound = Inbound(arrival.origin, arrival.session_id, text, attachments)
+            try:
+                if arrival.addressed:
+                    await self.router.submit(inbound, turn=turn)
+                else:
+                    await self.router.record(inbound, turn=turn)
+            except MessageTooLong as exc:
+                await self.say(arrival.origin, f"⚠️ {exc}")
+
+    async def download(self, session_id: str, downloads: Sequence[Download]) -> list[Attachment]:
+        if not downloads:
+            return []
+        return await save_downloads(
+            self.runtime.store, session_id, downloads, self.max_download_bytes, self.errors
+        )
+
+    # -- the sink --------------------------------------------------------------------------
+
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
+        try:
+            return await self._show(origin, event, progress)
+        except self.forbidden as exc:
+            return await self.unreachable(origin, event, exc)
+
+    async def _show(self, origin: Origin, event: Event, progress: Progress) -> str | None:
+        if isinstance(event, TextDeltaEvent):
+            await self.typing(origin)
+            await self.stream(origin, event)
+        elif isinstance(event, TextEvent):
+            reply_id = await self.send_reply(origin, event, progress)
+            await self.end_stream(event.task_hash)
+            return reply_id
+        elif isinstance(event, ConfirmEvent | AskUserEvent):
+            posted = await self.post_prompt(origin, event)
+            by_reply = self.answered_by_reply(event)
+            self.prompts.opened(event.task_hash, posted, by_reply=by_reply)
+            return posted.message_id
+        elif isinstance(event, AnswerEvent):
+            await self.close_prompt(event)
+        elif isinstance(event, ErrorEvent):
+            # The partial text stays up: it is all the person gets of this reply.
+            self._forget_stream(event.task_hash)
+            return (await self.send_text(origin, f"⚠️ {event.message}", reply=False)).message_id
+        elif isinstance(event, CanceledEvent):
+            await self.end_stream(event.task_hash)
+            await self.send_text(origin, f"canceled by {event.by}", reply=False)
+        else:
+            await self.typing(origin)
+        return None
+
+    async def notice(self, origin: Origin, text: str) -> None:
+        await self.say(origin, text)
+
+    async def say(self, origin: Origin, text: str) -> None:
+        """A line in answer to the person at `origin`; a failure is logged, not raised."""
+        try:
+            await self.send_text(origin, text, reply=True)
+        except self.errors as exc:
+            log.warning("could not post a notice", platform=self.name, error=str(exc))
+
+    async def send_reply(self, origin: Origin, event: TextEvent, progress: Progress) -> str:
+        """The reply in parts, from the first one an earlier attempt did not get out."""
+        parts = self.split(event.text or "(empty reply)")
+        last = ""
+        for index in range(progress.sent, len(parts)):
+            posted = await self.send_part(origin, parts[index], index=index, key=event.task_hash)
+            last = posted.message_id
+            await progress.part_sent(index + 1)
+        return last
+
+    async def typing(self, origin: Origin) -> None:
+        if not self._typing.ready(origin.channel_id):
+            return
+        with self._best_effort():
+            await self.send_typing(origin)
+
+    # -- the streamed preview --------------------------------------------------------------
+
+    async def stream(self, origin: Origin, event: TextDeltaEvent) -> None:
+        preview = self._previews.setdefault(event.task_hash, _Preview())
+        preview.text += event.text
+        if not self._edits.ready(event.task_hash):
+            return
+        shown = preview.text[-self.preview_chars :] or "…"
+        with self._best_effort():
+            if preview.posted is None:
+                preview.posted = await self.send_text(origin, shown, reply=self.preview_replies)
+            else:
+                await self.edit_text(preview.posted, shown)
+
+    async def end_stream(self, task_hash: str) -> None:
+        """The final reply (or a cancel) replaces the preview."""
+        preview = self._forget_stream(task_hash)
+        if preview is not None and preview.posted is not None:
+            with self._best_effort():
+                await self.delete(preview.posted)
+
+    def _forget_stream(self, task_hash: str) -> _Preview | None:
+        self._edits.forget(task_hash)
+        return self._previews.pop(task_hash, None)
+
+    # -- prompts ---------------------------------------------------------------------------
+
+    def answered_by_reply(self, event: ConfirmEvent | AskUserEvent) -> bool:
+        """Whether the platform asks `event` as a message answered by replying to it."""
+        return False
+
+    async def _answer_by_reply(self, task_hash: str, responder: Origin, text: str) -> None:
+        result = await self.prompts.answer(task_hash, responder, text=text)
+        if isinstance(result, Refused):
+            await self.say(responder, f"⚠️ {result.reason}" if result.alert else result.reason)
+
+    async def close_prompt(self, event: AnswerEvent) -> None:
+        posted = self.prompts.closing(event.task_hash)
+        if posted is None:
+            return
+        with self._best_effort():
+            await self.show_outcome(
+                posted, outcome(event.approved, event.answer, event.answered_by)
+            )
+
+    @contextlib.contextmanager
+    def _best_effort(self) -> Iterator[None]:
+        try:
+            yield
+        except self.errors as exc:
+            log.info("best-effort call failed", platform=self.name, error=str(exc))

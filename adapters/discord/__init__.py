@@ -1,0 +1,28 @@
+"""The Discord front-end, on discord.py: every channel is one permanent `dc-*` session.
+
+- A thread is a channel of its own, and a DM channel too, so DMs are per user.
+- The agent answers DMs, mentions of the bot (the mention is taken out of the text), replies
+  to its messages, and everything in the listen channels; other messages in allowed channels
+  are kept as context. It never answers itself or another bot.
+- Replies are split at 2,000 characters without breaking code blocks, reply to the trigger,
+  and cannot mention @everyone, @here or roles. Each message carries a nonce derived from the
+  outbox entry with `enforce_nonce`, so a retried send cannot post twice.
+- Prompts are buttons whose custom ids carry the task hash; they are registered again at
+  start-up (dynamic items), so a button pressed after a restart still works. Only the
+  requester or an admin may press them; anyone else gets an ephemeral refusal.
+
+Modules: `adapter` (what the bot answers, prompts, sending), `client` (the discord.py client
+and its buttons), `commands` (slash commands from the registry) and `split` (cutting replies
+to Discord's limit).
+"""
+
+from __future__ import annotations
+
+from adapters.discord.adapter import DiscordAdapter
+from gateway.runtime import Runtime
+
+__all__ = ["DiscordAdapter", "create"]
+
+
+def create(runtime: Runtime) -> DiscordAdapter:
+    return DiscordAdapter(runtime)

@@ -1,0 +1,311 @@
+"""The Discord adapter: who and what the bot answers, prompts as buttons, and the chat
+primitives the shared base (`adapters.chat`) builds on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from typing import Any, ClassVar, Final
+
+import discord
+from discord import app_commands, ui
+
+from adapters.attachments import Download
+from adapters.chat import Answered, Arrival, ChatAdapter, Posted, Refused
+from adapters.discord.client import (
+    NO_MASS_MENTIONS,
+    AnswerButton,
+    AnswerModal,
+    ConfirmButton,
+    GatewayClient,
+    OptionButton,
+    point_at,
+)
+from adapters.discord.commands import INTERACTION_PREFIX, PLATFORM, SlashCommands
+from adapters.discord.split import DISCORD_LIMIT, split_message
+from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
+from gateway.ids import discord_session_id
+from gateway.logs import get_logger
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+
+log = get_logger(__name__)
+
+MAX_NONCE: Final = 25
+INTENT_HELP: Final = (
+    "Discord refused the MESSAGE CONTENT intent. Enable it in the Developer Portal: "
+    "Applications → your bot → Bot → Privileged Gateway Intents → MESSAGE CONTENT INTENT."
+)
+
+
+class DiscordAdapter(ChatAdapter):
+    name = PLATFORM
+    errors: ClassVar[tuple[type[Exception], ...]] = (discord.HTTPException,)
+    forbidden: ClassVar[type[Exception]] = discord.Forbidden
+    typing_every: ClassVar[float] = 8.0  # Discord shows "typing" for 10 s
+    preview_chars: ClassVar[int] = 1900
+    preview_replies: ClassVar[bool] = False
+
+    def __init__(self, runtime: Runtime, **client_options: Any) -> None:
+        super().__init__(runtime)
+        settings = runtime.settings
+        self.allowed_guilds = Settings.id_set(settings.discord_allowed_guilds)
+        self.allowed_channels = Settings.id_set(settings.discord_allowed_channels)
+        self.listen_channels = Settings.id_set(settings.discord_listen_channels)
+        self.admin_role = settings.discord_admin_role.strip()
+        self.ready = asyncio.Event()
+        shard_ids = sorted(Settings.id_set(settings.discord_shard_ids)) or None
+        if settings.discord_shard_count is not None:
+            client_options.setdefault("shard_count", settings.discord_shard_count)
+            if shard_ids:
+                client_options.setdefault("shard_ids", shard_ids)
+        self.client = GatewayClient(self, **client_options)
+        self.commands = SlashCommands(self.router, self.is_admin)
+        self._runner: asyncio.Task[None] | None = None
+        self._missing_permission_logged: set[str] = set()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, *, ready_timeout: float = 60.0) -> None:
+        point_at(self.runtime.settings)
+        self.router.register_sink(PLATFORM, self)
+        token = self.runtime.settings.discord_token
+        assert token is not None
+        self._runner = asyncio.create_task(self.client.start(token.get_secret_value()))
+        ready = asyncio.create_task(self.ready.wait())
+        done, _ = await asyncio.wait(
+            {self._runner, ready}, timeout=ready_timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        if self._runner in done:
+            ready.cancel()
+            exc = self._runner.exception()
+            if isinstance(exc, discord.PrivilegedIntentsRequired):
+                log.error("discord adapter cannot start", reason=INTENT_HELP)
+            raise exc or RuntimeError("the Discord client stopped during start-up")
+        log.info("adapter started", adapter=PLATFORM, user=str(self.client.user))
+
+    async def stop(self) -> None:
+        await self.client.close()
+        if self._runner is not None:
+            with contextlib.suppress(Exception):
+                await self._runner
+
+    def add_commands(self, tree: app_commands.CommandTree[Any]) -> None:
+        self.commands.add(tree, self.runtime.commands.menu(PLATFORM))
+
+    # -- inbound ---------------------------------------------------------------------------
+
+    def is_admin(self, user: discord.abc.User) -> bool:
+        if f"{PLATFORM}:{user.id}" in self.runtime.settings.admin_keys:
+            return True
+        if self.admin_role and isinstance(user, discord.Member):
+            return any(
+                str(role.id) == self.admin_role or role.name == self.admin_role
+                for role in user.roles
+            )
+        return False
+
+    def _allowed(self, channel: Any, guild: discord.Guild | None) -> bool:
+        if guild is not None and self.allowed_guilds and guild.id not in self.allowed_guilds:
+            return False
+        if not self.allowed_channels or guild is None:
+            return True
+        ids = {channel.id, getattr(channel, "parent_id", None)}
+        return bool(ids & self.allowed_channels)
+
+    def who(self, user: discord.abc.User, channel_id: str = "", reply_to: str = "") -> Origin:
+        return Origin(
+            PLATFORM,
+            channel_id=channel_id,
+            reply_to=reply_to,
+            sender_id=str(user.id),
+            sender_name=user.display_name,
+            is_admin=self.is_admin(user),
+        )
+
+    async def on_message(self, message: discord.Message) -> None:
+        me = self.client.user
+        if message.author.bot or (me is not None and message.author.id == me.id):
+            return
+        if not self._allowed(message.channel, message.guild):
+            return
+        text = message.content
+        mentioned = me is not None and any(u.id == me.id for u in message.mentions)
+        if me is not None:
+            text = re.sub(rf"<@!?{me.id}>\s?", "", text).strip()
+        replied = message.reference.resolved if message.reference is not None else None
+        to_me = isinstance(replied, discord.Message) and replied.author == me
+        addressed = (
+            message.guild is None
+            or mentioned
+            or to_me
+            or message.channel.id in self.listen_channels
+        )
+        channel = str(message.channel.id)
+        # discord.py handles each message in a task of its own: `arrive` takes the message's
+        # turn before it awaits, so a later message cannot overtake one that downloads.
+        await self.arrive(
+            Arrival(
+                self.who(message.author, channel, str(message.id)),
+                discord_session_id(message.channel.id),
+                text,
+                addressed,
+                [
+                    Download(
+                        f"{item.id}_{item.filename}",
+                        item.content_type or "application/octet-stream",
+                        item.size,
+                        item.read,
+                    )
+                    for item in message.attachments
+                ],
+            )
+        )
+
+    # -- answering prompts -----------------------------------------------------------------
+
+    async def ask_for_answer(self, interaction: discord.Interaction[Any], task_hash: str) -> None:
+        refused = self.prompts.refusal(task_hash, self.who(interaction.user))
+        if refused is not None:
+            await interaction.response.send_message(refused.reason, ephemeral=True)
+            return
+        await interaction.response.send_modal(AnswerModal(task_hash))
+
+    async def on_press(
+        self,
+        interaction: discord.Interaction[Any],
+        task_hash: str,
+        *,
+        approve: bool | None = None,
+        option: int | None = None,
+        text: str | None = None,
+    ) -> None:
+        result = await self.prompts.answer(
+            task_hash,
+            self.who(interaction.user),
+            approve=approve,
+            option=option,
+            text=text,
+            closes_message=True,
+        )
+        if isinstance(result, Refused):
+            await interaction.response.send_message(result.reason, ephemeral=True)
+            return
+        await self._close_pressed(interaction, result)
+
+    async def _close_pressed(self, interaction: discord.Interaction[Any], result: Answered) -> None:
+        """The prompt's buttons disabled, and the outcome under its question."""
+        message = interaction.message
+        if message is None:
+            await interaction.response.send_message(f"→ {result.outcome}")
+            return
+        view = ui.View.from_message(message, timeout=None)
+        for item in view.children:
+            if isinstance(item, ui.Button):
+                item.disabled = True
+        await interaction.response.edit_message(
+            content=f"{message.content}\n→ {result.outcome}", view=view
+        )
+
+    # -- chat primitives -------------------------------------------------------------------
+
+    @property
+    def max_download_bytes(self) -> int:
+        return self.runtime.settings.discord_max_download_bytes
+
+    def channel(self, channel_id: str) -> discord.abc.Messageable:
+        found = self.client.get_channel(int(channel_id))
+        if isinstance(found, discord.abc.Messageable):
+            return found
+        return self.client.get_partial_messageable(int(channel_id))
+
+    def _message(self, posted: Posted) -> discord.PartialMessage:
+        channel = self.client.get_partial_messageable(int(posted.channel))
+        return channel.get_partial_message(int(posted.message_id))
+
+    def split(self, text: str) -> list[str]:
+        return split_message(text)
+
+    async def send_part(self, origin: Origin, part: str, *, index: int, key: str) -> Posted:
+        # The nonce, the same on every attempt at this part, makes Discord refuse a second copy.
+        sent = await self.channel(origin.channel_id).send(
+            part,
+            nonce=f"r{key}{index:03d}"[-MAX_NONCE:],
+            allowed_mentions=NO_MASS_MENTIONS,
+            **(_reply_to(origin) if index == 0 else {}),
+        )
+        return _posted(sent)
+
+    async def send_text(self, origin: Origin, text: str, *, reply: bool) -> Posted:
+        sent = await self.channel(origin.channel_id).send(
+            text[:DISCORD_LIMIT],
+            allowed_mentions=NO_MASS_MENTIONS,
+            **(_reply_to(origin) if reply else {}),
+        )
+        return _posted(sent)
+
+    async def edit_text(self, posted: Posted, text: str) -> None:
+        await self._message(posted).edit(content=text)
+
+    async def delete(self, posted: Posted) -> None:
+        await self._message(posted).delete()
+
+    async def send_typing(self, origin: Origin) -> None:
+        await self.client.http.send_typing(int(origin.channel_id))
+
+    async def post_prompt(self, origin: Origin, event: ConfirmEvent | AskUserEvent) -> Posted:
+        view = ui.View(timeout=None)
+        if isinstance(event, ConfirmEvent):
+            args = ", ".join(f"{k}={v!r}" for k, v in event.args.items())
+            content = f"🔐 **{event.requester}**, allow `{event.tool}`({args})?"
+            view.add_item(ConfirmButton(event.task_hash, True))
+            view.add_item(ConfirmButton(event.task_hash, False))
+        else:
+            content = f"❓ **{event.requester}**: {event.question}"
+            for index, label in enumerate(event.options[:25]):
+                view.add_item(OptionButton(event.task_hash, index, label))
+            if not event.options:
+                view.add_item(AnswerButton(event.task_hash))
+        sent = await self.channel(origin.channel_id).send(
+            content[:DISCORD_LIMIT],
+            view=view,
+            nonce=f"p{event.task_hash}{event.expires_at % 100000}"[-MAX_NONCE:],
+            allowed_mentions=NO_MASS_MENTIONS,
+            **_reply_to(origin),
+        )
+        return _posted(sent)
+
+    async def show_outcome(self, posted: Posted, outcome: str) -> None:
+        await self._message(posted).edit(content=f"→ {outcome}", view=None)
+
+    async def notice(self, origin: Origin, text: str) -> None:
+        if origin.reply_to.startswith(INTERACTION_PREFIX):
+            return  # a slash command: the interaction response carries the text
+        await super().notice(origin, text)
+
+    async def unreachable(self, origin: Origin, event: Event, exc: Exception) -> str | None:
+        if origin.channel_id not in self._missing_permission_logged:
+            self._missing_permission_logged.add(origin.channel_id)
+            log.warning(
+                "discord: cannot send in channel (missing permission Send Messages?)",
+                channel=origin.channel_id,
+                error=str(exc),
+            )
+        raise exc
+
+
+def _posted(message: discord.Message) -> Posted:
+    return Posted(str(message.channel.id), str(message.id))
+
+
+def _reply_to(origin: Origin) -> dict[str, Any]:
+    """`reference=` for a send that answers the triggering message, when there is one."""
+    if not origin.reply_to.isdigit():
+        return {}
+    reference = discord.MessageReference(
+        message_id=int(origin.reply_to),
+        channel_id=int(origin.channel_id),
+        fail_if_not_exists=False,
+    )
+    return {"reference": reference}

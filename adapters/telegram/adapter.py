@@ -1,0 +1,295 @@
+"""The Telegram adapter: the python-telegram-bot application, its handlers, and the chat
+primitives the shared base (`adapters.chat`) builds on."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+from typing import Any, ClassVar, Final
+from urllib.parse import urlsplit
+
+from aiohttp import web
+from telegram import Bot, Message, Update
+from telegram.constants import ChatAction, ChatType
+from telegram.error import Forbidden, TelegramError
+from telegram.ext import (
+    AIORateLimiter,
+    Application,
+    ApplicationBuilder,
+    CallbackQueryHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
+
+from adapters.chat import ALREADY_ANSWERED, Arrival, ChatAdapter, Posted, Refused, Throttle
+from adapters.telegram.incoming import addressed, display_name, downloads
+from adapters.telegram.place import Chats, Place
+from adapters.telegram.prompts import answered_by_reply, parse_press
+from adapters.telegram.render import render_html
+from adapters.telegram.sender import MAX_CHARS, Sender
+from adapters.telegram.split import split_html
+from gateway.adapter import HttpRoute
+from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
+from gateway.ids import telegram_session_id
+from gateway.logs import get_logger
+from gateway.runtime import Runtime
+from gateway.settings import TelegramMode
+
+log = get_logger(__name__)
+
+PLATFORM: Final = "telegram"
+GREETING: Final = (
+    "Hello! Mention me in a group, or write to me here, and I will answer. "
+    "Everyone in a chat shares one conversation. Send /help for the commands."
+)
+REFUSAL: Final = "Sorry, this bot is not available in this chat."
+REFUSAL_EVERY_SECONDS: Final = 3600.0
+
+TelegramApplication = Application[Any, Any, Any, Any, Any, Any]
+
+
+class TelegramAdapter(ChatAdapter):
+    name = PLATFORM
+    errors: ClassVar[tuple[type[Exception], ...]] = (TelegramError,)
+    forbidden: ClassVar[type[Exception]] = Forbidden
+    typing_every: ClassVar[float] = 4.0  # Telegram shows "typing" for 5 s
+    preview_chars: ClassVar[int] = MAX_CHARS // 2
+    preview_replies: ClassVar[bool] = True
+
+    def __init__(self, runtime: Runtime, application: TelegramApplication) -> None:
+        super().__init__(runtime)
+        self.app = application
+        self.allowed = runtime.settings.telegram_allowed_chat_ids
+        self.chats = Chats(runtime)
+        self.sender = Sender(lambda: self.bot, self.chats)
+        self._refusals = Throttle(runtime.clock, REFUSAL_EVERY_SECONDS)
+        self.bot_id = 0
+        self.bot_username = ""
+        self._started = False
+        application.add_handler(CallbackQueryHandler(self.on_callback))
+        application.add_handler(MessageHandler(filters.ALL, self.on_message))
+        application.add_error_handler(self.on_error)
+
+    @classmethod
+    def build(cls, runtime: Runtime) -> TelegramAdapter:
+        settings = runtime.settings
+        assert settings.telegram_token is not None
+        root = settings.telegram_api_url.rstrip("/")
+        builder = (
+            ApplicationBuilder()
+            .token(settings.telegram_token.get_secret_value())
+            .base_url(f"{root}/bot")
+            .base_file_url(f"{root}/file/bot")
+            .rate_limiter(AIORateLimiter(max_retries=3))
+        )
+        if settings.telegram_mode is TelegramMode.webhook:
+            # Updates arrive on the gateway's own HTTP server; no second web server.
+            builder = builder.updater(None)
+        return cls(runtime, builder.build())
+
+    @property
+    def bot(self) -> Bot:
+        bot: Bot = self.app.bot
+        return bot
+
+    @property
+    def webhook_mode(self) -> bool:
+        return self.runtime.settings.telegram_mode is TelegramMode.webhook
+
+    def routes(self) -> list[HttpRoute]:
+        """In webhook mode, the path Telegram posts to (from the webhook URL)."""
+        if not self.webhook_mode:
+            return []
+        path = urlsplit(self.runtime.settings.telegram_webhook_url).path or "/telegram"
+        return [HttpRoute("POST", path, self.on_webhook)]
+
+    async def on_webhook(self, request: web.Request) -> web.Response:
+        secret = self.runtime.settings.telegram_webhook_secret
+        expected = secret.get_secret_value().encode() if secret else b""
+        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "").encode()
+        if not expected or not hmac.compare_digest(given, expected):
+            return web.json_response(
+                {"error": {"code": "forbidden", "message": "wrong webhook secret"}}, status=403
+            )
+        try:
+            update = Update.de_json(await request.json(), self.bot)
+        except (ValueError, TypeError, KeyError):
+            return web.json_response(
+                {"error": {"code": "bad_json", "message": "not a Telegram update"}}, status=400
+            )
+        await self.app.update_queue.put(update)
+        return web.Response(status=200)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, *, poll_timeout: int = 30, poll_interval: float = 0.0) -> None:
+        self._started = True
+        await self.app.initialize()
+        me = self.bot
+        self.bot_id = me.id
+        self.bot_username = me.username or ""
+        menu = [(c.name, c.summary) for c in self.runtime.commands.menu(PLATFORM)]
+        with contextlib.suppress(TelegramError):
+            await me.set_my_commands(menu)
+        await self.chats.load()
+        self.router.register_sink(PLATFORM, self)
+        await self.app.start()
+        settings = self.runtime.settings
+        if self.webhook_mode:
+            secret = settings.telegram_webhook_secret
+            await self.bot.set_webhook(
+                settings.telegram_webhook_url,
+                secret_token=secret.get_secret_value() if secret else None,
+                allowed_updates=Update.ALL_TYPES,
+            )
+            where = settings.telegram_webhook_url
+        else:
+            assert self.app.updater is not None
+            await self.app.updater.start_polling(
+                poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
+            )
+            where = "long polling"
+        log.info("adapter started", adapter=PLATFORM, bot=self.bot_username, via=where)
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        if self.app.updater is not None and self.app.updater.running:
+            await self.app.updater.stop()
+        if self.app.running:
+            await self.app.stop()
+        await self.app.shutdown()
+
+    # -- inbound ---------------------------------------------------------------------------
+
+    async def on_message(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        message = update.effective_message
+        chat = update.effective_chat
+        user = update.effective_user
+        if message is not None and chat is not None and message.migrate_to_chat_id:
+            await self.chats.migrate(chat.id, message.migrate_to_chat_id)
+            return
+        if message is not None and chat is not None and message.migrate_from_chat_id:
+            await self.chats.migrate(message.migrate_from_chat_id, chat.id)
+            return
+        if message is None or chat is None or user is None or user.id == self.bot_id:
+            return
+        if self.allowed and chat.id not in self.allowed:
+            await self._refuse(message)
+            return
+        thread = message.message_thread_id if message.is_topic_message else None
+        chat_id = self.chats.current(chat.id)
+        place = Place(chat_id, thread)
+        origin = Origin(
+            PLATFORM,
+            channel_id=place.channel(),
+            reply_to=str(message.message_id),
+            sender_id=str(user.id),
+            sender_name=display_name(user),
+        )
+        text = message.text or message.caption or ""
+        if text.split(maxsplit=1)[:1] in (["/start"], [f"/start@{self.bot_username}"]):
+            await self.say(origin, GREETING)
+            return
+        for_bot, text = addressed(message, self.bot_id, self.bot_username)
+        replied = message.reply_to_message
+        await self.arrive(
+            Arrival(
+                origin,
+                telegram_session_id(chat_id, thread),
+                text,
+                addressed=chat.type == ChatType.PRIVATE or for_bot,
+                downloads=downloads(message, self._fetch),
+                replied_to=_posted(replied) if replied is not None else None,
+            )
+        )
+
+    async def _fetch(self, file_id: str) -> bytes:
+        remote = await self.bot.get_file(file_id)
+        return bytes(await remote.download_as_bytearray())
+
+    async def on_callback(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        query = update.callback_query
+        if query is None or not query.data:
+            return
+        press = parse_press(query.data)
+        responder = Origin(
+            PLATFORM, sender_id=str(query.from_user.id), sender_name=display_name(query.from_user)
+        )
+        if press is None:
+            await query.answer(ALREADY_ANSWERED)
+            return
+        result = await self.prompts.answer(
+            press.task_hash, responder, approve=press.approve, option=press.option
+        )
+        if isinstance(result, Refused):
+            await query.answer(result.reason, show_alert=result.alert)
+        else:
+            await query.answer("thanks")  # the answer event closes the prompt message
+
+    async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        log.error("telegram handler failed", error=repr(context.error), exc_info=context.error)
+
+    async def _refuse(self, message: Message) -> None:
+        if not self._refusals.ready(str(message.chat.id)):
+            return
+        with contextlib.suppress(TelegramError):
+            await message.reply_text(REFUSAL)
+
+    # -- chat primitives -------------------------------------------------------------------
+
+    @property
+    def max_download_bytes(self) -> int:
+        return self.runtime.settings.telegram_max_download_bytes
+
+    def split(self, text: str) -> list[str]:
+        return split_html(render_html(text), MAX_CHARS)
+
+    async def send_part(self, origin: Origin, part: str, *, index: int, key: str) -> Posted:
+        reply_to = _reply_id(origin) if index == 0 else None
+        return _posted(await self.sender.html(Place.of(origin), part, reply_to=reply_to))
+
+    async def send_text(self, origin: Origin, text: str, *, reply: bool) -> Posted:
+        reply_to = _reply_id(origin) if reply else None
+        return _posted(await self.sender.plain(Place.of(origin), text, reply_to=reply_to))
+
+    async def edit_text(self, posted: Posted, text: str) -> None:
+        await self.bot.edit_message_text(
+            text, chat_id=int(posted.channel), message_id=int(posted.message_id)
+        )
+
+    async def delete(self, posted: Posted) -> None:
+        await self.bot.delete_message(int(posted.channel), int(posted.message_id))
+
+    async def send_typing(self, origin: Origin) -> None:
+        place = Place.of(origin)
+        await self.bot.send_chat_action(
+            self.chats.current(place.chat_id), ChatAction.TYPING, message_thread_id=place.thread_id
+        )
+
+    async def post_prompt(self, origin: Origin, event: ConfirmEvent | AskUserEvent) -> Posted:
+        sent = await self.sender.prompt(Place.of(origin), event, reply_to=_reply_id(origin))
+        return _posted(sent)
+
+    def answered_by_reply(self, event: ConfirmEvent | AskUserEvent) -> bool:
+        return answered_by_reply(event)
+
+    async def show_outcome(self, posted: Posted, outcome: str) -> None:
+        # Editing the text without a reply_markup takes the keyboard away.
+        await self.edit_text(posted, outcome)
+
+    async def unreachable(self, origin: Origin, event: Event, exc: Exception) -> str | None:
+        # Removed from the chat: nothing can reach it, so its open prompts are canceled.
+        log.warning("telegram chat unreachable", chat=origin.channel_id, error=str(exc))
+        await self.router.cancel_all(event.session_id, by="telegram: bot removed")
+        return None
+
+
+def _posted(message: Message) -> Posted:
+    return Posted(str(message.chat_id), str(message.message_id))
+
+
+def _reply_id(origin: Origin) -> int | None:
+    return int(origin.reply_to) if origin.reply_to else None

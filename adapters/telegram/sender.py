@@ -1,0 +1,83 @@
+"""Sending to Telegram: messages follow a group to its supergroup, and HTML that Telegram
+rejects goes out again as plain text, so a reply is never dropped over its markup."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from telegram import Bot, Message, ReplyParameters
+from telegram.constants import ParseMode
+from telegram.error import BadRequest, ChatMigrated
+
+from adapters.telegram.place import Chats, Place
+from adapters.telegram.prompts import prompt_message
+from adapters.telegram.split import TELEGRAM_MESSAGE_LIMIT, split_plain, strip_html
+from gateway.events import AskUserEvent, ConfirmEvent
+from gateway.logs import get_logger
+
+log = get_logger(__name__)
+
+MAX_CHARS: Final = TELEGRAM_MESSAGE_LIMIT
+
+
+class Sender:
+    def __init__(self, bot: Callable[[], Bot], chats: Chats) -> None:
+        self._bot = bot  # the application's bot, once it is built
+        self.chats = chats
+
+    @property
+    def bot(self) -> Bot:
+        return self._bot()
+
+    async def send(self, place: Place, text: str, **options: Any) -> Message:
+        """send_message that follows a group to its supergroup when Telegram says it moved."""
+        chat_id = self.chats.current(place.chat_id)
+        try:
+            sent: Message = await self.bot.send_message(
+                chat_id, text, message_thread_id=place.thread_id, **options
+            )
+        except ChatMigrated as exc:
+            await self.chats.migrate(chat_id, exc.new_chat_id)
+            sent = await self.bot.send_message(
+                exc.new_chat_id, text, message_thread_id=place.thread_id, **options
+            )
+        return sent
+
+    async def plain(self, place: Place, text: str, *, reply_to: int | None = None) -> Message:
+        return await self.send(place, text, reply_parameters=reply(reply_to))
+
+    async def html(self, place: Place, html: str, *, reply_to: int | None = None) -> Message:
+        """A chunk of rendered HTML, or its text in plain parts if Telegram rejects the markup."""
+        try:
+            return await self.send(
+                place, html, parse_mode=ParseMode.HTML, reply_parameters=reply(reply_to)
+            )
+        except BadRequest as exc:
+            if "parse" not in str(exc).lower() and "entit" not in str(exc).lower():
+                raise
+            log.warning("telegram rejected the markup; sending plain text", error=str(exc))
+        last: Message | None = None
+        for part in split_plain(strip_html(html), MAX_CHARS):
+            last = await self.plain(place, part, reply_to=reply_to)
+            reply_to = None
+        assert last is not None
+        return last
+
+    async def prompt(
+        self, place: Place, event: ConfirmEvent | AskUserEvent, *, reply_to: int | None
+    ) -> Message:
+        text, markup = prompt_message(event)
+        return await self.send(
+            place,
+            text,
+            parse_mode=ParseMode.HTML,
+            reply_parameters=reply(reply_to),
+            reply_markup=markup,
+        )
+
+
+def reply(message_id: int | None) -> ReplyParameters | None:
+    if message_id is None:
+        return None
+    return ReplyParameters(message_id=message_id, allow_sending_without_reply=True)

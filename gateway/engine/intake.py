@@ -1,0 +1,105 @@
+"""Taking a message in: in the session's turn, archive it, make and journal its task and
+queue it — or answer it at once when it is a gateway command, or keep it as context."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from gateway.clock import Clock
+from gateway.commands.registry import CommandReply
+from gateway.engine.dispatch import Dispatch
+from gateway.engine.journal import JournalHead, Replay
+from gateway.engine.order import Turn, Turns
+from gateway.engine.scheduler import Scheduler
+from gateway.engine.task import MessageTooLong, Submission, Task
+from gateway.engine.tasks import TaskTable
+from gateway.events import Event, Inbound, UserEvent
+from gateway.ids import new_task_hash, validate_session_id
+from gateway.store.sessions import SessionStore
+
+CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
+
+
+class Intake:
+    def __init__(
+        self,
+        store: SessionStore,
+        tasks: TaskTable,
+        dispatch: Dispatch,
+        scheduler: Scheduler[Task],
+        clock: Clock,
+        max_chars: int,
+    ) -> None:
+        self.store = store
+        self.tasks = tasks
+        self.dispatch = dispatch
+        self.scheduler = scheduler
+        self.clock = clock
+        self.max_chars = max_chars
+        self.turns = Turns()
+        # Gateway commands, answered before the agent sees a text (set by the runtime).
+        self.commands: CommandRunner | None = None
+
+    async def submit(self, inbound: Inbound, turn: Turn | None = None) -> Submission:
+        session_id = validate_session_id(inbound.session_id)
+        async with turn or self.turns.take(session_id):
+            self._check_length(inbound.text)
+            command = await self.commands(inbound) if self.commands is not None else None
+            if command is None:
+                task, event = await self._accept(session_id, inbound)
+                position = self.scheduler.enqueue(task)
+        if command is not None:
+            await self.dispatch.notice(inbound.origin, command.text)
+            return Submission(command.session_id or session_id, command=command)
+        # The user event reaches the origin (a typing indicator) outside the turn: the next
+        # message need not wait for a platform call.
+        await self.dispatch.deliver(task, event)
+        if position:
+            await self.dispatch.notice(inbound.origin, f"queued ({position} ahead)")
+        return Submission(session_id, task.task_hash, position)
+
+    async def record(self, inbound: Inbound, turn: Turn | None = None) -> int:
+        session_id = validate_session_id(inbound.session_id)
+        origin = inbound.origin
+        async with turn or self.turns.take(session_id):
+            self._check_length(inbound.text)
+            stored = await self.store.append_message(
+                session_id, "user", inbound.text, sender=origin.sender_name, create_session=True
+            )
+            await self.store.log_action(
+                session_id, "user", inbound.text, window_hash=origin.window_hash
+            )
+        return stored.id
+
+    def _check_length(self, text: str) -> None:
+        if len(text) > self.max_chars:
+            raise MessageTooLong(len(text), self.max_chars)
+
+    async def _accept(self, session_id: str, inbound: Inbound) -> tuple[Task, Event]:
+        """Archive the message and make its task, journaled; returns the task and its user
+        event, recorded but not yet delivered."""
+        origin = inbound.origin
+        task_hash = new_task_hash()
+        stored = await self.store.append_message(
+            session_id,
+            "user",
+            inbound.text,
+            sender=origin.sender_name,
+            task_hash=task_hash,
+            create_session=True,
+        )
+        head = JournalHead(
+            session_id,
+            task_hash,
+            origin,
+            inbound.text,
+            stored.id,
+            stored.send_at,
+            self.clock.now_ms(),
+        )
+        task = self.tasks.add(head, tuple(inbound.attachments), Replay())
+        await task.save_journal()
+        event = await self.dispatch.record(
+            task, UserEvent(session_id=session_id, text=inbound.text, sender=origin.sender_name)
+        )
+        return task, event

@@ -1,0 +1,64 @@
+"""The tasks this process knows: running, queued, and the most recent finished ones."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+
+from gateway.engine.journal import Journal, JournalHead, Replay
+from gateway.engine.task import Task, TaskNotFound
+from gateway.events import Attachment
+from gateway.store.sessions import SessionStore
+
+# Finished tasks stay answerable (task route, late waiters) until this many newer ones exist.
+FINISHED_TASKS_KEPT = 2000
+
+
+class TaskTable:
+    def __init__(self, store: SessionStore, keep: int = FINISHED_TASKS_KEPT) -> None:
+        self._store = store
+        self._keep = keep
+        self._tasks: OrderedDict[str, Task] = OrderedDict()
+
+    def add(self, head: JournalHead, attachments: tuple[Attachment, ...], replay: Replay) -> Task:
+        """A new task for `head`, with its journal; the oldest finished tasks make room."""
+        task = Task(
+            session_id=head.session_id,
+            task_hash=head.task_hash,
+            origin=head.origin,
+            text=head.text,
+            attachments=attachments,
+            user_message_id=head.user_message_id,
+            user_sent_at=head.user_sent_at,
+            submitted_at=head.submitted_at,
+            journal=Journal(self._store.files(head.session_id), head, replay),
+        )
+        self._tasks[task.task_hash] = task
+        while len(self._tasks) > self._keep:
+            oldest_hash, oldest = next(iter(self._tasks.items()))
+            if not oldest.finished:
+                break
+            del self._tasks[oldest_hash]
+        return task
+
+    def get(self, task_hash: str) -> Task:
+        try:
+            return self._tasks[task_hash]
+        except KeyError:
+            raise TaskNotFound(f"no such task: {task_hash}") from None
+
+    def find(self, task_hash: str, session_id: str | None = None) -> Task | None:
+        """The task, if it is known (and of `session_id`, when given)."""
+        task = self._tasks.get(task_hash)
+        if task is None or (session_id is not None and task.session_id != session_id):
+            return None
+        return task
+
+    def __contains__(self, task_hash: object) -> bool:
+        return task_hash in self._tasks
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self._tasks.values())
+
+    def newest_first(self) -> Iterator[Task]:
+        return reversed(self._tasks.values())

@@ -1,0 +1,225 @@
+"""Scheduling and arrival order on their own: no store, no agent, no files."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+
+from gateway.engine.order import Turns
+from gateway.engine.scheduler import Scheduler
+
+WAIT = 5.0
+
+
+@dataclass(eq=False)
+class Job:
+    session_id: str
+    name: str
+    holds_slot: bool = False
+    runner: asyncio.Task[None] | None = None
+    status: str = "queued"
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("done", "canceled", "interrupted")
+
+
+class Rig:
+    """A scheduler whose jobs run until the test releases them, recording what happened."""
+
+    def __init__(self, slots: int) -> None:
+        self.started: list[str] = []
+        self.log: list[str] = []
+        self.changed = asyncio.Condition()
+        self.scheduler: Scheduler[Job] = Scheduler(slots, self.run, self.canceled)
+
+    async def run(self, job: Job) -> None:
+        job.status = "running"
+        await self.note(f"start {job.name}", started=job.name)
+        try:
+            await job.release.wait()
+        except asyncio.CancelledError:
+            job.status = "canceled"
+            await self.note(f"cancel {job.name}")
+            raise
+        job.status = "done"
+        await self.note(f"end {job.name}")
+
+    async def canceled(self, job: Job) -> None:
+        job.status = "canceled"
+        await self.note(f"dropped {job.name}")
+
+    async def note(self, line: str, *, started: str = "") -> None:
+        async with self.changed:
+            self.log.append(line)
+            if started:
+                self.started.append(started)
+            self.changed.notify_all()
+
+    async def until(self, line: str) -> None:
+        async def seen() -> None:
+            async with self.changed:
+                await self.changed.wait_for(lambda: line in self.log)
+
+        await asyncio.wait_for(seen(), WAIT)
+
+    def add(self, session_id: str, name: str) -> tuple[Job, int]:
+        job = Job(session_id, name)
+        return job, self.scheduler.enqueue(job)
+
+
+async def test_one_job_at_a_time_per_session_in_queue_order() -> None:
+    rig = Rig(slots=8)
+    jobs = [rig.add("cli-a", f"a{i}") for i in range(4)]
+    assert [ahead for _, ahead in jobs] == [0, 1, 2, 3]
+    for index, (job, _) in enumerate(jobs):
+        await rig.until(f"start {job.name}")
+        # Only this one has started since the last ended: the next waits for it.
+        assert rig.started == [j.name for j, _ in jobs[: index + 1]]
+        assert rig.scheduler.current("cli-a") is job
+        assert rig.scheduler.queued("cli-a") == [j for j, _ in jobs[index + 1 :]]
+        job.release.set()
+        await rig.until(f"end {job.name}")
+    assert not rig.scheduler.is_busy("cli-a")
+
+
+async def test_sessions_run_side_by_side_within_the_slots() -> None:
+    rig = Rig(slots=2)
+    a, _ = rig.add("cli-a", "a")
+    b, _ = rig.add("cli-b", "b")
+    c, _ = rig.add("cli-c", "c")
+    await rig.until("start a")
+    await rig.until("start b")
+    assert rig.scheduler.load() == (2, 1)  # c waits for a slot
+    assert "start c" not in rig.log and rig.scheduler.current("cli-c") is None
+    b.release.set()
+    await rig.until("start c")  # b's slot went to c
+    a.release.set()
+    c.release.set()
+    await rig.until("end c")
+
+
+async def test_a_parked_job_gives_its_slot_back() -> None:
+    rig = Rig(slots=1)
+    parked_once = asyncio.Event()
+    answer = asyncio.Event()
+
+    async def run(job: Job) -> None:
+        if job.name == "asks":
+            async with rig.scheduler.parked(job):
+                parked_once.set()
+                await answer.wait()
+        await Rig.run(rig, job)
+
+    rig.scheduler = Scheduler(1, run, rig.canceled)
+    asks, _ = rig.add("cli-a", "asks")
+    other, _ = rig.add("cli-b", "other")
+    await asyncio.wait_for(parked_once.wait(), WAIT)
+    await rig.until("start other")  # ran while "asks" waited for its answer
+    other.release.set()
+    await rig.until("end other")
+    answer.set()
+    await rig.until("start asks")  # took a slot again to go on
+    asks.release.set()
+    await rig.until("end asks")
+
+
+async def test_cancel_a_queued_job_and_a_running_one() -> None:
+    rig = Rig(slots=4)
+    first, _ = rig.add("cli-a", "first")
+    second, _ = rig.add("cli-a", "second")
+    third, _ = rig.add("cli-a", "third")
+    await rig.until("start first")
+    assert await rig.scheduler.cancel(second)
+    assert rig.log[-1] == "dropped second" and rig.scheduler.queued("cli-a") == [third]
+    assert await rig.scheduler.cancel(first)
+    await rig.until("cancel first")
+    await rig.until("start third")  # the lane goes on after a cancel
+    assert not await rig.scheduler.cancel(second)  # already ended
+    third.release.set()
+    await rig.until("end third")
+
+
+async def test_close_interrupts_running_jobs_and_leaves_queued_ones() -> None:
+    rig = Rig(slots=4)
+    running, _ = rig.add("cli-a", "running")
+    queued, _ = rig.add("cli-a", "queued")
+    await rig.until("start running")
+    await rig.scheduler.close()
+    assert running.status == "canceled" and running.runner is not None
+    assert running.runner.cancelled()
+    assert queued.status == "queued" and "start queued" not in rig.log
+
+
+async def test_turns_are_served_in_the_order_they_were_taken() -> None:
+    turns = Turns()
+    served: list[str] = []
+    first, second, third = turns.take("s"), turns.take("s"), turns.take("s")
+    other = turns.take("t")
+
+    async def use(turn: object, name: str, pause: asyncio.Event | None = None) -> None:
+        async with turn:  # type: ignore[attr-defined]
+            if pause is not None:
+                await pause.wait()
+            served.append(name)
+
+    hold = asyncio.Event()
+    jobs = [
+        asyncio.create_task(use(third, "third")),
+        asyncio.create_task(use(second, "second")),
+        asyncio.create_task(use(first, "first", hold)),
+        asyncio.create_task(use(other, "other")),
+    ]
+    await asyncio.wait_for(jobs[3], WAIT)  # another session does not wait
+    assert served == ["other"]
+    hold.set()
+    await asyncio.wait_for(asyncio.gather(*jobs), WAIT)
+    assert served == ["other", "first", "second", "third"]
+    assert not turns.waiting("s")
+
+
+async def test_an_unused_turn_lets_later_ones_go_only_after_earlier_ones() -> None:
+    turns = Turns()
+    first = turns.take("s")
+    skipped = turns.take("s")
+    last = turns.take("s")
+    with skipped:
+        pass  # the message turned out to be nothing to store
+    assert not skipped.ended  # it still waits for `first`
+    entered = asyncio.Event()
+
+    async def use_last() -> None:
+        async with last:
+            entered.set()
+
+    job = asyncio.create_task(use_last())
+    await asyncio.sleep(0)
+    assert not entered.is_set()
+    async with first:
+        pass
+    await asyncio.wait_for(job, WAIT)
+    assert skipped.ended and entered.is_set()
+
+
+async def test_a_canceled_wait_for_a_turn_does_not_block_the_next() -> None:
+    turns = Turns()
+    first = turns.take("s")
+    waiting = turns.take("s")
+    after = turns.take("s")
+    await first.__aenter__()
+
+    async def enter(turn: object) -> None:
+        async with turn:  # type: ignore[attr-defined]
+            pass
+
+    gave_up = asyncio.create_task(enter(waiting))
+    await asyncio.sleep(0)
+    gave_up.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gave_up
+    late = asyncio.create_task(enter(after))
+    await first.__aexit__(None, None, None)
+    await asyncio.wait_for(late, WAIT)
