@@ -51,7 +51,9 @@ class FakeClock(Clock):
         finally:
             timer.cancel()
             if not work.done():
+                # A task is cancelled only once it has run again: until then it has no result.
                 work.cancel()
+                await asyncio.wait({work})
         if work.cancelled():
             raise TimeoutError
         return work.result()
