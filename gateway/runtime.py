@@ -45,7 +45,7 @@ def build_agent(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Agent:
         from gateway.agents.claude_code import ClaudeCodeAgent, ClaudeCodeUnavailable
 
         try:
-            return ClaudeCodeAgent(settings)
+            return ClaudeCodeAgent(settings, clock=clock)
         except ClaudeCodeUnavailable as exc:
             # Shown by `agenvoy run` as a start-up error, like an unknown agent name.
             raise UnknownAgent(str(exc)) from exc

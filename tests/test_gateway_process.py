@@ -137,13 +137,21 @@ async def test_sigkill_with_a_parked_prompt_then_restart(gateway: Gateway) -> No
 
 async def test_sigterm_shuts_down_cleanly_and_keeps_journals(gateway: Gateway) -> None:
     await gateway.start()
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(
-            f"{gateway.url}/v1/send", json={"content": "!sleep 30", "wait": 0.5, "persist": True}
-        ) as resp,
-    ):
-        running = await resp.json()
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            f"{gateway.url}/v1/send", json={"content": "!sleep 30", "wait": 0, "persist": True}
+        ) as resp:
+            running = await resp.json()
+        task = f"{gateway.url}/v1/session/{running['session_id']}/task/{running['task_hash']}"
+
+        async def started() -> None:
+            while True:
+                async with http.get(task) as resp:
+                    if (await resp.json())["status"] == "running":
+                        return
+                await asyncio.sleep(0.02)
+
+        await asyncio.wait_for(started(), 10)
     assert await gateway.stop() == 0
     journal = gateway.home / "sessions" / running["session_id"] / "pending"
     assert (journal / f"{running['task_hash']}.json").exists()

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -76,27 +77,29 @@ def test_mask_url(url: str, shown: str) -> None:
 
 
 def test_cli_doctor_and_errors(tmp_path: Path) -> None:
-    import subprocess
-
     exe = shutil.which("agenvoy") or str(Path(__file__).parents[1] / ".venv" / "bin" / "agenvoy")
-    env = {"AGENVOY_HOME": str(tmp_path / "h"), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([exe, "doctor"], env=env, capture_output=True, text=True, timeout=60)
+
+    def start(home: str, *args: str, **extra: str) -> subprocess.Popen[str]:
+        # Each in a home of its own, so the four run at once.
+        env = {"AGENVOY_HOME": str(tmp_path / home), "PATH": "/usr/bin:/bin", **extra}
+        return subprocess.Popen(
+            [exe, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    def finished(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
+        stdout, stderr = proc.communicate(timeout=60)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+    started = [
+        start("h", "doctor"),
+        start("broken", "doctor", AGENVOY_KV_URL="memcached://nowhere"),
+        start("bad", "show", "../etc"),
+        start("missing", "show", "cli-none"),
+    ]
+    done, broken, bad, missing = (finished(proc) for proc in started)
     assert done.returncode == 0, done.stderr
     assert f"database migrated to revision {head_revision()}" in done.stdout
     assert "KV store reads and writes" in done.stdout
-    broken = subprocess.run(
-        [exe, "doctor"],
-        env={**env, "AGENVOY_KV_URL": "memcached://nowhere"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
     assert broken.returncode == 1 and "FAIL  KV store" in broken.stdout
-    bad = subprocess.run(
-        [exe, "show", "../etc"], env=env, capture_output=True, text=True, timeout=60
-    )
     assert bad.returncode == 2 and "invalid session id" in bad.stderr
-    missing = subprocess.run(
-        [exe, "show", "cli-none"], env=env, capture_output=True, text=True, timeout=60
-    )
     assert missing.returncode == 1 and "no such session: cli-none" in missing.stderr

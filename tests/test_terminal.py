@@ -10,8 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from clock import FakeClock
 from support import wait_until
 from test_http import Server, serving
+from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Button, Markdown, OptionList, Static, TabPane
 from typer.testing import CliRunner
@@ -21,9 +23,11 @@ from adapters.http_client import GatewayClient
 from adapters.terminal.app import ChatApp, ChatConfig
 from adapters.terminal.history import InputHistory
 from adapters.terminal.launch import GatewayNotRunning, ensure_gateway, gateway_url
+from adapters.terminal.link import STREAM_RETRY_SECONDS
 from adapters.terminal.picker import SessionPicker, SessionRow, short_id
 from adapters.terminal.widgets import MessageInput, PromptPanel
 from adapters.terminal.windows import claim_window
+from gateway.agents.offline import OfflineAgent
 from gateway.cli import app as cli_app
 from gateway.ids import Prefix, new_session_id
 from gateway.runtime import Runtime
@@ -60,7 +64,8 @@ def texts(app: ChatApp, selector: str = "#conversation > *") -> list[str]:
 
 async def until(pilot: Pilot[None], check: Callable[[], bool], within: float = 10.0) -> None:
     async def done() -> bool:
-        await pilot.pause()
+        # What the window has been sent so far is handled; no guessing from idle CPU time.
+        await pilot.pause(0)
         return check()
 
     assert await wait_until(done, within), f"condition not met within {within}s"
@@ -73,11 +78,24 @@ async def opened(pilot: Pilot[None]) -> ChatApp:
     return app
 
 
+async def press(pilot: Pilot[None], *keys: str) -> None:
+    """Keys as the terminal sends them, each handled before the next one goes.
+
+    `Pilot.press` also waits for the process to look idle, which with the gateway serving in
+    the same process takes long and proves nothing; what a key leads to is waited for with
+    `until`.
+    """
+    for key in keys:
+        pilot.app.post_message(events.Key(key, key if len(key) == 1 else None))
+        await pilot.pause(0)  # the app passes it to the focused widget, or runs its binding
+        await pilot.pause(0)  # the widget handles it
+
+
 async def type_and_send(pilot: Pilot[None], text: str) -> None:
     box = pilot.app.query_one(MessageInput)
     box.focus()
     box.load_text(text)
-    await pilot.press("enter")
+    await press(pilot, "enter")
 
 
 async def test_message_reply_and_input_history_across_restarts(
@@ -99,13 +117,13 @@ async def test_message_reply_and_input_history_across_restarts(
         app = await opened(pilot)
         assert app.session_id == sid
         box = app.query_one(MessageInput)
-        await pilot.press("up")
+        await press(pilot, "up")
         assert box.text == "second\nline two"  # multi-line entry kept intact
-        await pilot.press("up")
+        await press(pilot, "up")
         assert box.text == "hello gateway"
-        await pilot.press("down")
+        await press(pilot, "down")
         assert box.text == "second\nline two"
-        await pilot.press("down")
+        await press(pilot, "down")
         assert box.text == ""
     assert server.runtime.store.files(sid).read_cmd_history() == [
         "hello gateway",
@@ -134,14 +152,14 @@ async def test_picker_tabs_and_current_first(server: Server, tmp_path: Path) -> 
         current = app.session_id
 
         # Only cli-* sessions: one list, no tabs, the current one first and marked.
-        await pilot.press("ctrl+s")
+        await press(pilot, "ctrl+s")
         await until(pilot, lambda: isinstance(app.screen, SessionPicker))
         assert not app.screen.query(TabPane)
         options = app.screen.query_one("#list-all", OptionList)
         first = options.get_option_at_index(0)
         assert first.id == current and str(first.prompt).startswith("▶")
         assert options.option_count == 2
-        await pilot.press("escape")
+        await press(pilot, "escape")
         await until(pilot, lambda: not isinstance(app.screen, SessionPicker))
 
         # A second prefix (and a hidden temp-* one) brings tabs: all, cli, tg.
@@ -155,7 +173,7 @@ async def test_picker_tabs_and_current_first(server: Server, tmp_path: Path) -> 
         everything = app.screen.query_one("#list-all", OptionList)
         assert everything.get_option_at_index(0).id == current
         assert everything.option_count == 3  # temp-* hidden
-        await pilot.press("t")
+        await press(pilot, "t")
         await until(pilot, lambda: bool(app.screen.query("#tab-temp")))
         assert app.screen.query_one("#list-all", OptionList).option_count == 4
         # Choosing a row opens that session.
@@ -165,7 +183,7 @@ async def test_picker_tabs_and_current_first(server: Server, tmp_path: Path) -> 
         )
         listing.focus()
         listing.highlighted = index
-        await pilot.press("enter")
+        await press(pilot, "enter")
         await until(pilot, lambda: app.session_id == "tg-1001" and app.live.is_set())
         assert app.title == "family chat"
 
@@ -217,7 +235,8 @@ async def test_confirm_is_asked_only_in_the_window_that_started_it(
 
 
 async def _prompt_shown_in(pilot: Pilot[None], app: ChatApp) -> bool:
-    await pilot.pause()
+    """Whether the window shows a prompt, once it has handled what it was sent so far."""
+    await pilot.pause(0)
     panel = app.query_one(PromptPanel)
     return bool(panel.display) or any(b.display for b in panel.query(Button) if panel.display)
 
@@ -238,20 +257,25 @@ async def test_task_started_over_http_shows_as_foreign(server: Server, tmp_path:
 
 
 async def test_cancel_and_pending(server: Server, tmp_path: Path) -> None:
+    agent = server.runtime.agent
+    assert isinstance(agent, OfflineAgent)
+    agent.clock = clock = FakeClock()
     async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
         app = await opened(pilot)
         await type_and_send(pilot, "/cancel")
         await until(pilot, lambda: "no task of this window is running" in texts(app))
         await type_and_send(pilot, "!sleep 60")
+        await clock.until_sleeping(seconds=1)
+        await clock.advance(1)
         # The reply streams in while the task still runs.
         await until(pilot, lambda: any(v.text.startswith("1s") for v in app.tasks.values()))
         assert any(v.mine and not v.finished for v in app.tasks.values())
         # The picker marks the session as running.
-        await pilot.press("ctrl+s")
+        await press(pilot, "ctrl+s")
         await until(pilot, lambda: isinstance(app.screen, SessionPicker))
         first = app.screen.query_one("#list-all", OptionList).get_option_at_index(0)
         assert "● running" in str(first.prompt)
-        await pilot.press("escape")
+        await press(pilot, "escape")
         await until(pilot, lambda: not isinstance(app.screen, SessionPicker))
         await type_and_send(pilot, "/cancel")
         await until(pilot, lambda: any(t.startswith("canceled") for t in texts(app)))
@@ -272,7 +296,7 @@ async def test_cancel_and_pending(server: Server, tmp_path: Path) -> None:
         await until(pilot, lambda: app.session_id == asking and app.query_one(PromptPanel).display)
         answer = app.query_one("#prompt-answer")
         answer.focus()
-        await pilot.press(*"teal", "enter")
+        await press(pilot, *"teal", "enter")
         await until(pilot, lambda: "answer: teal" in texts(app))
 
 
@@ -404,13 +428,22 @@ async def test_prompt_of_a_window_on_a_discord_session_stays_out_of_discord(
                 await stop_rig(rig)
 
 
+async def retry_after_backoff(app: ChatApp, clock: FakeClock) -> None:
+    """The window reconnects only once its backoff is over: move time past it."""
+    await clock.until_sleeping(seconds=STREAM_RETRY_SECONDS)
+    assert not app.live.is_set()
+    await clock.advance(STREAM_RETRY_SECONDS)
+
+
 async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
     runtime = await Runtime.start(settings)
     try:
         runner = await start_http(runtime, "127.0.0.1", 0)
         port = runner.addresses[0][1]
-        chat = ChatApp(ChatConfig(base_url=f"http://127.0.0.1:{port}", sender="ann"))
+        clock = FakeClock()
+        config = ChatConfig(base_url=f"http://127.0.0.1:{port}", sender="ann")
+        chat = ChatApp(config, clock=clock)
         async with chat.run_test(size=SIZE) as pilot:
             await opened(pilot)
             await runner.cleanup()
@@ -421,9 +454,10 @@ async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> 
             await until(pilot, lambda: box.text == "still there?")
             assert any("not running" in t or "lost" in t for t in texts(chat, ".error"))
             runner = await start_http(runtime, "127.0.0.1", port)
+            await retry_after_backoff(chat, clock)
             await until(pilot, lambda: chat.live.is_set())
             box.focus()
-            await pilot.press("enter")
+            await press(pilot, "enter")
             await until(pilot, lambda: "echo: still there?" in texts(chat))
         await runner.cleanup()
     finally:
@@ -436,7 +470,9 @@ async def test_open_prompt_comes_back_after_a_gateway_restart(tmp_path: Path) ->
     runner = await start_http(runtime, "127.0.0.1", 0)
     port = runner.addresses[0][1]
     try:
-        chat = ChatApp(ChatConfig(base_url=f"http://127.0.0.1:{port}", sender="ann"))
+        clock = FakeClock()
+        config = ChatConfig(base_url=f"http://127.0.0.1:{port}", sender="ann")
+        chat = ChatApp(config, clock=clock)
         async with chat.run_test(size=SIZE) as pilot:
             await opened(pilot)
             await type_and_send(pilot, "!confirm survive a restart")
@@ -450,6 +486,7 @@ async def test_open_prompt_comes_back_after_a_gateway_restart(tmp_path: Path) ->
             runtime = await Runtime.start(settings)
             assert await runtime.router.recover() == 1
             runner = await start_http(runtime, "127.0.0.1", port)
+            await retry_after_backoff(chat, clock)
             await until(pilot, lambda: chat.live.is_set() and panel.prompt is not None)
             await pilot.click("#approve")
             await until(pilot, lambda: "approved: survive a restart" in texts(chat))
