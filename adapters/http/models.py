@@ -65,6 +65,15 @@ def _window_hash(value: str) -> str:
 
 
 NonBlank = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
+WaitSeconds = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
+        description="Seconds to wait for the task to end or ask something.",
+    ),
+]
 HeaderText = Annotated[str, Field(max_length=MAX_HEADER_CHARS), AfterValidator(_printable)]
 
 
@@ -93,13 +102,7 @@ class SendRequest(RequestBody):
         False, description="Without session_id: a new chat-* session instead of temp-*."
     )
     stream: bool = Field(False, description="Answer with the task's events as text/event-stream.")
-    wait: float = Field(
-        MAX_WAIT_SECONDS,
-        ge=0,
-        le=MAX_WAIT_SECONDS,
-        allow_inf_nan=False,
-        description="Seconds to wait for the task to end or ask something.",
-    )
+    wait: WaitSeconds = MAX_WAIT_SECONDS
 
 
 class UpdateSessionRequest(RequestBody):
@@ -161,13 +164,7 @@ class LogQuery(Query):
 
 
 class TaskQuery(Query):
-    wait: float | None = Field(
-        None,
-        ge=0,
-        le=MAX_WAIT_SECONDS,
-        allow_inf_nan=False,
-        description="Seconds to wait for the task to end or ask something.",
-    )
+    wait: WaitSeconds | None = None
 
 
 class SearchQuery(Query):
