@@ -485,8 +485,9 @@ async def test_null_fields_count_as_absent(server: Server) -> None:
     status, body = await server.call("POST", "/v1/send", json_body=send)
     assert (status, body["text"]) == (200, "echo: hi"), body
     assert body["session_id"].startswith("temp-")
-    status, body = await server.call("POST", "/v1/session", json_body={"prefix": None})
-    assert status == 201 and body["session_id"].startswith("cli-")
+    for empty in (None, ""):
+        status, body = await server.call("POST", "/v1/session", json_body={"prefix": empty})
+        assert status == 201 and body["session_id"].startswith("cli-"), empty
     sid = body["session_id"]
     status, meta = await server.call("PUT", f"/v1/session/{sid}", json_body={"name": "kept"})
     status, meta = await server.call(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gateway.ids import HASH_RE, SESSION_ID_RE, Prefix, validate_hash
 from gateway.session_settings import MAX_ALLOWED_TOOLS, MAX_NAME_CHARS, REASONING_LEVELS
@@ -93,6 +93,11 @@ class RequestBody(BaseModel):
 
 class CreateSessionRequest(RequestBody):
     prefix: Literal["cli", "chat"] = "cli"
+
+    @field_validator("prefix", mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: Any) -> Any:
+        return value or "cli"
 
 
 class SendRequest(RequestBody):
