@@ -226,7 +226,7 @@ async def test_sessions_lifecycle(server: Server) -> None:
     status, body = await server.call("POST", "/v1/session", json_body={"prefix": "chat"})
     assert status == 201 and body["session_id"].startswith("chat-")
     chat = body["session_id"]
-    for bad in ({"prefix": "temp"}, {"prefix": "dc"}, {"prefix": 3}):
+    for bad in ({"prefix": "temp"}, {"prefix": "dc"}, {"prefix": 3}, {"prefix": False}):
         status, body = await server.call("POST", "/v1/session", json_body=bad)
         assert (status, err(body)) == (400, "bad_request")
         assert "prefix" in body["error"]["message"]

@@ -97,7 +97,7 @@ class CreateSessionRequest(RequestBody):
     @field_validator("prefix", mode="before")
     @classmethod
     def _empty_is_default(cls, value: Any) -> Any:
-        return value or "cli"
+        return "cli" if value == "" else value
 
 
 class SendRequest(RequestBody):
