@@ -385,6 +385,22 @@ async def test_commands_answer_at_once(server: Server) -> None:
     assert (body["command"], body["ok"]) == ("cancel", False)
 
 
+async def test_commands_are_listed_from_the_registry_per_front_end(server: Server) -> None:
+    status, body = await server.call("GET", "/v1/commands")
+    assert status == 200
+    names = [c["name"] for c in body["commands"]]
+    registry = server.runtime.commands
+    assert names == [c.name for c in registry.menu("http")]
+    assert "new" not in names  # a terminal-only command
+    model = next(c for c in body["commands"] if c["name"] == "model")
+    assert (model["usage"], model["access"]) == ("<name>", "shared_admin")
+    status, body = await server.call(
+        "GET", "/v1/commands", headers={"X-Agenvoy-Client": "terminal"}
+    )
+    assert [c["name"] for c in body["commands"]] == [c.name for c in registry.menu("terminal")]
+    assert "new" in [c["name"] for c in body["commands"]]
+
+
 async def test_search_and_usage(server: Server) -> None:
     status, body = await server.call(
         "POST", "/v1/send", json_body={"content": "zebra crossing", "persist": True}

@@ -319,6 +319,22 @@ class UsageList(Reply):
 # -- operations --------------------------------------------------------------------------------
 
 
+class CommandInfo(Reply):
+    name: str
+    summary: str
+    usage: str = Field(description="what follows the name, e.g. <name>; empty for none")
+    access: Literal["anyone", "requester", "shared_admin"] = Field(
+        description="anyone; the requester of the task it acts on, or an admin; "
+        "anyone in a private session, only admins in a shared chat"
+    )
+
+
+class CommandList(Reply):
+    """The gateway commands the caller's front-end offers (send them as a message)."""
+
+    commands: list[CommandInfo]
+
+
 class Health(Reply):
     """Up."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Final
 
 from adapters.http.archive import get_history, search, stream_log, usage
+from adapters.http.commands import list_commands
 from adapters.http.models import (
     AddInputRequest,
     AnswerRequest,
@@ -34,6 +35,7 @@ from adapters.http.replies import (
     Answered,
     Approved,
     Canceled,
+    CommandList,
     CommandResult,
     CreatedSession,
     Deleted,
@@ -143,6 +145,15 @@ ROUTES: Final[tuple[Route, ...]] = (
             202: (SendPending, SendAccepted),
         },
         errors=(400, 413),
+    ),
+    Route(
+        "GET",
+        "/v1/commands",
+        list_commands,
+        "The gateway commands the caller's front-end offers",
+        caller=True,
+        replies={200: CommandList},
+        errors=(400,),
     ),
     # -- tasks and prompts
     Route(
