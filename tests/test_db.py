@@ -149,16 +149,19 @@ async def test_self_id_unique_when_not_empty(store: SessionStore) -> None:
 async def test_action_history_once_per_task(store: SessionStore) -> None:
     await store.ensure("cli-r")
     run = RunRecord("cli-r", "task1", "do it", "done", [{"tool": "read_file", "status": "ok"}])
-    await store.record_run(run)
-    await store.record_run(RunRecord("cli-r", "task1", "again", "other"))
+    await store.finish_run(run, "done", sender="agent")
+    await store.finish_run(RunRecord("cli-r", "task1", "again", "other"), "other", sender="agent")
 
-    def rows(session: Session) -> list[tuple[str, str]]:
+    def rows(session: Session) -> list[tuple[str, str, str]]:
         conn = session.connection()
-        res = conn.execute(text("SELECT objective, tool_results FROM action_history"))
+        res = conn.execute(text("SELECT objective, tool_results, reply FROM action_history"))
         return [tuple(r) for r in res.all()]
 
     got = await store.db.read(rows)
-    assert got == [("do it", json.dumps([{"tool": "read_file", "status": "ok"}]))]
+    assert got == [("do it", json.dumps([{"tool": "read_file", "status": "ok"}]), "done")]
+    assert [m.content for m in await store.recent_messages("cli-r")] == ["done"]
+    assert await store.run_recorded("cli-r", "task1")
+    assert await store.finished_run("cli-r", "task1") == {"objective": "do it", "reply": "done"}
 
 
 async def test_file_history_first_version_per_task(store: SessionStore) -> None:

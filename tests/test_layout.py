@@ -23,7 +23,6 @@ NOT_YET_SPLIT = {
     "adapters.telegram_format": "HTML rendering apart from splitting at the size limit",
     "adapters.terminal.app": "the screen apart from the gateway connection",
     "gateway.cli": "server-side commands apart from the client commands",
-    "gateway.store.sessions": "sessions, messages and runs",
     "gateway.agents.claude_code": "the CLI process apart from the stream parsing",
 }
 
