@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlmodel import Session
+from store_rows import SESSION_TABLES, populate, rows_of
 
 from gateway.settings import Settings
 from gateway.store.db import Database, DatabaseError, head_revision
@@ -290,6 +291,45 @@ async def test_delete_session_removes_rows_and_files(store: SessionStore) -> Non
     assert await store.get("temp-z") is None
     assert await search_messages(store.db, "bye now") == []
     assert not store.dirs.exists("temp-z")
+
+
+async def test_deleted_session_leaves_no_row_in_any_table(store: SessionStore) -> None:
+    await populate(store, "temp-gone", "zebrafish")
+    await populate(store, "cli-stays", "hedgehog")
+    had = await rows_of(store.db, "temp-gone", marker="zebrafish")
+    assert set(had) >= SESSION_TABLES
+    assert await store.delete("temp-gone")
+    assert await rows_of(store.db, "temp-gone", marker="zebrafish") == {}
+    assert await search_messages(store.db, "zebrafish") == []
+    assert await rows_of(store.db, "cli-stays", marker="hedgehog") == had
+
+
+async def test_renamed_session_leaves_no_row_under_the_old_id(store: SessionStore) -> None:
+    await populate(store, "tg--100", "zebrafish")
+    had = await rows_of(store.db, "tg--100", marker="zebrafish")
+    assert set(had) >= SESSION_TABLES
+    assert await store.rename("tg--100", "tg--1001")
+    assert await rows_of(store.db, "tg--100", marker="zebrafish") == {}
+    assert await rows_of(store.db, "tg--1001", marker="zebrafish") == had
+    assert {m.session_id for m in await search_messages(store.db, "zebrafish")} == {"tg--1001"}
+    assert store.dirs.path_of("tg--1001").is_dir()
+    assert not store.dirs.path_of("tg--100").exists()
+
+
+async def test_session_renamed_onto_an_existing_one_joins_it(store: SessionStore) -> None:
+    await populate(store, "tg--100", "zebrafish")
+    await populate(store, "tg--1001", "hedgehog")
+    moving = await rows_of(store.db, "tg--100", marker="zebrafish")
+    staying = await rows_of(store.db, "tg--1001", marker="hedgehog")
+    assert await store.rename("tg--100", "tg--1001")
+    assert await rows_of(store.db, "tg--100", marker="zebrafish") == {}
+    joined = await rows_of(store.db, "tg--1001", marker="zebrafish")
+    for table in SESSION_TABLES - {"session"}:
+        assert joined[table] == moving[table] + staying[table], table
+    assert joined["session"] == 1
+    assert {m.session_id for m in await search_messages(store.db, "zebrafish")} == {"tg--1001"}
+    assert store.dirs.path_of("tg--100").is_dir()  # both had folders: the old one is kept
+    assert not await store.rename("tg--100", "tg--1002")
 
 
 @pytest.mark.slow
