@@ -1,12 +1,17 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sqlite3
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+from conftest import _pg_database as pg_database
+from conftest import _pg_drop as pg_drop
 from sqlalchemy import text
 from sqlmodel import Session
 from store_rows import SESSION_TABLES, populate, rows_of
@@ -43,6 +48,8 @@ HOSTILE_QUERIES = [
     "\x00",
     "😀",
 ]
+# Tests that only search the archive share one seeded per backend (the `seeded` fixture).
+SEARCH_ONLY = pytest.mark.asyncio(loop_scope="module")
 
 
 async def seed(store: SessionStore) -> None:
@@ -54,40 +61,64 @@ async def seed(store: SessionStore) -> None:
     await store.append_message("tg--42", "user", "Foxes are NEAR (the river) * 50%", sender="bo")
 
 
-async def test_fts_finds_english_words(store: SessionStore) -> None:
-    await seed(store)
-    hits = await search_messages(store.db, "quick fox")
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["sqlite", "postgresql"])
+async def seeded(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[SessionStore]:
+    """One seeded archive per backend for the searches below, which only read it: seeding a
+    fresh database for each of them cost most of this file's time."""
+    home = tmp_path_factory.mktemp("seeded")
+    pg_name = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{home / 'store' / 'history.db'}"
+    else:
+        url, pg_name = await pg_database()
+    store = await SessionStore.open(Settings(home=home, database_url=url, _env_file=None))
+    try:
+        await seed(store)
+        yield store
+    finally:
+        await store.close()
+        if pg_name is not None:
+            await pg_drop(pg_name)
+
+
+@SEARCH_ONLY
+async def test_fts_finds_english_words(seeded: SessionStore) -> None:
+    hits = await search_messages(seeded.db, "quick fox")
     assert [h.content for h in hits] == ["The quick brown fox jumps"]
-    hits = await search_messages(store.db, "FOX")  # case-insensitive, substring
+    hits = await search_messages(seeded.db, "FOX")  # case-insensitive, substring
     assert [h.session_id for h in hits] == ["tg--42", "cli-en"]  # newest first
-    hits = await search_messages(store.db, "fox", session_id="cli-en")
+    hits = await search_messages(seeded.db, "fox", session_id="cli-en")
     assert [h.sender for h in hits] == ["ann"]
-    assert await search_messages(store.db, "giraffe") == []
+    assert await search_messages(seeded.db, "giraffe") == []
 
 
-async def test_fts_finds_cjk_substrings(store: SessionStore) -> None:
-    await seed(store)
+@SEARCH_ONLY
+async def test_fts_finds_cjk_substrings(seeded: SessionStore) -> None:
     for query in ("東京", "明天在", "東京見面", "在東京"):
-        hits = await search_messages(store.db, query)
+        hits = await search_messages(seeded.db, query)
         assert [h.content for h in hits] == ["我们明天在東京見面吧"], query
-    assert await search_messages(store.db, "東京 fox") == []
+    assert await search_messages(seeded.db, "東京 fox") == []
 
 
+@SEARCH_ONLY
 @pytest.mark.parametrize("query", HOSTILE_QUERIES)
-async def test_hostile_queries_never_raise(store: SessionStore, query: str) -> None:
-    await seed(store)
-    hits = await search_messages(store.db, query)
+async def test_hostile_queries_never_raise(seeded: SessionStore, query: str) -> None:
+    hits = await search_messages(seeded.db, query)
     assert isinstance(hits, list)
     for hit in hits:
         assert all(term.lower() in hit.content.lower() for term in query.split())
+    # Whatever the query was, the archive it ran against is intact for the next one.
+    assert [len(await seeded.recent_messages(sid)) for sid in ("cli-en", "tg--42")] == [2, 2]
 
 
-async def test_hostile_query_matches_literally(store: SessionStore) -> None:
-    await seed(store)
-    assert [h.sender for h in await search_messages(store.db, "NEAR (the")] == ["bo"]
-    assert [h.sender for h in await search_messages(store.db, "50%")] == ["bo"]
-    assert await search_messages(store.db, "5_%") == []
-    assert [h.sender for h in await search_messages(store.db, "*")] == ["bo"]
+@SEARCH_ONLY
+async def test_hostile_query_matches_literally(seeded: SessionStore) -> None:
+    assert [h.sender for h in await search_messages(seeded.db, "NEAR (the")] == ["bo"]
+    assert [h.sender for h in await search_messages(seeded.db, "50%")] == ["bo"]
+    assert await search_messages(seeded.db, "5_%") == []
+    assert [h.sender for h in await search_messages(seeded.db, "*")] == ["bo"]
 
 
 async def test_search_pages_newest_first(store: SessionStore) -> None:
@@ -332,6 +363,14 @@ async def test_session_renamed_onto_an_existing_one_joins_it(store: SessionStore
     assert not await store.rename("tg--100", "tg--1002")
 
 
+async def worker_ready(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a store worker's READY line; log lines may come before it."""
+    assert proc.stdout is not None and proc.stderr is not None
+    while (line := await proc.stdout.readline()) != b"READY\n":
+        if not line:
+            pytest.fail((await proc.stderr.read()).decode()[-2000:])
+
+
 @pytest.mark.slow
 async def test_two_processes_append_concurrently(settings: Settings, database_url: str) -> None:
     cfg = Settings(home=settings.home, database_url=database_url, _env_file=None)  # type: ignore[call-arg]
@@ -339,30 +378,38 @@ async def test_two_processes_append_concurrently(settings: Settings, database_ur
     await store.ensure("cli-shared")
     worker = Path(__file__).with_name("store_worker.py")
     env = {"AGENVOY_HOME": str(cfg.home), "AGENVOY_DATABASE_URL": database_url, "PATH": "/usr/bin"}
+    count = 300
     procs = [
         await asyncio.create_subprocess_exec(
             sys.executable,
             str(worker),
             "cli-shared",
             tag,
-            "1000",
+            str(count),
             env=env,
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
         for tag in ("a", "b")
     ]
     try:
+        for proc in procs:
+            await asyncio.wait_for(worker_ready(proc), 60)
+        # Both stores are open: release their appends together so they contend.
         results = await asyncio.wait_for(
-            asyncio.gather(*(p.communicate() for p in procs)), timeout=240
+            asyncio.gather(*(p.communicate(b"go\n") for p in procs)), timeout=240
         )
         for proc, (_out, err) in zip(procs, results, strict=True):
             assert proc.returncode == 0, err.decode()[-2000:]
         in_sql = await store.messages_after("cli-shared", 0, limit=5000)
         in_file = store.files("cli-shared").history.read()
-        expected = {f"{tag}-{i}" for tag in "ab" for i in range(1000)}
-        assert len(in_sql) == 2000 and {m.content for m in in_sql} == expected
-        assert len(in_file) == 2000 and {m.content for m in in_file} == expected
+        expected = {f"{tag}-{i}" for tag in "ab" for i in range(count)}
+        assert len(in_sql) == 2 * count and {m.content for m in in_sql} == expected
+        assert len(in_file) == 2 * count and {m.content for m in in_file} == expected
+        # The archive interleaves the two writers, or this did not exercise contention.
+        switches = sum(1 for a, b in itertools.pairwise(in_sql) if a.sender != b.sender)
+        assert switches > 1
     finally:
         for proc in procs:
             if proc.returncode is None:
