@@ -3,69 +3,38 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
-from support import REDIS_URL, open_redis, wait_until, wipe_redis
+from clock import FakeClock
+from support import REDIS_URL, open_redis, wait_until
 
-from gateway.clock import Clock
 from gateway.settings import Settings
 from gateway.store.kv import KVStore, RedisKV, SqliteKV, open_kv, sqlite_path_from_url
 
-T = TypeVar("T")
 WORKER = Path(__file__).with_name("kv_worker.py")
 # Redis keeps time on its server, so its expiry is waited out for real: TTLs stay short.
 SHORT_TTL = 0.05
 LONG_TTL = 0.5
 
 
-class ManualClock(Clock):
-    """Wall-clock and monotonic time that move only when the test moves them."""
-
-    def __init__(self) -> None:
-        self.seconds = 1_700_000_000.0
-
-    def advance(self, seconds: float) -> None:
-        self.seconds += seconds
-
-    def now_ms(self) -> int:
-        return round(self.seconds * 1000)
-
-    def monotonic(self) -> float:
-        return self.seconds
-
-    async def sleep(self, seconds: float) -> None:
-        self.advance(seconds)
-
-    async def wait_for(self, awaitable: Awaitable[T], seconds: float) -> T:
-        return await asyncio.wait_for(awaitable, seconds)
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+async def kv(kv: KVStore, clock: FakeClock) -> AsyncIterator[KVStore]:
+    """The shared `kv` stores, the embedded one opened again on its file with `clock`."""
+    if not isinstance(kv, SqliteKV):
+        yield kv
+        return
+    async with await SqliteKV.open(kv.path, clock=clock) as timed:
+        yield timed
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-async def kv(
-    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
-) -> AsyncIterator[KVStore]:
-    store: KVStore
-    if request.param == "sqlite":
-        store = await SqliteKV.open(tmp_path / "kv.db", clock=clock)
-    else:
-        store = await open_redis()
-    try:
-        yield store
-    finally:
-        if isinstance(store, RedisKV):
-            await wipe_redis(store)
-        await store.close()
-
-
-async def run_out(kv: KVStore, clock: ManualClock, key: str, after: float) -> bool:
+async def run_out(kv: KVStore, clock: FakeClock, key: str, after: float) -> bool:
     """Let `after` seconds pass and tell whether `key` has expired by then.
 
     The embedded store reads `clock`, which moves at once and leaves no doubt; on Redis the
@@ -73,7 +42,7 @@ async def run_out(kv: KVStore, clock: ManualClock, key: str, after: float) -> bo
     """
     if isinstance(kv, RedisKV):
         return await wait_until(lambda: key_is_gone(kv, key), within=after + 5)
-    clock.advance(after)
+    await clock.advance(after)
     return await key_is_gone(kv, key)
 
 
@@ -114,7 +83,7 @@ async def test_rejects_bad_ttl_and_non_str_values(kv: KVStore) -> None:
     assert await kv.get("k") == "v"
 
 
-async def test_ttl_expiry(kv: KVStore, clock: ManualClock) -> None:
+async def test_ttl_expiry(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("short", "v", ttl=SHORT_TTL)
     await kv.set("forever", "v")
     assert await kv.get("short") == "v"
@@ -126,7 +95,7 @@ async def test_ttl_expiry(kv: KVStore, clock: ManualClock) -> None:
     assert await kv.get("forever") == "v"
 
 
-async def test_set_without_ttl_removes_an_earlier_ttl(kv: KVStore, clock: ManualClock) -> None:
+async def test_set_without_ttl_removes_an_earlier_ttl(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("control", "v", ttl=SHORT_TTL)
     await kv.set("k", "v", ttl=SHORT_TTL)
     await kv.set("k", "w")
@@ -134,7 +103,7 @@ async def test_set_without_ttl_removes_an_earlier_ttl(kv: KVStore, clock: Manual
     assert await kv.get("k") == "w"
 
 
-async def test_expire_refresh_keeps_key_alive(kv: KVStore, clock: ManualClock) -> None:
+async def test_expire_refresh_keeps_key_alive(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("control", "v", ttl=SHORT_TTL)
     await kv.set("k", "v", ttl=SHORT_TTL)
     assert await kv.expire("k", LONG_TTL) is True
@@ -144,7 +113,7 @@ async def test_expire_refresh_keeps_key_alive(kv: KVStore, clock: ManualClock) -
     assert await run_out(kv, clock, "k", LONG_TTL - SHORT_TTL)
 
 
-async def test_expire_gives_a_ttl_to_a_permanent_key(kv: KVStore, clock: ManualClock) -> None:
+async def test_expire_gives_a_ttl_to_a_permanent_key(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("k", "v")
     assert await kv.expire("k", SHORT_TTL) is True
     assert await run_out(kv, clock, "k", SHORT_TTL)
@@ -186,7 +155,7 @@ async def test_scan_prefix_is_literal(kv: KVStore) -> None:
     assert await kv.scan("nothing:") == {}
 
 
-async def test_scan_excludes_expired_keys(kv: KVStore, clock: ManualClock) -> None:
+async def test_scan_excludes_expired_keys(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("s:live", "1")
     await kv.set("s:short", "2", ttl=SHORT_TTL)
     assert await kv.scan("s:") == {"s:live": "1", "s:short": "2"}
@@ -233,12 +202,10 @@ async def test_open_kv_sqlite_creates_parent_directories(tmp_path: Path) -> None
         assert await again.get("k") == "v"
 
 
-async def test_open_kv_sqlite_expires_by_the_given_clock(
-    tmp_path: Path, clock: ManualClock
-) -> None:
+async def test_open_kv_sqlite_expires_by_the_given_clock(tmp_path: Path, clock: FakeClock) -> None:
     async with await open_kv(f"sqlite:///{tmp_path / 'kv.db'}", clock=clock) as kv:
         await kv.set("k", "v", ttl=30)
-        clock.advance(30)
+        await clock.advance(30)
         assert await kv.get("k") is None
 
 
@@ -308,35 +275,33 @@ def _raw_keys(path: Path) -> set[str]:
         return {row[0] for row in conn.execute("SELECT key FROM kv")}
 
 
-async def test_sqlite_expiry_is_exact_to_the_millisecond(
-    tmp_path: Path, clock: ManualClock
-) -> None:
+async def test_sqlite_expiry_is_exact_to_the_millisecond(tmp_path: Path, clock: FakeClock) -> None:
     async with await SqliteKV.open(tmp_path / "kv.db", clock=clock) as kv:
         await kv.set("k", "v", ttl=10)
-        clock.advance(9.999)
+        await clock.advance(9.999)
         assert await kv.get("k") == "v"
         assert await kv.scan("k") == {"k": "v"}
-        clock.advance(0.001)
+        await clock.advance(0.001)
         assert await kv.get("k") is None
         assert await kv.scan("k") == {}
         assert await kv.expire("k", 5) is False
 
 
-async def test_sqlite_purges_expired_rows_lazily(tmp_path: Path, clock: ManualClock) -> None:
+async def test_sqlite_purges_expired_rows_lazily(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "kv.db"
     async with await SqliteKV.open(path, purge_interval=60, clock=clock) as kv:
         await kv.set("old", "v", ttl=1)
-        clock.advance(1)
+        await clock.advance(1)
         assert await kv.get("old") is None
         await kv.set("other", "v")
         # Invisible, but the row is still in the file until a purge runs.
         assert "old" in await asyncio.to_thread(_raw_keys, path)
-        clock.advance(59)
+        await clock.advance(59)
         await kv.set("new", "v")  # the purge interval has passed: this set purges
         assert await asyncio.to_thread(_raw_keys, path) == {"other", "new"}
     async with await SqliteKV.open(path, purge_interval=0, clock=clock) as kv:
         await kv.set("old2", "v", ttl=1)
-        clock.advance(1)
+        await clock.advance(1)
         await kv.set("newer", "v")
         assert await asyncio.to_thread(_raw_keys, path) == {"other", "new", "newer"}
 
