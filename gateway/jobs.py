@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Final
 
 from watchfiles import Change, awatch
 
@@ -21,10 +22,13 @@ from gateway.store.usage import purge_usage
 
 log = get_logger(__name__)
 
+# The KV key spaces holding per-session keys (`<prefix><session_id>:…`).
+SESSION_KEY_PREFIXES: Final = (PRESENCE_PREFIX, TOOL_CACHE_PREFIX, ERROR_MEMORY_PREFIX)
+
 
 class Reaper:
-    """Deletes `temp-*` sessions idle longer than `idle_seconds`: files, SQL rows, KV keys
-    (the session's tool-cache and error-memory entries are keyed `<namespace><sid>:…`).
+    """Deletes `temp-*` sessions idle longer than `idle_seconds`: files, SQL rows (every
+    per-session table, through `SessionStore.delete`) and keys of `SESSION_KEY_PREFIXES`.
 
     Never another prefix, and never a session with a task running (here or in another
     process sharing the KV store) or queued.
@@ -54,7 +58,7 @@ class Reaper:
             if self.router.is_busy(sid) or await self.presence.is_running(sid):
                 continue
             await self.store.delete(sid)
-            for prefix in (PRESENCE_PREFIX, TOOL_CACHE_PREFIX, ERROR_MEMORY_PREFIX):
+            for prefix in SESSION_KEY_PREFIXES:
                 for key in await self.kv.scan(f"{prefix}{sid}:"):
                     await self.kv.delete(key)
             reaped.append(sid)

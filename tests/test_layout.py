@@ -18,9 +18,6 @@ MAX_LINES = 400
 NOT_YET_SPLIT = {
     "adapters.terminal.app": "the screen apart from the gateway connection",
     "gateway.cli": "server-side commands apart from the client commands",
-    "gateway.store.sessions": "sessions, messages and runs",
-    "gateway.store.actionlog": "the line format apart from the file",
-    "gateway.store.kv": "one module per backend",
     "gateway.agents.claude_code": "the CLI process apart from the stream parsing",
 }
 
