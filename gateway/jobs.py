@@ -11,7 +11,7 @@ from typing import Final
 
 from watchfiles import Change, awatch
 
-from gateway.clock import now_ms
+from gateway.clock import SYSTEM_CLOCK, Clock, now_ms
 from gateway.engine.router import Router
 from gateway.ids import Prefix, is_valid_session_id, prefix_of
 from gateway.logs import get_logger
@@ -84,7 +84,12 @@ def _mtime_ms(path: Path) -> int | None:
 
 
 async def every(
-    interval: float, job: Callable[[], Awaitable[object]], *, name: str, now: bool = True
+    interval: float,
+    job: Callable[[], Awaitable[object]],
+    *,
+    name: str,
+    clock: Clock = SYSTEM_CLOCK,
+    now: bool = True,
 ) -> None:
     """Run `job` every `interval` seconds (and once at once); failures are logged, not fatal."""
     first = True
@@ -95,7 +100,7 @@ async def every(
             except Exception:
                 log.exception("job failed", job=name)
         first = False
-        await asyncio.sleep(interval)
+        await clock.sleep(interval)
 
 
 class SessionWatcher:
