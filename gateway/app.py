@@ -94,11 +94,17 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
         runtime.store, runtime.kv, runtime.presence, runtime.router, settings.temp_idle_seconds
     )
     return [
-        every(settings.cleanup_interval_seconds, reaper.run_once, name="cleanup"),
+        every(
+            settings.cleanup_interval_seconds,
+            reaper.run_once,
+            name="cleanup",
+            clock=runtime.clock,
+        ),
         every(
             DAY_SECONDS,
             partial(trim_usage, runtime.store, settings.usage_retention_days),
             name="usage retention",
+            clock=runtime.clock,
         ),
         SessionWatcher(runtime.store).run(),
     ]

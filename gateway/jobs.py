@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Final
 
 from watchfiles import Change, awatch
 
-from gateway.clock import now_ms
+from gateway.clock import SYSTEM_CLOCK, Clock, now_ms
 from gateway.engine.router import Router
 from gateway.ids import Prefix, is_valid_session_id, prefix_of
 from gateway.logs import get_logger
@@ -21,10 +22,13 @@ from gateway.store.usage import purge_usage
 
 log = get_logger(__name__)
 
+# The KV key spaces holding per-session keys (`<prefix><session_id>:…`).
+SESSION_KEY_PREFIXES: Final = (PRESENCE_PREFIX, TOOL_CACHE_PREFIX, ERROR_MEMORY_PREFIX)
+
 
 class Reaper:
-    """Deletes `temp-*` sessions idle longer than `idle_seconds`: files, SQL rows, KV keys
-    (the session's tool-cache and error-memory entries are keyed `<namespace><sid>:…`).
+    """Deletes `temp-*` sessions idle longer than `idle_seconds`: files, SQL rows (every
+    per-session table, through `SessionStore.delete`) and keys of `SESSION_KEY_PREFIXES`.
 
     Never another prefix, and never a session with a task running (here or in another
     process sharing the KV store) or queued.
@@ -54,7 +58,7 @@ class Reaper:
             if self.router.is_busy(sid) or await self.presence.is_running(sid):
                 continue
             await self.store.delete(sid)
-            for prefix in (PRESENCE_PREFIX, TOOL_CACHE_PREFIX, ERROR_MEMORY_PREFIX):
+            for prefix in SESSION_KEY_PREFIXES:
                 for key in await self.kv.scan(f"{prefix}{sid}:"):
                     await self.kv.delete(key)
             reaped.append(sid)
@@ -80,7 +84,12 @@ def _mtime_ms(path: Path) -> int | None:
 
 
 async def every(
-    interval: float, job: Callable[[], Awaitable[object]], *, name: str, now: bool = True
+    interval: float,
+    job: Callable[[], Awaitable[object]],
+    *,
+    name: str,
+    clock: Clock = SYSTEM_CLOCK,
+    now: bool = True,
 ) -> None:
     """Run `job` every `interval` seconds (and once at once); failures are logged, not fatal."""
     first = True
@@ -91,7 +100,7 @@ async def every(
             except Exception:
                 log.exception("job failed", job=name)
         first = False
-        await asyncio.sleep(interval)
+        await clock.sleep(interval)
 
 
 class SessionWatcher:

@@ -73,7 +73,7 @@ class Runtime:
         agent = build_agent(settings, clock)
         store = await SessionStore.open(settings)
         try:
-            kv = await open_kv(settings.resolved_kv_url)
+            kv = await open_kv(settings.resolved_kv_url, clock=clock)
         except BaseException:
             await store.close()
             raise

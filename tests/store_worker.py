@@ -1,4 +1,8 @@
-"""Appends N messages to one session from a separate process (used by test_db)."""
+"""Appends N messages to one session from a separate process (used by test_db).
+
+Prints `READY` once the store is open, then waits for a line on stdin before appending, so
+the test can start several workers' appends at the same moment.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ from gateway.store.sessions import SessionStore
 async def main(session_id: str, tag: str, count: int) -> None:
     store = await SessionStore.open(Settings(_env_file=None))  # type: ignore[call-arg]
     try:
+        sys.stdout.write("READY\n")
+        sys.stdout.flush()
+        await asyncio.to_thread(sys.stdin.readline)
         for i in range(count):
             await store.append_message(session_id, "user", f"{tag}-{i}", sender=tag)
     finally:

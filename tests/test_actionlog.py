@@ -20,16 +20,17 @@ from hypothesis import strategies as st
 
 from gateway.ids import InvalidHash
 from gateway.store import actionlog
-from gateway.store.actionlog import (
+from gateway.store.action_record import (
     ActionKind,
-    ActionLog,
     ActionRecord,
     InvalidActionKind,
-    SessionDirectoryMissing,
     escape_body,
     parse_line,
     unescape_body,
 )
+from gateway.store.actionlog import ActionLog
+from gateway.store.files import SessionsDir
+from gateway.store.fslock import SessionDirectoryMissing
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2024, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
@@ -347,8 +348,8 @@ def test_validation_errors_are_value_errors() -> None:
         record(task_hash="bad hash")
 
 
-def test_for_session_dir(session_dir: Path) -> None:
-    log = ActionLog.for_session_dir(session_dir, max_bytes=123)
+def test_a_session_log_lives_in_its_directory(session_dir: Path) -> None:
+    log = SessionsDir(session_dir.parent, action_log_max_bytes=123).get("cli-abc").action_log
     assert log.path == session_dir / "action.log"
     assert log.rotated_path == session_dir / "action.log.1"
     assert log.max_bytes == 123

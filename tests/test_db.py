@@ -1,14 +1,20 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import sqlite3
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
+from conftest import _pg_database as pg_database
+from conftest import _pg_drop as pg_drop
 from sqlalchemy import text
 from sqlmodel import Session
+from store_rows import SESSION_TABLES, populate, rows_of
 
 from gateway.settings import Settings
 from gateway.store.db import Database, DatabaseError, head_revision
@@ -42,6 +48,8 @@ HOSTILE_QUERIES = [
     "\x00",
     "😀",
 ]
+# Tests that only search the archive share one seeded per backend (the `seeded` fixture).
+SEARCH_ONLY = pytest.mark.asyncio(loop_scope="module")
 
 
 async def seed(store: SessionStore) -> None:
@@ -53,40 +61,64 @@ async def seed(store: SessionStore) -> None:
     await store.append_message("tg--42", "user", "Foxes are NEAR (the river) * 50%", sender="bo")
 
 
-async def test_fts_finds_english_words(store: SessionStore) -> None:
-    await seed(store)
-    hits = await search_messages(store.db, "quick fox")
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["sqlite", "postgresql"])
+async def seeded(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[SessionStore]:
+    """One seeded archive per backend for the searches below, which only read it: seeding a
+    fresh database for each of them cost most of this file's time."""
+    home = tmp_path_factory.mktemp("seeded")
+    pg_name = None
+    if request.param == "sqlite":
+        url = f"sqlite:///{home / 'store' / 'history.db'}"
+    else:
+        url, pg_name = await pg_database()
+    store = await SessionStore.open(Settings(home=home, database_url=url, _env_file=None))
+    try:
+        await seed(store)
+        yield store
+    finally:
+        await store.close()
+        if pg_name is not None:
+            await pg_drop(pg_name)
+
+
+@SEARCH_ONLY
+async def test_fts_finds_english_words(seeded: SessionStore) -> None:
+    hits = await search_messages(seeded.db, "quick fox")
     assert [h.content for h in hits] == ["The quick brown fox jumps"]
-    hits = await search_messages(store.db, "FOX")  # case-insensitive, substring
+    hits = await search_messages(seeded.db, "FOX")  # case-insensitive, substring
     assert [h.session_id for h in hits] == ["tg--42", "cli-en"]  # newest first
-    hits = await search_messages(store.db, "fox", session_id="cli-en")
+    hits = await search_messages(seeded.db, "fox", session_id="cli-en")
     assert [h.sender for h in hits] == ["ann"]
-    assert await search_messages(store.db, "giraffe") == []
+    assert await search_messages(seeded.db, "giraffe") == []
 
 
-async def test_fts_finds_cjk_substrings(store: SessionStore) -> None:
-    await seed(store)
+@SEARCH_ONLY
+async def test_fts_finds_cjk_substrings(seeded: SessionStore) -> None:
     for query in ("東京", "明天在", "東京見面", "在東京"):
-        hits = await search_messages(store.db, query)
+        hits = await search_messages(seeded.db, query)
         assert [h.content for h in hits] == ["我们明天在東京見面吧"], query
-    assert await search_messages(store.db, "東京 fox") == []
+    assert await search_messages(seeded.db, "東京 fox") == []
 
 
+@SEARCH_ONLY
 @pytest.mark.parametrize("query", HOSTILE_QUERIES)
-async def test_hostile_queries_never_raise(store: SessionStore, query: str) -> None:
-    await seed(store)
-    hits = await search_messages(store.db, query)
+async def test_hostile_queries_never_raise(seeded: SessionStore, query: str) -> None:
+    hits = await search_messages(seeded.db, query)
     assert isinstance(hits, list)
     for hit in hits:
         assert all(term.lower() in hit.content.lower() for term in query.split())
+    # Whatever the query was, the archive it ran against is intact for the next one.
+    assert [len(await seeded.recent_messages(sid)) for sid in ("cli-en", "tg--42")] == [2, 2]
 
 
-async def test_hostile_query_matches_literally(store: SessionStore) -> None:
-    await seed(store)
-    assert [h.sender for h in await search_messages(store.db, "NEAR (the")] == ["bo"]
-    assert [h.sender for h in await search_messages(store.db, "50%")] == ["bo"]
-    assert await search_messages(store.db, "5_%") == []
-    assert [h.sender for h in await search_messages(store.db, "*")] == ["bo"]
+@SEARCH_ONLY
+async def test_hostile_query_matches_literally(seeded: SessionStore) -> None:
+    assert [h.sender for h in await search_messages(seeded.db, "NEAR (the")] == ["bo"]
+    assert [h.sender for h in await search_messages(seeded.db, "50%")] == ["bo"]
+    assert await search_messages(seeded.db, "5_%") == []
+    assert [h.sender for h in await search_messages(seeded.db, "*")] == ["bo"]
 
 
 async def test_search_pages_newest_first(store: SessionStore) -> None:
@@ -149,16 +181,19 @@ async def test_self_id_unique_when_not_empty(store: SessionStore) -> None:
 async def test_action_history_once_per_task(store: SessionStore) -> None:
     await store.ensure("cli-r")
     run = RunRecord("cli-r", "task1", "do it", "done", [{"tool": "read_file", "status": "ok"}])
-    await store.record_run(run)
-    await store.record_run(RunRecord("cli-r", "task1", "again", "other"))
+    await store.finish_run(run, "done", sender="agent")
+    await store.finish_run(RunRecord("cli-r", "task1", "again", "other"), "other", sender="agent")
 
-    def rows(session: Session) -> list[tuple[str, str]]:
+    def rows(session: Session) -> list[tuple[str, str, str]]:
         conn = session.connection()
-        res = conn.execute(text("SELECT objective, tool_results FROM action_history"))
+        res = conn.execute(text("SELECT objective, tool_results, reply FROM action_history"))
         return [tuple(r) for r in res.all()]
 
     got = await store.db.read(rows)
-    assert got == [("do it", json.dumps([{"tool": "read_file", "status": "ok"}]))]
+    assert got == [("do it", json.dumps([{"tool": "read_file", "status": "ok"}]), "done")]
+    assert [m.content for m in await store.recent_messages("cli-r")] == ["done"]
+    assert await store.run_recorded("cli-r", "task1")
+    assert await store.finished_run("cli-r", "task1") == {"objective": "do it", "reply": "done"}
 
 
 async def test_file_history_first_version_per_task(store: SessionStore) -> None:
@@ -289,6 +324,53 @@ async def test_delete_session_removes_rows_and_files(store: SessionStore) -> Non
     assert not store.dirs.exists("temp-z")
 
 
+async def test_deleted_session_leaves_no_row_in_any_table(store: SessionStore) -> None:
+    await populate(store, "temp-gone", "zebrafish")
+    await populate(store, "cli-stays", "hedgehog")
+    had = await rows_of(store.db, "temp-gone", marker="zebrafish")
+    assert set(had) >= SESSION_TABLES
+    assert await store.delete("temp-gone")
+    assert await rows_of(store.db, "temp-gone", marker="zebrafish") == {}
+    assert await search_messages(store.db, "zebrafish") == []
+    assert await rows_of(store.db, "cli-stays", marker="hedgehog") == had
+
+
+async def test_renamed_session_leaves_no_row_under_the_old_id(store: SessionStore) -> None:
+    await populate(store, "tg--100", "zebrafish")
+    had = await rows_of(store.db, "tg--100", marker="zebrafish")
+    assert set(had) >= SESSION_TABLES
+    assert await store.rename("tg--100", "tg--1001")
+    assert await rows_of(store.db, "tg--100", marker="zebrafish") == {}
+    assert await rows_of(store.db, "tg--1001", marker="zebrafish") == had
+    assert {m.session_id for m in await search_messages(store.db, "zebrafish")} == {"tg--1001"}
+    assert store.dirs.path_of("tg--1001").is_dir()
+    assert not store.dirs.path_of("tg--100").exists()
+
+
+async def test_session_renamed_onto_an_existing_one_joins_it(store: SessionStore) -> None:
+    await populate(store, "tg--100", "zebrafish")
+    await populate(store, "tg--1001", "hedgehog")
+    moving = await rows_of(store.db, "tg--100", marker="zebrafish")
+    staying = await rows_of(store.db, "tg--1001", marker="hedgehog")
+    assert await store.rename("tg--100", "tg--1001")
+    assert await rows_of(store.db, "tg--100", marker="zebrafish") == {}
+    joined = await rows_of(store.db, "tg--1001", marker="zebrafish")
+    for table in SESSION_TABLES - {"session"}:
+        assert joined[table] == moving[table] + staying[table], table
+    assert joined["session"] == 1
+    assert {m.session_id for m in await search_messages(store.db, "zebrafish")} == {"tg--1001"}
+    assert store.dirs.path_of("tg--100").is_dir()  # both had folders: the old one is kept
+    assert not await store.rename("tg--100", "tg--1002")
+
+
+async def worker_ready(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a store worker's READY line; log lines may come before it."""
+    assert proc.stdout is not None and proc.stderr is not None
+    while (line := await proc.stdout.readline()) != b"READY\n":
+        if not line:
+            pytest.fail((await proc.stderr.read()).decode()[-2000:])
+
+
 @pytest.mark.slow
 async def test_two_processes_append_concurrently(settings: Settings, database_url: str) -> None:
     cfg = Settings(home=settings.home, database_url=database_url, _env_file=None)  # type: ignore[call-arg]
@@ -296,30 +378,38 @@ async def test_two_processes_append_concurrently(settings: Settings, database_ur
     await store.ensure("cli-shared")
     worker = Path(__file__).with_name("store_worker.py")
     env = {"AGENVOY_HOME": str(cfg.home), "AGENVOY_DATABASE_URL": database_url, "PATH": "/usr/bin"}
+    count = 300
     procs = [
         await asyncio.create_subprocess_exec(
             sys.executable,
             str(worker),
             "cli-shared",
             tag,
-            "1000",
+            str(count),
             env=env,
+            stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
         for tag in ("a", "b")
     ]
     try:
+        for proc in procs:
+            await asyncio.wait_for(worker_ready(proc), 60)
+        # Both stores are open: release their appends together so they contend.
         results = await asyncio.wait_for(
-            asyncio.gather(*(p.communicate() for p in procs)), timeout=240
+            asyncio.gather(*(p.communicate(b"go\n") for p in procs)), timeout=240
         )
         for proc, (_out, err) in zip(procs, results, strict=True):
             assert proc.returncode == 0, err.decode()[-2000:]
         in_sql = await store.messages_after("cli-shared", 0, limit=5000)
         in_file = store.files("cli-shared").history.read()
-        expected = {f"{tag}-{i}" for tag in "ab" for i in range(1000)}
-        assert len(in_sql) == 2000 and {m.content for m in in_sql} == expected
-        assert len(in_file) == 2000 and {m.content for m in in_file} == expected
+        expected = {f"{tag}-{i}" for tag in "ab" for i in range(count)}
+        assert len(in_sql) == 2 * count and {m.content for m in in_sql} == expected
+        assert len(in_file) == 2 * count and {m.content for m in in_file} == expected
+        # The archive interleaves the two writers, or this did not exercise contention.
+        switches = sum(1 for a, b in itertools.pairwise(in_sql) if a.sender != b.sender)
+        assert switches > 1
     finally:
         for proc in procs:
             if proc.returncode is None:

@@ -14,10 +14,17 @@ import aiohttp
 import pytest
 from aiohttp import web
 from openapi_spec_validator import validate as validate_openapi
+from prometheus_client.parser import text_string_to_metric_families
 from support import wait_until
 from yarl import URL
 
 from adapters.http import InsecureBinding, check_binding, is_loopback, sse_frame, start_http
+from adapters.http.context import Context
+from adapters.http.errors import errors
+from adapters.http.models import SendRequest
+from adapters.http.replies import Health, Inputs, OpenApiDocument
+from adapters.http.route import Call, Route
+from adapters.http.routes import ROUTES
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
@@ -85,6 +92,28 @@ def err(body: Any) -> str:
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
     code: str = body["error"]["code"]
     return code
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse_metrics(text: str) -> Samples:
+    """Every sample of a Prometheus exposition, read by the Prometheus client's own parser."""
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+async def scrape(server: Server) -> Samples:
+    status, body = await server.call("GET", "/metrics")
+    assert status == 200
+    return parse_metrics(body.decode())
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
 
 
 # -- SSE reading -----------------------------------------------------------------------------
@@ -164,6 +193,20 @@ async def test_healthz_and_openapi(server: Server) -> None:
         for path, item in doc["paths"].items()
     }
     assert described == served
+    # The app serves the route table and nothing beside it, so a route added without an
+    # entry (and so without documentation) fails here.
+    table: dict[str, set[str]] = {}
+    for entry in ROUTES:
+        table.setdefault(entry.path, set()).add(entry.method.lower())
+    assert table == served
+    operation_ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
+    assert len(operation_ids) == len(set(operation_ids)) == len(ROUTES)
+    heads = {
+        route.resource.canonical
+        for route in server.runner.app.router.routes()
+        if route.method == "HEAD" and route.resource
+    }
+    assert heads == {e.path for e in ROUTES if e.method == "GET"} - {"/v1/session/{sid}/log"}
     for item in doc["paths"].values():
         for method, op in item.items():
             if method == "parameters":
@@ -183,7 +226,7 @@ async def test_sessions_lifecycle(server: Server) -> None:
     status, body = await server.call("POST", "/v1/session", json_body={"prefix": "chat"})
     assert status == 201 and body["session_id"].startswith("chat-")
     chat = body["session_id"]
-    for bad in ({"prefix": "temp"}, {"prefix": "dc"}, {"prefix": 3}):
+    for bad in ({"prefix": "temp"}, {"prefix": "dc"}, {"prefix": 3}, {"prefix": False}):
         status, body = await server.call("POST", "/v1/session", json_body=bad)
         assert (status, err(body)) == (400, "bad_request")
         assert "prefix" in body["error"]["message"]
@@ -342,6 +385,22 @@ async def test_commands_answer_at_once(server: Server) -> None:
     assert (body["command"], body["ok"]) == ("cancel", False)
 
 
+async def test_commands_are_listed_from_the_registry_per_front_end(server: Server) -> None:
+    status, body = await server.call("GET", "/v1/commands")
+    assert status == 200
+    names = [c["name"] for c in body["commands"]]
+    registry = server.runtime.commands
+    assert names == [c.name for c in registry.menu("http")]
+    assert "new" not in names  # a terminal-only command
+    model = next(c for c in body["commands"] if c["name"] == "model")
+    assert (model["usage"], model["access"]) == ("<name>", "shared_admin")
+    status, body = await server.call(
+        "GET", "/v1/commands", headers={"X-Agenvoy-Client": "terminal"}
+    )
+    assert [c["name"] for c in body["commands"]] == [c.name for c in registry.menu("terminal")]
+    assert "new" in [c["name"] for c in body["commands"]]
+
+
 async def test_search_and_usage(server: Server) -> None:
     status, body = await server.call(
         "POST", "/v1/send", json_body={"content": "zebra crossing", "persist": True}
@@ -426,8 +485,69 @@ async def test_body_validation(server: Server) -> None:
         "POST", "/v1/send", json_body={"content": "x"}, headers={"X-Agenvoy-Sender": "s" * 200}
     )
     assert (status, err(body)) == (400, "bad_request")
+    for path, payload, name in (
+        ("/v1/send", {"content": "x", "colour": "blue"}, "colour"),
+        ("/v1/session", {"prefix": "cli", "name": "x"}, "name"),
+    ):
+        status, body = await server.call("POST", path, json_body=payload)
+        assert (status, err(body)) == (400, "bad_request"), payload
+        assert f"unknown field '{name}'" in body["error"]["message"], body
     # Nothing above reached the store.
     assert await server.runtime.store.list_sessions() == []
+
+
+async def test_null_fields_count_as_absent(server: Server) -> None:
+    send = {"content": "hi", "session_id": None, "persist": None, "stream": None, "wait": None}
+    status, body = await server.call("POST", "/v1/send", json_body=send)
+    assert (status, body["text"]) == (200, "echo: hi"), body
+    assert body["session_id"].startswith("temp-")
+    for empty in (None, ""):
+        status, body = await server.call("POST", "/v1/session", json_body={"prefix": empty})
+        assert status == 201 and body["session_id"].startswith("cli-"), empty
+    sid = body["session_id"]
+    status, meta = await server.call("PUT", f"/v1/session/{sid}", json_body={"name": "kept"})
+    status, meta = await server.call(
+        "PUT", f"/v1/session/{sid}", json_body={"name": None, "model": "m"}
+    )
+    assert (status, meta["name"], meta["model"]) == (200, "kept", "m")
+
+
+async def test_a_route_answers_only_what_it_declares(server: Server) -> None:
+    """A handler that reads or answers what its route does not list fails loudly, so the
+    document generated from the routes cannot leave it out."""
+
+    async def answers_undeclared(call: Call) -> Health:
+        return Health()
+
+    async def reads_undeclared_body(call: Call) -> Health:
+        await call.body(SendRequest)
+        return Health()
+
+    async def reads_undeclared_headers(call: Call) -> Health:
+        call.origin()
+        return Health()
+
+    ctx = Context(server.runtime, keepalive_seconds=1.0, document=lambda: OpenApiDocument({}))
+    app = web.Application(middlewares=[errors])
+    for name, handler, replies in (
+        ("answer", answers_undeclared, {200: Inputs}),
+        ("body", reads_undeclared_body, {200: Health}),
+        ("headers", reads_undeclared_headers, {200: Health}),
+    ):
+        route = Route("POST", f"/{name}", handler, "a test route", replies=replies)
+        app.router.add_post(route.path, route.serve(ctx))
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        base = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        for name in ("answer", "body", "headers"):
+            async with server.client.post(f"{base}/{name}", json={"content": "x"}) as resp:
+                assert resp.status == 500, name
+                assert err(await resp.json()) == "internal"
+    finally:
+        await runner.cleanup()
 
 
 async def test_bad_session_ids_never_touch_the_filesystem(server: Server) -> None:
@@ -685,9 +805,9 @@ async def test_confirm_over_http(server: Server) -> None:
     status, body = await server.call("GET", f"/v1/session/{sid}/pending")
     assert status == 200 and [p["task_hash"] for p in body["pending"]] == [task]
 
-    status, metrics = await server.call("GET", "/metrics")
-    assert "agenvoy_tasks_running 1\n" in metrics.decode()
-    assert "agenvoy_tasks_waiting 1\n" in metrics.decode()
+    samples = await scrape(server)
+    assert sample(samples, "agenvoy_tasks_running") == 1
+    assert sample(samples, "agenvoy_tasks_waiting") == 1
 
     answer = f"/v1/session/{sid}/pending/{task}"
     status, body = await server.call("POST", answer, json_body={"approve": True}, headers=BOB)
@@ -773,8 +893,7 @@ async def test_cancel_route(server: Server) -> None:
     queued = body["task_hash"]
     status, meta = await server.call("GET", f"/v1/session/{sid}")
     assert (meta["running"], meta["queued"]) == (True, 1)
-    status, metrics = await server.call("GET", "/metrics")
-    assert "agenvoy_tasks_queued 1\n" in metrics.decode()
+    assert sample(await scrape(server), "agenvoy_tasks_queued") == 1
 
     # The queued task was sent by "http" (no sender header): Ann may not cancel it, root may.
     status, body = await server.call("POST", f"/v1/session/{sid}/cancel/{queued}", headers=ANN)
@@ -829,37 +948,64 @@ async def test_metrics_exposition(server: Server) -> None:
         assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         text = await resp.text()
     assert text.endswith("\n")
-    lines = text.splitlines()
-    samples: dict[str, float] = {}
     typed: dict[str, str] = {}
-    for line in lines:
+    for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ")
             typed[name] = kind
-        elif not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
     assert typed["agenvoy_tasks_running"] == "gauge"
     assert typed["agenvoy_tasks_queued"] == "gauge"
     assert typed["agenvoy_tasks_done_total"] == "counter"
     assert typed["agenvoy_http_request_duration_seconds"] == "histogram"
-    assert samples["agenvoy_tasks_queued"] == 0
-    assert samples["agenvoy_tasks_done_total"] == 1
-    assert samples["agenvoy_tasks_started_total"] == 1
-    assert samples["agenvoy_events_total"] == 3
-    labels = 'method="GET",route="/healthz"'
-    buckets = [
-        (line.split('le="')[1].split('"')[0], float(line.rpartition(" ")[2]))
-        for line in lines
-        if line.startswith(f"agenvoy_http_request_duration_seconds_bucket{{{labels},")
-    ]
+    assert typed["agenvoy_http_responses_total"] == "counter"
+    assert typed["agenvoy_http_log_streams"] == "gauge"
+    samples = parse_metrics(text)
+    assert sample(samples, "agenvoy_tasks_queued") == 0
+    assert sample(samples, "agenvoy_tasks_done_total") == 1
+    assert sample(samples, "agenvoy_tasks_started_total") == 1
+    assert sample(samples, "agenvoy_events_total") == 3
+    labels = {"method": "GET", "route": "/healthz"}
+    buckets = sorted(
+        (float(dict(key)["le"]), value)
+        for (name, key), value in samples.items()
+        if name == "agenvoy_http_request_duration_seconds_bucket" and labels.items() <= key
+    )
     counts = [count for _, count in buckets]
-    assert buckets[-1][0] == "+Inf" and counts == sorted(counts)
-    assert counts[-1] == samples[f"agenvoy_http_request_duration_seconds_count{{{labels}}}"] == 2
-    assert f"agenvoy_http_request_duration_seconds_sum{{{labels}}}" in samples
-    assert samples[f'agenvoy_http_responses_total{{{labels},status="200"}}'] == 2
-    assert 'route="unmatched",status="404"' in text
-    assert 'route="/v1/send"' in text
+    assert buckets[-1][0] == float("inf") and counts == sorted(counts) and len(buckets) > 5
+    assert counts[-1] == sample(samples, "agenvoy_http_request_duration_seconds_count", **labels)
+    assert counts[-1] == 2
+    assert sample(samples, "agenvoy_http_request_duration_seconds_sum", **labels) > 0
+    assert sample(samples, "agenvoy_http_responses_total", **labels, status="200") == 2
+    unmatched = {"method": "GET", "route": "unmatched", "status": "404"}
+    assert sample(samples, "agenvoy_http_responses_total", **unmatched) == 1
+    send = {"method": "POST", "route": "/v1/send", "status": "200"}
+    assert sample(samples, "agenvoy_http_responses_total", **send) == 1
+    # One series per metric: no `_created` timestamps beside the counters.
+    assert not [name for name, _ in samples if name.endswith("_created")]
+
+
+async def test_each_app_counts_its_own_requests(tmp_path: Path) -> None:
+    async with serving(tmp_path / "a") as one, serving(tmp_path / "b") as other:
+        for _ in range(3):
+            await one.call("GET", "/healthz")
+        await other.call("GET", "/healthz")
+        labels = {"method": "GET", "route": "/healthz", "status": "200"}
+        assert sample(await scrape(one), "agenvoy_http_responses_total", **labels) == 3
+        assert sample(await scrape(other), "agenvoy_http_responses_total", **labels) == 1
+
+
+async def test_log_streams_gauge(server: Server) -> None:
+    created = (await server.call("POST", "/v1/session"))[1]["session_id"]
+    assert sample(await scrape(server), "agenvoy_http_log_streams") == 0
+    async with server.client.get(server.url(f"/v1/session/{created}/log?tail=0")) as resp:
+        live = await next_frame(resp)
+        assert live is not None and live.comments == ["live"]
+        assert sample(await scrape(server), "agenvoy_http_log_streams") == 1
+
+    async def closed() -> bool:
+        return sample(await scrape(server), "agenvoy_http_log_streams") == 0
+
+    assert await wait_until(closed, TIMEOUT)
 
 
 # -- shutdown --------------------------------------------------------------------------------------

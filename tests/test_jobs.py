@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlmodel import Session
+from store_rows import SESSION_TABLES, populate, rows_of
 
 from gateway.clock import now_ms
 from gateway.events import Inbound, Origin
-from gateway.jobs import Reaper, SessionWatcher
+from gateway.jobs import SESSION_KEY_PREFIXES, Reaper, SessionWatcher
+from gateway.presence import PRESENCE_PREFIX
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
@@ -66,6 +68,33 @@ async def test_reaps_only_idle_temp_sessions(runtime: Runtime) -> None:
         assert await runtime.store.get(sid) is not None, sid
         assert runtime.store.dirs.exists(sid), sid
     await router.cancel("temp-busy", busy.task_hash, by="test")
+
+
+async def test_reaped_session_leaves_no_row_nor_key(tmp_path: Path, database_url: str) -> None:
+    settings = Settings(home=tmp_path / "home", database_url=database_url, _env_file=None)
+    runtime = await Runtime.start(settings)
+    try:
+        sid = "temp-reaped"
+        task = await runtime.router.submit(Inbound(ANN, sid, "hi"))
+        await runtime.router.wait(task.task_hash, 10)
+        await populate(runtime.store, sid, "zebrafish")
+        await populate(runtime.store, "temp-fresh", "hedgehog")
+        had = await rows_of(runtime.store.db, sid, marker="zebrafish")
+        assert set(had) >= SESSION_TABLES
+        # A presence key would keep the session alive; the other key spaces are cleared.
+        for prefix in set(SESSION_KEY_PREFIXES) - {PRESENCE_PREFIX}:
+            await runtime.kv.set(f"{prefix}{sid}:entry", "{}", ttl=600)
+            await runtime.kv.set(f"{prefix}temp-fresh:entry", "{}", ttl=600)
+        await age(runtime, sid, 2 * HOUR_MS)
+        assert await reaper_of(runtime).run_once() == [sid]
+        assert await rows_of(runtime.store.db, sid, marker="zebrafish") == {}
+        assert [key for key in await runtime.kv.scan("") if sid in key] == []
+        assert not runtime.store.dirs.path_of(sid).exists()
+        fresh = await rows_of(runtime.store.db, "temp-fresh", marker="hedgehog")
+        assert set(fresh) >= SESSION_TABLES
+        assert len([key for key in await runtime.kv.scan("") if "temp-fresh" in key]) == 2
+    finally:
+        await runtime.close()
 
 
 async def test_queued_temp_session_survives(runtime: Runtime) -> None:

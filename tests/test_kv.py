@@ -3,37 +3,51 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from clock import FakeClock
 from support import REDIS_URL, open_redis, wait_until
 
 from gateway.settings import Settings
-from gateway.store.kv import (
-    ERROR_MEMORY_PREFIX,
-    ERROR_MEMORY_TTL,
-    TOOL_CACHE_PREFIX,
-    TOOL_CACHE_TTL,
-    KVNamespace,
-    KVStore,
-    RedisKV,
-    SqliteKV,
-    error_memory,
-    open_kv,
-    sqlite_path_from_url,
-    tool_cache,
-)
+from gateway.store.kv import KVStore, RedisKV, SqliteKV, open_kv, sqlite_path_from_url
 
 WORKER = Path(__file__).with_name("kv_worker.py")
-SHORT_TTL = 0.2
+# Redis keeps time on its server, so its expiry is waited out for real: TTLs stay short.
+SHORT_TTL = 0.05
+LONG_TTL = 0.5
 
 
-def gone(kv: KVStore, key: str) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return await kv.get(key) is None
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
 
-    return check
+
+@pytest.fixture
+async def kv(kv: KVStore, clock: FakeClock) -> AsyncIterator[KVStore]:
+    """The shared `kv` stores, the embedded one opened again on its file with `clock`."""
+    if not isinstance(kv, SqliteKV):
+        yield kv
+        return
+    async with await SqliteKV.open(kv.path, clock=clock) as timed:
+        yield timed
+
+
+async def run_out(kv: KVStore, clock: FakeClock, key: str, after: float) -> bool:
+    """Let `after` seconds pass and tell whether `key` has expired by then.
+
+    The embedded store reads `clock`, which moves at once and leaves no doubt; on Redis the
+    test waits for the server to expire the key, bounded by a timeout.
+    """
+    if isinstance(kv, RedisKV):
+        return await wait_until(lambda: key_is_gone(kv, key), within=after + 5)
+    await clock.advance(after)
+    return await key_is_gone(kv, key)
+
+
+async def key_is_gone(kv: KVStore, key: str) -> bool:
+    return await kv.get(key) is None
 
 
 # --------------------------------------------------------------------------- contract
@@ -69,11 +83,11 @@ async def test_rejects_bad_ttl_and_non_str_values(kv: KVStore) -> None:
     assert await kv.get("k") == "v"
 
 
-async def test_ttl_expiry(kv: KVStore) -> None:
+async def test_ttl_expiry(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("short", "v", ttl=SHORT_TTL)
     await kv.set("forever", "v")
     assert await kv.get("short") == "v"
-    assert await wait_until(gone(kv, "short"))
+    assert await run_out(kv, clock, "short", SHORT_TTL)
     assert await kv.get("short") is None
     assert await kv.scan("short") == {}
     assert await kv.expire("short", 10) is False
@@ -81,28 +95,28 @@ async def test_ttl_expiry(kv: KVStore) -> None:
     assert await kv.get("forever") == "v"
 
 
-async def test_set_without_ttl_removes_an_earlier_ttl(kv: KVStore) -> None:
+async def test_set_without_ttl_removes_an_earlier_ttl(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("control", "v", ttl=SHORT_TTL)
     await kv.set("k", "v", ttl=SHORT_TTL)
     await kv.set("k", "w")
-    assert await wait_until(gone(kv, "control"))
+    assert await run_out(kv, clock, "control", SHORT_TTL)
     assert await kv.get("k") == "w"
 
 
-async def test_expire_refresh_keeps_key_alive(kv: KVStore) -> None:
-    await kv.set("control", "v", ttl=0.3)
-    await kv.set("k", "v", ttl=0.3)
-    assert await kv.expire("k", 2.0) is True
-    assert await wait_until(gone(kv, "control"))
+async def test_expire_refresh_keeps_key_alive(kv: KVStore, clock: FakeClock) -> None:
+    await kv.set("control", "v", ttl=SHORT_TTL)
+    await kv.set("k", "v", ttl=SHORT_TTL)
+    assert await kv.expire("k", LONG_TTL) is True
+    assert await run_out(kv, clock, "control", SHORT_TTL)
     assert await kv.get("k") == "v"
     # ...and the refreshed ttl still ends.
-    assert await wait_until(gone(kv, "k"), within=6)
+    assert await run_out(kv, clock, "k", LONG_TTL - SHORT_TTL)
 
 
-async def test_expire_gives_a_ttl_to_a_permanent_key(kv: KVStore) -> None:
+async def test_expire_gives_a_ttl_to_a_permanent_key(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("k", "v")
     assert await kv.expire("k", SHORT_TTL) is True
-    assert await wait_until(gone(kv, "k"))
+    assert await run_out(kv, clock, "k", SHORT_TTL)
 
 
 async def test_expire_missing_key(kv: KVStore) -> None:
@@ -141,11 +155,11 @@ async def test_scan_prefix_is_literal(kv: KVStore) -> None:
     assert await kv.scan("nothing:") == {}
 
 
-async def test_scan_excludes_expired_keys(kv: KVStore) -> None:
+async def test_scan_excludes_expired_keys(kv: KVStore, clock: FakeClock) -> None:
     await kv.set("s:live", "1")
     await kv.set("s:short", "2", ttl=SHORT_TTL)
     assert await kv.scan("s:") == {"s:live": "1", "s:short": "2"}
-    assert await wait_until(gone(kv, "s:short"))
+    assert await run_out(kv, clock, "s:short", SHORT_TTL)
     assert await kv.scan("s:") == {"s:live": "1"}
 
 
@@ -171,65 +185,6 @@ async def test_close_twice_is_harmless(kv: KVStore) -> None:
     await kv.close()
 
 
-# --------------------------------------------------------------------------- namespaces
-
-
-async def test_namespace_prefixes_keys_and_applies_default_ttl(kv: KVStore) -> None:
-    ns = KVNamespace(kv, "ns:", default_ttl=SHORT_TTL)
-    other = KVNamespace(kv, "other:", default_ttl=None)
-    await ns.set("a", "1")
-    await ns.set("b", "2", ttl=30)
-    await other.set("a", "x")
-    assert await kv.get("ns:a") == "1"
-    assert await ns.get("a") == "1"
-    assert await ns.scan() == {"a": "1", "b": "2"}
-    assert await other.scan() == {"a": "x"}
-    assert await wait_until(gone(kv, "ns:a"))
-    assert await ns.get("b") == "2"
-    assert await other.get("a") == "x"  # no default ttl: never expires
-    assert await ns.delete("b") is True
-    assert await ns.scan() == {}
-
-
-async def test_namespace_scan_sub_prefix_and_expire(kv: KVStore) -> None:
-    ns = KVNamespace(kv, "ns:", default_ttl=SHORT_TTL)
-    await ns.set("t:1", "1", ttl=30)
-    await ns.set("t:2", "2", ttl=30)
-    await ns.set("u:1", "3", ttl=30)
-    assert await ns.scan("t:") == {"t:1": "1", "t:2": "2"}
-    assert await ns.expire("t:1") is True  # back to the short default
-    assert await wait_until(gone(kv, "ns:t:1"))
-    assert await ns.scan("t:") == {"t:2": "2"}
-
-
-async def test_tool_cache_and_error_memory_namespaces(kv: KVStore) -> None:
-    cache = tool_cache(kv)
-    errors = error_memory(kv)
-    assert (cache.prefix, cache.default_ttl) == (TOOL_CACHE_PREFIX, TOOL_CACHE_TTL)
-    assert (errors.prefix, errors.default_ttl) == (ERROR_MEMORY_PREFIX, ERROR_MEMORY_TTL)
-    assert TOOL_CACHE_PREFIX == "toolcache:"
-    assert ERROR_MEMORY_PREFIX == "errmem:"
-    assert TOOL_CACHE_TTL == 3600
-    assert ERROR_MEMORY_TTL == 86400
-    await cache.set("h1", '{"result": 1}')
-    await errors.set("h1", '{"error": "boom"}')
-    assert await kv.get("toolcache:h1") == '{"result": 1}'
-    assert await kv.get("errmem:h1") == '{"error": "boom"}'
-    assert await cache.scan() == {"h1": '{"result": 1}'}
-    # The default ttl is in force: refreshing to a short one makes it end.
-    assert await cache.expire("h1", SHORT_TTL) is True
-    assert await wait_until(gone(kv, "toolcache:h1"))
-    assert await errors.get("h1") == '{"error": "boom"}'
-
-
-def test_namespace_rejects_empty_prefix_and_bad_ttl() -> None:
-    kv = object.__new__(SqliteKV)  # never used: construction fails first
-    with pytest.raises(ValueError):
-        KVNamespace(kv, "", 10)
-    with pytest.raises(ValueError):
-        KVNamespace(kv, "x:", -1)
-
-
 # --------------------------------------------------------------------------- open_kv
 
 
@@ -245,6 +200,13 @@ async def test_open_kv_sqlite_creates_parent_directories(tmp_path: Path) -> None
     # A second open of the same file sees the data.
     async with await open_kv(f"sqlite:///{path}") as again:
         assert await again.get("k") == "v"
+
+
+async def test_open_kv_sqlite_expires_by_the_given_clock(tmp_path: Path, clock: FakeClock) -> None:
+    async with await open_kv(f"sqlite:///{tmp_path / 'kv.db'}", clock=clock) as kv:
+        await kv.set("k", "v", ttl=30)
+        await clock.advance(30)
+        assert await kv.get("k") is None
 
 
 async def test_open_kv_with_settings_default_url(settings: Settings) -> None:
@@ -313,18 +275,35 @@ def _raw_keys(path: Path) -> set[str]:
         return {row[0] for row in conn.execute("SELECT key FROM kv")}
 
 
-async def test_sqlite_purges_expired_rows_lazily(tmp_path: Path) -> None:
+async def test_sqlite_expiry_is_exact_to_the_millisecond(tmp_path: Path, clock: FakeClock) -> None:
+    async with await SqliteKV.open(tmp_path / "kv.db", clock=clock) as kv:
+        await kv.set("k", "v", ttl=10)
+        await clock.advance(9.999)
+        assert await kv.get("k") == "v"
+        assert await kv.scan("k") == {"k": "v"}
+        await clock.advance(0.001)
+        assert await kv.get("k") is None
+        assert await kv.scan("k") == {}
+        assert await kv.expire("k", 5) is False
+
+
+async def test_sqlite_purges_expired_rows_lazily(tmp_path: Path, clock: FakeClock) -> None:
     path = tmp_path / "kv.db"
-    async with await SqliteKV.open(path) as kv:
-        await kv.set("old", "v", ttl=SHORT_TTL)
-        assert await wait_until(gone(kv, "old"))
+    async with await SqliteKV.open(path, purge_interval=60, clock=clock) as kv:
+        await kv.set("old", "v", ttl=1)
+        await clock.advance(1)
+        assert await kv.get("old") is None
+        await kv.set("other", "v")
         # Invisible, but the row is still in the file until a purge runs.
         assert "old" in await asyncio.to_thread(_raw_keys, path)
-    async with await SqliteKV.open(path, purge_interval=0) as kv:
-        await kv.set("old2", "v", ttl=SHORT_TTL)
-        assert await wait_until(gone(kv, "old2"))
-        await kv.set("new", "v")
-        assert await asyncio.to_thread(_raw_keys, path) == {"new"}
+        await clock.advance(59)
+        await kv.set("new", "v")  # the purge interval has passed: this set purges
+        assert await asyncio.to_thread(_raw_keys, path) == {"other", "new"}
+    async with await SqliteKV.open(path, purge_interval=0, clock=clock) as kv:
+        await kv.set("old2", "v", ttl=1)
+        await clock.advance(1)
+        await kv.set("newer", "v")
+        assert await asyncio.to_thread(_raw_keys, path) == {"other", "new", "newer"}
 
 
 async def test_sqlite_two_connections_share_one_file(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import inspect
 from sqlmodel import Session, SQLModel
 
-import gateway.store.models  # noqa: F401  (registers the tables)
 from gateway.store.db import Database
+from gateway.store.models import PER_SESSION_TABLES
 
 TABLES = ["session", "messages", "action_history", "file_history", "usage", "outbox"]
 
@@ -26,6 +26,25 @@ async def test_models_match_the_migrated_schema(database_url: str) -> None:
     for table in TABLES:
         in_model = set(SQLModel.metadata.tables[table].columns.keys())
         assert in_model == in_db[table], table
+
+
+async def test_per_session_tables_are_every_table_with_a_session_id(database_url: str) -> None:
+    db = await Database.open(database_url)
+    try:
+
+        def with_session_id(session: Session) -> set[str]:
+            inspector = inspect(session.connection())
+            return {
+                table
+                for table in inspector.get_table_names()
+                if any(c["name"] == "session_id" for c in inspector.get_columns(table))
+            }
+
+        in_db = await db.read(with_session_id)
+    finally:
+        await db.close()
+    assert in_db == {table.name for table in PER_SESSION_TABLES}
+    assert in_db >= {"messages", "action_history", "file_history", "usage", "outbox"}
 
 
 @pytest.mark.parametrize("url", ["sqlite:///relative.db", "sqlite+aiosqlite:///x.db"])

@@ -1,20 +1,5 @@
-"""The per-session audit trail, `<home>/sessions/<sid>/action.log`.
-
-One event is one line::
-
-    [YYYY-MM-DD HH:MM:SS.mmm][<window_hash>][<kind>][<task_hash>] <body>
-
-The timestamp is UTC with millisecond precision. Either hash may be empty, written `[]`.
-A record with an empty body ends at the task bracket. Lines written before task hashes
-existed have no task bracket (`[ts][window][kind] body`); they are still read, with an empty
-task hash. The two forms are told apart by what follows the kind bracket: another bracket
-in the current form, a space (or the end of the line) in the older one.
-
-The body is escaped so that an event can never span two lines: `\\` becomes `\\\\`, newline
-`\\n`, carriage return `\\r`, tab `\\t`, every other C0/C1 control character and DEL `\\xNN`,
-and U+2028, U+2029 and lone surrogates `\\uNNNN`. Unescaping gives back the exact body. A
-backslash not followed by one of those forms is read as itself, so a hand-edited or foreign
-line is still readable.
+"""The per-session audit trail, `<home>/sessions/<sid>/action.log`: one file of
+`ActionRecord` lines (see `action_record` for the line format).
 
 Writers append each line with one `write()` on an `O_APPEND` descriptor, so lines from
 several processes interleave whole. A writer never creates the session directory: once a
@@ -45,216 +30,25 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import BinaryIO, Final
 
-from gateway.ids import validate_hash
 from gateway.logs import get_logger
+from gateway.store.action_record import ActionKind, ActionRecord, parse_line
 from gateway.store.fslock import SessionDirectoryMissing
 
-ACTION_LOG_NAME: Final = "action.log"
+__all__ = ["DEFAULT_MAX_BYTES", "ActionKind", "ActionLog", "ActionRecord"]
+
 ROTATED_SUFFIX: Final = ".1"
 DEFAULT_MAX_BYTES: Final = 10 * 1024 * 1024
-
-KIND_RE: Final = re.compile(r"[a-z_]{1,32}", re.ASCII)
 
 # Large enough that a tail of ordinary records costs one or two reads, small enough that a
 # tail of a 10 MiB file does not pull the whole file into memory.
 _TAIL_BLOCK: Final = 64 * 1024
 
 _log = get_logger(__name__)
-
-
-class ActionKind(StrEnum):
-    user = "user"
-    text_delta = "text_delta"
-    text = "text"
-    tool_call = "tool_call"
-    tool_result = "tool_result"
-    confirm = "confirm"
-    ask_user = "ask_user"
-    answer = "answer"
-    done = "done"
-    error = "error"
-    canceled = "canceled"
-    system = "system"
-
-
-class InvalidActionKind(ValueError):
-    """A kind outside `[a-z_]{1,32}`."""
-
-    def __init__(self, value: object) -> None:
-        shown = repr(value)
-        if len(shown) > 40:
-            shown = shown[:40] + "…"
-        super().__init__(f"invalid action kind {shown}: expected 1-32 characters from a-z _")
-
-
-# --- body escaping -------------------------------------------------------------------------
-
-_ESCAPE_RE: Final = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
-_SHORT_ESCAPES: Final = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_UNESCAPE_RE: Final = re.compile(r"\\(?:([\\nrt])|x([0-9A-Fa-f]{2})|u([0-9A-Fa-f]{4}))")
-_SHORT_UNESCAPES: Final = {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def _escape_char(match: re.Match[str]) -> str:
-    char = match.group()
-    short = _SHORT_ESCAPES.get(char)
-    if short is not None:
-        return short
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def _unescape_match(match: re.Match[str]) -> str:
-    short, byte, wide = match.groups()
-    if short is not None:
-        return _SHORT_UNESCAPES[short]
-    return chr(int(byte if byte is not None else wide, 16))
-
-
-def escape_body(body: str) -> str:
-    """Escape `body` so it holds no line break of any kind and encodes as UTF-8."""
-    return _ESCAPE_RE.sub(_escape_char, body)
-
-
-def unescape_body(text: str) -> str:
-    """Invert `escape_body`; an unrecognised backslash sequence is kept as written."""
-    if "\\" not in text:
-        return text
-    return _UNESCAPE_RE.sub(_unescape_match, text)
-
-
-# --- records -------------------------------------------------------------------------------
-
-_LINE_RE: Final = re.compile(
-    r"\[(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3})\]"
-    r"\[(?P<window>[A-Za-z0-9_-]{0,64})\]"
-    r"\[(?P<kind>[a-z_]{1,32})\]"
-    r"(?:"
-    r"\[(?P<task>[A-Za-z0-9_-]{0,64})\](?: (?P<body>.*))?"
-    r"|(?: (?P<old_body>.*))?"
-    r")",
-    re.ASCII,
-)
-
-
-def _check_kind(kind: object) -> str:
-    if not isinstance(kind, str) or KIND_RE.fullmatch(kind) is None:
-        raise InvalidActionKind(kind)
-    try:
-        return ActionKind(kind)
-    except ValueError:
-        # Kinds added by newer writers are kept as they are rather than rejected.
-        return str.__str__(kind)
-
-
-def _check_hash(value: object, what: str) -> str:
-    if value == "":
-        return ""
-    # str.__str__ drops any str subclass, whose formatting could differ from its value.
-    return str.__str__(validate_hash(value, what))
-
-
-def _to_log_time(at: object) -> datetime:
-    if not isinstance(at, datetime):
-        raise TypeError(f"at must be a datetime, not {type(at).__name__}")
-    if at.tzinfo is None or at.utcoffset() is None:
-        raise ValueError("at must be timezone-aware")
-    try:
-        utc = at.astimezone(UTC)
-    except OverflowError as exc:
-        raise ValueError(f"at is out of range once converted to UTC: {at!r}") from exc
-    # The line keeps milliseconds only; truncating here makes a record equal to its re-read.
-    return utc.replace(microsecond=utc.microsecond // 1000 * 1000, fold=0)
-
-
-def _format_time(at: datetime) -> str:
-    # Explicit padding: strftime("%Y") does not zero-pad years before 1000 on glibc.
-    return (
-        f"{at.year:04d}-{at.month:02d}-{at.day:02d} "
-        f"{at.hour:02d}:{at.minute:02d}:{at.second:02d}.{at.microsecond // 1000:03d}"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ActionRecord:
-    """One action.log event.
-
-    `at` is normalised to UTC and truncated to milliseconds, the precision the line keeps.
-    `kind` is an `ActionKind` when known and a plain `str` otherwise.
-    """
-
-    at: datetime
-    window_hash: str
-    kind: str
-    task_hash: str
-    body: str
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.body, str):
-            raise TypeError(f"body must be a str, not {type(self.body).__name__}")
-        object.__setattr__(self, "at", _to_log_time(self.at))
-        object.__setattr__(self, "window_hash", _check_hash(self.window_hash, "window hash"))
-        object.__setattr__(self, "kind", _check_kind(self.kind))
-        object.__setattr__(self, "task_hash", _check_hash(self.task_hash, "task hash"))
-
-    def format_line(self) -> str:
-        """The record as one line, without the trailing newline."""
-        head = f"[{_format_time(self.at)}][{self.window_hash}][{self.kind}][{self.task_hash}]"
-        if not self.body:
-            return head
-        return f"{head} {escape_body(self.body)}"
-
-
-def parse_line(line: str | bytes) -> ActionRecord | None:
-    """Read one action.log line, or return None if it is not a record. Never raises.
-
-    One trailing `\\n`, `\\r\\n` or `\\r` and a leading byte-order mark are ignored; a line
-    feed anywhere else makes it not a record.
-    """
-    if isinstance(line, bytes | bytearray | memoryview):
-        text = bytes(line).decode("utf-8", errors="replace")
-    elif isinstance(line, str):
-        text = line
-    else:
-        return None
-    text = text.removeprefix("\ufeff").removesuffix("\n").removesuffix("\r")
-    match = _LINE_RE.fullmatch(text)
-    if match is None:
-        return None
-    ts = match["ts"]
-    try:
-        at = datetime(
-            int(ts[0:4]),
-            int(ts[5:7]),
-            int(ts[8:10]),
-            int(ts[11:13]),
-            int(ts[14:16]),
-            int(ts[17:19]),
-            int(ts[20:23]) * 1000,
-            tzinfo=UTC,
-        )
-    except ValueError:
-        return None
-    task = match["task"]
-    raw_body = match["body"] if task is not None else match["old_body"]
-    try:
-        return ActionRecord(
-            at=at,
-            window_hash=match["window"],
-            kind=match["kind"],
-            task_hash=task or "",
-            body=unescape_body(raw_body or ""),
-        )
-    except ValueError:
-        return None
 
 
 # --- the log file ------------------------------------------------------------------------
@@ -317,10 +111,6 @@ class ActionLog:
             raise ValueError("max_bytes must be positive")
         self.path = Path(path)
         self.max_bytes = max_bytes
-
-    @classmethod
-    def for_session_dir(cls, session_dir: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> ActionLog:
-        return cls(Path(session_dir) / ACTION_LOG_NAME, max_bytes)
 
     @property
     def rotated_path(self) -> Path:

@@ -32,6 +32,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -199,6 +201,12 @@ class Database:
             if commit:
                 await session.commit()
             return result
+
+
+def insert_ignoring(dialect: str, model: type[Any]) -> Any:
+    """INSERT … ON CONFLICT DO NOTHING in the database's dialect; `.values()` to be added."""
+    insert = sqlite_insert if dialect == "sqlite" else pg_insert
+    return insert(model).on_conflict_do_nothing()
 
 
 def _sqlite_engine(url: str, *, begin: str, pool_size: int) -> Engine:

@@ -4,9 +4,9 @@ mirror it for queries, and a test checks that the two agree."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 
-from sqlalchemy import BigInteger, Column, Text
+from sqlalchemy import BigInteger, Column, Table, Text
 from sqlmodel import Field, SQLModel
 
 
@@ -120,3 +120,12 @@ class OutboxRow(SQLModel, table=True):
     last_error: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     created_at: int = Field(default=0, sa_type=BigInteger)
     delivered_at: int = Field(default=0, sa_type=BigInteger)
+
+
+# Every table whose rows belong to one session, known by its `session_id` column: what deleting
+# or renaming a session covers, besides the `session` row itself. Derived rather than listed,
+# so a new table is covered the day its model is written (test_schema checks that the migrated
+# database has no other table with that column).
+PER_SESSION_TABLES: Final[tuple[Table, ...]] = tuple(
+    table for table in SQLModel.metadata.sorted_tables if "session_id" in table.columns
+)

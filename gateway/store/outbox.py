@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
-from gateway.store.db import Database
+from gateway.store.db import Database, insert_ignoring
 from gateway.store.models import OutboxRow
 
 MAX_ERROR_CHARS = 2000
@@ -55,20 +53,15 @@ class OutboxItem:
 
 
 def insert_entry_statement(dialect: str, entry: OutboxEntry) -> Any:
-    insert = sqlite_insert if dialect == "sqlite" else pg_insert
-    return (
-        insert(OutboxRow)
-        .values(
-            session_id=entry.session_id,
-            task_hash=entry.task_hash,
-            chunk_index=entry.chunk_index,
-            content_hash=entry.content_hash,
-            kind=entry.kind,
-            platform=entry.platform,
-            payload=json.dumps(entry.payload, ensure_ascii=False),
-            created_at=now_ms(),
-        )
-        .on_conflict_do_nothing()
+    return insert_ignoring(dialect, OutboxRow).values(
+        session_id=entry.session_id,
+        task_hash=entry.task_hash,
+        chunk_index=entry.chunk_index,
+        content_hash=entry.content_hash,
+        kind=entry.kind,
+        platform=entry.platform,
+        payload=json.dumps(entry.payload, ensure_ascii=False),
+        created_at=now_ms(),
     )
 
 

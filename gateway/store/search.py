@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from gateway.ids import validate_session_id
 from gateway.store.db import Database
-from gateway.store.sessions import StoredMessage
+from gateway.store.messages import StoredMessage
 
 MAX_TERMS = 16
 MAX_PAGE = 200

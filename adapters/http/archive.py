@@ -1,0 +1,74 @@
+"""What the gateway keeps: a session's messages, its action.log followed live, full-text
+search over every message, and token usage."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from adapters.http.models import HistoryQuery, LogQuery, SearchQuery, UsageQuery
+from adapters.http.replies import LogRecord, Message, Messages, ModelUsage, SearchResults, UsageList
+from adapters.http.route import Call
+from adapters.http.sse import StreamClosed
+from gateway.events import event_to_json
+from gateway.ids import validate_session_id
+from gateway.store.search import search_messages
+from gateway.store.usage import DAY_MS, usage_summary
+
+
+async def get_history(call: Call) -> Messages:
+    limit = call.query(HistoryQuery).limit
+    await call.ctx.require_session(call.session_id)
+    messages = await call.ctx.store.recent_messages(call.session_id, limit)
+    return Messages(messages=[Message.of(m) for m in messages])
+
+
+async def stream_log(call: Call) -> web.StreamResponse:
+    """First `log` frames (data: a LogRecord) for the last `tail` records, then the comment
+    `: live`, then one frame per live event of the session, until the client leaves.
+    `: dropped N` reports events lost to a slow reader."""
+    session_id = call.session_id
+    tail = call.query(LogQuery).tail
+    ctx = call.ctx
+    await ctx.require_session(session_id)
+    action_log = ctx.store.files(session_id).action_log
+    response, stream = ctx.event_stream(call.request)
+    # Subscribed before the tail is read: an event can then show up twice, never not at all.
+    with ctx.router.subscribe(session_id) as sub, ctx.metrics.log_streams.track_inprogress():
+        records = await asyncio.to_thread(action_log.tail, tail)
+        reported = 0
+        try:
+            await stream.start()
+            for record in records:
+                await stream.frame("log", LogRecord.of(record).model_dump_json())
+            await stream.comment("live")
+            while True:
+                event = await stream.receive(sub.get)
+                if sub.dropped > reported:
+                    await stream.comment(f"dropped {sub.dropped - reported}")
+                    reported = sub.dropped
+                await stream.frame(event.kind, event_to_json(event))
+        except StreamClosed:
+            pass
+    return response
+
+
+async def search(call: Call) -> SearchResults:
+    query = call.query(SearchQuery)
+    session_id = validate_session_id(query.session_id) if query.session_id else None
+    found = await search_messages(
+        call.ctx.store.db,
+        query.q,
+        session_id=session_id,
+        limit=query.limit,
+        offset=query.offset,
+    )
+    return SearchResults(results=[Message.of(m) for m in found])
+
+
+async def usage(call: Call) -> UsageList:
+    days = call.query(UsageQuery).days
+    since = call.ctx.runtime.clock.now_ms() - days * DAY_MS
+    rows = await usage_summary(call.ctx.store.db, since_ms=since)
+    return UsageList(models=[ModelUsage.of(r) for r in rows])

@@ -1,0 +1,99 @@
+"""Every error answer is `{"error": {"code": ..., "message": ...}}` with a matching status.
+
+Handlers raise `ApiError` (or let the core's own exceptions through); the middleware here turns
+those, and aiohttp's own HTTP errors, into that shape, and anything unexpected into a logged 500.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final, NoReturn
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from adapters.http.replies import Error, ErrorDetail, json_reply
+from gateway.auth import NotAllowed
+from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
+from gateway.engine.task import MessageTooLong, TaskNotFound
+from gateway.ids import InvalidHash, InvalidSessionId
+from gateway.logs import get_logger
+from gateway.store.sessions import UnknownSession
+
+log = get_logger(__name__)
+
+# The codes of aiohttp's own answers (no route, wrong method, body too large).
+_STATUS_CODES: Final = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "too_large",
+}
+_PROMPT_STATUS: Final[dict[type[PromptError], int]] = {
+    PromptNotFound: 404,
+    AlreadyAnswered: 409,
+}
+
+
+class ApiError(Exception):
+    """An error answer: status, machine-readable code and a message for people."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = dict(headers or {})
+
+
+def bad(message: str) -> NoReturn:
+    raise ApiError(400, "bad_request", message)
+
+
+def no_session(session_id: str) -> ApiError:
+    return ApiError(404, "not_found", f"no such session: {session_id}")
+
+
+def error_reply(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return json_reply(Error(error=ErrorDetail(code=code, message=message)), status, headers)
+
+
+def _from_aiohttp(exc: web.HTTPException) -> web.Response:
+    code = _STATUS_CODES.get(exc.status, f"http_{exc.status}")
+    headers = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
+    # aiohttp's own texts are "404: Not Found"; the reason says the same, plainer.
+    text = exc.text or ""
+    message = text if text and not text.startswith(f"{exc.status}:") else exc.reason
+    return error_reply(exc.status, code, message, headers)
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_reply(exc.status, exc.code, exc.message, exc.headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _from_aiohttp(exc)
+    except InvalidSessionId as exc:
+        return error_reply(400, "bad_session_id", str(exc))
+    except InvalidHash as exc:
+        return error_reply(400, "bad_request", str(exc))
+    except MessageTooLong as exc:
+        return error_reply(413, "too_long", str(exc))
+    except (TaskNotFound, UnknownSession) as exc:
+        return error_reply(404, "not_found", str(exc.args[0]) if exc.args else "not found")
+    except PromptError as exc:
+        return error_reply(_PROMPT_STATUS.get(type(exc), 400), exc.code, str(exc))
+    except NotAllowed as exc:
+        return error_reply(403, exc.code, str(exc))
+    except Exception:
+        log.exception("http request failed", method=request.method, path=request.path)
+        return error_reply(500, "internal", "internal error")

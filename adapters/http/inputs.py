@@ -1,0 +1,70 @@
+"""Reading a request's body, query string and headers into the models of `models.py`.
+
+Malformed JSON answers 400 `bad_json`; anything the model refuses answers 400 `bad_request`
+with a message that names the field. An empty body reads as `{}`; an empty query parameter or
+header as one not given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Literal, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from adapters.http.errors import ApiError
+
+M = TypeVar("M", bound=BaseModel)
+Source = Literal["field", "query parameter", "header"]
+
+
+async def read_body(request: web.Request, model: type[M]) -> M:
+    """The body as `model`. Past the app's size cap aiohttp answers 413 first."""
+    raw = await request.read()
+    try:
+        return model.model_validate_json(raw if raw.strip() else b"{}")
+    except ValidationError as exc:
+        raise _refused(exc, "field") from None
+
+
+def read_query(request: web.Request, model: type[M]) -> M:
+    # The first of repeated parameters counts, as in aiohttp's `query.get`.
+    return _read(model, {name: request.query[name] for name in request.query}, "query parameter")
+
+
+def read_headers(request: web.Request, model: type[M]) -> M:
+    names = (field.alias or name for name, field in model.model_fields.items())
+    return _read(model, {name: request.headers.get(name, "") for name in names}, "header")
+
+
+def _read(model: type[M], values: Mapping[str, str], source: Source) -> M:
+    given = {name: value.strip() for name, value in values.items() if value.strip()}
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        raise _refused(exc, source) from None
+
+
+def _refused(exc: ValidationError, source: Source) -> ApiError:
+    errors = exc.errors(include_url=False, include_context=False, include_input=False)
+    if any(error["type"] == "json_invalid" for error in errors):
+        message = errors[0]["msg"].removeprefix("Invalid JSON: ")
+        return ApiError(400, "bad_json", f"the request body is not valid JSON: {message}")
+    return ApiError(400, "bad_request", "; ".join(_describe(errors, source)))
+
+
+def _describe(errors: Iterable[ErrorDetails], source: Source) -> Iterable[str]:
+    for error in errors:
+        message = error["msg"].removeprefix("Value error, ")
+        name = ".".join(str(part) for part in error["loc"])
+        if not name:
+            whole = error["type"] == "model_type"
+            yield "the request body must be a JSON object" if whole else message
+        elif error["type"] == "missing":
+            yield f"{source} '{name}' is required"
+        elif error["type"] == "extra_forbidden":
+            yield f"unknown {source} '{name}'"
+        else:
+            yield f"{source} '{name}': {message}"

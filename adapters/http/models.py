@@ -1,0 +1,222 @@
+"""What comes in over HTTP, as pydantic models: request bodies, query strings, the identity
+headers and the path parameters. The answers are in `replies.py`; the OpenAPI document is
+generated from both, so a field changed here changes the document too.
+
+Request bodies are strict (a number is not a string, `1` is not `true`) and refuse unknown
+fields; a `null` field counts as absent. Query strings and headers are text, so their models
+convert ("10" becomes 10); unknown query parameters are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal, get_args
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from gateway.ids import HASH_RE, SESSION_ID_RE, Prefix, validate_hash
+from gateway.session_settings import MAX_ALLOWED_TOOLS, MAX_NAME_CHARS, REASONING_LEVELS
+from gateway.store.search import MAX_PAGE
+
+MAX_WAIT_SECONDS: Final = 300.0
+HISTORY_DEFAULT: Final = 50
+HISTORY_MAX: Final = 500
+LOG_TAIL_DEFAULT: Final = 100
+LOG_TAIL_MAX: Final = 1000
+SEARCH_DEFAULT: Final = 20
+SEARCH_MAX_OFFSET: Final = 10_000
+USAGE_DEFAULT_DAYS: Final = 28
+USAGE_MAX_DAYS: Final = 3650
+MAX_HEADER_CHARS: Final = 128
+
+SENDER_HEADER: Final = "X-Agenvoy-Sender"
+SENDER_NAME_HEADER: Final = "X-Agenvoy-Sender-Name"
+WINDOW_HEADER: Final = "X-Agenvoy-Window"
+# `terminal` for the full-screen client (`agenvoy chat`); anything else is plain HTTP.
+CLIENT_HEADER: Final = "X-Agenvoy-Client"
+ClientPlatform = Literal["http", "terminal"]
+# The router pushes nothing to these: their clients read events from the gateway.
+CLIENT_PLATFORMS: Final = frozenset(get_args(ClientPlatform))
+
+SessionId = Annotated[
+    str,
+    # Only documented here: gateway.ids checks it, so that a bad id answers `bad_session_id`
+    # wherever it comes from.
+    Field(
+        json_schema_extra={"pattern": f"^{SESSION_ID_RE.pattern}$"},
+        examples=["cli-3f2a9c1e-0d4b-4e59-9a57-6f1b0c8d2e11"],
+    ),
+]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable():
+        raise ValueError("holds characters that are not printable")
+    return value
+
+
+def _window_hash(value: str) -> str:
+    return validate_hash(value, "window hash")
+
+
+NonBlank = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
+WaitSeconds = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=MAX_WAIT_SECONDS,
+        allow_inf_nan=False,
+        description="Seconds to wait for the task to end or ask something.",
+    ),
+]
+HeaderText = Annotated[str, Field(max_length=MAX_HEADER_CHARS), AfterValidator(_printable)]
+
+
+# -- bodies ------------------------------------------------------------------------------------
+
+
+class RequestBody(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {name: value for name, value in data.items() if value is not None}
+        return data
+
+
+class CreateSessionRequest(RequestBody):
+    prefix: Literal["cli", "chat"] = "cli"
+
+    @field_validator("prefix", mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: Any) -> Any:
+        return "cli" if value == "" else value
+
+
+class SendRequest(RequestBody):
+    content: NonBlank
+    session_id: SessionId | None = None
+    persist: bool = Field(
+        False, description="Without session_id: a new chat-* session instead of temp-*."
+    )
+    stream: bool = Field(False, description="Answer with the task's events as text/event-stream.")
+    wait: WaitSeconds = MAX_WAIT_SECONDS
+
+
+class UpdateSessionRequest(RequestBody):
+    """The fields to change; an empty string restores the default."""
+
+    name: str | None = Field(None, max_length=MAX_NAME_CHARS)
+    persona: str | None = None
+    model: str | None = Field(None, max_length=MAX_NAME_CHARS)
+    reasoning: str | None = Field(
+        None,
+        description=f"One of {', '.join(REASONING_LEVELS)}, or empty for the model's default.",
+    )
+    allowed_tools: list[str] | None = Field(
+        None,
+        max_length=MAX_ALLOWED_TOOLS,
+        description="Tools that run without asking for confirmation.",
+    )
+
+
+class AddInputRequest(RequestBody):
+    entry: NonBlank
+
+
+class AnswerRequest(RequestBody):
+    """`approve` answers a confirmation, `answer` a question: exactly one of them."""
+
+    approve: bool | None = None
+    answer: str | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AnswerRequest:
+        if (self.approve is None) == (self.answer is None):
+            raise ValueError("send either 'approve' (a confirmation) or 'answer' (a question)")
+        return self
+
+
+# -- query strings -----------------------------------------------------------------------------
+
+
+class Query(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class SessionsQuery(Query):
+    prefix: Prefix | None = Field(None, description="Only sessions with this prefix.")
+
+
+class HistoryQuery(Query):
+    limit: int = Field(HISTORY_DEFAULT, ge=1, le=HISTORY_MAX, description="How many messages.")
+
+
+class LogQuery(Query):
+    tail: int = Field(
+        LOG_TAIL_DEFAULT,
+        ge=0,
+        le=LOG_TAIL_MAX,
+        description="How many action.log records to replay first.",
+    )
+
+
+class TaskQuery(Query):
+    wait: WaitSeconds | None = None
+
+
+class SearchQuery(Query):
+    q: str = Field(min_length=1, description="Search terms.")
+    session_id: SessionId | None = Field(None, description="Only this session.")
+    limit: int = Field(SEARCH_DEFAULT, ge=1, le=MAX_PAGE, description="Page size.")
+    offset: int = Field(0, ge=0, le=SEARCH_MAX_OFFSET, description="Results to skip.")
+
+
+class UsageQuery(Query):
+    days: int = Field(
+        USAGE_DEFAULT_DAYS, ge=1, le=USAGE_MAX_DAYS, description="How many days back."
+    )
+
+
+# -- headers and path --------------------------------------------------------------------------
+
+
+class Caller(BaseModel):
+    """Who is asking. Claims the client makes, not credentials: see the package's docstring."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    sender: HeaderText = Field(
+        "http", alias=SENDER_HEADER, description="Sender id; a claim, not a credential."
+    )
+    sender_name: HeaderText | None = Field(
+        None, alias=SENDER_NAME_HEADER, description="Display name (default: the sender id)."
+    )
+    window: Annotated[str, AfterValidator(_window_hash)] | None = Field(
+        None,
+        alias=WINDOW_HEADER,
+        description="Window hash of the client; minted per request when absent.",
+        json_schema_extra={"pattern": f"^{HASH_RE.pattern}$"},
+    )
+    client: ClientPlatform = Field(
+        "http",
+        alias=CLIENT_HEADER,
+        description=(
+            "`terminal` for the full-screen client: its prompts can then be answered from the "
+            "window that started the task only (or by an admin)."
+        ),
+    )
+
+
+class PathParameters(BaseModel):
+    """The named parts of the paths, for the document; the handlers check them."""
+
+    sid: SessionId
+    task_hash: str

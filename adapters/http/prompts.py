@@ -1,0 +1,83 @@
+"""Tasks and their prompts: open confirmations and questions, answers, a task's state, and
+canceling. Who may answer or cancel is the core's rule (`gateway.auth`)."""
+
+from __future__ import annotations
+
+from adapters.http.errors import ApiError
+from adapters.http.models import AnswerRequest, TaskQuery
+from adapters.http.replies import Answered, Approved, Canceled, PendingList, TaskView
+from adapters.http.route import Call
+from gateway.ids import HASH_RE
+
+
+async def list_pending(call: Call) -> PendingList:
+    await call.ctx.require_session(call.session_id)
+    return PendingList.of(call.ctx.router.pending(call.session_id))
+
+
+async def list_all_pending(call: Call) -> PendingList:
+    """Open prompts in every session that the asking sender may answer."""
+    origin = call.origin()
+    authority = call.ctx.runtime.authority
+    prompts = call.ctx.router.pending()
+    return PendingList.of([p for p in prompts if authority.may_act_for(origin, p.origin)])
+
+
+async def answer_prompt(call: Call) -> Approved | Answered:
+    """Only the sender who started the task, or an admin, may answer."""
+    body = await call.body(AnswerRequest)
+    result = await call.ctx.router.answer(
+        call.session_id, call.task_hash, call.origin(), approve=body.approve, text=body.answer
+    )
+    if body.approve is not None:
+        return Approved(approved=result.approved, by=result.by)
+    return Answered(answer=result.text, by=result.by)
+
+
+async def get_task(call: Call) -> TaskView:
+    """With `wait`, long-polls until the task ends or starts waiting on a prompt. A task already
+    waiting on one is waited on until it ends, so a client polling after it saw the prompt
+    does not spin."""
+    wait = call.query(TaskQuery).wait
+    ctx = call.ctx
+    try:
+        state = ctx.task_of(call.session_id, call.task_hash)
+    except ApiError as missing:
+        # Not in this process's memory (finished before a restart, or long ago): the archive
+        # still knows how it ended.
+        if missing.status != 404 or HASH_RE.fullmatch(call.task_hash) is None:
+            raise
+        archived = await _archived(call)
+        if archived is None:
+            raise
+        return archived
+    if wait:
+        until_prompt = state.prompt is None
+        waited = await ctx.until_closing(
+            ctx.router.wait(state.task_hash, wait, until_prompt=until_prompt)
+        )
+        state = waited or state
+    return TaskView.of(state)
+
+
+async def _archived(call: Call) -> TaskView | None:
+    run = await call.ctx.store.finished_run(call.session_id, call.task_hash)
+    if run is None:
+        return None
+    reply = run["reply"]
+    return TaskView(
+        session_id=call.session_id,
+        task_hash=call.task_hash,
+        status="done" if reply else "error",
+        text=reply,
+        error="" if reply else "the task ended without a reply",
+        pending=None,
+        events=[],
+    )
+
+
+async def cancel_task(call: Call) -> Canceled:
+    """Only the sender who started the task, or an admin, may cancel."""
+    state = call.ctx.task_of(call.session_id, call.task_hash)
+    canceled = await call.ctx.router.cancel_for(call.origin(), state.session_id, state.task_hash)
+    return Canceled(canceled=canceled)

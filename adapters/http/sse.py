@@ -1,0 +1,112 @@
+"""Server-sent event streams: the frame format and a writer that keeps idle streams alive.
+
+The framing, and what the frames of each stream carry, are described in docs/events.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final, TypeVar
+
+from aiohttp import web
+
+from gateway.clock import Clock
+
+T = TypeVar("T")
+
+KEEPALIVE_SECONDS: Final = 15.0
+# How often an idle stream checks that its client is still there and the server still up.
+POLL_SECONDS: Final = 1.0
+SSE_HEADERS: Final = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # a buffering proxy would hold frames back
+}
+_LINE_BREAK: Final = re.compile(r"\r\n|\r|\n")
+
+
+def sse_frame(kind: str, data: str, frame_id: int | None = None) -> bytes:
+    """One server-sent event: `event:`, `id:` and `data:` lines, then a blank line."""
+    lines = [f"event: {kind}"]
+    if frame_id is not None:
+        lines.append(f"id: {frame_id}")
+    lines.extend(f"data: {part}" for part in _LINE_BREAK.split(data))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def sse_response(extra_headers: Mapping[str, str] | None = None) -> web.StreamResponse:
+    return web.StreamResponse(status=200, headers={**SSE_HEADERS, **(extra_headers or {})})
+
+
+class StreamClosed(Exception):
+    """The client went away, or the server is shutting down: stop writing."""
+
+
+class EventStream:
+    """Writes SSE frames to one response, numbering them, and notices when to stop."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        response: web.StreamResponse,
+        *,
+        closing: asyncio.Event,
+        keepalive: float,
+        clock: Clock,
+    ) -> None:
+        self._request = request
+        self._response = response
+        self._closing = closing
+        self._keepalive = keepalive
+        self._poll = min(POLL_SECONDS, keepalive)
+        self._clock = clock
+        self._last_write = clock.monotonic()
+        self._frames = 0
+
+    def _check_open(self) -> None:
+        transport = self._request.transport
+        if self._closing.is_set() or transport is None or transport.is_closing():
+            raise StreamClosed
+
+    async def start(self) -> None:
+        """Send the status line and headers."""
+        self._check_open()
+        try:
+            await self._response.prepare(self._request)
+        except ConnectionError:
+            raise StreamClosed from None
+        self._last_write = self._clock.monotonic()
+
+    async def _write(self, data: bytes) -> None:
+        self._check_open()
+        try:
+            await self._response.write(data)
+        except ConnectionError:
+            raise StreamClosed from None
+        self._last_write = self._clock.monotonic()
+
+    async def frame(self, kind: str, data: str) -> None:
+        """The next frame; ids count from 1 in each stream."""
+        self._frames += 1
+        await self._write(sse_frame(kind, data, self._frames))
+
+    async def comment(self, text: str) -> None:
+        await self._write(f": {text}\n\n".encode())
+
+    async def receive(self, get: Callable[[], Awaitable[T]]) -> T:
+        """The next item from `get`, writing keep-alive comments while there is none."""
+        while True:
+            self._check_open()
+            try:
+                return await self._clock.wait_for(get(), self._poll)
+            except TimeoutError:
+                if self._clock.monotonic() - self._last_write >= self._keepalive:
+                    await self.comment("keepalive")
+
+    async def end(self) -> None:
+        # A client that left between the last frame and the end of the body missed nothing.
+        with contextlib.suppress(ConnectionError):
+            await self._response.write_eof()

@@ -1,0 +1,64 @@
+"""The key-value store's interface, which every backend implements.
+
+Values are strings; callers encode structured values as JSON themselves. An expired key
+behaves exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from types import TracebackType
+from typing import Self
+
+
+def check_ttl(ttl: float | None) -> None:
+    if ttl is not None and (not math.isfinite(ttl) or ttl <= 0):
+        raise ValueError(f"ttl must be a positive number of seconds, got {ttl!r}")
+
+
+def check_value(value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"KV values are str, got {type(value).__name__}")
+
+
+class KVStore(ABC):
+    """String keys to string values, each optionally expiring after a TTL in seconds.
+
+    Usable as an async context manager, which closes the store on exit.
+    """
+
+    @abstractmethod
+    async def get(self, key: str) -> str | None:
+        """The live value of `key`, or None if it is missing or expired."""
+
+    @abstractmethod
+    async def set(self, key: str, value: str, ttl: float | None = None) -> None:
+        """Store `value` under `key`, expiring after `ttl` seconds (None: never)."""
+
+    @abstractmethod
+    async def delete(self, key: str) -> bool:
+        """Remove `key`; True if a live key was removed."""
+
+    @abstractmethod
+    async def scan(self, prefix: str) -> dict[str, str]:
+        """Every live key starting with `prefix` (taken literally, no wildcards) and its value."""
+
+    @abstractmethod
+    async def expire(self, key: str, ttl: float) -> bool:
+        """Make a live `key` expire `ttl` seconds from now; False if it is missing or expired."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release the connection. Calling it twice is harmless."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,137 @@
+"""What a finished task leaves in the archive: its reply, its `action_history` row and the
+outbox entries carrying the reply, written together; and the file versions it saw."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import ColumnElement, insert
+from sqlmodel import Session, col, select
+
+from gateway.clock import now_ms
+from gateway.ids import validate_hash, validate_session_id
+from gateway.logs import get_logger
+from gateway.store.base import StoreBase
+from gateway.store.db import insert_ignoring
+from gateway.store.history_file import HistoryMessage
+from gateway.store.messages import StoredMessage, insert_message, touch_session
+from gateway.store.models import ActionHistoryRow, FileHistoryRow
+from gateway.store.outbox import OutboxEntry, OutboxItem, claim_in
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    session_id: str
+    task_hash: str
+    objective: str
+    reply: str
+    tool_results: Sequence[dict[str, Any]] = field(default_factory=tuple)
+
+
+def _the_run(session_id: str, task_hash: str) -> tuple[ColumnElement[bool], ...]:
+    return (
+        col(ActionHistoryRow.session_id) == session_id,
+        col(ActionHistoryRow.task_hash) == task_hash,
+    )
+
+
+class RunArchive(StoreBase):
+    async def finish_run(
+        self, run: RunRecord, reply: str, *, sender: str, outbox: Sequence[OutboxEntry] = ()
+    ) -> list[OutboxItem]:
+        """Store a finished run in one transaction: the reply message, the run's row and the
+        outbox entries that will carry the reply to the user.
+
+        Idempotent per task: a task replayed after a restart finds its run recorded and adds
+        neither a second reply nor a second outbox entry.
+        """
+        validate_session_id(run.session_id)
+        validate_hash(run.task_hash)
+        at = now_ms()
+        already = select(ActionHistoryRow.id).where(*_the_run(run.session_id, run.task_hash))
+        reply_message = StoredMessage(
+            0, run.session_id, "assistant", reply, sender, at, task_hash=run.task_hash
+        )
+        dialect = self.db.dialect
+        wrote_reply = False
+
+        def work(session: Session) -> list[OutboxItem]:
+            nonlocal wrote_reply
+            conn = session.connection()
+            if session.exec(already).first() is None:
+                if reply:
+                    touch_session(conn, run.session_id, at)
+                    insert_message(conn, reply_message)
+                    wrote_reply = True
+                conn.execute(
+                    insert(ActionHistoryRow).values(
+                        session_id=run.session_id,
+                        task_hash=run.task_hash,
+                        objective=run.objective,
+                        tool_results=json.dumps(list(run.tool_results), ensure_ascii=False),
+                        reply=reply,
+                        created_at=at,
+                    )
+                )
+            return [claim_in(session, dialect, entry) for entry in outbox]
+
+        history = self.files(run.session_id).history
+
+        def file_reply(_: object) -> None:
+            if not wrote_reply:
+                return
+            try:
+                history.append(HistoryMessage("assistant", reply, at, sender))
+            except FileNotFoundError:
+                log.warning("session deleted before its reply was filed", session=run.session_id)
+
+        async with self._archive_turn(run.session_id):
+            return await self.db.write(work, after_commit=file_reply)
+
+    async def finished_run(self, session_id: str, task_hash: str) -> dict[str, str] | None:
+        """The recorded outcome of a finished task: objective and reply (empty on error)."""
+        validate_session_id(session_id)
+        stmt = select(ActionHistoryRow).where(*_the_run(session_id, task_hash))
+
+        def work(session: Session) -> dict[str, str] | None:
+            row = session.exec(stmt).first()
+            if row is None:
+                return None
+            return {"objective": row.objective, "reply": row.reply}
+
+        return await self.db.read(work)
+
+    async def run_recorded(self, session_id: str, task_hash: str) -> bool:
+        stmt = select(ActionHistoryRow.id).where(*_the_run(session_id, task_hash))
+
+        def work(session: Session) -> bool:
+            return session.exec(stmt).first() is not None
+
+        return await self.db.read(work)
+
+    async def record_file_version(
+        self, session_id: str, task_id: str, directory: str, name: str, content: str
+    ) -> bool:
+        """Keep the version of a file a task saw first; later saves in that task are no-ops.
+
+        Returns whether this call stored a row.
+        """
+        validate_session_id(session_id)
+        stmt = insert_ignoring(self.db.dialect, FileHistoryRow).values(
+            session_id=session_id,
+            task_id=task_id,
+            dir=directory,
+            name=name,
+            content=content,
+            created_at=now_ms(),
+        )
+
+        def work(session: Session) -> bool:
+            return bool(session.connection().execute(stmt).rowcount)
+
+        return await self.db.write(work)

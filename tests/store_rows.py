@@ -1,0 +1,88 @@
+"""What a session has in the database, table by table, for tests of deleting, renaming and
+reaping sessions.
+
+Every table of the database is looked at, not a list of the expected ones: a table added later
+is either understood here or makes the check fail until someone says what it holds.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import inspect, text
+from sqlmodel import Session
+
+from gateway.store.db import Database
+from gateway.store.models import PER_SESSION_TABLES
+from gateway.store.outbox import OutboxEntry
+from gateway.store.sessions import RunRecord, SessionStore
+from gateway.store.usage import UsageRecord, record_usage
+
+# Tables that hold no session's rows: the schema version, and the storage of the SQLite FTS5
+# index, whose entries are checked through the index itself.
+UNRELATED = {"alembic_version", "messages_fts5_config", "messages_fts5_data", "messages_fts5_idx"}
+# Every table a session has rows in once it has talked, run a task and saved a file.
+SESSION_TABLES = {"session", *(table.name for table in PER_SESSION_TABLES)}
+
+
+async def populate(store: SessionStore, session_id: str, marker: str) -> None:
+    """Give the session a row in every table a session can have rows in; `marker` is a word
+    its messages contain (and no other session's should)."""
+    task = f"task-{marker}"
+    await store.ensure(session_id)
+    await store.append_message(session_id, "user", f"tell me about {marker}s")
+    reply = f"{marker}s are fine"
+    entry = OutboxEntry(
+        session_id, task, 0, "reply", "http", {"event": {"type": "reply", "text": reply}}
+    )
+    run = RunRecord(session_id, task, f"about {marker}s", reply, [{"tool": "write_file"}])
+    await store.finish_run(run, reply, sender="agent", outbox=[entry])
+    await store.record_file_version(session_id, task, "/work", f"{marker}.txt", "first")
+    await record_usage(store.db, UsageRecord(session_id, "model-a", input=3, output=5))
+
+
+async def rows_of(db: Database, session_id: str, *, marker: str) -> dict[str, int]:
+    """How many rows of each table belong to `session_id`; tables with none are left out.
+
+    The SQLite full-text index counts its entries for `marker` whose message is the session's
+    or is gone, and index entries left without a message; it must also pass FTS5's own
+    integrity check against the messages it indexes.
+    """
+
+    def count(session: Session) -> dict[str, int]:
+        conn = session.connection()
+        inspector = inspect(conn)
+        params = {"sid": session_id, "marker": f'"{marker}"'}
+        found: dict[str, int] = {}
+        for table in inspector.get_table_names():
+            columns = {column["name"] for column in inspector.get_columns(table)}
+            if table in UNRELATED:
+                continue
+            if table == "session":
+                sql = "SELECT count(*) FROM session WHERE id = :sid"
+            elif "session_id" in columns:
+                sql = f"SELECT count(*) FROM {table} WHERE session_id = :sid"
+            elif table == "messages_fts5":
+                sql = (
+                    "SELECT count(*) FROM messages_fts5 f LEFT JOIN messages m ON m.id = f.rowid "
+                    "WHERE messages_fts5 MATCH :marker AND (m.id IS NULL OR m.session_id = :sid)"
+                )
+            elif table == "messages_fts5_docsize":
+                sql = (
+                    "SELECT count(*) FROM messages_fts5_docsize d "
+                    "WHERE NOT EXISTS (SELECT 1 FROM messages m WHERE m.id = d.id)"
+                )
+            else:
+                raise AssertionError(f"table {table}: say whether it holds a session's rows")
+            rows = conn.execute(text(sql), params).scalar_one()
+            if rows:
+                found[table] = rows
+        return found
+
+    def check_index(session: Session) -> None:
+        # rank 1: compare the index with the messages it indexes, not only with itself.
+        session.connection().execute(
+            text("INSERT INTO messages_fts5(messages_fts5, rank) VALUES ('integrity-check', 1)")
+        )
+
+    if db.dialect == "sqlite":
+        await db.write(check_index)
+    return await db.read(count)
