@@ -14,6 +14,7 @@ from clock import FakeClock
 from support import wait_until
 from test_http import Server, serving
 from textual import events
+from textual.errors import NoWidget
 from textual.pilot import Pilot
 from textual.widgets import Button, Markdown, OptionList, Static, TabPane
 from typer.testing import CliRunner
@@ -89,6 +90,28 @@ async def press(pilot: Pilot[None], *keys: str) -> None:
         pilot.app.post_message(events.Key(key, key if len(key) == 1 else None))
         await pilot.pause(0)  # the app passes it to the focused widget, or runs its binding
         await pilot.pause(0)  # the widget handles it
+
+
+async def click(pilot: Pilot[None], selector: str) -> None:
+    """Click `selector` once the screen has it where the click lands.
+
+    `Pilot.click` aims at the widget's region as it is: a panel only just shown may not have
+    its place on screen yet, and the click would land on whatever is there.
+    """
+    app = pilot.app
+
+    def placed() -> bool:
+        widget = app.screen.query_one(selector)
+        if not widget.region.area:
+            return False
+        try:
+            at, _ = app.get_widget_at(*widget.region.offset)
+        except NoWidget:
+            return False
+        return at is widget
+
+    await until(pilot, placed)
+    assert await pilot.click(selector)
 
 
 async def type_and_send(pilot: Pilot[None], text: str) -> None:
@@ -226,7 +249,7 @@ async def test_confirm_is_asked_only_in_the_window_that_started_it(
 
         # B cannot answer it through the API either; A can, with its button.
         (prompt,) = server.runtime.router.pending(sid)
-        await a.click("#approve")
+        await click(a, "#approve")
         await until(a, lambda: "approved: ship it" in texts(window_a))
         await until(b, lambda: "approved: ship it" in texts(window_b, ".foreign"))
         assert not panel_a.display
@@ -412,7 +435,7 @@ async def test_prompt_of_a_window_on_a_discord_session_stays_out_of_discord(
                         # Someone in the channel meanwhile: queued behind the window's task.
                         fake.inject_message(channel, member, "status?", mentions_bot=True)
                         await until(pilot, lambda: "status?" in str(texts(chat, ".foreign")))
-                        await pilot.click("#approve")
+                        await click(pilot, "#approve")
                         await until(pilot, lambda: "approved: restart the build" in texts(chat))
                         await reply_in(fake, channel, "echo: status?")
                         await until(pilot, lambda: "echo: status?" in texts(chat, ".foreign"))
@@ -488,7 +511,7 @@ async def test_open_prompt_comes_back_after_a_gateway_restart(tmp_path: Path) ->
             runner = await start_http(runtime, "127.0.0.1", port)
             await retry_after_backoff(chat, clock)
             await until(pilot, lambda: chat.live.is_set() and panel.prompt is not None)
-            await pilot.click("#approve")
+            await click(pilot, "#approve")
             await until(pilot, lambda: "approved: survive a restart" in texts(chat))
     finally:
         await runner.cleanup()
@@ -534,7 +557,7 @@ async def test_a_new_window_takes_over_the_prompt_of_a_closed_one(
         assert again.window_hash == closed.window_hash
         panel = again.query_one(PromptPanel)
         await until(pilot, lambda: panel.prompt is not None)
-        await pilot.click("#approve")
+        await click(pilot, "#approve")
         await until(pilot, lambda: "approved: after the crash" in texts(again, ".reply"))
 
         # While it is open, another window gets a hash of its own and sees no prompt of it.
