@@ -132,7 +132,7 @@ class ChatApp(App[None]):
     async def _first_session(self) -> str:
         client = self.link.client
         wanted = self.config.session_id
-        if wanted is None and self.config.state_file is not None:
+        if not wanted and self.config.state_file is not None:
             wanted = await asyncio.to_thread(last_session.recall, self.config.state_file)
         if wanted and await client.session(wanted) is not None:
             return wanted
