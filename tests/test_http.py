@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from clock import FakeClock
 from openapi_spec_validator import validate as validate_openapi
 from prometheus_client.parser import text_string_to_metric_families
 from support import wait_until
@@ -25,6 +26,7 @@ from adapters.http.models import SendRequest
 from adapters.http.replies import Health, Inputs, OpenApiDocument
 from adapters.http.route import Call, Route
 from adapters.http.routes import ROUTES
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
@@ -63,11 +65,13 @@ class Server:
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, **overrides: Any) -> AsyncIterator[Server]:
+async def serving(
+    tmp_path: Path, clock: Clock = SYSTEM_CLOCK, **overrides: Any
+) -> AsyncIterator[Server]:
     options: dict[str, Any] = {"confirm_timeout_seconds": 5, "admins": "http:root"}
     options.update(overrides)
     settings = Settings(home=tmp_path / "home", _env_file=None, **options)  # type: ignore[call-arg]
-    runtime = await Runtime.start(settings)
+    runtime = await Runtime.start(settings, clock=clock)
     try:
         runner = await start_http(runtime, "127.0.0.1", 0, keepalive_seconds=0.5)
         try:
@@ -85,6 +89,14 @@ async def serving(tmp_path: Path, **overrides: Any) -> AsyncIterator[Server]:
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
     async with serving(tmp_path) as srv:
         yield srv
+
+
+@pytest.fixture
+async def clocked(tmp_path: Path) -> AsyncIterator[tuple[Server, FakeClock]]:
+    """A server whose time moves only when the test moves it (`!sleep`, keep-alives)."""
+    clock = FakeClock()
+    async with serving(tmp_path, clock) as srv:
+        yield srv, clock
 
 
 def err(body: Any) -> str:
@@ -321,13 +333,18 @@ async def test_send_temp_persist_and_existing_session(server: Server) -> None:
     assert listed["message_count"] == 4
 
 
-async def test_send_wait_zero_and_task_route(server: Server) -> None:
+async def test_send_wait_zero_and_task_route(clocked: tuple[Server, FakeClock]) -> None:
+    server, clock = clocked
     status, body = await server.call(
         "POST", "/v1/send", json_body={"content": "!sleep 1", "wait": 0}, headers=ANN
     )
     assert status == 202 and set(body) == {"session_id", "task_hash", "status"}
     assert body["status"] in {"queued", "running"}
     sid, task = body["session_id"], body["task_hash"]
+    await clock.until_sleeping(1, seconds=1)
+    status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=0")
+    assert (status, view["status"]) == (200, "running")
+    await clock.advance(1)
     status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
     assert status == 200
     assert (view["status"], view["text"], view["pending"]) == ("done", "slept 1s", None)
@@ -679,7 +696,8 @@ def test_sse_frame_format() -> None:
     )
 
 
-async def test_send_stream_framing(server: Server) -> None:
+async def test_send_stream_framing(clocked: tuple[Server, FakeClock]) -> None:
+    server, clock = clocked
     async with server.client.post(
         server.url("/v1/send"), json={"content": "!sleep 1", "stream": True}, headers=ANN
     ) as resp:
@@ -687,7 +705,9 @@ async def test_send_stream_framing(server: Server) -> None:
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         task = resp.headers["X-Agenvoy-Task"]
         sid = resp.headers["X-Agenvoy-Session"]
-        frames: list[Frame] = []
+        frames: list[Frame] = [await next_event(resp)]
+        await clock.until_sleeping(1, seconds=1)
+        await clock.advance(1)
         while (frame := await next_frame(resp)) is not None:
             if frame.data:
                 frames.append(frame)
@@ -703,7 +723,8 @@ async def test_send_stream_framing(server: Server) -> None:
     assert frames[-1].json["text"] == "slept 1s"
 
 
-async def test_stream_client_leaving_does_not_cancel(server: Server) -> None:
+async def test_stream_client_leaving_does_not_cancel(clocked: tuple[Server, FakeClock]) -> None:
+    server, clock = clocked
     async with server.client.post(
         server.url("/v1/send"), json={"content": "!sleep 2", "stream": True}
     ) as resp:
@@ -713,6 +734,9 @@ async def test_stream_client_leaving_does_not_cancel(server: Server) -> None:
         first = await next_event(resp)
         assert first.event == "user"
         resp.close()  # drop the connection mid-run
+    for _ in range(2):
+        await clock.until_sleeping(1, seconds=1)
+        await clock.advance(1)
     status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
     assert status == 200
     assert (view["status"], view["text"]) == ("done", "slept 2s")
@@ -769,17 +793,21 @@ async def test_log_stream_replays_then_goes_live(server: Server) -> None:
     assert (status, err(body)) == (400, "bad_request")
 
 
-async def test_log_stream_tail_zero_and_keepalive(server: Server) -> None:
+async def test_log_stream_tail_zero_and_keepalive(clocked: tuple[Server, FakeClock]) -> None:
+    server, clock = clocked
     created = (await server.call("POST", "/v1/session"))[1]["session_id"]
     async with server.client.get(server.url(f"/v1/session/{created}/log?tail=0")) as resp:
         live = await next_frame(resp)
         assert live is not None and live.comments == ["live"]
-        ping = await next_frame(resp)  # keepalive_seconds=0.5 in these tests
+        await clock.until_sleeping(1, seconds=0.5)  # the stream's poll
+        await clock.advance(0.5)  # keepalive_seconds=0.5 in these tests
+        ping = await next_frame(resp)
         assert ping is not None and ping.comments == ["keepalive"]
     # The subscription ends once the client is gone.
     router = server.runtime.router
 
     async def unsubscribed() -> bool:
+        await clock.advance(0.5)  # the stream notices a client that left when it polls
         return router.subscribers(created) == 0
 
     assert await wait_until(unsubscribed, TIMEOUT)

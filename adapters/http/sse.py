@@ -97,14 +97,28 @@ class EventStream:
         await self._write(f": {text}\n\n".encode())
 
     async def receive(self, get: Callable[[], Awaitable[T]]) -> T:
-        """The next item from `get`, writing keep-alive comments while there is none."""
+        """The next item from `get`, writing keep-alive comments while there is none; raises
+        StreamClosed as soon as the server starts shutting down."""
         while True:
             self._check_open()
             try:
-                return await self._clock.wait_for(get(), self._poll)
+                return await self._clock.wait_for(self._next(get), self._poll)
             except TimeoutError:
                 if self._clock.monotonic() - self._last_write >= self._keepalive:
                     await self.comment("keepalive")
+
+    async def _next(self, get: Callable[[], Awaitable[T]]) -> T:
+        item = asyncio.ensure_future(get())
+        stop = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait({item, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not item.done():
+                item.cancel()
+        if item.done() and not item.cancelled():
+            return item.result()
+        raise StreamClosed
 
     async def end(self) -> None:
         # A client that left between the last frame and the end of the body missed nothing.
