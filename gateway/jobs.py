@@ -13,7 +13,7 @@ from watchfiles import Change, awatch
 
 from gateway.clock import SYSTEM_CLOCK, Clock, now_ms
 from gateway.engine.router import Router
-from gateway.ids import Prefix, is_valid_session_id, prefix_of
+from gateway.ids import is_permanent, is_valid_session_id
 from gateway.logs import get_logger
 from gateway.presence import PRESENCE_PREFIX, Presence
 from gateway.store.kv import ERROR_MEMORY_PREFIX, TOOL_CACHE_PREFIX, KVStore
@@ -53,7 +53,7 @@ class Reaper:
         reaped: list[str] = []
         for info in await self.store.list_sessions():
             sid = info.id
-            if prefix_of(sid) is not Prefix.temp or info.updated_at > cutoff:
+            if is_permanent(sid) or info.updated_at > cutoff:
                 continue
             if self.router.is_busy(sid) or await self.presence.is_running(sid):
                 continue
@@ -64,7 +64,7 @@ class Reaper:
             reaped.append(sid)
         # Directories without a row (a crash between mkdir and insert) are reaped by age too.
         for sid in await asyncio.to_thread(self.store.dirs.list_ids):
-            if prefix_of(sid) is not Prefix.temp or sid in reaped:
+            if is_permanent(sid) or sid in reaped:
                 continue
             if await self.store.get(sid) is None and not self.router.is_busy(sid):
                 mtime = await asyncio.to_thread(_mtime_ms, self.store.dirs.path_of(sid))

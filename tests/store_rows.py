@@ -8,11 +8,11 @@ is either understood here or makes the check fail until someone says what it hol
 from __future__ import annotations
 
 from sqlalchemy import inspect, text
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from gateway.store.db import Database
-from gateway.store.models import PER_SESSION_TABLES
-from gateway.store.outbox import OutboxEntry
+from gateway.store.models import PER_SESSION_TABLES, OutboxRow
+from gateway.store.outbox import OutboxEntry, OutboxItem, outbox_item
 from gateway.store.sessions import RunRecord, SessionStore
 from gateway.store.usage import UsageRecord, record_usage
 
@@ -86,3 +86,15 @@ async def rows_of(db: Database, session_id: str, *, marker: str) -> dict[str, in
     if db.dialect == "sqlite":
         await db.write(check_index)
     return await db.read(count)
+
+
+async def outbox_of_task(db: Database, task_hash: str) -> list[OutboxItem]:
+    """The outbox entries a task recorded, oldest first."""
+    stmt = (
+        select(OutboxRow).where(col(OutboxRow.task_hash) == task_hash).order_by(col(OutboxRow.id))
+    )
+
+    def work(session: Session) -> list[OutboxItem]:
+        return [outbox_item(row) for row in session.exec(stmt).all()]
+
+    return await db.read(work)

@@ -12,6 +12,7 @@ from typing import NoReturn
 import pytest
 from redis.exceptions import RedisError
 
+from gateway.store.db import alembic_config
 from gateway.store.kv import RedisKV
 
 REDIS_URL = os.environ.get("AGENVOY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -54,3 +55,12 @@ async def wait_until(check: Callable[[], Awaitable[bool]], within: float = 5.0) 
         return await check()
 
     return await asyncio.wait_for(poll(), within + 1)
+
+
+def head_revision() -> str:
+    """The newest migration's revision id: what a migrated database must be at."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "the migrations have no head"
+    return head

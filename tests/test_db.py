@@ -15,9 +15,10 @@ from conftest import _pg_drop as pg_drop
 from sqlalchemy import text
 from sqlmodel import Session
 from store_rows import SESSION_TABLES, populate, rows_of
+from support import head_revision
 
 from gateway.settings import Settings
-from gateway.store.db import Database, DatabaseError, head_revision
+from gateway.store.db import Database, DatabaseError
 from gateway.store.search import search_messages
 from gateway.store.sessions import RunRecord, SessionStore, UnknownSession
 from gateway.store.usage import DAY_MS, UsageRecord, purge_usage, record_usage, usage_summary
@@ -321,7 +322,7 @@ async def test_delete_session_removes_rows_and_files(store: SessionStore) -> Non
     assert await store.delete("temp-z")
     assert await store.get("temp-z") is None
     assert await search_messages(store.db, "bye now") == []
-    assert not store.dirs.exists("temp-z")
+    assert not store.dirs.path_of("temp-z").is_dir()
 
 
 async def test_deleted_session_leaves_no_row_in_any_table(store: SessionStore) -> None:

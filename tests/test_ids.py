@@ -75,7 +75,7 @@ def test_hostile_ids_never_reach_the_filesystem(
     tmp_path: Path, value: str, no_filesystem: list[str]
 ) -> None:
     sessions = SessionsDir(tmp_path / "sessions")
-    for action in (sessions.create, sessions.get, sessions.exists, sessions.delete):
+    for action in (sessions.create, sessions.get, sessions.path_of, sessions.delete):
         with pytest.raises(InvalidSessionId):
             action(value)
     assert no_filesystem == []

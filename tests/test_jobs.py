@@ -59,14 +59,14 @@ async def test_reaps_only_idle_temp_sessions(runtime: Runtime) -> None:
     reaped = await reaper_of(runtime).run_once()
     assert reaped == ["temp-idle"]
     assert await runtime.store.get("temp-idle") is None
-    assert not runtime.store.dirs.exists("temp-idle")
+    assert not runtime.store.dirs.path_of("temp-idle").is_dir()
     assert await runtime.kv.scan("toolcache:temp-idle:") == {}
     assert await runtime.kv.scan("errmem:temp-idle:") == {}
     assert await runtime.kv.get("toolcache:cli-old:search") == "{}"
     assert await runtime.store.recent_messages("temp-idle") == []
     for sid in ("temp-fresh", "temp-busy", "cli-old", "chat-old", "dc-1", "tg--2"):
         assert await runtime.store.get(sid) is not None, sid
-        assert runtime.store.dirs.exists(sid), sid
+        assert runtime.store.dirs.path_of(sid).is_dir(), sid
     await router.cancel("temp-busy", busy.task_hash, by="test")
 
 

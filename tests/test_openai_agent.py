@@ -438,9 +438,8 @@ async def test_allow_listed_tool_then_asked_one_across_a_restart(
 ) -> None:
     """Replay keeps outbox chunk numbers where the first life had them: the allow-list's
     approval had no outbox entry then, so it takes no number now."""
+    from store_rows import outbox_of_task
     from test_outbox_restart import CHAT, Sink
-
-    from gateway.store import outbox as outbox_table
 
     home = tmp_path / "home"
     write = ToolCalls([("w1", "write_file", {"name": "notes.md", "content": "v1"})])
@@ -469,7 +468,7 @@ async def test_allow_listed_tool_then_asked_one_across_a_restart(
         await rt.router.answer("dc-7", sub.task_hash, CHAT, approve=True)
         state = await rt.router.wait(sub.task_hash, 15)
         assert (state.status, state.reply) == ("done", "Cleaned up.")
-        items = await outbox_table.items_of_task(rt.store.db, sub.task_hash)
+        items = await outbox_of_task(rt.store.db, sub.task_hash)
         assert [(i.kind, i.chunk_index) for i in items] == [
             ("confirm", 0),  # asked by the first life
             ("confirm", 0),  # asked again, in the same place

@@ -5,12 +5,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from store_rows import outbox_of_task
 
 from gateway.adapter import Progress
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store import outbox as table
 
 CHAT = Origin("chat", channel_id="c1", sender_id="ann", sender_name="Ann")
 
@@ -86,7 +86,7 @@ async def test_delivery_failing_twice_is_delivered_once(runtime: tuple[Runtime, 
     state = await rt.router.wait(sub.task_hash, 10)
     assert state.status == "done"
     assert sink.kinds() == ["text"]
-    (item,) = await table.items_of_task(rt.store.db, sub.task_hash)
+    (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
     assert (item.status, item.attempts, item.platform_message_id) == ("delivered", 3, "text-1")
 
 
@@ -95,7 +95,7 @@ async def test_delivery_failing_for_good_is_recorded(runtime: tuple[Runtime, Sin
     sink.failures = 100
     sub = await rt.router.submit(Inbound(CHAT, "dc-2", "hello"))
     await rt.router.wait(sub.task_hash, 30)
-    (item,) = await table.items_of_task(rt.store.db, sub.task_hash)
+    (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
     assert item.status == "failed" and item.attempts == rt.router.courier.attempts
     errors = [r for r in rt.store.files("dc-2").action_log.read() if r.kind == "error"]
     assert errors and "failed after 5 attempts" in errors[0].body

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from support import head_revision
 
 from gateway.settings import LogFormat, Settings, mask_url
-from gateway.store.db import head_revision
 
 
 def test_defaults_live_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

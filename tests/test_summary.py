@@ -3,6 +3,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from support import wait_until
+
 from gateway.agents.summary import RollingSummary
 from gateway.events import Inbound, Origin
 from gateway.runtime import Runtime
@@ -64,11 +66,16 @@ async def test_summary_runs_in_the_background_after_replies(tmp_path: Path) -> N
         for i in range(3):
             sub = await rt.router.submit(Inbound(ANN, "cli-b", f"note {i}"))
             await rt.router.wait(sub.task_hash, 10)
-        await rt.summary.wait_idle()
-        summary = rt.store.files("cli-b").read_summary()
-        assert summary is not None and "Ann: note 0" in summary.text
+        files = rt.store.files("cli-b")
         ids = [m.id for m in await rt.store.messages_after("cli-b", 0)]
-        assert summary.cursor == ids[-3]  # all but the 2-message window
+
+        async def folded() -> bool:
+            summary = files.read_summary()
+            return summary is not None and summary.cursor == ids[-3]  # all but the window
+
+        assert await wait_until(folded)  # off the reply path, in the background
+        summary = files.read_summary()
+        assert summary is not None and "Ann: note 0" in summary.text
     finally:
         await rt.close()
 

@@ -42,10 +42,6 @@ class RollingSummary:
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
 
-    async def wait_idle(self) -> None:
-        while self._jobs:
-            await asyncio.gather(*list(self._jobs), return_exceptions=True)
-
     async def close(self) -> None:
         for job in list(self._jobs):
             job.cancel()

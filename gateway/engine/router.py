@@ -150,13 +150,6 @@ class Router:
     def task(self, task_hash: str) -> TaskView:
         return self._tasks.get(task_hash).view()
 
-    def latest_task(self, session_id: str) -> TaskView | None:
-        """The most recently submitted task of a session this process knows of."""
-        for task in self._tasks.newest_first():
-            if task.session_id == session_id:
-                return task.view()
-        return None
-
     def running_task(self, session_id: str) -> TaskView | None:
         task = self._scheduler.current(session_id)
         return task.view() if task else None

@@ -59,6 +59,3 @@ class TaskTable:
 
     def __iter__(self) -> Iterator[Task]:
         return iter(self._tasks.values())
-
-    def newest_first(self) -> Iterator[Task]:
-        return reversed(self._tasks.values())

@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -253,13 +252,6 @@ def _while_locked() -> AsyncRetrying:
         stop=stop_after_delay(60),
         reraise=True,
     )
-
-
-def head_revision() -> str:
-    """The newest migration's revision id: what `migrate()` brings a database to."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    assert head is not None, "the migrations have no head"
-    return head
 
 
 def alembic_config() -> Config:

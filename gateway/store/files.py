@@ -88,9 +88,6 @@ class SessionsDir:
         files.dir.mkdir(exist_ok=True, mode=0o700)
         return files
 
-    def exists(self, session_id: str) -> bool:
-        return self.path_of(session_id).is_dir()
-
     def delete(self, session_id: str) -> bool:
         path = self.path_of(session_id)
         if not path.is_dir():

@@ -78,7 +78,7 @@ def claim_in(session: Session, dialect: str, entry: OutboxEntry) -> OutboxItem:
     """Record `entry` unless it is there already; returns the row either way."""
     session.connection().execute(insert_entry_statement(dialect, entry))
     row = session.exec(_key(entry)).one()
-    return _item(row)
+    return outbox_item(row)
 
 
 async def claim(db: Database, entry: OutboxEntry) -> OutboxItem:
@@ -124,23 +124,12 @@ async def undelivered(db: Database, platforms: set[str] | None = None) -> list[O
         stmt = stmt.where(col(OutboxRow.platform).in_(sorted(platforms)))
 
     def work(session: Session) -> list[OutboxItem]:
-        return [_item(row) for row in session.exec(stmt).all()]
+        return [outbox_item(row) for row in session.exec(stmt).all()]
 
     return await db.read(work)
 
 
-async def items_of_task(db: Database, task_hash: str) -> list[OutboxItem]:
-    stmt = (
-        select(OutboxRow).where(col(OutboxRow.task_hash) == task_hash).order_by(col(OutboxRow.id))
-    )
-
-    def work(session: Session) -> list[OutboxItem]:
-        return [_item(row) for row in session.exec(stmt).all()]
-
-    return await db.read(work)
-
-
-def _item(row: OutboxRow) -> OutboxItem:
+def outbox_item(row: OutboxRow) -> OutboxItem:
     assert row.id is not None
     return OutboxItem(
         id=row.id,
