@@ -157,6 +157,10 @@ class GatewayClient:
         path = f"/v1/session/{_segment(session_id)}/cancel/{_segment(task_hash)}"
         return bool((await self.call("POST", path)).body.get("canceled"))
 
+    async def commands(self) -> list[dict[str, Any]]:
+        """The gateway commands this client's front-end offers: name, summary, usage, access."""
+        return list((await self.call("GET", "/v1/commands")).body.get("commands", []))
+
     async def pending_everywhere(self) -> list[dict[str, Any]]:
         return list((await self.call("GET", "/v1/pending")).body.get("pending", []))
 

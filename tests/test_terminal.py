@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from adapters.http import start_http
 from adapters.http_client import GatewayClient
 from adapters.terminal.app import ChatApp, ChatConfig
+from adapters.terminal.completion import CommandHint, Completer
 from adapters.terminal.history import InputHistory
 from adapters.terminal.launch import GatewayNotRunning, ensure_gateway, gateway_url
 from adapters.terminal.link import STREAM_RETRY_SECONDS
@@ -332,6 +333,54 @@ async def test_gateway_commands_and_help(server: Server, tmp_path: Path) -> None
         )
         await type_and_send(pilot, "/help")
         await until(pilot, lambda: any("/switch" in t for t in texts(app)))
+        # The help lists the gateway's commands as its registry describes them.
+        (shown,) = [t for t in texts(app) if "/switch" in t]
+        for command in server.runtime.commands.menu("terminal"):
+            if command.name not in ("new", "cancel", "help"):  # the window answers these
+                assert f"`/{command.name} {command.usage}`".replace(" `", "`") in shown
+
+
+async def test_tab_completes_commands_of_the_window_and_the_gateway(
+    server: Server, tmp_path: Path
+) -> None:
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        box = app.query_one(MessageInput)
+        box.focus()
+        await until(pilot, lambda: bool(app.completer.gateway_hints()))
+        box.load_text("/mo")
+        await press(pilot, "tab")
+        assert box.text == "/model "  # a gateway command
+        box.load_text("/sw")
+        await press(pilot, "tab")
+        assert box.text == "/switch "  # one of the window's own
+        box.load_text("/re")
+        await press(pilot, "tab")
+        assert box.text == "/re"  # /reasoning or /reset: both are offered
+        await until(pilot, lambda: any("`/reasoning" in t and "`/reset`" in t for t in texts(app)))
+        box.load_text("hello /mo")
+        await press(pilot, "tab")
+        assert "/model" not in box.text  # only a lone /word is completed
+
+
+def test_completion_rules() -> None:
+    completer = Completer([CommandHint("switch", "pick"), CommandHint("status", "mine")])
+    completer.learn(
+        [
+            {"name": "status", "summary": "the gateway's", "usage": ""},
+            {"name": "allow", "summary": "a", "usage": "[tool]"},
+            {"name": "answer", "summary": "b", "usage": ""},
+        ]
+    )
+    assert completer.complete("/sw") == ("/switch ", [CommandHint("switch", "pick")])
+    text, hints = completer.complete("/s")
+    assert text == "/s" and [h.name for h in hints] == ["status", "switch"]
+    assert hints[0].summary == "mine"  # the window's own wins where both have a name
+    assert completer.complete("/a")[0] == "/a"
+    assert completer.complete("/al") == ("/allow ", [CommandHint("allow", "a", "[tool]")])
+    assert completer.complete("/zz") == ("/zz", [])
+    assert completer.complete("/allow x") == ("/allow x", [])
+    assert [h.name for h in completer.gateway_hints()] == ["allow", "answer"]
 
 
 async def test_unknown_session_is_a_clear_exit(server: Server, tmp_path: Path) -> None:

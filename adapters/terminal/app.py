@@ -14,28 +14,17 @@ from textual.widgets import Footer, Header, Markdown
 
 from adapters.http_client import GatewayError, GatewayUnavailable
 from adapters.terminal import last_session
+from adapters.terminal.completion import Completer
 from adapters.terminal.conversation import Conversation, TaskView
 from adapters.terminal.history import InputHistory
 from adapters.terminal.link import GatewayLink
 from adapters.terminal.picker import SessionPicker, SessionRow, short_id
 from adapters.terminal.widgets import MessageInput, OpenPrompt, PromptPanel, describe_confirm
+from adapters.terminal.window_commands import WINDOW_COMMANDS, help_text
 from adapters.terminal.windows import WindowClaim, claim_window
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.events import AnswerEvent, AskUserEvent, CanceledEvent, ConfirmEvent, Event
 from gateway.ids import new_window_hash
-
-CLIENT_HELP = """**Window commands**
-
-- `/switch [name]` or Ctrl+S: pick another session (by name or id when given)
-- `/new`: start a new terminal session
-- `/name <text>`: rename this session
-- `/pending`: prompts waiting for you in any session; `/approve N`, `/deny N`,
-  `/answer N text` answer one of them
-- `/cancel`: cancel the running task started from this window
-- `/quit` or Ctrl+Q: leave (tasks go on in the gateway)
-
-Other `/commands` (`/status`, `/model`, `/persona`, `/allow`…) go to the gateway.
-Enter sends; Ctrl+J adds a line; Up and Down walk your input history."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +71,7 @@ class ChatApp(App[None]):
         self._claim: WindowClaim | None = None
         self.session_id = ""
         self.inputs = InputHistory()
+        self.completer = Completer(WINDOW_COMMANDS)
         self.link = GatewayLink(config.base_url, config.token, config.sender, clock)
         self.listed_prompts: list[dict[str, Any]] = []  # the last /pending list, numbered
 
@@ -102,7 +92,7 @@ class ChatApp(App[None]):
         yield Header()
         yield Conversation(id="conversation")
         yield PromptPanel(id="prompt")
-        yield MessageInput(self.inputs, id="input")
+        yield MessageInput(self.inputs, self.completer, id="input")
         yield Footer()
 
     async def on_mount(self) -> None:
@@ -117,6 +107,7 @@ class ChatApp(App[None]):
             self.exit(return_code=1, message=str(exc))
             return
         await self.open_session(session_id)
+        self.completer.learn(await self.link.client.commands())
         if self._claim is not None and self._claim.adopted:
             # Prompts a closed window left open in other sessions are this window's now.
             for sid in await self.link.waiting_elsewhere(self.session_id):
@@ -236,7 +227,11 @@ class ChatApp(App[None]):
             self.conversation.view(str(reply["task_hash"]), mine=True)
 
     async def _cmd_help(self, _args: str) -> None:
-        await self.conversation.add(Markdown(CLIENT_HELP, classes="note"))
+        await self.conversation.add(Markdown(help_text(self.completer), classes="note"))
+
+    async def on_message_input_hints(self, message: MessageInput.Hints) -> None:
+        shown = "  ".join(f"`{hint.shown}`" for hint in message.hints)
+        await self.conversation.add(Markdown(shown, classes="note"))
 
     async def _cmd_switch(self, wanted: str) -> None:
         rows = [SessionRow.from_json(s) for s in await self.link.client.sessions()]

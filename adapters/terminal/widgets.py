@@ -11,6 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Input, Static, TextArea
 
+from adapters.terminal.completion import CommandHint, Completer
 from adapters.terminal.history import InputHistory
 
 # Keys that add a line break instead of sending: terminals report Shift+Enter only sometimes,
@@ -19,16 +20,26 @@ NEWLINE_KEYS = frozenset({"ctrl+j", "shift+enter", "alt+enter"})
 
 
 class MessageInput(TextArea):
-    """Enter sends; Ctrl+J adds a line; Up on the first line and Down on the last walk history."""
+    """Enter sends; Ctrl+J adds a line; Up on the first line and Down on the last walk history;
+    Tab completes a `/command`."""
 
     @dataclass
     class Submitted(Message):
         text: str
 
-    def __init__(self, inputs: InputHistory, *, id: str | None = None) -> None:
+    @dataclass
+    class Hints(Message):
+        """Tab found several commands the input could still become."""
+
+        hints: list[CommandHint]
+
+    def __init__(
+        self, inputs: InputHistory, completer: Completer, *, id: str | None = None
+    ) -> None:
         super().__init__(soft_wrap=True, show_line_numbers=False, id=id)
         # Not `history`: TextArea keeps its undo history under that name.
         self.inputs = inputs
+        self.completer = completer
 
     async def _on_key(self, event: events.Key) -> None:
         key = event.key
@@ -51,7 +62,19 @@ class MessageInput(TextArea):
             self._claim(event)
             self._show(self.inputs.next())
             return
+        if key == "tab" and self.text.startswith("/"):
+            self._claim(event)
+            self._complete()
+            return
         await super()._on_key(event)
+
+    def _complete(self) -> None:
+        completed, hints = self.completer.complete(self.text)
+        if completed != self.text:
+            self.load_text(completed)
+            self.move_cursor(self.document.end)
+        if len(hints) > 1:
+            self.post_message(self.Hints(hints))
 
     def _claim(self, event: events.Key) -> None:
         event.stop()
