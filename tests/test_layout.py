@@ -132,3 +132,27 @@ def test_modules_stay_small() -> None:
         if len(path.read_text().splitlines()) > MAX_LINES
     }
     assert big == set()
+
+
+def test_the_readme_layout_lists_every_module() -> None:
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :]
+    tree = layout[layout.index("```\ngateway/") :]
+    tree = tree[: tree.index("```", 4)]
+    # Each module on a line of its own, under its package: `name.py` or `package/name.py`.
+    listed: set[str] = set()
+    package: list[str] = []
+    for line in tree.splitlines()[1:]:
+        indent = (len(line) - len(line.lstrip())) // 2
+        entry = line.strip().split()[0] if line.strip() else ""
+        if entry.endswith("/"):
+            package = [*package[:indent], entry.rstrip("/")]
+        elif entry.endswith(".py"):
+            listed.add("/".join([*package[:indent], entry]))
+    modules = {
+        path.relative_to(ROOT).as_posix()
+        for name, path in project_modules().items()
+        if path.name != "__init__.py"
+    }
+    assert modules - listed == set(), "modules the README's Layout does not list"
+    assert listed - modules == set(), "modules the README's Layout lists that do not exist"
