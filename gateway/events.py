@@ -71,6 +71,9 @@ class Inbound:
     session_id: str
     text: str
     attachments: Sequence[Attachment] = field(default_factory=tuple)
+    # The platform's id of what brought the message ("telegram:<bot>:<update id>"): a
+    # delivery the platform repeats (after a crash, to another instance) is stored once.
+    source_key: str = ""
 
 
 # -- events -----------------------------------------------------------------------------------

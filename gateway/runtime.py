@@ -14,6 +14,7 @@ from gateway.auth import Authority
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.registry import CommandRegistry
+from gateway.crash import CrashPoints
 from gateway.engine.router import Router
 from gateway.logs import get_logger
 from gateway.presence import Presence
@@ -64,6 +65,7 @@ class Runtime:
     commands: CommandRegistry
     session_settings: SessionSettings
     clock: Clock
+    crash: CrashPoints
     summary: RollingSummary | None = None
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
@@ -88,7 +90,10 @@ class Runtime:
         if cleared:
             log.info("cleared presence left by a previous run", keys=cleared)
         authority = Authority(settings.admin_keys)
-        router = Router(settings, store, agent, presence, authority=authority, clock=clock)
+        crash = CrashPoints(settings.crash_at)
+        router = Router(
+            settings, store, agent, presence, authority=authority, clock=clock, crash=crash
+        )
         session_settings = SessionSettings(
             store,
             authority,
@@ -113,6 +118,7 @@ class Runtime:
             commands,
             session_settings,
             clock,
+            crash,
             summary,
         )
 

@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     presence_ttl_seconds: float = 60.0
     presence_refresh_seconds: float = 55.0
 
+    # For crash tests only: the process kills itself (SIGKILL) at this named step of a task's
+    # life, e.g. "stored" or "tool_ran:2" (see gateway/crash.py). Never set it in production.
+    crash_at: str = ""
+
     history_max_bytes: int = 5 * 1024 * 1024
     action_log_max_bytes: int = 10 * 1024 * 1024
     usage_retention_days: int = 28

@@ -11,6 +11,8 @@ from sqlalchemy import inspect, text
 from sqlmodel import Session, col, select
 
 from gateway.store.db import Database
+from gateway.store.journals import JournalRecord
+from gateway.store.messages import StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, OutboxRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, outbox_item
 from gateway.store.sessions import RunRecord, SessionStore
@@ -36,6 +38,15 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
     run = RunRecord(session_id, task, f"about {marker}s", reply, [{"tool": "write_file"}])
     await store.finish_run(run, reply, sender="agent", outbox=[entry])
     await store.record_file_version(session_id, task, "/work", f"{marker}.txt", "first")
+    # A second task, not finished: its journal.
+    waiting = f"wait-{marker}"
+
+    def journal(message: StoredMessage) -> JournalRecord:
+        return JournalRecord(waiting, session_id, {}, message.content, message.id, 0, 0)
+
+    await store.take_in(
+        session_id, f"more {marker}s", sender="ann", task_hash=waiting, journal=journal
+    )
     await record_usage(store.db, UsageRecord(session_id, "model-a", input=3, output=5))
 
 

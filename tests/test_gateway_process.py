@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import socket
+import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -153,8 +154,10 @@ async def test_sigterm_shuts_down_cleanly_and_keeps_journals(gateway: Gateway) -
 
         await asyncio.wait_for(started(), 10)
     assert await gateway.stop() == 0
-    journal = gateway.home / "sessions" / running["session_id"] / "pending"
-    assert (journal / f"{running['task_hash']}.json").exists()
+    # The interrupted task's journal is still in the archive, for the next start to take up.
+    with sqlite3.connect(gateway.home / ".store" / "history.db") as db:
+        kept = db.execute("SELECT task_hash FROM task_journal").fetchall()
+    assert kept == [(running["task_hash"],)]
 
 
 async def test_task_finished_before_a_restart_is_still_known(gateway: Gateway) -> None:

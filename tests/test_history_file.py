@@ -18,7 +18,7 @@ from gateway.store.history_file import HistoryFile, HistoryMessage
 
 def msg(i: int, text: str | None = None) -> HistoryMessage:
     content = text if text is not None else f"message {i}"
-    return HistoryMessage("user", content, 1_700_000_000_000 + i, f"u{i % 3}")
+    return HistoryMessage("user", content, 1_700_000_000_000 + i, f"u{i % 3}", id=i + 1)
 
 
 @pytest.fixture
@@ -44,6 +44,7 @@ def test_ten_thousand_appends_stay_valid_json(history: HistoryFile) -> None:
         "content": f"line 9999{TRICKY}",
         "send_at": 1_700_000_009_999,
         "sender": "u0",
+        "id": 10_000,
     }
     assert history.read() == [msg(i, f"line {i}{TRICKY}") for i in range(10_000)]
 
@@ -130,7 +131,13 @@ def test_empty_and_missing_file(history: HistoryFile) -> None:
     assert history.read() == []
     history.append(msg(1))
     assert json.loads(history.path.read_bytes()) == [
-        {"role": "user", "content": "message 1", "send_at": 1_700_000_000_001, "sender": "u1"}
+        {
+            "role": "user",
+            "content": "message 1",
+            "send_at": 1_700_000_000_001,
+            "sender": "u1",
+            "id": 2,
+        }
     ]
 
 

@@ -280,17 +280,29 @@ async def test_usage_rows_from_offline_agent(runtime: Runtime) -> None:
 
 
 async def test_journal_tracks_steps(runtime: Runtime) -> None:
+    store = runtime.store
     sub = await runtime.router.submit(inbound("cli-j", "!confirm deploy"))
+    (queued,) = await store.unfinished()  # stored with the message, before anything ran
+    (message,) = await store.recent_messages("cli-j")
+    assert (queued.task_hash, queued.user_message_id) == (sub.task_hash, message.id)
     await runtime.router.wait(sub.task_hash, 10, until_prompt=True)
-    journal = runtime.store.files("cli-j").read_pending(sub.task_hash)
-    assert journal is not None
-    assert journal["status"] == "waiting"
-    assert journal["origin"]["sender_id"] == "ann"
-    assert journal["steps"] == [{"type": "prompt", "kind": "confirm", "answer": None}]
-    assert journal["prompt"]["args"] == {"action": "deploy"}
-    assert json.dumps(journal)
+    (journal,) = await store.unfinished()
+    assert journal.status == "waiting"
+    assert journal.origin["sender_id"] == "ann"
+    assert journal.steps == ({"type": "prompt", "kind": "confirm", "answer": None},)
+    assert journal.prompt is not None and journal.prompt["args"] == {"action": "deploy"}
+    # The session folder shows the open prompt, and where it must be answered.
+    waiting = store.files("cli-j").read_pending(sub.task_hash)
+    assert waiting is not None and waiting["prompt"] == journal.prompt
+    assert waiting["origin"]["window_hash"] == "w1"
+    # An answer is journaled before it is acknowledged.
     await runtime.router.answer("cli-j", sub.task_hash, ANN, approve=True)
+    (answered,) = [j for j in await store.unfinished() if j.task_hash == sub.task_hash] or [None]
+    if answered is not None:  # the task may already have ended, taking its journal with it
+        assert answered.steps[0]["answer"]["approved"] is True
     await finished(runtime.router, sub.task_hash)
+    assert await store.unfinished() == []
+    assert list(store.files("cli-j").list_pending()) == []
 
 
 async def test_fifty_sessions_make_progress_together(tmp_path: Path, clock: FakeClock) -> None:

@@ -23,6 +23,9 @@ class ToolCall:
     call_id: str
     tool: str
     args: dict[str, Any] = field(default_factory=dict)
+    # Running it again has the same effect as running it once (writing given content, reading):
+    # a call a crash cut off is then run again rather than reported as interrupted.
+    idempotent: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,7 +93,8 @@ class OfflineAgent:
         async def perform() -> str:
             return f"performed {action}"
 
-        await ctx.run_tool(ToolCall(f"{ctx.task_hash}-1", "demo_action", args), perform)
+        call = ToolCall(f"{ctx.task_hash}-1", "demo_action", args, idempotent=True)
+        await ctx.run_tool(call, perform)
         yield Reply(f"approved: {action}")
 
     async def _ask(self, ctx: AgentContext, question: str) -> AsyncIterator[Step]:
@@ -117,7 +118,9 @@ class OfflineAgent:
             await ctx.record_file_version(str(ctx.workspace), name, text)
             return f"{len(data)} bytes"
 
-        result = await ctx.run_tool(ToolCall(f"{ctx.task_hash}-1", "write_file", args), write)
+        # Writing the same text again leaves the same file and the same recorded version.
+        call = ToolCall(f"{ctx.task_hash}-1", "write_file", args, idempotent=True)
+        result = await ctx.run_tool(call, write)
         if result.status != "ok":
             yield Reply(f"write {name} failed: {result.status} {result.result}".rstrip())
             return

@@ -212,7 +212,8 @@ class OpenAIAgent:
             except ToolFailed as exc:
                 raise RuntimeError(str(exc)) from exc
 
-        return await ctx.run_tool(ToolCall(call_id, name, args), execute)
+        journaled = ToolCall(call_id, name, args, idempotent=tool.idempotent)
+        return await ctx.run_tool(journaled, execute)
 
     async def _complete(
         self,

@@ -30,6 +30,8 @@ class Tool:
     parameters: dict[str, Any]
     needs_confirmation: bool
     run: Callable[[AgentContext, dict[str, Any]], Awaitable[str]]
+    # The same call run twice has the effect of running it once (see ToolCall.idempotent).
+    idempotent: bool = True
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -182,6 +184,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             _object(_NAME, ["name"]),
             True,
             _delete_file,
+            # A second run finds the file gone and says so: the agent is told it was cut off.
+            idempotent=False,
         ),
         Tool(
             "search_history",

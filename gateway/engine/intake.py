@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from gateway.clock import Clock
 from gateway.commands.registry import CommandReply
+from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.order import Turn, Turns
@@ -15,6 +16,8 @@ from gateway.engine.task import MessageTooLong, Submission, Task
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Inbound, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
+from gateway.store.journals import JournalRecord
+from gateway.store.messages import StoredMessage
 from gateway.store.sessions import SessionStore
 
 CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
@@ -29,6 +32,7 @@ class Intake:
         scheduler: Scheduler[Task],
         clock: Clock,
         max_chars: int,
+        crash: CrashPoints = NO_CRASH,
     ) -> None:
         self.store = store
         self.tasks = tasks
@@ -36,6 +40,7 @@ class Intake:
         self.scheduler = scheduler
         self.clock = clock
         self.max_chars = max_chars
+        self.crash = crash
         self.turns = Turns()
         # Gateway commands, answered before the agent sees a text (set by the runtime).
         self.commands: CommandRunner | None = None
@@ -46,7 +51,10 @@ class Intake:
             self._check_length(inbound.text)
             command = await self.commands(inbound) if self.commands is not None else None
             if command is None:
-                task, event = await self._accept(session_id, inbound)
+                accepted = await self._accept(session_id, inbound)
+                if accepted is None:
+                    return Submission(session_id, duplicate=True)
+                task, event = accepted
                 position = self.scheduler.enqueue(task)
         if command is not None:
             await self.dispatch.notice(inbound.origin, command.text)
@@ -58,14 +66,21 @@ class Intake:
             await self.dispatch.notice(inbound.origin, f"queued ({position} ahead)")
         return Submission(session_id, task.task_hash, position)
 
-    async def record(self, inbound: Inbound, turn: Turn | None = None) -> int:
+    async def record(self, inbound: Inbound, turn: Turn | None = None) -> int | None:
+        """Keep a message as context; its archive id, or None if it was stored before."""
         session_id = validate_session_id(inbound.session_id)
         origin = inbound.origin
         async with turn or self.turns.take(session_id):
             self._check_length(inbound.text)
-            stored = await self.store.append_message(
-                session_id, "user", inbound.text, sender=origin.sender_name, create_session=True
+            stored = await self.store.take_in(
+                session_id,
+                inbound.text,
+                sender=origin.sender_name,
+                source_key=inbound.source_key,
             )
+            if stored is None:
+                return None
+            self.crash.reach("stored")
             await self.store.log_action(
                 session_id, "user", inbound.text, window_hash=origin.window_hash
             )
@@ -75,30 +90,40 @@ class Intake:
         if len(text) > self.max_chars:
             raise MessageTooLong(len(text), self.max_chars)
 
-    async def _accept(self, session_id: str, inbound: Inbound) -> tuple[Task, Event]:
-        """Archive the message and make its task, journaled; returns the task and its user
-        event, recorded but not yet delivered."""
+    async def _accept(self, session_id: str, inbound: Inbound) -> tuple[Task, Event] | None:
+        """Archive the message and, in the same transaction, its task's journal; returns the
+        task and its user event (recorded, not yet delivered), or None for a message the
+        platform delivered before."""
         origin = inbound.origin
         task_hash = new_task_hash()
-        stored = await self.store.append_message(
+        submitted_at = self.clock.now_ms()
+
+        def journal(stored: StoredMessage) -> JournalRecord:
+            return head_of(stored).record()
+
+        def head_of(stored: StoredMessage) -> JournalHead:
+            return JournalHead(
+                session_id,
+                task_hash,
+                origin,
+                inbound.text,
+                stored.id,
+                stored.send_at,
+                submitted_at,
+            )
+
+        stored = await self.store.take_in(
             session_id,
-            "user",
             inbound.text,
             sender=origin.sender_name,
             task_hash=task_hash,
-            create_session=True,
+            source_key=inbound.source_key,
+            journal=journal,
         )
-        head = JournalHead(
-            session_id,
-            task_hash,
-            origin,
-            inbound.text,
-            stored.id,
-            stored.send_at,
-            self.clock.now_ms(),
-        )
-        task = self.tasks.add(head, tuple(inbound.attachments), Replay())
-        await task.save_journal()
+        if stored is None:
+            return None
+        self.crash.reach("stored")
+        task = self.tasks.add(head_of(stored), tuple(inbound.attachments), Replay())
         event = await self.dispatch.record(
             task, UserEvent(session_id=session_id, text=inbound.text, sender=origin.sender_name)
         )

@@ -1,9 +1,10 @@
-"""A task's journal: what it has done so far, kept in `pending/<task_hash>.json`.
+"""A task's journal: what it has done so far, kept in the archive (`task_journal`).
 
-The journal is written when a task is submitted and after every step (a tool started, a tool
-finished, a prompt asked, a prompt answered), and removed when the task ends. A process that
-dies leaves it behind; the next start replays the task from it (`Replay`): a finished tool is
-not run again, a tool cut off mid-call is reported as interrupted, an answered prompt stands.
+The journal is stored with the task's message, in one transaction, updated after every step
+(a tool started, a tool finished, a prompt asked, a prompt answered), and taken out with the
+record of the task's end. A process that dies leaves it behind; the next start replays the
+task from it (`Replay`): a finished tool is not run again, a tool cut off mid-call is run again
+if it is idempotent and reported as interrupted otherwise, an answered prompt stands.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any, Literal
 from gateway.clock import now_ms
 from gateway.events import Origin
 from gateway.logs import get_logger
-from gateway.store.files import SessionFiles
+from gateway.store.journals import JournalRecord
+from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
 
@@ -148,85 +150,102 @@ class JournalHead:
     user_sent_at: int
     submitted_at: int
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any], session_id: str, task_hash: str) -> JournalHead:
-        """The head of the journal found at `session_id`'s `pending/<task_hash>.json`.
+    def record(self) -> JournalRecord:
+        """The journal of a task not started yet, as the archive keeps it."""
+        return JournalRecord(
+            task_hash=self.task_hash,
+            session_id=self.session_id,
+            origin=self.origin.to_json(),
+            text=self.text,
+            user_message_id=self.user_message_id,
+            user_sent_at=self.user_sent_at,
+            submitted_at=self.submitted_at,
+        )
 
-        Raises KeyError, TypeError or ValueError for a journal that cannot be used."""
+    @classmethod
+    def of(cls, record: JournalRecord) -> JournalHead:
         return cls(
-            session_id=session_id,
-            task_hash=task_hash,
-            origin=Origin.from_json(data["origin"]),
-            text=str(data["text"]),
-            user_message_id=int(data["user_message_id"]),
-            user_sent_at=int(data.get("user_sent_at", 0)),
-            submitted_at=int(data.get("submitted_at", 0)),
+            session_id=record.session_id,
+            task_hash=record.task_hash,
+            origin=Origin.from_json(record.origin),
+            text=record.text,
+            user_message_id=record.user_message_id,
+            user_sent_at=record.user_sent_at,
+            submitted_at=record.submitted_at,
         )
 
 
+def replay_of(record: JournalRecord) -> Replay:
+    return Replay([s for s in map(step_from_json, record.steps) if s is not None])
+
+
 class Journal:
-    """The journal file of one task. Writes are whole-file atomic replaces off the loop."""
+    """The journal of one task, in the archive; while it waits on a prompt, the prompt is also
+    in `pending/<task_hash>.json` (the session folder's view of what is waiting, as the session
+    layout has it)."""
 
     def __init__(
-        self, files: SessionFiles, head: JournalHead, replay: Replay | None = None
+        self,
+        store: SessionStore,
+        head: JournalHead,
+        replay: Replay | None = None,
     ) -> None:
-        self.files = files
+        self.store = store
         self.head = head
         self.steps: list[JournalStep] = []
         self.replay = replay or Replay()
-        self._io: asyncio.Future[None] | None = None
+        self._file_io: asyncio.Future[None] | None = None
+        self._file_written = False
         self._closed = False
-
-    def document(self, status: str, prompt: dict[str, Any] | None) -> dict[str, Any]:
-        head = self.head
-        return {
-            "session_id": head.session_id,
-            "task_hash": head.task_hash,
-            "status": status,
-            "origin": head.origin.to_json(),
-            "text": head.text,
-            "user_message_id": head.user_message_id,
-            "user_sent_at": head.user_sent_at,
-            "submitted_at": head.submitted_at,
-            "steps": [step_to_json(s) for s in self.steps],
-            "prompt": prompt,
-            "updated_at": now_ms(),
-        }
 
     async def save(self, status: str, prompt: dict[str, Any] | None = None) -> None:
         if self._closed:
             return
-        data = self.document(status, prompt)
-        # The write runs on in its thread even if the task is canceled meanwhile; remembering
-        # it lets `close` wait for it, so a late write cannot bring a journal back.
-        write = asyncio.ensure_future(
-            asyncio.to_thread(self.files.write_pending, self.head.task_hash, data)
+        await self.store.save_journal(
+            self.head.task_hash,
+            status=status,
+            steps=[step_to_json(s) for s in self.steps],
+            prompt=prompt,
         )
-        self._io = write
+        if prompt is not None:
+            await self._write_file(prompt)
+        elif self._file_written:
+            await self._remove_file()
+
+    async def close(self, *, recorded: bool) -> None:
+        """The task ended: write no more. `recorded`: its end was stored with its run, which
+        took the journal out of the archive; otherwise (canceled) it is taken out here."""
+        self._closed = True
+        if not recorded:
+            await self.store.drop_journal(self.head.task_hash)
+        if self._file_written:
+            await self._remove_file()
+
+    async def _write_file(self, prompt: dict[str, Any]) -> None:
+        head = self.head
+        data = {
+            "session_id": head.session_id,
+            "task_hash": head.task_hash,
+            "origin": head.origin.to_json(),
+            "prompt": prompt,
+            "updated_at": now_ms(),
+        }
+        files = self.store.files(head.session_id)
+        # The write runs on in its thread even if the task is canceled meanwhile; remembering
+        # it lets the removal wait for it, so a late write cannot bring the file back.
+        write = asyncio.ensure_future(asyncio.to_thread(files.write_pending, head.task_hash, data))
+        self._file_io = write
+        self._file_written = True
         try:
             await asyncio.shield(write)
         except FileNotFoundError:
-            log.warning("session gone while its task ran", session=self.head.session_id)
+            log.warning("session gone while its task ran", session=head.session_id)
 
-    async def close(self) -> None:
-        """The task ended: remove the journal, and write no more."""
-        self._closed = True
-        if self._io is not None:
+    async def _remove_file(self) -> None:
+        if self._file_io is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._io
-        await asyncio.to_thread(self.files.remove_pending, self.head.task_hash)
-
-
-def read_journals(files: SessionFiles, session_id: str) -> list[tuple[JournalHead, Replay] | str]:
-    """The journals left in a session folder: head and replay of each, or the task hash of
-    one that cannot be used (set aside with a warning by the caller)."""
-    found: list[tuple[JournalHead, Replay] | str] = []
-    for task_hash, data in files.list_pending():
-        try:
-            head = JournalHead.from_json(data, session_id, task_hash)
-        except (KeyError, TypeError, ValueError):
-            found.append(task_hash)
-            continue
-        steps = [s for s in map(step_from_json, data.get("steps") or []) if s is not None]
-        found.append((head, Replay(steps)))
-    return found
+                await self._file_io
+        files = self.store.files(self.head.session_id)
+        with contextlib.suppress(FileNotFoundError):
+            await asyncio.to_thread(files.remove_pending, self.head.task_hash)
+        self._file_written = False

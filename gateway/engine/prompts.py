@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.auth import Authority
 from gateway.clock import Clock
+from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import Answer, PromptAsked, PromptKind
 from gateway.engine.scheduler import Scheduler
@@ -46,12 +47,14 @@ class Prompts:
         authority: Authority,
         clock: Clock,
         timeout_seconds: float,
+        crash: CrashPoints = NO_CRASH,
     ) -> None:
         self.dispatch = dispatch
         self.scheduler = scheduler
         self.authority = authority
         self.clock = clock
         self.timeout_seconds = timeout_seconds
+        self.crash = crash
 
     async def ask(
         self,
@@ -90,15 +93,14 @@ class Prompts:
         )
         step = PromptAsked(kind)
         task.journal.steps.append(step)
-        task.prompt = prompt
+        task.prompt, task.prompt_step = prompt, step
         task.answer = asyncio.get_running_loop().create_future()
         task.status = "waiting"
         await task.save_journal()
         await self.dispatch.emit(task, _prompt_event(prompt))
         async with self.scheduler.parked(task):
             answer = await self._wait(task, prompt, task.answer)
-        task.prompt = task.answer = None
-        step.answer = answer
+        task.prompt = task.answer = task.prompt_step = None
         await self.dispatch.emit(
             task,
             AnswerEvent(
@@ -131,16 +133,27 @@ class Prompts:
         try:
             return await self.clock.wait_for(asyncio.shield(future), self.timeout_seconds)
         except TimeoutError:
+            pass
+        confirm = prompt.kind == "confirm"
+        async with task.prompt_lock:
             if future.done():  # answered as the time ran out: the answer counts
                 return future.result()
-        confirm = prompt.kind == "confirm"
-        expired = Answer(approved=False if confirm else None, by="timeout")
-        future.set_result(expired)
+            expired = Answer(approved=False if confirm else None, by="timeout")
+            await self._settle(task, expired)
         what, outcome = (
             ("confirmation", "treated as denied") if confirm else ("question", "left unanswered")
         )
         await self.dispatch.notice(task.origin, f"The {what} expired and was {outcome}.")
         return expired
+
+    async def _settle(self, task: Task, answer: Answer) -> None:
+        """Journal the answer, then wake the task: an answer acknowledged stands after a
+        crash. The caller holds the task's prompt lock."""
+        assert task.prompt_step is not None and task.answer is not None
+        task.prompt_step.answer = answer
+        await task.journal.save("waiting", None)
+        self.crash.reach("answered")
+        task.answer.set_result(answer)
 
     def check(self, task: Task, responder: Origin) -> Prompt:
         """The task's open prompt, if `responder` may answer it; raises otherwise."""
@@ -152,21 +165,23 @@ class Prompts:
         self.authority.require_requester(responder, prompt.origin, "answer this prompt")
         return prompt
 
-    def answer(
+    async def answer(
         self, task: Task, responder: Origin, *, approve: bool | None, text: str | None
     ) -> Answer:
-        prompt = self.check(task, responder)
-        by = responder.sender_name or responder.sender_id or responder.platform
-        if prompt.kind == "confirm":
-            if approve is None:
-                raise PromptError("a confirmation is answered with approve: true or false")
-            answer = Answer(approved=approve, by=by)
-        else:
-            if text is None:
-                raise PromptError("a question is answered with a text answer")
-            answer = Answer(text=text, by=by)
-        assert task.answer is not None
-        task.answer.set_result(answer)
+        """Take an answer: checked, journaled, then given to the task. Once this returns, the
+        answer survives a crash."""
+        async with task.prompt_lock:
+            prompt = self.check(task, responder)
+            by = responder.sender_name or responder.sender_id or responder.platform
+            if prompt.kind == "confirm":
+                if approve is None:
+                    raise PromptError("a confirmation is answered with approve: true or false")
+                answer = Answer(approved=approve, by=by)
+            else:
+                if text is None:
+                    raise PromptError("a question is answered with a text answer")
+                answer = Answer(text=text, by=by)
+            await self._settle(task, answer)
         return answer
 
 

@@ -20,13 +20,14 @@ from gateway.adapter import Sink
 from gateway.agents.base import Agent
 from gateway.auth import Authority
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.dispatch import Dispatch, Subscription
 from gateway.engine.intake import CommandRunner, Intake
 from gateway.engine.journal import Answer
 from gateway.engine.order import Turn
 from gateway.engine.outbox import Courier
 from gateway.engine.prompts import PromptNotFound, Prompts
-from gateway.engine.recovery import unfinished_tasks
+from gateway.engine.recovery import import_journal_files, unfinished_tasks
 from gateway.engine.runner import Runner
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Prompt, Submission, Task, TaskNotFound, TaskView
@@ -61,6 +62,7 @@ class Router:
         *,
         authority: Authority | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        crash: CrashPoints = NO_CRASH,
     ) -> None:
         self._store = store
         self._presence = presence
@@ -78,6 +80,7 @@ class Router:
             self._authority,
             clock,
             settings.confirm_timeout_seconds,
+            crash,
         )
         self._runner = Runner(
             store,
@@ -87,9 +90,16 @@ class Router:
             self._prompts,
             self.counters,
             settings.history_window,
+            crash,
         )
         self._intake = Intake(
-            store, self._tasks, self._dispatch, self._scheduler, clock, settings.max_message_chars
+            store,
+            self._tasks,
+            self._dispatch,
+            self._scheduler,
+            clock,
+            settings.max_message_chars,
+            crash,
         )
 
     # -- wiring ----------------------------------------------------------------------------
@@ -138,8 +148,9 @@ class Router:
         """Store the message and queue a task for it (or answer a gateway command)."""
         return await self._intake.submit(inbound, turn)
 
-    async def record(self, inbound: Inbound, *, turn: Turn | None = None) -> int:
-        """Keep a message as context (history, archive, action.log) without starting a task.
+    async def record(self, inbound: Inbound, *, turn: Turn | None = None) -> int | None:
+        """Keep a message as context (history, archive, action.log) without starting a task;
+        its archive id, or None when the platform delivered it before.
 
         Group chatter the bot was not addressed in: the agent sees it later as part of the
         conversation, with who said it, in the order it was said."""
@@ -227,7 +238,7 @@ class Router:
         task = self._tasks.find(task_hash, session_id)
         if task is None:
             raise PromptNotFound(f"no task {task_hash} in session {session_id}")
-        return self._prompts.answer(task, responder, approve=approve, text=text)
+        return await self._prompts.answer(task, responder, approve=approve, text=text)
 
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
         """Cancel a queued or running task (the running one when no hash is given)."""
@@ -261,15 +272,21 @@ class Router:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def recover(self) -> int:
-        """Take up the tasks a previous process left unfinished; returns how many.
-
-        They are queued again in their original order and replay from their journals."""
+    async def recover(self, *, at_start: bool = False) -> int:
+        """Take up the tasks that died with a process (this one's previous life, or another
+        instance whose presence expired); returns how many. Run at start-up and then now and
+        again: a task whose old presence key still blocked it at start is taken up once the key
+        has expired. They are queued in archive order and replay from their journals, and
+        their sessions' history.json is caught up with the archive first."""
+        if at_start:
+            await import_journal_files(self._store)
         found = await unfinished_tasks(self._store, self._presence, self._tasks)
+        for session_id in dict.fromkeys(head.session_id for head, _ in found):
+            await self._store.catch_up_history(session_id)
         for head, replay in found:
             self._scheduler.enqueue(self._tasks.add(head, (), replay))
         if found:
-            log.info("resuming tasks left by a previous run", count=len(found))
+            log.info("resuming tasks left unfinished", count=len(found))
         return len(found)
 
     async def close(self) -> None:

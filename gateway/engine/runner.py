@@ -18,6 +18,7 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
+from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.context import load_context
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import ToolFinished, ToolStarted
@@ -51,6 +52,7 @@ class Runner:
         prompts: Prompts,
         counters: dict[str, int],
         window: int,
+        crash: CrashPoints = NO_CRASH,
     ) -> None:
         self.store = store
         self.agent = agent
@@ -59,6 +61,7 @@ class Runner:
         self.prompts = prompts
         self.counters = counters
         self.window = window
+        self.crash = crash
         # Called with the session id after each task that finished with a reply (background
         # work such as the rolling summary hooks in here, off the reply path).
         self.after_task: list[Callable[[str], None]] = []
@@ -123,8 +126,9 @@ class Runner:
         """Run a tool once per task, journaled around the call.
 
         On a task replayed after a restart, a call that had finished returns its recorded
-        result, and one that had started but not finished is not run again: it is reported to
-        the agent as interrupted.
+        result. One that had started but not finished is run again when it is idempotent (its
+        effect is the same however often it runs), and otherwise reported to the agent as
+        interrupted: it may or may not have had its effect.
         """
         before = task.journal.replay.tool(call.call_id)
         finished = [s for s in before if isinstance(s, ToolFinished)]
@@ -133,7 +137,8 @@ class Runner:
             done = finished[-1]
             task.tool_results.append(done.record())
             return ToolResult(call.call_id, call.tool, done.status, done.result)
-        if before:
+        if before and not call.idempotent:
+            task.journal.steps.extend(before)
             result = ToolResult(
                 call.call_id,
                 call.tool,
@@ -142,6 +147,7 @@ class Runner:
             )
         else:
             await self._tool_started(task, call)
+            self.crash.reach("tool_started")
             try:
                 result = ToolResult(call.call_id, call.tool, "ok", await execute())
             except asyncio.CancelledError:
@@ -150,6 +156,7 @@ class Runner:
                 result = ToolResult(
                     call.call_id, call.tool, "error", f"{type(exc).__name__}: {exc}"
                 )
+            self.crash.reach("tool_ran")
         await self._tool_finished(task, result)
         return result
 
@@ -186,7 +193,7 @@ class Runner:
         await self._record_end(task, task.reply, text_event)
         await self.dispatch.emit(task, DoneEvent(session_id=task.session_id, text=task.reply))
         self.counters["tasks_done"] += 1
-        await task.journal.close()  # before waiters hear of the end
+        await task.journal.close(recorded=True)  # before waiters hear of the end
         await task.set_status("done")
         for hook in self.after_task:
             hook(task.session_id)
@@ -195,7 +202,7 @@ class Runner:
         task.error = message
         await self._record_end(task, "", ErrorEvent(session_id=task.session_id, message=message))
         self.counters["tasks_failed"] += 1
-        await task.journal.close()  # before waiters hear of the end
+        await task.journal.close(recorded=True)  # before waiters hear of the end
         await task.set_status("error")
 
     async def _record_end(self, task: Task, reply: str, event: Event) -> None:
@@ -208,6 +215,7 @@ class Runner:
             sender=self.agent.name,
             outbox=[self.dispatch.outbox_entry(task, event)] if pushed else [],
         )
+        self.crash.reach("recorded")
         await self.dispatch.emit(task, event, item=items[0] if items else None)
 
     async def finish_canceled(self, task: Task) -> None:
@@ -218,7 +226,7 @@ class Runner:
             task, CanceledEvent(session_id=task.session_id, by=task.canceled_by)
         )
         self.counters["tasks_canceled"] += 1
-        await task.journal.close()  # before waiters hear of the end
+        await task.journal.close(recorded=False)  # before waiters hear of the end
         await task.set_status("canceled")
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from gateway.engine.journal import Answer, Journal, PromptKind
+from gateway.engine.journal import Answer, Journal, PromptAsked, PromptKind
 from gateway.events import Attachment, Event, Origin
 
 if TYPE_CHECKING:
@@ -65,6 +65,7 @@ class Submission:
     task_hash: str = ""  # empty when the text was a gateway command
     position: int = 0  # tasks ahead of this one in the session
     command: CommandReply | None = None
+    duplicate: bool = False  # the platform delivered this message before: nothing was done
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +114,9 @@ class Task:
     events: list[Event] = field(default_factory=list)
     prompt: Prompt | None = None
     answer: asyncio.Future[Answer] | None = None  # set while `prompt` waits
+    prompt_step: PromptAsked | None = None  # the journal step of `prompt`
+    # Held while a prompt is being settled (an answer, or its expiry), so only one settles it.
+    prompt_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     canceled_by: str = ""
     runner: asyncio.Task[None] | None = None
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)

@@ -31,7 +31,7 @@ class TaskTable:
             user_message_id=head.user_message_id,
             user_sent_at=head.user_sent_at,
             submitted_at=head.submitted_at,
-            journal=Journal(self._store.files(head.session_id), head, replay),
+            journal=Journal(self._store, head, replay),
         )
         self._tasks[task.task_hash] = task
         while len(self._tasks) > self._keep:

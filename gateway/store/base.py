@@ -30,6 +30,8 @@ class StoreBase:
         # Per session: a lock over "insert a message, then file it in history.json", and how
         # many hold or wait for it (the lock is dropped when nobody does).
         self._archiving: dict[str, tuple[asyncio.Lock, int]] = {}
+        # Sessions whose history.json this process has checked against the archive.
+        self._history_checked: set[str] = set()
 
     def files(self, session_id: str) -> SessionFiles:
         return self.dirs.get(session_id)

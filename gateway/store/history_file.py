@@ -3,15 +3,16 @@
 Layout, one message per line so a torn tail is easy to find::
 
     [
-    {"role":"user","content":"hi","send_at":1700000000000,"sender":"ann"},
-    {"role":"assistant","content":"hello","send_at":1700000000100,"sender":"agent"}
+    {"role":"user","content":"hi","send_at":1700000000000,"sender":"ann","id":41},
+    {"role":"assistant","content":"hello","send_at":1700000000100,"sender":"agent","id":42}
     ]
 
 Appending overwrites the closing `\\n]\\n` with `,\\n<message>\\n]\\n`: the cost is the size of the
 new message, not of the file, and the file is valid JSON again when the write returns.
 A crash in the middle of that write leaves a tail that is not valid JSON; the next read or append
 notices it from the last bytes and rewrites the file with every complete line, so at most the
-torn message is lost (the SQL archive keeps it anyway).
+torn message is lost here; the archive keeps it, and the store files what the file lacks
+again (`MessageArchive.catch_up_history`): the file is a cache of the archive's tail.
 
 The file is bounded: once it passes `max_bytes` the oldest messages are dropped until it is at
 three quarters of the cap, so trimming happens once per quarter-cap of new text rather than on
@@ -44,6 +45,9 @@ class HistoryMessage:
     content: str
     send_at: int  # Unix milliseconds, the one time unit used everywhere
     sender: str = ""
+    # The message's archive id: how far the file has caught up with the archive (0 in lines
+    # written before ids were kept).
+    id: int = 0
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":")).encode()
@@ -53,12 +57,14 @@ class HistoryMessage:
         if not isinstance(obj, dict):
             return None
         role, content, send_at = obj.get("role"), obj.get("content"), obj.get("send_at")
-        sender = obj.get("sender", "")
+        sender, archive_id = obj.get("sender", ""), obj.get("id", 0)
         if not (isinstance(role, str) and isinstance(content, str)):
             return None
         if not isinstance(send_at, int) or isinstance(send_at, bool):
             return None
-        return cls(role, content, send_at, sender if isinstance(sender, str) else "")
+        if not isinstance(archive_id, int) or isinstance(archive_id, bool):
+            archive_id = 0
+        return cls(role, content, send_at, sender if isinstance(sender, str) else "", archive_id)
 
 
 @dataclass(frozen=True, slots=True)

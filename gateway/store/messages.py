@@ -4,6 +4,7 @@ order of its archive id."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sqlalchemy import bindparam, case, func, insert, update
@@ -12,10 +13,18 @@ from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
 from gateway.ids import validate_hash, validate_session_id
+from gateway.logs import get_logger
 from gateway.store.base import StoreBase, UnknownSession
 from gateway.store.db import insert_ignoring
 from gateway.store.history_file import HistoryMessage
+from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.models import MessageRow, SessionRow
+
+log = get_logger(__name__)
+
+# A session's history.json is caught up with at most this many messages at once (more than
+# a crash can leave behind, and the file keeps only the recent conversation anyway).
+HISTORY_CATCH_UP = 500
 
 # Built once: constructing and compiling statements per message cost more than running them.
 _TOUCH_SESSION = (
@@ -47,8 +56,9 @@ def touch_session(conn: Connection, session_id: str, at: int) -> bool:
     return bool(conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": at}).rowcount)
 
 
-def insert_message(conn: Connection, message: StoredMessage) -> int:
-    """Archive `message` (its `id` is ignored); returns the id the archive gave it."""
+def insert_message(conn: Connection, message: StoredMessage, source_key: str = "") -> int | None:
+    """Archive `message` (its `id` is ignored); returns the id the archive gave it, or None
+    when a message with the same `source_key` is archived already."""
     values = {
         "session_id": message.session_id,
         "role": message.role,
@@ -57,9 +67,23 @@ def insert_message(conn: Connection, message: StoredMessage) -> int:
         "send_at": message.send_at,
         "task_hash": message.task_hash,
     }
-    message_id = conn.execute(_INSERT_MESSAGE, values).scalar_one()
-    assert message_id is not None
-    return message_id
+    if not source_key:
+        message_id = conn.execute(_INSERT_MESSAGE, values).scalar_one()
+        assert message_id is not None
+        return int(message_id)
+    stmt = (
+        insert_ignoring(conn.dialect.name, MessageRow)
+        .values(**values, source_key=source_key)
+        .returning(col(MessageRow.id))
+    )
+    found = conn.execute(stmt).scalar_one_or_none()
+    return int(found) if found is not None else None
+
+
+def history_line(message: StoredMessage) -> HistoryMessage:
+    return HistoryMessage(
+        message.role, message.content, message.send_at, message.sender, message.id
+    )
 
 
 class MessageArchive(StoreBase):
@@ -78,11 +102,62 @@ class MessageArchive(StoreBase):
         """Archive one message in SQL, then add it to history.json.
 
         SQL goes first: its id is what the summary cursor refers to, and it is the durable copy
-        from which history.json could be rebuilt. `write_history=False` archives only (imports,
+        from which history.json is caught up. `write_history=False` archives only (imports,
         and the benchmark separating the two costs). `create_session` makes a session that
         does not exist yet (its folder, and its row in the message's own transaction) instead
-        of failing with UnknownSession: the path of every inbound message.
+        of failing with UnknownSession.
         """
+        stored = await self._append(
+            session_id,
+            role,
+            content,
+            sender=sender,
+            send_at=send_at,
+            task_hash=task_hash,
+            write_history=write_history,
+            create_session=create_session,
+        )
+        assert stored is not None  # no source key: never a duplicate
+        return stored
+
+    async def take_in(
+        self,
+        session_id: str,
+        content: str,
+        *,
+        sender: str,
+        task_hash: str = "",
+        source_key: str = "",
+        journal: Callable[[StoredMessage], JournalRecord] | None = None,
+    ) -> StoredMessage | None:
+        """Archive a user's message, creating its session if need be, and with it — in the same
+        transaction — the journal of the task `task_hash` it starts (`journal`, made from the
+        stored message). None when `source_key` shows the platform delivered it before."""
+        return await self._append(
+            session_id,
+            "user",
+            content,
+            sender=sender,
+            task_hash=task_hash,
+            create_session=True,
+            source_key=source_key,
+            journal=journal,
+        )
+
+    async def _append(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        *,
+        sender: str,
+        send_at: int | None = None,
+        task_hash: str = "",
+        write_history: bool = True,
+        create_session: bool = False,
+        source_key: str = "",
+        journal: Callable[[StoredMessage], JournalRecord] | None = None,
+    ) -> StoredMessage | None:
         validate_session_id(session_id)
         if create_session:
             await asyncio.to_thread(self.dirs.create, session_id)
@@ -95,20 +170,62 @@ class MessageArchive(StoreBase):
         sender = sender.replace("\x00", "\ufffd")
         unfiled = StoredMessage(0, session_id, role, content, sender, at, task_hash)
 
-        def work(session: Session) -> StoredMessage:
+        def work(session: Session) -> StoredMessage | None:
             conn = session.connection()
             if not touch_session(conn, session_id, at):
                 if not create_session:
                     raise UnknownSession(session_id)
                 conn.execute(new_row.values(id=session_id, created_at=at, updated_at=at))
-            return replace(unfiled, id=insert_message(conn, unfiled))
+            message_id = insert_message(conn, unfiled, source_key)
+            if message_id is None:
+                return None
+            stored = replace(unfiled, id=message_id)
+            if journal is not None:
+                insert_journal(conn, journal(stored))
+            return stored
 
         if not write_history:
             return await self.db.write(work)
         history = self.files(session_id).history
-        line = HistoryMessage(role, content, at, sender)
+
+        def file_it(stored: StoredMessage | None) -> None:
+            if stored is not None:
+                history.append(history_line(stored))
+
         async with self._archive_turn(session_id):
-            return await self.db.write(work, after_commit=lambda _: history.append(line))
+            await self._catch_up_once(session_id)
+            return await self.db.write(work, after_commit=file_it)
+
+    async def catch_up_history(self, session_id: str) -> int:
+        """File in history.json the archived messages it lacks — the tail a crash or a
+        shutdown cut between a commit and its line; returns how many were filed."""
+        async with self._archive_turn(session_id):
+            return await self._catch_up(session_id)
+
+    async def _catch_up_once(self, session_id: str) -> None:
+        """The first write of a session in this process checks its history.json first."""
+        if session_id not in self._history_checked:
+            await self._catch_up(session_id)
+            self._history_checked.add(session_id)
+
+    async def _catch_up(self, session_id: str) -> int:
+        files = self.files(session_id)
+        try:
+            last = await asyncio.to_thread(files.history.tail, 1)
+            reset_at = await asyncio.to_thread(files.read_summary_cursor) if not last else 0
+        except FileNotFoundError:
+            return 0  # no folder yet: nothing was ever filed, nothing is missing
+        if last and not last[-1].id:
+            return 0  # written before lines carried ids: there is no telling what is missing
+        # An empty file after /reset starts at the reset's cursor; a new one at the beginning.
+        after = last[-1].id if last else reset_at
+        missing = await self.messages_after(session_id, after, limit=HISTORY_CATCH_UP)
+        if missing:
+            await asyncio.to_thread(files.history.extend, [history_line(m) for m in missing])
+            log.warning(
+                "history.json caught up with the archive", session=session_id, filed=len(missing)
+            )
+        return len(missing)
 
     async def recent_messages(
         self, session_id: str, limit: int = 20, *, after_id: int = 0

@@ -61,6 +61,9 @@ class MessageRow(SQLModel, table=True):
     sender: str = ""
     send_at: int = Field(sa_type=BigInteger)  # Unix ms
     task_hash: str = ""
+    # What brought the message in, as the platform names it ("telegram:<bot>:<update id>");
+    # unique when not empty, so a delivery the platform repeats is stored once.
+    source_key: str = Field(default="", max_length=200)
 
 
 class ActionHistoryRow(SQLModel, table=True):
@@ -117,9 +120,28 @@ class OutboxRow(SQLModel, table=True):
     platform_message_id: str = ""
     attempts: int = 0
     parts_sent: int = 0  # parts of a split message already accepted by the platform
+    parts_attempted: int = 0  # parts handed to the platform (one more: it may have it)
     last_error: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     created_at: int = Field(default=0, sa_type=BigInteger)
     delivered_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class TaskJournalRow(SQLModel, table=True):
+    """An unfinished task: what a restart needs to take it up again (engine.journal)."""
+
+    __tablename__ = "task_journal"
+
+    task_hash: str = Field(primary_key=True, max_length=64)
+    session_id: str = Field(max_length=140)
+    origin: str = Field(sa_column=Column(Text, nullable=False))  # JSON
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    user_message_id: int = Field(sa_type=BigInteger)
+    user_sent_at: int = Field(default=0, sa_type=BigInteger)
+    submitted_at: int = Field(default=0, sa_type=BigInteger)
+    status: str = Field(default="queued", max_length=16)
+    steps: str = Field(default="[]", sa_column=Column(Text, nullable=False))  # JSON list
+    prompt: str = Field(default="", sa_column=Column(Text, nullable=False))  # JSON, "" for none
+    updated_at: int = Field(default=0, sa_type=BigInteger)
 
 
 # Every table whose rows belong to one session, known by its `session_id` column: what deleting

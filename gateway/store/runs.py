@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import ColumnElement, insert
@@ -16,8 +16,8 @@ from gateway.ids import validate_hash, validate_session_id
 from gateway.logs import get_logger
 from gateway.store.base import StoreBase
 from gateway.store.db import insert_ignoring
-from gateway.store.history_file import HistoryMessage
-from gateway.store.messages import StoredMessage, insert_message, touch_session
+from gateway.store.journals import delete_journal
+from gateway.store.messages import StoredMessage, history_line, insert_message, touch_session
 from gateway.store.models import ActionHistoryRow, FileHistoryRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, claim_in
 
@@ -44,8 +44,9 @@ class RunArchive(StoreBase):
     async def finish_run(
         self, run: RunRecord, reply: str, *, sender: str, outbox: Sequence[OutboxEntry] = ()
     ) -> list[OutboxItem]:
-        """Store a finished run in one transaction: the reply message, the run's row and the
-        outbox entries that will carry the reply to the user.
+        """Store a finished run in one transaction: the reply message, the run's row, the
+        outbox entries that will carry the reply to the user, and the end of the task's
+        journal — so a restart finds the task either finished or to be taken up, never both.
 
         Idempotent per task: a task replayed after a restart finds its run recorded and adds
         neither a second reply nor a second outbox entry.
@@ -54,39 +55,42 @@ class RunArchive(StoreBase):
         validate_hash(run.task_hash)
         at = now_ms()
         already = select(ActionHistoryRow.id).where(*_the_run(run.session_id, run.task_hash))
+        # PostgreSQL text cannot hold NUL; the archive keeps the same replacement everywhere.
+        reply = reply.replace("\x00", "\ufffd")
+        objective = run.objective.replace("\x00", "\ufffd")
         reply_message = StoredMessage(
             0, run.session_id, "assistant", reply, sender, at, task_hash=run.task_hash
         )
         dialect = self.db.dialect
-        wrote_reply = False
+        filed: list[StoredMessage] = []
 
         def work(session: Session) -> list[OutboxItem]:
-            nonlocal wrote_reply
+            filed.clear()
             conn = session.connection()
             if session.exec(already).first() is None:
                 if reply:
                     touch_session(conn, run.session_id, at)
-                    insert_message(conn, reply_message)
-                    wrote_reply = True
+                    reply_id = insert_message(conn, reply_message)
+                    assert reply_id is not None
+                    filed.append(replace(reply_message, id=reply_id))
                 conn.execute(
                     insert(ActionHistoryRow).values(
                         session_id=run.session_id,
                         task_hash=run.task_hash,
-                        objective=run.objective,
+                        objective=objective,
                         tool_results=json.dumps(list(run.tool_results), ensure_ascii=False),
                         reply=reply,
                         created_at=at,
                     )
                 )
+            delete_journal(conn, run.task_hash)
             return [claim_in(session, dialect, entry) for entry in outbox]
 
         history = self.files(run.session_id).history
 
         def file_reply(_: object) -> None:
-            if not wrote_reply:
-                return
             try:
-                history.append(HistoryMessage("assistant", reply, at, sender))
+                history.extend([history_line(m) for m in filed])
             except FileNotFoundError:
                 log.warning("session deleted before its reply was filed", session=run.session_id)
 

@@ -1,0 +1,120 @@
+"""The journals of unfinished tasks, in the archive (`task_journal`).
+
+A task's row is inserted in the transaction that archives its message, updated after every
+step, and deleted in the transaction that records its end: at any moment, a row is a task a
+restart must take up, and a task without one has not started or is over. What a step means is
+the engine's business (`gateway.engine.journal`); here it is JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, insert, update
+from sqlalchemy.engine import Connection
+from sqlmodel import Session, col, select
+
+from gateway.clock import now_ms
+from gateway.ids import validate_hash
+from gateway.store.base import StoreBase
+from gateway.store.models import TaskJournalRow
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    task_hash: str
+    session_id: str
+    origin: dict[str, Any]
+    text: str
+    user_message_id: int
+    user_sent_at: int
+    submitted_at: int
+    status: str = "queued"
+    steps: tuple[dict[str, Any], ...] = ()
+    prompt: dict[str, Any] | None = None
+
+
+def insert_journal(conn: Connection, record: JournalRecord) -> None:
+    conn.execute(
+        insert(TaskJournalRow).values(
+            task_hash=validate_hash(record.task_hash),
+            session_id=record.session_id,
+            origin=json.dumps(record.origin, ensure_ascii=False),
+            text=record.text,
+            user_message_id=record.user_message_id,
+            user_sent_at=record.user_sent_at,
+            submitted_at=record.submitted_at,
+            status=record.status,
+            steps=json.dumps(list(record.steps), ensure_ascii=False),
+            prompt=json.dumps(record.prompt, ensure_ascii=False) if record.prompt else "",
+            updated_at=now_ms(),
+        )
+    )
+
+
+def delete_journal(conn: Connection, task_hash: str) -> None:
+    conn.execute(delete(TaskJournalRow).where(col(TaskJournalRow.task_hash) == task_hash))
+
+
+class JournalArchive(StoreBase):
+    async def save_journal(
+        self,
+        task_hash: str,
+        *,
+        status: str,
+        steps: list[dict[str, Any]],
+        prompt: dict[str, Any] | None,
+    ) -> None:
+        """Record a task's progress; a task whose journal is gone (it ended) is left alone."""
+        stmt = (
+            update(TaskJournalRow)
+            .where(col(TaskJournalRow.task_hash) == task_hash)
+            .values(
+                status=status,
+                steps=json.dumps(steps, ensure_ascii=False),
+                prompt=json.dumps(prompt, ensure_ascii=False) if prompt else "",
+                updated_at=now_ms(),
+            )
+        )
+        await self.db.write(lambda session: session.connection().execute(stmt))
+
+    async def insert_journal(self, record: JournalRecord) -> None:
+        await self.db.write(lambda session: insert_journal(session.connection(), record))
+
+    async def drop_journal(self, task_hash: str) -> None:
+        """The task ended without a run to record (canceled): it is not to be taken up."""
+        await self.db.write(lambda session: delete_journal(session.connection(), task_hash))
+
+    async def unfinished(self) -> list[JournalRecord]:
+        """Every journal in the archive, in the order their messages were archived."""
+        stmt = select(TaskJournalRow).order_by(col(TaskJournalRow.user_message_id))
+
+        def work(session: Session) -> list[JournalRecord]:
+            return [_record(row) for row in session.exec(stmt).all()]
+
+        return await self.db.read(work)
+
+
+def _record(row: TaskJournalRow) -> JournalRecord:
+    steps = _json(row.steps, [])
+    return JournalRecord(
+        task_hash=row.task_hash,
+        session_id=row.session_id,
+        origin=_json(row.origin, {}),
+        text=row.text,
+        user_message_id=row.user_message_id,
+        user_sent_at=row.user_sent_at,
+        submitted_at=row.submitted_at,
+        status=row.status,
+        steps=tuple(s for s in steps if isinstance(s, dict)) if isinstance(steps, list) else (),
+        prompt=_json(row.prompt, None) if row.prompt else None,
+    )
+
+
+def _json(text: str, default: Any) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
