@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import SecretStr
 
 from gateway.adapter import Adapter
+from gateway.home_lock import home_lock
 from gateway.jobs import Reaper, SessionWatcher, every, trim_usage
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
@@ -74,12 +75,13 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
                 loop.add_signal_handler(signum, stop.set)
                 stack.callback(loop.remove_signal_handler, signum)
         stack.callback(log.info, "gateway stopped")
+        stack.enter_context(home_lock(settings.home))
         runtime = await Runtime.start(settings)
         stack.push_async_callback(runtime.close)
         for adapter in build_adapters(runtime):
             await adapter.start()
             stack.push_async_callback(adapter.stop)
-        resumed = await runtime.router.recover()
+        resumed = await runtime.router.recover(at_start=True)
         sent = await runtime.router.courier.redeliver()
         for job in _jobs(runtime):
             stack.push_async_callback(_cancel, asyncio.create_task(job))
@@ -107,6 +109,13 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
             clock=runtime.clock,
         ),
         SessionWatcher(runtime.store).run(),
+        every(
+            settings.recovery_interval_seconds,
+            runtime.router.recover,
+            name="recovery",
+            clock=runtime.clock,
+            now=False,
+        ),
     ]
 
 

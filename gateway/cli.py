@@ -215,6 +215,7 @@ def run() -> None:
     """Start the gateway: the HTTP API, the agent and the background jobs, until Ctrl+C."""
     from adapters.http import InsecureBinding
     from gateway.app import serve
+    from gateway.home_lock import HomeInUse
     from gateway.runtime import UnknownAgent
     from gateway.store.db import DatabaseError
 
@@ -223,7 +224,7 @@ def run() -> None:
         asyncio.run(serve(settings))
     except OSError as exc:
         fail(f"cannot start: {exc}", 1)
-    except (UnknownAgent, DatabaseError, InsecureBinding) as exc:
+    except (UnknownAgent, DatabaseError, InsecureBinding, HomeInUse) as exc:
         fail(f"cannot start: {exc}", 2)
 
 

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     max_message_chars: int = 16_000
     # Messages of recent history handed to the agent with each new message.
     history_window: int = 24
+    # How often tasks that died with their process (this one's previous life, or an instance
+    # whose presence has expired) are looked for and taken up, besides at start-up.
+    recovery_interval_seconds: float = 15.0
     temp_idle_seconds: float = 1800.0
     cleanup_interval_seconds: float = 1800.0
 
@@ -176,6 +179,7 @@ class Settings(BaseSettings):
         "max_message_chars",
         "history_window",
         "temp_idle_seconds",
+        "recovery_interval_seconds",
         "cleanup_interval_seconds",
         mode="after",
     )

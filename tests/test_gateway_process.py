@@ -177,3 +177,29 @@ async def test_task_finished_before_a_restart_is_still_known(gateway: Gateway) -
         async with http.get(f"{gateway.url}/v1/session/{done['session_id']}/task/nope") as resp:
             assert resp.status == 404
     assert await gateway.stop() == 0
+
+
+async def test_a_second_gateway_on_the_same_home_is_refused(
+    gateway: Gateway, tmp_path: Path
+) -> None:
+    await gateway.start()
+    second = await asyncio.create_subprocess_exec(
+        EXE,
+        "run",
+        env={
+            **os.environ,
+            "AGENVOY_HOME": str(gateway.home),
+            "AGENVOY_HTTP_PORT": str(free_port()),
+        },
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(second.communicate(), 30)
+    assert second.returncode == 2
+    assert "another gateway" in err.decode() and "AGENVOY_HOME" in err.decode()
+    # The first one goes on serving, and a new home is welcome.
+    async with aiohttp.ClientSession() as http, http.get(f"{gateway.url}/healthz") as resp:
+        assert resp.status == 200
+    other = Gateway(tmp_path / "other-home", free_port())
+    await other.start()
+    assert await other.stop() == 0
