@@ -21,13 +21,33 @@ class Progress:
     a retried delivery goes on from part `sent` instead of posting the first parts again."""
 
     sent: int = 0
-    save: Callable[[int], Awaitable[None]] | None = None
+    # Parts handed to the platform so far. One more than `sent` after a crash means the part
+    # at `sent` went out with no word back: the platform may have it already.
+    attempted: int = 0
+    save: Callable[[int, int], Awaitable[None]] | None = None
+
+    @property
+    def maybe_sent(self) -> bool:
+        """Whether the next part may already be on the platform (a crash came between the
+        platform taking it and the outbox hearing so): a platform that cannot tell a repeat
+        from a new message can say that it is one."""
+        return self.attempted > self.sent
+
+    async def part_started(self, index: int) -> None:
+        """Part `index` goes to the platform now: call just before handing it over, where the
+        platform has no way to refuse a part it already took (Telegram)."""
+        self.attempted = max(self.attempted, index + 1)
+        await self._save()
 
     async def part_sent(self, count: int) -> None:
         """`count` parts are out now (call after each one the platform accepted)."""
         self.sent = count
+        self.attempted = max(self.attempted, count)
+        await self._save()
+
+    async def _save(self) -> None:
         if self.save is not None:
-            await self.save(count)
+            await self.save(self.sent, self.attempted)
 
 
 class Sink(Protocol):

@@ -66,10 +66,10 @@ class Courier:
         origin = Origin.from_json(item.payload["origin"])
         event = event_from_json(json.dumps(item.payload["event"]))
 
-        async def save(count: int) -> None:
-            await table.record_parts(self.db, item.id, count)
+        async def save(sent: int, attempted: int) -> None:
+            await table.record_parts(self.db, item.id, sent, attempted)
 
-        progress = Progress(item.parts_sent, save)
+        progress = Progress(item.parts_sent, item.parts_attempted, save)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
             # Jitter in proportion to the first wait, so a short backoff stays short.

@@ -50,6 +50,7 @@ class OutboxItem:
     attempts: int
     platform_message_id: str
     parts_sent: int = 0
+    parts_attempted: int = 0
 
 
 def insert_entry_statement(dialect: str, entry: OutboxEntry) -> Any:
@@ -99,9 +100,14 @@ async def mark_delivered(db: Database, item_id: int, platform_message_id: str) -
     await db.write(lambda session: session.connection().execute(stmt))
 
 
-async def record_parts(db: Database, item_id: int, parts_sent: int) -> None:
-    """The platform accepted `parts_sent` parts of the entry's message so far."""
-    stmt = update(OutboxRow).where(col(OutboxRow.id) == item_id).values(parts_sent=parts_sent)
+async def record_parts(db: Database, item_id: int, parts_sent: int, parts_attempted: int) -> None:
+    """The platform accepted `parts_sent` parts of the entry's message so far, and was handed
+    `parts_attempted`."""
+    stmt = (
+        update(OutboxRow)
+        .where(col(OutboxRow.id) == item_id)
+        .values(parts_sent=parts_sent, parts_attempted=parts_attempted)
+    )
     await db.write(lambda session: session.connection().execute(stmt))
 
 
@@ -143,4 +149,5 @@ def outbox_item(row: OutboxRow) -> OutboxItem:
         attempts=row.attempts,
         platform_message_id=row.platform_message_id,
         parts_sent=row.parts_sent,
+        parts_attempted=row.parts_attempted,
     )
