@@ -16,6 +16,7 @@ from gateway.auth import Authority
 from gateway.events import Origin
 from gateway.store.models import SessionRow
 from gateway.store.sessions import SessionStore
+from gateway.text import UnstorableText, check_storable
 
 REASONING_LEVELS: Final = ("low", "medium", "high")
 TOOL_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
@@ -81,7 +82,12 @@ class SessionSettings:
             if value is not None:
                 if len(value) > limit:
                     raise SettingsRefused(f"{name} is longer than {limit} characters")
-                fields[name] = value.strip()
+                try:
+                    check_storable(value, name)
+                except UnstorableText as exc:
+                    raise SettingsRefused(str(exc)) from None
+                # PostgreSQL text cannot hold NUL; the archive keeps the same replacement.
+                fields[name] = value.strip().replace("\x00", "\ufffd")
         if change.reasoning is not None:
             fields["reasoning"] = self.reasoning_level(change.reasoning)
         tools = None

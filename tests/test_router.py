@@ -359,3 +359,33 @@ async def test_model_and_persona_commands(runtime: Runtime) -> None:
     admin = Origin("telegram", sender_id="root", sender_name="Root", is_admin=True)
     allowed = await router.submit(inbound("tg--44", "/persona pirate", admin))
     assert allowed.command is not None and allowed.command.ok
+
+
+async def test_a_lone_surrogate_is_refused_before_anything_is_written(runtime: Runtime) -> None:
+    from gateway.text import UnstorableText
+
+    with pytest.raises(UnstorableText, match="lone surrogate"):
+        await runtime.router.submit(inbound("cli-sur", "hello \udfff"))
+    with pytest.raises(UnstorableText):
+        await runtime.router.record(inbound("cli-sur", "\ud800"))
+    assert await runtime.store.get("cli-sur") is None
+    assert not runtime.store.dirs.path_of("cli-sur").exists()  # no folder left behind
+
+
+async def test_a_nul_is_stored_as_a_replacement_on_every_backend(
+    tmp_path: Path, database_url: str
+) -> None:
+    """PostgreSQL text cannot hold NUL: the task must still end, with its reply archived."""
+    settings = Settings(home=tmp_path / "h", database_url=database_url, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    try:
+        sub = await rt.router.submit(inbound("cli-nul", "a\x00b"))
+        assert await finished(rt.router, sub.task_hash) == "echo: a\x00b"
+        archived = await rt.store.recent_messages("cli-nul")
+        assert [m.content for m in archived] == ["a\ufffdb", "echo: a\ufffdb"]
+        (run,) = [await rt.store.finished_run("cli-nul", sub.task_hash)]
+        assert run is not None and run["objective"] == "a\ufffdb"
+        await rt.router.submit(inbound("cli-nul", "/persona calm\x00er"))
+        assert (await rt.store.require("cli-nul")).persona == "calm\ufffder"
+    finally:
+        await rt.close()

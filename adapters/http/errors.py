@@ -19,6 +19,7 @@ from gateway.engine.task import MessageTooLong, TaskNotFound
 from gateway.ids import InvalidHash, InvalidSessionId
 from gateway.logs import get_logger
 from gateway.store.sessions import UnknownSession
+from gateway.text import UnstorableText
 
 log = get_logger(__name__)
 
@@ -88,6 +89,8 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_reply(400, "bad_request", str(exc))
     except MessageTooLong as exc:
         return error_reply(413, "too_long", str(exc))
+    except UnstorableText as exc:
+        return error_reply(400, "bad_text", str(exc))
     except (TaskNotFound, UnknownSession) as exc:
         return error_reply(404, "not_found", str(exc.args[0]) if exc.args else "not found")
     except PromptError as exc:

@@ -19,6 +19,7 @@ from gateway.ids import new_task_hash, validate_session_id
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
 from gateway.store.sessions import SessionStore
+from gateway.text import check_storable
 
 CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
 
@@ -48,7 +49,7 @@ class Intake:
     async def submit(self, inbound: Inbound, turn: Turn | None = None) -> Submission:
         session_id = validate_session_id(inbound.session_id)
         async with turn or self.turns.take(session_id):
-            self._check_length(inbound.text)
+            self._check_text(inbound.text)
             command = await self.commands(inbound) if self.commands is not None else None
             if command is None:
                 accepted = await self._accept(session_id, inbound)
@@ -71,7 +72,7 @@ class Intake:
         session_id = validate_session_id(inbound.session_id)
         origin = inbound.origin
         async with turn or self.turns.take(session_id):
-            self._check_length(inbound.text)
+            self._check_text(inbound.text)
             stored = await self.store.take_in(
                 session_id,
                 inbound.text,
@@ -86,9 +87,10 @@ class Intake:
             )
         return stored.id
 
-    def _check_length(self, text: str) -> None:
+    def _check_text(self, text: str) -> None:
         if len(text) > self.max_chars:
             raise MessageTooLong(len(text), self.max_chars)
+        check_storable(text, "the message")
 
     async def _accept(self, session_id: str, inbound: Inbound) -> tuple[Task, Event] | None:
         """Archive the message and, in the same transaction, its task's journal; returns the

@@ -42,7 +42,8 @@ def insert_journal(conn: Connection, record: JournalRecord) -> None:
             task_hash=validate_hash(record.task_hash),
             session_id=record.session_id,
             origin=json.dumps(record.origin, ensure_ascii=False),
-            text=record.text,
+            # PostgreSQL text cannot hold NUL; the archive keeps the same replacement.
+            text=record.text.replace("\x00", "\ufffd"),
             user_message_id=record.user_message_id,
             user_sent_at=record.user_sent_at,
             submitted_at=record.submitted_at,
