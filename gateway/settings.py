@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     admins: str = ""
     confirm_timeout_seconds: float = 600.0
     max_concurrent_tasks: int = 16
+    # One sender (a platform user, an HTTP identity) may have this many tasks running at once
+    # and this many waiting or running: one client cannot take every slot or flood a queue.
+    max_running_per_sender: int = 4
+    max_pending_per_sender: int = 100
     max_message_chars: int = 16_000
     # Messages of recent history handed to the agent with each new message.
     history_window: int = 24
@@ -176,6 +180,8 @@ class Settings(BaseSettings):
         "presence_refresh_seconds",
         "confirm_timeout_seconds",
         "max_concurrent_tasks",
+        "max_running_per_sender",
+        "max_pending_per_sender",
         "max_message_chars",
         "history_window",
         "temp_idle_seconds",

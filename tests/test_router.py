@@ -12,7 +12,7 @@ from gateway.adapter import Progress
 from gateway.auth import NotAllowed
 from gateway.engine.prompts import AlreadyAnswered, PromptNotFound
 from gateway.engine.router import Router
-from gateway.engine.task import MessageTooLong
+from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -53,6 +53,10 @@ async def runtime(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Runtime]:
 
 def drain(queue: asyncio.Queue[Event]) -> list[Event]:
     return [queue.get_nowait() for _ in range(queue.qsize())]
+
+
+def person(i: int) -> Origin:
+    return Origin("http", sender_id=f"user{i}", sender_name=f"User {i}", window_hash=f"w{i}")
 
 
 def inbound(sid: str, text: str, origin: Origin = ANN) -> Inbound:
@@ -113,7 +117,7 @@ async def test_one_task_at_a_time_in_archive_order(runtime: Runtime) -> None:
 
 async def test_sessions_run_concurrently(runtime: Runtime, clock: FakeClock) -> None:
     router = runtime.router
-    subs = [await router.submit(inbound(f"cli-p{i}", "!sleep 1")) for i in range(5)]
+    subs = [await router.submit(inbound(f"cli-p{i}", "!sleep 1", person(i))) for i in range(5)]
     # All five are asleep at once: none waits for another session's task to end.
     await clock.until_sleeping(5, seconds=1)
     assert not any(router.task(s.task_hash).finished for s in subs)
@@ -310,7 +314,7 @@ async def test_fifty_sessions_make_progress_together(tmp_path: Path, clock: Fake
     rt = await Runtime.start(settings, clock=clock)
     try:
         tasks = await asyncio.gather(
-            *(rt.router.submit(inbound(f"cli-n{i}", "!sleep 4")) for i in range(50))
+            *(rt.router.submit(inbound(f"cli-n{i}", "!sleep 4", person(i))) for i in range(50))
         )
         for _ in range(4):
             # Every session's task is in the same second of its sleep: all fifty are going
@@ -387,5 +391,78 @@ async def test_a_nul_is_stored_as_a_replacement_on_every_backend(
         assert run is not None and run["objective"] == "a\ufffdb"
         await rt.router.submit(inbound("cli-nul", "/persona calm\x00er"))
         assert (await rt.store.require("cli-nul")).persona == "calm\ufffder"
+    finally:
+        await rt.close()
+
+
+async def test_one_sender_cannot_take_every_slot(tmp_path: Path, clock: FakeClock) -> None:
+    settings = Settings(
+        home=tmp_path / "h",
+        max_concurrent_tasks=6,
+        max_running_per_sender=2,
+        max_pending_per_sender=5,
+        _env_file=None,
+    )  # type: ignore[call-arg]
+    rt = await Runtime.start(settings, clock=clock)
+    try:
+        router = rt.router
+        flood = [await router.submit(inbound(f"cli-f{i}", "!sleep 9")) for i in range(5)]
+        await clock.until_sleeping(2, seconds=1)
+        assert router.load() == (2, 3)  # two of Ann's run; three wait although slots are free
+        other = await router.submit(inbound("cli-bob", "!sleep 1", BOB))
+        await clock.until_sleeping(3, seconds=1)
+        assert router.running_task("cli-bob") is not None  # Bob did not wait behind Ann
+        # Ann has five tasks waiting or running: the sixth is refused, and nothing is stored.
+        with pytest.raises(TooManyTasks, match="too many requests"):
+            await router.submit(inbound("cli-f9", "one more"))
+        assert await rt.store.get("cli-f9") is None
+        await clock.advance(1)
+        assert await finished(router, other.task_hash) == "slept 1s"
+        for sub in flood:
+            await router.cancel(sub.session_id, sub.task_hash, by="test")
+    finally:
+        await rt.close()
+
+
+async def test_sessions_take_turns_for_the_slots(tmp_path: Path, clock: FakeClock) -> None:
+    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=1, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings, clock=clock)
+    try:
+        router = rt.router
+        sink = RecordingSink()  # sees every reply in the order they were given
+        router.register_sink("http", sink)
+        # The one slot is taken while both sessions queue up behind it.
+        holder = await router.submit(inbound("cli-z", "!sleep 1", person(3)))
+        await clock.until_sleeping(1, seconds=1)
+        subs = [await router.submit(inbound("cli-a", f"a{i}", person(1))) for i in range(3)]
+        subs += [await router.submit(inbound("cli-b", f"b{i}", person(2))) for i in range(3)]
+        await clock.advance(1)
+        await router.wait(holder.task_hash, 10)
+        for s in subs:
+            await router.wait(s.task_hash, 10)
+        order = [e.text for _, e in sink.events if e.kind == "text"][1:]  # type: ignore[union-attr]
+        # After each task its session goes to the back of the line for the one slot.
+        assert order == ["echo: a0", "echo: b0", "echo: a1", "echo: b1", "echo: a2", "echo: b2"]
+    finally:
+        await rt.close()
+
+
+async def test_a_task_canceled_while_it_waits_for_a_slot_never_runs(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=1, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings, clock=clock)
+    try:
+        router = rt.router
+        busy = await router.submit(inbound("cli-busy", "!sleep 5", person(1)))
+        await clock.until_sleeping(1, seconds=1)
+        waiting = await router.submit(inbound("cli-wait", "!sleep 1", person(2)))
+        assert router.load() == (1, 1)  # queued for the slot, not running
+        assert await router.cancel("cli-wait", waiting.task_hash, by="Bob")
+        view = await router.wait(waiting.task_hash, 10)
+        assert view.status == "canceled"
+        await router.cancel("cli-busy", busy.task_hash, by="test")
+        await router.wait(busy.task_hash, 10)
+        assert [e.kind for e in router.task(waiting.task_hash).events] == ["user", "canceled"]
     finally:
         await rt.close()

@@ -17,6 +17,7 @@ WAIT = 5.0
 class Job:
     session_id: str
     name: str
+    sender: str = "ann"
     holds_slot: bool = False
     runner: asyncio.Task[None] | None = None
     status: str = "queued"

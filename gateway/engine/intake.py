@@ -12,7 +12,7 @@ from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.order import Turn, Turns
 from gateway.engine.scheduler import Scheduler
-from gateway.engine.task import MessageTooLong, Submission, Task
+from gateway.engine.task import MessageTooLong, Submission, Task, TooManyTasks
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Inbound, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
@@ -34,6 +34,7 @@ class Intake:
         clock: Clock,
         max_chars: int,
         crash: CrashPoints = NO_CRASH,
+        max_pending_per_sender: int | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
@@ -42,6 +43,7 @@ class Intake:
         self.clock = clock
         self.max_chars = max_chars
         self.crash = crash
+        self.max_pending_per_sender = max_pending_per_sender
         self.turns = Turns()
         # Gateway commands, answered before the agent sees a text (set by the runtime).
         self.commands: CommandRunner | None = None
@@ -52,6 +54,7 @@ class Intake:
             self._check_text(inbound.text)
             command = await self.commands(inbound) if self.commands is not None else None
             if command is None:
+                self._check_load(inbound)
                 accepted = await self._accept(session_id, inbound)
                 if accepted is None:
                     return Submission(session_id, duplicate=True)
@@ -86,6 +89,11 @@ class Intake:
                 session_id, "user", inbound.text, window_hash=origin.window_hash
             )
         return stored.id
+
+    def _check_load(self, inbound: Inbound) -> None:
+        limit = self.max_pending_per_sender
+        if limit is not None and self.scheduler.tasks_of(inbound.origin.sender_key) >= limit:
+            raise TooManyTasks(limit)
 
     def _check_text(self, text: str) -> None:
         if len(text) > self.max_chars:

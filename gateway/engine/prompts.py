@@ -93,10 +93,11 @@ class Prompts:
         )
         step = PromptAsked(kind)
         task.journal.steps.append(step)
+        # Journaled before anyone can see it open: a prompt shown is a prompt a restart asks.
+        await task.journal.save("waiting", prompt.to_json())
         task.prompt, task.prompt_step = prompt, step
         task.answer = asyncio.get_running_loop().create_future()
         task.status = "waiting"
-        await task.save_journal()
         await self.dispatch.emit(task, _prompt_event(prompt))
         async with self.scheduler.parked(task):
             answer = await self._wait(task, prompt, task.answer)

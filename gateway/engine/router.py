@@ -72,7 +72,10 @@ class Router:
         self._tasks = TaskTable(store)
         self._dispatch = Dispatch(store, self.counters, clock)
         self._scheduler: Scheduler[Task] = Scheduler(
-            settings.max_concurrent_tasks, self._run, self._canceled_before_start
+            settings.max_concurrent_tasks,
+            self._run,
+            self._canceled_before_start,
+            per_sender=settings.max_running_per_sender,
         )
         self._prompts = Prompts(
             self._dispatch,
@@ -100,6 +103,7 @@ class Router:
             clock,
             settings.max_message_chars,
             crash,
+            settings.max_pending_per_sender,
         )
 
     # -- wiring ----------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """Who runs when: one task at a time per session, in queue order; sessions side by side, at
-most `slots` tasks at once. A task parked on a prompt gives its slot back, so prompts left
-open cannot starve other sessions.
+most `slots` tasks at once, and at most `per_sender` of them for any one sender, so one client
+cannot take every slot. Lanes queue for a slot first come, first served, and go to the back
+after each task: sessions share the slots in turn. A task parked on a prompt gives its slots
+back, so prompts left open cannot starve anyone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ class Job(Protocol):
     runner: asyncio.Task[None] | None
 
     @property
+    def sender(self) -> str: ...
+
+    @property
     def finished(self) -> bool: ...
 
 
@@ -34,18 +39,28 @@ class _Lane(Generic[J]):
     worker: asyncio.Task[None] | None = None
 
 
+@dataclass(eq=False)
+class _Sender:
+    slots: asyncio.Semaphore
+    tasks: int = 0  # queued or running
+
+
 class Scheduler(Generic[J]):
     def __init__(
         self,
         slots: int,
         run: Callable[[J], Coroutine[Any, Any, None]],
         canceled_before_start: Callable[[J], Coroutine[Any, Any, None]],
+        *,
+        per_sender: int | None = None,
     ) -> None:
         """`run` carries a task through its life (it is canceled to cancel the task);
         `canceled_before_start` records the end of one canceled while it was still queued."""
         self._run = run
         self._canceled_before_start = canceled_before_start
         self._slots = asyncio.Semaphore(slots)
+        self._per_sender = per_sender or slots
+        self._senders: dict[str, _Sender] = {}
         self._lanes: dict[str, _Lane[J]] = {}
         self._closing = False
 
@@ -56,6 +71,7 @@ class Scheduler(Generic[J]):
         lane: _Lane[J] = self._lanes.setdefault(task.session_id, _Lane())
         ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
         lane.waiting.append(task)
+        self._sender(task.sender).tasks += 1
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain(task.session_id, lane))
         return ahead
@@ -78,6 +94,11 @@ class Scheduler(Generic[J]):
         running = sum(1 for lane in lanes if lane.current is not None)
         return running, sum(len(lane.waiting) for lane in lanes)
 
+    def tasks_of(self, sender: str) -> int:
+        """How many tasks of `sender` are queued or running."""
+        state = self._senders.get(sender)
+        return state.tasks if state else 0
+
     # -- cancel and shutdown ---------------------------------------------------------------
 
     async def cancel(self, task: J) -> bool:
@@ -87,6 +108,7 @@ class Scheduler(Generic[J]):
             return False
         if task in lane.waiting:
             lane.waiting.remove(task)
+            self._left(task)
             await self._canceled_before_start(task)
             return True
         if task.runner is not None:
@@ -108,10 +130,11 @@ class Scheduler(Generic[J]):
 
     @contextlib.asynccontextmanager
     async def parked(self, task: J) -> AsyncIterator[None]:
-        """While the block runs (waiting for an answer), the task holds no slot. It gets one
-        back to go on; a task canceled meanwhile ends without taking one."""
+        """While the block runs (waiting for an answer), the task holds no slot. It gets its
+        slots back to go on; a task canceled meanwhile ends without taking them."""
         self._release(task)
         yield
+        await self._sender(task.sender).slots.acquire()
         await self._slots.acquire()
         task.holds_slot = True
 
@@ -119,20 +142,45 @@ class Scheduler(Generic[J]):
         if task.holds_slot:
             task.holds_slot = False
             self._slots.release()
+            self._sender(task.sender).slots.release()
+
+    def _sender(self, sender: str) -> _Sender:
+        state = self._senders.get(sender)
+        if state is None:
+            state = self._senders[sender] = _Sender(asyncio.Semaphore(self._per_sender))
+        return state
+
+    def _left(self, task: J) -> None:
+        """`task` is off the queue for good: it counts no more against its sender."""
+        state = self._senders.get(task.sender)
+        if state is None:
+            return
+        state.tasks -= 1
+        if state.tasks <= 0 and not state.slots.locked():
+            del self._senders[task.sender]
 
     # -- running ---------------------------------------------------------------------------
 
+    async def _take_slots(self, lane: _Lane[J]) -> J | None:
+        """Slots for the lane's next task (its sender's, then a shared one), and the task;
+        None when the lane emptied meanwhile. The head may be canceled while it waits: the
+        slots then go to the one after it, or back."""
+        while lane.waiting and not self._closing:
+            head = lane.waiting[0]
+            sender = self._sender(head.sender)
+            await sender.slots.acquire()
+            if lane.waiting and lane.waiting[0] is head:
+                await self._slots.acquire()
+                if lane.waiting and lane.waiting[0] is head:
+                    head.holds_slot = True
+                    return lane.waiting.popleft()
+                self._slots.release()
+            sender.slots.release()
+        return None
+
     async def _drain(self, session_id: str, lane: _Lane[J]) -> None:
         try:
-            while lane.waiting and not self._closing:
-                # The slot is for the lane's next task, whichever it is once one is free: the
-                # head may be canceled meanwhile, and until then it counts as queued.
-                await self._slots.acquire()
-                if not lane.waiting:
-                    self._slots.release()
-                    break
-                task = lane.waiting.popleft()
-                task.holds_slot = True
+            while (task := await self._take_slots(lane)) is not None:
                 lane.current = task
                 try:
                     task.runner = asyncio.create_task(self._run(task))
@@ -155,6 +203,7 @@ class Scheduler(Generic[J]):
                     raise
                 finally:
                     self._release(task)
+                    self._left(task)
                     lane.current = None
         finally:
             if not lane.waiting and self._lanes.get(session_id) is lane:

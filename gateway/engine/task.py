@@ -31,6 +31,17 @@ class TaskNotFound(LookupError):
     pass
 
 
+class TooManyTasks(RuntimeError):
+    """The sender has as many tasks waiting or running as one sender may; nothing was stored."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"too many requests: you have {limit} tasks waiting or running; "
+            "send more once some are answered"
+        )
+        self.limit = limit
+
+
 @dataclass(frozen=True, slots=True)
 class Prompt:
     """A confirmation or question a task waits on, and where it must be answered."""
@@ -127,6 +138,11 @@ class Task:
     @property
     def finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def sender(self) -> str:
+        """Who the task counts against (`platform:sender id`)."""
+        return self.origin.sender_key
 
     def next_chunk(self) -> int:
         """The outbox chunk number of the next entry this task records."""
