@@ -3,83 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import shutil
-import signal
-import socket
 import sqlite3
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+from gateway_proc import EXE, Gateway, free_port
 
 pytestmark = pytest.mark.slow
-
-EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Gateway:
-    def __init__(self, home: Path, port: int) -> None:
-        self.home, self.port = home, port
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> dict[str, object]:
-        env = {
-            **os.environ,
-            "AGENVOY_HOME": str(self.home),
-            "AGENVOY_HTTP_PORT": str(self.port),
-            "AGENVOY_LOG_FORMAT": "json",
-            "AGENVOY_INSTANCE_ID": "test-instance",
-        }
-        self.proc = await asyncio.create_subprocess_exec(
-            EXE,
-            "run",
-            env=env,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        return await asyncio.wait_for(self._ready(), 30)
-
-    async def _ready(self) -> dict[str, object]:
-        assert self.proc is not None and self.proc.stderr is not None
-        while True:
-            line = await self.proc.stderr.readline()
-            if not line:
-                raise AssertionError(f"gateway exited with {await self.proc.wait()}")
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry.get("event") == "gateway ready":
-                # Keep draining stderr so the process never blocks on a full pipe.
-                asyncio.get_running_loop().create_task(self._drain())
-                return dict(entry)
-
-    async def _drain(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        while await self.proc.stderr.readline():
-            pass
-
-    async def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        await asyncio.wait_for(self.proc.wait(), 10)
-
-    async def stop(self) -> int:
-        assert self.proc is not None
-        if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), 15)
 
 
 @pytest.fixture
@@ -88,9 +21,7 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
     try:
         yield gw
     finally:
-        if gw.proc is not None and gw.proc.returncode is None:
-            gw.proc.kill()
-            await gw.proc.wait()
+        await gw.close()
 
 
 async def test_sigkill_with_a_parked_prompt_then_restart(gateway: Gateway) -> None:

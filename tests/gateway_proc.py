@@ -1,0 +1,103 @@
+"""A real gateway process (`agenvoy run`) for tests: started, waited for, killed, restarted.
+
+The process's stderr (JSON log lines) is kept, so a test can say why a gateway did not come up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+from pathlib import Path
+
+EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Gateway:
+    def __init__(self, home: Path, port: int, **env: str) -> None:
+        self.home, self.port = home, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.log: list[dict[str, object]] = []
+
+    async def start(self, **env: str) -> dict[str, object]:
+        """Start `agenvoy run` (with `env` on top of the gateway's own) and wait until it is
+        ready; returns the "gateway ready" log line."""
+        self.log = []
+        full_env = {
+            **os.environ,
+            "AGENVOY_HOME": str(self.home),
+            "AGENVOY_HTTP_PORT": str(self.port),
+            "AGENVOY_LOG_FORMAT": "json",
+            "AGENVOY_INSTANCE_ID": "test-instance",
+            **self.env,
+            **env,
+        }
+        self.proc = await asyncio.create_subprocess_exec(
+            EXE,
+            "run",
+            env=full_env,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        return await asyncio.wait_for(self._ready(), 30)
+
+    async def _ready(self) -> dict[str, object]:
+        assert self.proc is not None and self.proc.stderr is not None
+        while True:
+            line = await self.proc.stderr.readline()
+            if not line:
+                tail = "\n".join(json.dumps(entry) for entry in self.log[-20:])
+                raise AssertionError(f"gateway exited with {await self.proc.wait()}:\n{tail}")
+            entry = self._keep(line)
+            if entry is not None and entry.get("event") == "gateway ready":
+                # Keep draining stderr so the process never blocks on a full pipe.
+                asyncio.get_running_loop().create_task(self._drain())
+                return entry
+
+    def _keep(self, line: bytes) -> dict[str, object] | None:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return None
+        if isinstance(entry, dict):
+            self.log.append(entry)
+            return entry
+        return None
+
+    async def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self._keep(line)
+
+    async def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(self.proc.wait(), 10)
+
+    async def died(self, within: float = 15.0) -> int:
+        """Wait for the process to end by itself (a crash point); returns its exit status."""
+        assert self.proc is not None
+        return await asyncio.wait_for(self.proc.wait(), within)
+
+    async def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.wait_for(self.proc.wait(), 15)
+
+    async def close(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
