@@ -216,24 +216,33 @@ def run() -> None:
     from adapters.http import InsecureBinding
     from gateway.app import serve
     from gateway.home_lock import HomeInUse
+    from gateway.logs import get_logger, hide_secrets, redact
     from gateway.runtime import UnknownAgent
     from gateway.store.db import DatabaseError
 
     settings = load_settings(quiet=False)
+    hide_secrets(settings)
     try:
         asyncio.run(serve(settings))
     except OSError as exc:
-        fail(f"cannot start: {exc}", 1)
+        fail(f"cannot start: {redact(str(exc))}", 1)
     except (UnknownAgent, DatabaseError, InsecureBinding, HomeInUse) as exc:
-        fail(f"cannot start: {exc}", 2)
+        fail(f"cannot start: {redact(str(exc))}", 2)
+    except Exception:
+        # Anything else goes to the log, where secrets are masked: a library's error can quote
+        # one (python-telegram-bot puts a rejected bot token in its message).
+        get_logger(__name__).exception("the gateway stopped on an unexpected error")
+        raise typer.Exit(1) from None
 
 
 def cleanup() -> None:
     """Reap idle temp-* sessions now (the running gateway also does this on a timer)."""
     from gateway.jobs import Reaper
+    from gateway.logs import hide_secrets
     from gateway.runtime import Runtime
 
     settings = load_settings()
+    hide_secrets(settings)
 
     async def main() -> list[str]:
         runtime = await Runtime.start(settings)
