@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from adapters.terminal.commands import register as register_client_commands
-from gateway.cli_support import checked_id, fail, load_settings
+from gateway.cli_support import checked_id, fail, load_settings, printable
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ app = typer.Typer(
 )
 
 T = TypeVar("T")
+
+# Lines of a message after its first, in `show`: never at the start of a line of our own.
+BODY_INDENT = "    "
 
 
 def _with_store(work: Callable[[SessionStore], Awaitable[T]]) -> T:
@@ -77,7 +80,7 @@ def sessions() -> None:
         typer.secho(f"{prefix}-*", bold=True)
         for info in group:
             typer.echo(
-                f"  {info.id:<48} {info.name or '-':<20} {_when(info.updated_at):<17} "
+                f"  {info.id:<48} {printable(info.name or '-'):<20} {_when(info.updated_at):<17} "
                 f"{info.message_count:>6} msgs"
             )
 
@@ -100,11 +103,11 @@ def show(
             ("created", _when(row.created_at)),
             ("last activity", _when(row.updated_at)),
         ]:
-            typer.echo(f"  {label + ':':<15}{value or '-'}")
+            typer.echo(f"  {label + ':':<15}{printable(value or '-')}")
         typer.echo("")
         for m in messages:
-            who = f"{m.role}" + (f" ({m.sender})" if m.sender else "")
-            typer.echo(f"[{_when(m.send_at)}] {who}: {m.content}")
+            who = printable(m.role + (f" ({m.sender})" if m.sender else ""))
+            typer.echo(f"[{_when(m.send_at)}] {who}: {printable(m.content, body=BODY_INDENT)}")
 
     _with_store(work)
 
@@ -131,8 +134,10 @@ def search(
         typer.echo("no matches")
         return
     for hit in hits:
-        who = hit.sender or hit.role
-        typer.echo(f"{hit.session_id}  #{hit.id}  [{_when(hit.send_at)}] {who}: {hit.content}")
+        who = printable(hit.sender or hit.role)
+        typer.echo(
+            f"{hit.session_id}  #{hit.id}  [{_when(hit.send_at)}] {who}: {printable(hit.content)}"
+        )
 
 
 def usage(
@@ -153,7 +158,7 @@ def usage(
     )
     for u in rows:
         typer.echo(
-            f"{u.model:<32}{u.calls:>7}{u.input:>12}{u.output:>12}{u.cache_read:>10}"
+            f"{printable(u.model):<32}{u.calls:>7}{u.input:>12}{u.output:>12}{u.cache_read:>10}"
             f"{u.cache_write:>10}{u.output_tps:>11.1f}"
         )
 
@@ -216,24 +221,33 @@ def run() -> None:
     from adapters.http import InsecureBinding
     from gateway.app import serve
     from gateway.home_lock import HomeInUse
+    from gateway.logs import get_logger, hide_secrets, redact
     from gateway.runtime import UnknownAgent
     from gateway.store.db import DatabaseError
 
     settings = load_settings(quiet=False)
+    hide_secrets(settings)
     try:
         asyncio.run(serve(settings))
     except OSError as exc:
-        fail(f"cannot start: {exc}", 1)
+        fail(f"cannot start: {redact(str(exc))}", 1)
     except (UnknownAgent, DatabaseError, InsecureBinding, HomeInUse) as exc:
-        fail(f"cannot start: {exc}", 2)
+        fail(f"cannot start: {redact(str(exc))}", 2)
+    except Exception:
+        # Anything else goes to the log, where secrets are masked: a library's error can quote
+        # one (python-telegram-bot puts a rejected bot token in its message).
+        get_logger(__name__).exception("the gateway stopped on an unexpected error")
+        raise typer.Exit(1) from None
 
 
 def cleanup() -> None:
     """Reap idle temp-* sessions now (the running gateway also does this on a timer)."""
     from gateway.jobs import Reaper
+    from gateway.logs import hide_secrets
     from gateway.runtime import Runtime
 
     settings = load_settings()
+    hide_secrets(settings)
 
     async def main() -> list[str]:
         runtime = await Runtime.start(settings)

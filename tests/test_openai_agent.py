@@ -174,6 +174,65 @@ async def test_paths_outside_the_workspace_are_refused(fake: FakeOpenAI, runtime
     assert results[0].status == "error"  # type: ignore[union-attr]
 
 
+def outside_folder(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("the secret")
+    return outside
+
+
+async def test_links_in_the_workspace_are_not_followed(
+    fake: FakeOpenAI, runtime: Runtime, tmp_path: Path
+) -> None:
+    outside = outside_folder(tmp_path)
+    await runtime.store.ensure("cli-k")
+    workspace = runtime.store.files("cli-k").dir / "workspace"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("mine")
+    (workspace / "peek.txt").symlink_to(outside / "secret.txt")
+    (workspace / "out").symlink_to(outside, target_is_directory=True)
+    fake.script(
+        ToolCalls(
+            [
+                ("k1", "read_file", {"name": "peek.txt"}),
+                ("k2", "list_files", {}),
+                ("k3", "read_file", {"name": "out/secret.txt"}),
+                ("k4", "read_file", {"name": "notes.txt"}),
+            ]
+        ),
+        Text("Looked."),
+    )
+    _sub, state = await ask(runtime.router, "cli-k", "look around")
+    assert state.reply == "Looked."
+    results = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "'peek.txt' is a link" in results[0]
+    assert json.loads(results[1]) == ["notes.txt"]
+    assert "'out' is not a folder" in results[2]
+    assert results[3] == "mine"
+    assert not any("the secret" in r or str(tmp_path) in r for r in results), results
+
+
+async def test_a_linked_workspace_is_not_written_through(
+    fake: FakeOpenAI, runtime: Runtime, tmp_path: Path
+) -> None:
+    outside = outside_folder(tmp_path)
+    await runtime.store.ensure("cli-j")
+    (runtime.store.files("cli-j").dir / "workspace").symlink_to(outside)
+    fake.script(
+        ToolCalls([("j1", "write_file", {"name": "secret.txt", "content": "overwritten"})]),
+        Text("Could not."),
+    )
+    sub = await runtime.router.submit(Inbound(ANN, "cli-j", "write it"))
+    await runtime.router.wait(sub.task_hash, 15, until_prompt=True)
+    await runtime.router.answer("cli-j", sub.task_hash, ANN, approve=True)
+    state = await runtime.router.wait(sub.task_hash, 15)
+    assert state.reply == "Could not."
+    (tool,) = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "the workspace folder is not a folder" in tool and str(tmp_path) not in tool
+    assert (outside / "secret.txt").read_text() == "the secret"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
 async def test_429_is_retried_after_retry_after(
     fake: FakeOpenAI, clocked: tuple[Runtime, FakeClock]
 ) -> None:

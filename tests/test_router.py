@@ -240,6 +240,20 @@ async def test_fail_and_write(runtime: Runtime) -> None:
     assert not (runtime.store.files("cli-f").dir / "escape.txt").exists()
 
 
+async def test_write_never_follows_a_linked_workspace(runtime: Runtime, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    await runtime.store.ensure("cli-y")
+    (runtime.store.files("cli-y").dir / "workspace").symlink_to(outside)
+    write = await runtime.router.submit(inbound("cli-y", "!write notes.txt hello"))
+    await runtime.router.wait(write.task_hash, 10, until_prompt=True)
+    await runtime.router.answer("cli-y", write.task_hash, ANN, approve=True)
+    reply = await finished(runtime.router, write.task_hash)
+    assert reply.startswith("write notes.txt failed: error") and "not a folder" in reply
+    assert str(tmp_path) not in reply
+    assert list(outside.iterdir()) == []
+
+
 async def test_commands(runtime: Runtime) -> None:
     router = runtime.router
     help_ = await router.submit(inbound("cli-h", "/help"))

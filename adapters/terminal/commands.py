@@ -1,5 +1,6 @@
 """The `agenvoy` commands that are clients of a running gateway: `chat` opens the window,
 `send`, `pending`, `approve` and `deny` talk to its HTTP API. The root command registers them.
+What the gateway sends back is printed through `printable`: it can carry anyone's text.
 
 They open no store and start no agent, so what they import comes in only when one runs.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from gateway.cli_support import checked_id, fail, load_settings
+from gateway.cli_support import checked_id, fail, load_settings, printable
 
 if TYPE_CHECKING:
     from adapters.http_client import GatewayClient
@@ -87,9 +88,18 @@ def _ask_in_terminal(prompt: dict[str, Any]) -> dict[str, Any] | None:
     if not sys.stdin.isatty():
         return None
     if prompt.get("kind") == "confirm":
-        question = f"Allow {prompt.get('tool')} {json.dumps(prompt.get('args', {}))}?"
+        question = f"Allow {_confirmation(prompt)}?"
         return {"approve": typer.confirm(question, default=False)}
-    return {"answer": typer.prompt(prompt.get("question") or "Answer")}
+    return {"answer": typer.prompt(printable(str(prompt.get("question") or "Answer")))}
+
+
+def _confirmation(prompt: dict[str, Any]) -> str:
+    # json.dumps escapes every control character in the arguments (ensure_ascii).
+    return f"{printable(str(prompt.get('tool')))} {json.dumps(prompt.get('args', {}))}"
+
+
+def _task(body: dict[str, Any]) -> str:
+    return printable(f"{body.get('session_id')} {body.get('task_hash')}")
 
 
 def send(
@@ -109,10 +119,7 @@ def send(
             prompt = body["pending"]
             answer = _ask_in_terminal(prompt)
             if answer is None:
-                typer.echo(
-                    f"waiting for an answer: agenvoy approve|deny {body['session_id']} "
-                    f"{body['task_hash']}"
-                )
+                typer.echo(f"waiting for an answer: agenvoy approve|deny {_task(body)}")
                 return 3
             await client.answer(
                 body["session_id"],
@@ -123,15 +130,15 @@ def send(
             reply = await client.task(body["session_id"], body["task_hash"], wait)
             body = reply.body
         if "command" in body:
-            typer.echo(body.get("text", ""))
+            typer.echo(printable(str(body.get("text", "")), body=""))
             return 0 if body.get("ok", True) else 1
         if body.get("status") == "done":
-            typer.echo(body.get("text", ""))
+            typer.echo(printable(str(body.get("text", "")), body=""))
             return 0
         if body.get("error"):
-            typer.secho(body["error"], fg="red", err=True)
+            typer.secho(printable(str(body["error"]), body=""), fg="red", err=True)
             return 1
-        typer.echo(f"still running: {body.get('session_id')} {body.get('task_hash')}")
+        typer.echo(f"still running: {_task(body)}")
         return 3
 
     code = _client_call(work)
@@ -151,16 +158,17 @@ def pending(
         return
     for p in prompts:
         what = (
-            f"confirm {p.get('tool')} {json.dumps(p.get('args', {}))}"
+            f"confirm {_confirmation(p)}"
             if p.get("kind") == "confirm"
-            else f"question: {p.get('question')}"
+            else f"question: {printable(str(p.get('question')))}"
         )
-        typer.echo(f"{p['session_id']}  {p['task_hash']}  {what}")
+        typer.echo(f"{printable(str(p['session_id']))}  {printable(str(p['task_hash']))}  {what}")
 
 
 def _answer(session_id: str, task_hash: str, approve: bool) -> None:
     reply = _client_call(lambda client: client.answer(session_id, task_hash, approve=approve))
-    typer.echo(f"{'approved' if approve else 'denied'} (by {reply.body.get('by', '?')})")
+    by = printable(str(reply.body.get("by", "?")))
+    typer.echo(f"{'approved' if approve else 'denied'} (by {by})")
 
 
 def approve(

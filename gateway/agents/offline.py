@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 
 from gateway.agents.base import (
     AgentContext,
@@ -27,6 +26,7 @@ from gateway.agents.base import (
     ToolCall,
     Usage,
 )
+from gateway.agents.workspace import Workspace
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store.sessions import StoredMessage
 
@@ -114,7 +114,8 @@ class OfflineAgent:
             return
 
         async def write() -> str:
-            await asyncio.to_thread(_write_file, ctx.workspace, name, data)
+            # A refusal (a link planted in the workspace) says the name, not the server path.
+            await asyncio.to_thread(Workspace(ctx.workspace).write, name, data)
             await ctx.record_file_version(str(ctx.workspace), name, text)
             return f"{len(data)} bytes"
 
@@ -149,11 +150,3 @@ def _unsafe_name(name: str) -> str:
     if "/" in name or "\\" in name or name in (".", "..") or "\x00" in name:
         return f"file name {name!r} must be a plain name inside the workspace"
     return ""
-
-
-def _write_file(workspace: Path, name: str, data: bytes) -> None:
-    workspace.mkdir(exist_ok=True, mode=0o700)
-    target = workspace / name
-    tmp = workspace / f".{name}.tmp"
-    tmp.write_bytes(data)
-    tmp.replace(target)

@@ -1,7 +1,7 @@
 """The built-in tools an agent can call, each with a JSON schema and a confirmation flag.
 
-File tools work inside the session's workspace folder only: a name that would leave it
-(absolute, `..`, a link pointing out) is refused.
+File tools work inside the session's workspace folder only, through `workspace.Workspace`: a
+name that would leave it (absolute, `..`) is refused, and no link in it is ever followed.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gateway.agents.base import AgentContext
+from gateway.agents.workspace import Workspace, WorkspaceError, file_parts
 
 MAX_READ_BYTES = 256 * 1024
+
+T = TypeVar("T")
 
 
 class ToolFailed(Exception):
@@ -53,17 +55,20 @@ def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     }
 
 
-def workspace_path(ctx: AgentContext, name: object) -> Path:
-    if not isinstance(name, str) or not name or "\x00" in name:
-        raise ToolFailed("a file name (a non-empty string) is required")
-    relative = Path(name)
-    if relative.is_absolute() or ".." in relative.parts:
-        raise ToolFailed(f"{name!r} is outside the workspace; use a relative name")
-    root = ctx.workspace.resolve()
-    target = (root / relative).resolve()
-    if not target.is_relative_to(root):
-        raise ToolFailed(f"{name!r} leads outside the workspace")
-    return target
+async def _in_workspace(ctx: AgentContext, work: Callable[[Workspace], T]) -> T:
+    try:
+        return await asyncio.to_thread(work, Workspace(ctx.workspace))
+    except WorkspaceError as exc:
+        raise ToolFailed(str(exc)) from None
+
+
+def _name(args: dict[str, Any]) -> str:
+    name = args.get("name")
+    try:
+        file_parts(name)
+    except WorkspaceError as exc:
+        raise ToolFailed(str(exc)) from None
+    return str(name)
 
 
 async def _current_time(ctx: AgentContext, args: dict[str, Any]) -> str:
@@ -71,47 +76,38 @@ async def _current_time(ctx: AgentContext, args: dict[str, Any]) -> str:
 
 
 async def _list_files(ctx: AgentContext, args: dict[str, Any]) -> str:
-    def listing() -> list[str]:
-        root = ctx.workspace
-        if not root.is_dir():
-            return []
-        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-
-    return json.dumps(await asyncio.to_thread(listing))
+    return json.dumps(await _in_workspace(ctx, Workspace.list))
 
 
 async def _read_file(ctx: AgentContext, args: dict[str, Any]) -> str:
-    target = workspace_path(ctx, args.get("name"))
-
-    def read() -> str:
-        if not target.is_file():
-            raise ToolFailed(f"no file {args.get('name')!r} in the workspace")
-        data = target.read_bytes()[:MAX_READ_BYTES]
-        return data.decode("utf-8", errors="replace")
-
-    return await asyncio.to_thread(read)
+    name = _name(args)
+    data = await _in_workspace(ctx, lambda ws: ws.read(name, MAX_READ_BYTES))
+    if data is None:
+        raise ToolFailed(f"no file {name!r} in the workspace")
+    return _text(data)
 
 
 async def _write_file(ctx: AgentContext, args: dict[str, Any]) -> str:
-    target = workspace_path(ctx, args.get("name"))
+    name = _name(args)
     content = args.get("content")
     if not isinstance(content, str):
         raise ToolFailed("content (a string) is required")
-    previous = await asyncio.to_thread(_read_if_exists, target)
+    previous = await _in_workspace(ctx, lambda ws: ws.read(name))
     # The version the task saw first is kept; later writes in the same task are no-ops there.
-    await ctx.record_file_version(str(ctx.workspace), str(args["name"]), previous or "")
-    await asyncio.to_thread(_write, target, content.encode())
-    return f"wrote {len(content.encode())} bytes to {args['name']}"
+    await ctx.record_file_version(str(ctx.workspace), name, _text(previous or b""))
+    data = content.encode()
+    await _in_workspace(ctx, lambda ws: ws.write(name, data))
+    return f"wrote {len(data)} bytes to {name}"
 
 
 async def _delete_file(ctx: AgentContext, args: dict[str, Any]) -> str:
-    target = workspace_path(ctx, args.get("name"))
-    previous = await asyncio.to_thread(_read_if_exists, target)
+    name = _name(args)
+    previous = await _in_workspace(ctx, lambda ws: ws.read(name))
     if previous is None:
-        raise ToolFailed(f"no file {args.get('name')!r} in the workspace")
-    await ctx.record_file_version(str(ctx.workspace), str(args["name"]), previous)
-    await asyncio.to_thread(target.unlink)
-    return f"deleted {args['name']}"
+        raise ToolFailed(f"no file {name!r} in the workspace")
+    await ctx.record_file_version(str(ctx.workspace), name, _text(previous))
+    await _in_workspace(ctx, lambda ws: ws.delete(name))
+    return f"deleted {name}"
 
 
 async def _search_history(ctx: AgentContext, args: dict[str, Any]) -> str:
@@ -131,18 +127,8 @@ async def _ask_user(ctx: AgentContext, args: dict[str, Any]) -> str:
     return answer if answer is not None else "(no answer)"
 
 
-def _read_if_exists(target: Path) -> str | None:
-    try:
-        return target.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return None
-
-
-def _write(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(target)
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
 
 
 _NAME = {"name": {"type": "string", "description": "file name relative to the workspace"}}
