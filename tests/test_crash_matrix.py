@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -80,7 +81,13 @@ async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
 async def open_archive(home: Path, backend: dict[str, str]) -> SessionStore:
     url = backend.get("AGENVOY_DATABASE_URL", "")
     settings = Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
-    return await SessionStore.open(settings)
+    # Alembic migrates through module-level state: the scenarios, running side by side in
+    # this process, open their archives one at a time.
+    async with OPENING.get():
+        return await SessionStore.open(settings)
+
+
+OPENING: contextvars.ContextVar[asyncio.Lock] = contextvars.ContextVar("opening")
 
 
 async def assert_consistent(store: SessionStore, session_id: str) -> list[tuple[str, str]]:
@@ -250,6 +257,7 @@ SCENARIOS: dict[str, Callable[[Path, dict[str, str]], Awaitable[None]]] = {
 async def test_killed_at_every_step_over_http(tmp_path: Path, backends: Backends) -> None:
     """Each step in a gateway of its own, all at once (a gateway mostly waits to start)."""
     stores = [await backends.new() for _ in SCENARIOS]
+    OPENING.set(asyncio.Lock())  # the scenarios' tasks copy this context
     outcomes = await asyncio.gather(
         *(
             scenario(tmp_path / step, env)
