@@ -1,6 +1,6 @@
 """Discord: a message is stored once however often it is delivered, only from where the bot
-serves, and not at all when its text is refused. Against the fake Discord, through
-discord.py."""
+serves, and not at all when its text is refused; previews a crash left are deleted. Against
+the fake Discord, through discord.py."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from discord_rig import (
 from fakes.discord import FakeDiscord, point_discord_py_at, text_channel
 
 from adapters.discord.commands import REFUSAL
-from gateway.events import ConfirmEvent, Origin
+from gateway.adapter import Progress
+from gateway.events import ConfirmEvent, Origin, TextDeltaEvent
 
 OTHER_GUILD, OTHER_CHANNEL, CLOSED = 800, 801, 905
 
@@ -143,3 +144,23 @@ async def test_a_lone_surrogate_is_refused_with_a_short_reply(rig: Rig) -> None:
     fake.inject_message(DM, ANN, "fine text", guild_id=None)
     await reply_in(fake, DM, "echo: fine text")
     assert await user_texts(rig, DM) == ["fine text"]
+
+
+async def test_a_preview_left_by_a_crash_is_deleted_at_the_next_start(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    rig = await start_rig(fake, home)
+    where = Origin("discord", channel_id=str(GENERAL), sender_id=ANN["id"], sender_name="ann")
+    delta = TextDeltaEvent(session_id=f"dc-{GENERAL}", task_hash="t1", text="half a rep")
+    await rig.adapter.deliver(where, delta, Progress())
+    assert contents(fake, GENERAL) == ["half a rep"]
+    await stop_rig(rig)  # the final reply never comes
+
+    rig = await start_rig(fake, home)
+    try:
+        await fake.wait_for_call("DELETE /channels/{cid}/messages/{mid}", timeout=10)
+        assert contents(fake, GENERAL) == []
+        assert await rig.runtime.kv.scan("preview:") == {}
+    finally:
+        await stop_rig(rig)

@@ -27,9 +27,10 @@ from telegram_rig import (
 
 from adapters.http import start_http
 from adapters.telegram import TelegramAdapter
+from gateway.adapter import Progress
 from gateway.crash import CrashPoints
 from gateway.engine.task import Submission
-from gateway.events import Inbound
+from gateway.events import Inbound, Origin, TextDeltaEvent, TextEvent
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
@@ -381,3 +382,41 @@ async def test_a_part_lost_with_its_connection_goes_again_marked(rig: Rig) -> No
     fake.inject_message(fake.private_chat(42), fake.user(42, "Ann"), "flaky line")
     sent = await reply_in(fake, 42, "echo: flaky line")
     assert sent["text"] == "↻ echo: flaky line"
+
+
+# -- stream previews a crash left -----------------------------------------------------------------
+
+ANN_AT_181 = Origin("telegram", channel_id="181", sender_id="181", sender_name="Ann")
+
+
+async def test_a_preview_left_by_a_crash_is_deleted_at_the_next_start(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    fake.private_chat(181)
+    rig = await start_rig(fake, home)
+    delta = TextDeltaEvent(session_id="tg-181", task_hash="t181", text="half a rep")
+    await rig.adapter.deliver(ANN_AT_181, delta, Progress())
+    preview = fake.sent_messages(181)[-1]
+    assert list(await rig.runtime.kv.scan("preview:telegram:")) != []
+    await stop_rig(rig)  # the final reply never comes
+
+    rig = await start_rig(fake, home)
+    try:
+        deleted = await fake.wait_for_call("deleteMessage", timeout=10)
+        assert deleted["message_id"] == preview["message_id"]
+        assert fake.sent_messages(181) == []
+        assert await rig.runtime.kv.scan("preview:") == {}
+    finally:
+        await stop_rig(rig)
+
+
+async def test_a_replaced_preview_leaves_no_note(rig: Rig) -> None:
+    rig.fake.private_chat(181)
+    delta = TextDeltaEvent(session_id="tg-181", task_hash="t181", text="half a rep")
+    await rig.adapter.deliver(ANN_AT_181, delta, Progress())
+    assert len(await rig.runtime.kv.scan("preview:telegram:")) == 1
+    final = TextEvent(session_id="tg-181", task_hash="t181", text="the whole reply")
+    await rig.adapter.deliver(ANN_AT_181, final, Progress())
+    assert await rig.runtime.kv.scan("preview:") == {}
+    assert sent_to(rig.fake, 181) == ["the whole reply"]

@@ -10,7 +10,8 @@ primitives a platform implements (send a part, edit, delete, typing, a prompt wi
   `Progress` as handed over and as accepted, so a retried delivery (also after a restart) goes
   on from the next part, and a part that may be out already is known as such (`repeat`).
 - Streamed text shows as one preview message, edited at most once a second and deleted when
-  the final reply arrives. Typing is shown at most once per platform-specific interval.
+  the final reply arrives; previews a crash left are deleted at the next start (`previews`).
+  Typing is shown at most once per platform-specific interval.
 - Prompts remember where they were posted, so the answer can close them (`prompts`).
 """
 
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from adapters.attachments import Download, Staged, describe, stage_downloads
+from adapters.chat.previews import PreviewNotes
 from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
 from gateway.adapter import HttpRoute, Progress
@@ -85,6 +87,7 @@ class ChatAdapter(ABC):
         self._typing = Throttle(runtime.clock, self.typing_every)
         self._edits = Throttle(runtime.clock, STREAM_EDIT_SECONDS)
         self._previews: dict[str, _Preview] = {}
+        self._preview_notes = PreviewNotes(runtime.kv, self.name, runtime.settings.instance_id)
         self.prompts = OpenPrompts(self.router)
 
     def routes(self) -> list[HttpRoute]:
@@ -213,7 +216,7 @@ class ChatAdapter(ABC):
             await self.close_prompt(event)
         elif isinstance(event, ErrorEvent):
             # The partial text stays up: it is all the person gets of this reply.
-            self._forget_stream(event.task_hash)
+            await self._forget_stream(event.task_hash)
             return (await self.send_text(origin, f"⚠️ {event.message}", reply=False)).message_id
         elif isinstance(event, CanceledEvent):
             await self.end_stream(event.task_hash)
@@ -270,19 +273,36 @@ class ChatAdapter(ABC):
         with self._best_effort():
             if preview.posted is None:
                 preview.posted = await self.send_text(origin, shown, reply=self.preview_replies)
+                await self._preview_notes.shown(event.task_hash, preview.posted)
             else:
                 await self.edit_text(preview.posted, shown)
 
     async def end_stream(self, task_hash: str) -> None:
         """The final reply (or a cancel) replaces the preview."""
-        preview = self._forget_stream(task_hash)
+        preview = await self._forget_stream(task_hash)
         if preview is not None and preview.posted is not None:
             with self._best_effort():
                 await self.delete(preview.posted)
 
-    def _forget_stream(self, task_hash: str) -> _Preview | None:
+    async def _forget_stream(self, task_hash: str) -> _Preview | None:
         self._edits.forget(task_hash)
-        return self._previews.pop(task_hash, None)
+        preview = self._previews.pop(task_hash, None)
+        if preview is not None and preview.posted is not None:
+            await self._preview_notes.gone(task_hash)
+        return preview
+
+    async def clear_left_previews(self) -> int:
+        """Delete the previews an earlier life of this adapter left in chats (a crash came
+        before their final replies); call at start, once the platform can be reached."""
+        left = await self._preview_notes.left_behind()
+        for task_hash, posted in left.items():
+            if posted is not None:
+                with self._best_effort():
+                    await self.delete(posted)
+            await self._preview_notes.gone(task_hash)
+        if left:
+            log.info("deleted stream previews left by a crash", platform=self.name, count=len(left))
+        return len(left)
 
     # -- prompts ---------------------------------------------------------------------------
 

@@ -83,6 +83,7 @@ class DiscordAdapter(ChatAdapter):
             if isinstance(exc, discord.PrivilegedIntentsRequired):
                 log.error("discord adapter cannot start", reason=INTENT_HELP)
             raise exc or RuntimeError("the Discord client stopped during start-up")
+        await self.clear_left_previews()
         log.info("adapter started", adapter=PLATFORM, user=str(self.client.user))
 
     async def stop(self) -> None:

@@ -141,6 +141,7 @@ class TelegramAdapter(ChatAdapter):
         with contextlib.suppress(TelegramError):
             await me.set_my_commands(menu)
         await self.chats.load()
+        await self.clear_left_previews()
         self.router.register_sink(PLATFORM, self)
         await self.app.start()
         settings = self.runtime.settings
