@@ -1,11 +1,16 @@
-"""Saving what users attach into their session's workspace, for every platform."""
+"""Saving what users attach into their session's workspace, for every platform.
+
+Files are fetched into hidden `.part` files first (`stage_downloads`) and put in place only
+once the message they came with is accepted (`Staged.keep`): a message refused for its length
+or its text leaves no file behind (`Staged.drop`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.events import Attachment
@@ -27,52 +32,69 @@ class Download:
     fetch: Callable[[], Awaitable[bytes]]
 
 
+@dataclass
+class Staged:
+    """The attachments of one message: described, fetched, not yet in place."""
+
+    attachments: list[Attachment] = field(default_factory=list)
+    _moves: list[tuple[Path, Path]] = field(default_factory=list)  # (.part file, final name)
+
+    def fetched(self, attachment: Attachment, part: Path) -> None:
+        self.attachments.append(attachment)
+        self._moves.append((part, part.with_name(attachment.name)))
+
+    async def keep(self) -> None:
+        """Put every fetched file under its final name."""
+        moves, self._moves = self._moves, []
+        await asyncio.to_thread(_move, moves)
+
+    async def drop(self) -> None:
+        """Remove every fetched file: the message was refused."""
+        moves, self._moves = self._moves, []
+        await asyncio.to_thread(_remove, [part for part, _ in moves])
+
+
 def safe_name(name: str) -> str:
     """A file name that stays inside the folder it is written to."""
     cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".")
     return cleaned[:120] or "file"
 
 
-async def save_attachment(
-    store: SessionStore, session_id: str, name: str, mime: str, data: bytes
-) -> Attachment:
-    """Write `data` under the session's workspace/attachments; the session must exist."""
-    safe = safe_name(name)
-    session_dir = store.files(session_id).dir
-    await asyncio.to_thread(_write, session_dir, safe, data)
-    return Attachment(safe, mime, len(data), f"{ATTACHMENTS_DIR}/{safe}")
-
-
-async def save_downloads(
+async def stage_downloads(
     store: SessionStore,
     session_id: str,
     downloads: Sequence[Download],
     limit: int,
     errors: tuple[type[Exception], ...],
-) -> list[Attachment]:
-    """Fetch each file into the session workspace (creating the session). A file over `limit`
-    bytes, or one the platform fails to hand over (`errors`), is described but not saved."""
+) -> Staged:
+    """Fetch each file into the session workspace (creating the session), under a hidden name
+    until `keep`. A file over `limit` bytes, or one the platform fails to hand over
+    (`errors`), is described but not saved."""
+    staged = Staged()
+    if not downloads:
+        return staged
     await store.ensure(session_id)
-    saved: list[Attachment] = []
+    folder = store.files(session_id).dir / ATTACHMENTS_DIR
     for item in downloads:
         name = safe_name(item.name)
         if item.size > limit:
-            saved.append(Attachment(name, item.mime, item.size, ""))
+            staged.attachments.append(Attachment(name, item.mime, item.size, ""))
             continue
         try:
             data = await item.fetch()
         except errors as exc:
             log.warning("attachment download failed", error=str(exc), name=item.name)
-            saved.append(Attachment(name, item.mime, item.size, ""))
+            staged.attachments.append(Attachment(name, item.mime, item.size, ""))
             continue
         if len(data) > limit:
-            saved.append(Attachment(name, item.mime, len(data), ""))
+            staged.attachments.append(Attachment(name, item.mime, len(data), ""))
             continue
-        saved.append(await save_attachment(store, session_id, name, item.mime, data))
-    return saved
+        part = await asyncio.to_thread(_write_part, folder, name, data)
+        staged.fetched(Attachment(name, item.mime, len(data), f"{ATTACHMENTS_DIR}/{name}"), part)
+    return staged
 
 
-def describe(attachments: list[Attachment]) -> str:
+def describe(attachments: Sequence[Attachment]) -> str:
     """How the agent hears of attachments: one line each, saying where it can read them."""
     return "\n".join(
         f"[attachment: {a.name}, {a.mime}, {a.size} bytes"
@@ -81,12 +103,22 @@ def describe(attachments: list[Attachment]) -> str:
     )
 
 
-def _write(session_dir: Path, name: str, data: bytes) -> None:
+def _write_part(folder: Path, name: str, data: bytes) -> Path:
     # Only folders inside an existing session are made here, never the session itself.
+    session_dir = folder.parents[1]
     if not session_dir.is_dir():
         raise FileNotFoundError(str(session_dir))
-    folder = session_dir / ATTACHMENTS_DIR
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = folder / f".{name}.part"
-    tmp.write_bytes(data)
-    tmp.replace(folder / name)
+    part = folder / f".{name}.part"
+    part.write_bytes(data)
+    return part
+
+
+def _move(moves: list[tuple[Path, Path]]) -> None:
+    for part, final in moves:
+        part.replace(final)
+
+
+def _remove(parts: list[Path]) -> None:
+    for part in parts:
+        part.unlink(missing_ok=True)

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import discord
 import pytest
 from clock import FakeClock
+from discord_rig import (
+    ANN,
+    BOB,
+    DM,
+    GENERAL,
+    GUILD,
+    INTERACTION_CALLBACK,
+    THREAD,
+    Rig,
+    contents,
+    custom_ids,
+    prompt_in,
+    reply_in,
+    running,
+    start_rig,
+    stop_rig,
+)
 from fakes.discord import (
     FakeDiscord,
     member,
@@ -22,21 +37,9 @@ from fakes.discord import (
 
 from adapters.discord import DiscordAdapter
 from gateway.adapter import Progress
-from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.events import Origin, TextDeltaEvent, TextEvent, ToolCallEvent
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-
-GUILD, GENERAL, THREAD, DM = 900, 901, 902, 903
-ANN = user(11, "ann")
-BOB = user(12, "bob")
-
-
-@dataclass
-class Rig:
-    fake: FakeDiscord
-    runtime: Runtime
-    adapter: DiscordAdapter
 
 
 @pytest.fixture
@@ -58,37 +61,10 @@ def pointed(fake: FakeDiscord) -> Iterator[None]:
         yield
 
 
-async def start_rig(
-    fake: FakeDiscord, home: Path, *, clock: Clock = SYSTEM_CLOCK, **extra: Any
-) -> Rig:
-    settings = Settings(
-        home=home,
-        **extra,
-        discord_token=fake.token,
-        discord_api_url=fake.api_base,
-        discord_gateway_url=fake.gateway_url,
-        confirm_timeout_seconds=30,
-        _env_file=None,
-    )  # type: ignore[call-arg]
-    runtime = await Runtime.start(settings, clock=clock)
-    runtime.router.courier.initial_wait = 0.01
-    adapter = DiscordAdapter(runtime, guild_ready_timeout=0.05)
-    await adapter.start(ready_timeout=10)
-    return Rig(fake, runtime, adapter)
-
-
-async def stop_rig(rig: Rig) -> None:
-    await rig.adapter.stop()
-    await rig.runtime.close()
-
-
 @pytest.fixture
 async def rig(fake: FakeDiscord, pointed: None, tmp_path: Path) -> AsyncIterator[Rig]:
-    started = await start_rig(fake, tmp_path / "home")
-    try:
+    async with running(fake, tmp_path / "home") as started:
         yield started
-    finally:
-        await stop_rig(started)
 
 
 @pytest.fixture
@@ -101,23 +77,8 @@ async def clocked(
     fake: FakeDiscord, pointed: None, tmp_path: Path, clock: FakeClock
 ) -> AsyncIterator[Rig]:
     """A rig whose runtime runs on `clock`."""
-    started = await start_rig(fake, tmp_path / "home", clock=clock)
-    try:
+    async with running(fake, tmp_path / "home", clock=clock) as started:
         yield started
-    finally:
-        await stop_rig(started)
-
-
-async def reply_in(fake: FakeDiscord, channel: int, contains: str) -> dict[str, Any]:
-    return await fake.wait_for_call(
-        f"POST /channels/{channel}/messages",
-        lambda body: contains in str(body.get("content", "")),
-        timeout=10,
-    )
-
-
-def contents(fake: FakeDiscord, channel: int) -> list[str]:
-    return [str(m.get("content", "")) for m in fake.sent_messages(channel)]
 
 
 async def test_mention_gets_an_echo_in_the_same_channel(rig: Rig) -> None:
@@ -153,17 +114,6 @@ async def test_dm_and_thread_are_sessions_of_their_own(rig: Rig) -> None:
     await reply_in(rig.fake, THREAD, "echo: in the thread")
     assert await rig.runtime.store.get(f"dc-{DM}") is not None
     assert await rig.runtime.store.get(f"dc-{THREAD}") is not None
-
-
-async def prompt_in(fake: FakeDiscord, channel: int) -> dict[str, Any]:
-    body = await fake.wait_for_call(
-        f"POST /channels/{channel}/messages", lambda b: bool(b.get("components")), timeout=10
-    )
-    return fake.sent_messages(channel)[-1] if body else body
-
-
-def custom_ids(message: dict[str, Any]) -> list[str]:
-    return [c["custom_id"] for row in message["components"] for c in row["components"]]
 
 
 async def test_confirm_only_the_requester_may_click(rig: Rig) -> None:
@@ -402,9 +352,6 @@ async def test_people_writing_at_once_are_answered_in_the_order_they_wrote(rig: 
     assert posted == answers  # and posted in that order
     history = rig.runtime.store.files(sid).history.read()
     assert [m.content.split("\n")[0] for m in history if m.role == "user"] == written
-
-
-INTERACTION_CALLBACK = "POST /interactions/{id}/{token}/callback"
 
 
 async def test_slash_commands_are_registered_from_the_registry(rig: Rig) -> None:

@@ -583,6 +583,37 @@ async def test_get_updates_offsets_and_limit(fake: FakeTelegram, bot: Bot) -> No
     assert [u.update_id for u in await bot.get_updates(offset=ids[3] + 1, timeout=0)] == []
 
 
+async def test_redelivered_update_comes_again_in_order(fake: FakeTelegram, bot: Bot) -> None:
+    chat, user = fake.private_chat(1001), fake.user(1001, "Alice")
+    first, second = (fake.inject_message(chat, user, text) for text in ("one", "two"))
+    await bot.get_updates(offset=second["update_id"] + 1, timeout=0)  # both confirmed
+    assert fake.pending_updates() == []
+    fake.redeliver(second)
+    fake.redeliver(first)
+    again = await bot.get_updates(timeout=0)
+    assert [(u.update_id, u.effective_message and u.effective_message.text) for u in again] == [
+        (first["update_id"], "one"),
+        (second["update_id"], "two"),
+    ]
+
+
+async def test_on_get_updates_sees_each_call_before_its_answer(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    update = fake.inject_message(fake.private_chat(1001), fake.user(1001, "Alice"), "hi")
+    seen: list[tuple[object, int]] = []
+
+    async def look(params: dict[str, object]) -> None:
+        seen.append((params.get("offset"), len(fake.pending_updates())))
+
+    fake.on_get_updates = look
+    await bot.get_updates(timeout=0)
+    await bot.get_updates(offset=update["update_id"] + 1, timeout=0)
+    # The second call is seen before it confirms the update: it is still pending then.
+    assert seen == [(None, 1), (update["update_id"] + 1, 1)]
+    assert fake.pending_updates() == []
+
+
 async def test_long_poll_wakes_on_injection(fake: FakeTelegram, bot: Bot) -> None:
     poll = asyncio.create_task(bot.get_updates(timeout=10, read_timeout=15))
     await fake.wait_until_polling(timeout=WAIT)

@@ -2,57 +2,29 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from clock import FakeClock
 from fakes.telegram import FakeTelegram
+from telegram_rig import (
+    Rig,
+    free_port,
+    last_task_of,
+    reply_in,
+    running,
+    sent_to,
+    start_rig,
+    stop_rig,
+)
 
 from adapters.telegram import TelegramAdapter
 from gateway.adapter import Progress
-from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.events import Origin, TextDeltaEvent, TextEvent, ToolCallEvent
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-
-os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
-os.environ.setdefault("no_proxy", "127.0.0.1,localhost")
-os.environ.setdefault("PTB_TIMEDELTA", "1")  # opt in to 22.x's future RetryAfter type
-
-
-@dataclass
-class Rig:
-    fake: FakeTelegram
-    runtime: Runtime
-    adapter: TelegramAdapter
-
-
-async def start_rig(
-    fake: FakeTelegram, home: Path, *, clock: Clock = SYSTEM_CLOCK, **extra: Any
-) -> Rig:
-    settings = Settings(
-        home=home,
-        telegram_token=fake.token,
-        telegram_api_url=fake.url,
-        confirm_timeout_seconds=30,
-        _env_file=None,
-        **extra,
-    )  # type: ignore[call-arg]
-    runtime = await Runtime.start(settings, clock=clock)
-    runtime.router.courier.initial_wait = 0.01
-    adapter = TelegramAdapter.build(runtime)
-    await asyncio.wait_for(adapter.start(poll_timeout=1), 10)
-    return Rig(fake, runtime, adapter)
-
-
-async def stop_rig(rig: Rig) -> None:
-    await asyncio.wait_for(rig.adapter.stop(), 10)
-    await rig.runtime.close()
 
 
 @pytest.fixture
@@ -63,11 +35,8 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 @pytest.fixture
 async def rig(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[Rig]:
-    started = await start_rig(fake, tmp_path / "home")
-    try:
+    async with running(fake, tmp_path / "home") as started:
         yield started
-    finally:
-        await stop_rig(started)
 
 
 @pytest.fixture
@@ -78,29 +47,8 @@ def clock() -> FakeClock:
 @pytest.fixture
 async def clocked(fake: FakeTelegram, tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:
     """A rig whose runtime runs on `clock`."""
-    started = await start_rig(fake, tmp_path / "home", clock=clock)
-    try:
+    async with running(fake, tmp_path / "home", clock=clock) as started:
         yield started
-    finally:
-        await stop_rig(started)
-
-
-async def last_task_of(rig: Rig, session_id: str) -> str:
-    """The task of the session's latest message to the bot, as the archive records it."""
-    messages = await rig.runtime.store.recent_messages(session_id, 50)
-    return next(m.task_hash for m in reversed(messages) if m.role == "user" and m.task_hash)
-
-
-def sent_to(fake: FakeTelegram, chat_id: int) -> list[str]:
-    return [m.get("text", "") for m in fake.sent_messages(chat_id)]
-
-
-async def reply_in(fake: FakeTelegram, chat_id: int, contains: str) -> dict[str, Any]:
-    return await fake.wait_for_call(
-        "sendMessage",
-        lambda p: p.get("chat_id") == chat_id and contains in str(p.get("text", "")),
-        timeout=10,
-    )
 
 
 async def test_private_chat_gets_an_echo(rig: Rig) -> None:
@@ -339,7 +287,7 @@ async def test_webhook_mode(fake: FakeTelegram, tmp_path: Path) -> None:
 
     from adapters.http import start_http
 
-    port = _free_port()
+    port = free_port()
     settings = Settings(
         home=tmp_path / "home",
         telegram_token=fake.token,
@@ -373,14 +321,6 @@ async def test_webhook_mode(fake: FakeTelegram, tmp_path: Path) -> None:
         await adapter.stop()
         await http.cleanup()
         await runtime.close()
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_webhook_mode_needs_url_and_secret() -> None:

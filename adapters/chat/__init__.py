@@ -1,7 +1,8 @@
 """What the chat platforms (Telegram, Discord) share, so each implements only its primitives.
 
 Modules: `base` (the adapter: intake, delivery by event kind, the streamed preview),
-`prompts` (open prompts and their answers) and `throttle`.
+`previews` (previews noted so a crash leaves none), `prompts` (open prompts and their
+answers) and `throttle`.
 """
 
 from __future__ import annotations

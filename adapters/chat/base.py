@@ -2,11 +2,16 @@
 primitives a platform implements (send a part, edit, delete, typing, a prompt with buttons).
 
 - Intake: a message takes its session's turn before anything is awaited, so one that needs a
-  download cannot be overtaken by a later one; attachments land in the session workspace.
-- Replies are split at the platform's limit; each part sent is recorded in the outbox entry's
-  `Progress`, so a retried delivery (also after a restart) goes on from the next part.
+  download cannot be overtaken by a later one. Its text is checked before anything is written
+  (too long, not storable: a short refusal), and its attachments land in the session
+  workspace only once the whole message passed. The platform's id of the delivery
+  (`source_key`) makes a repeated delivery store nothing.
+- Replies are split at the platform's limit; each part is recorded in the outbox entry's
+  `Progress` as handed over and as accepted, so a retried delivery (also after a restart) goes
+  on from the next part, and a part that may be out already is known as such (`repeat`).
 - Streamed text shows as one preview message, edited at most once a second and deleted when
-  the final reply arrives. Typing is shown at most once per platform-specific interval.
+  the final reply arrives; previews a crash left are deleted at the next start (`previews`).
+  Typing is shown at most once per platform-specific interval.
 - Prompts remember where they were posted, so the answer can close them (`prompts`).
 """
 
@@ -18,7 +23,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
-from adapters.attachments import Download, describe, save_downloads
+from adapters.attachments import Download, Staged, describe, stage_downloads
+from adapters.chat.previews import PreviewNotes
 from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
 from gateway.adapter import HttpRoute, Progress
@@ -26,7 +32,6 @@ from gateway.engine.task import MessageTooLong
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
-    Attachment,
     CanceledEvent,
     ConfirmEvent,
     ErrorEvent,
@@ -38,6 +43,7 @@ from gateway.events import (
 )
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
+from gateway.text import UnstorableText, check_storable
 
 log = get_logger(__name__)
 
@@ -54,6 +60,7 @@ class Arrival:
     addressed: bool  # for the agent; otherwise kept as context
     downloads: Sequence[Download] = ()
     replied_to: Posted | None = None  # the bot's message this one is a reply to
+    source_key: str = ""  # the platform's id of this delivery (Inbound.source_key)
 
 
 @dataclass
@@ -80,6 +87,7 @@ class ChatAdapter(ABC):
         self._typing = Throttle(runtime.clock, self.typing_every)
         self._edits = Throttle(runtime.clock, STREAM_EDIT_SECONDS)
         self._previews: dict[str, _Preview] = {}
+        self._preview_notes = PreviewNotes(runtime.kv, self.name, runtime.settings.instance_id)
         self.prompts = OpenPrompts(self.router)
 
     def routes(self) -> list[HttpRoute]:
@@ -96,8 +104,17 @@ class ChatAdapter(ABC):
         """A reply as the parts the platform takes, each within its size limit."""
 
     @abstractmethod
-    async def send_part(self, origin: Origin, part: str, *, index: int, key: str) -> Posted:
-        """Send part `index` of the reply identified by `key` (the same on a retry)."""
+    async def send_part(
+        self, origin: Origin, part: str, *, index: int, key: str, repeat: bool
+    ) -> Posted:
+        """Send part `index` of the reply identified by `key` (the same on a retry). With
+        `repeat`, an earlier attempt handed this part over and heard nothing back: the
+        platform may show it already."""
+
+    def may_have_arrived(self, exc: Exception) -> bool:
+        """Whether a part whose sending failed with `exc` may be on the platform anyway (no
+        answer came back), rather than refused."""
+        return True
 
     @abstractmethod
     async def send_text(self, origin: Origin, text: str, *, reply: bool) -> Posted:
@@ -130,29 +147,47 @@ class ChatAdapter(ABC):
         """Store a message (and start a task when it is addressed to the bot), in the order
         messages arrived. Call it before awaiting anything for the message."""
         with self.router.take_turn(arrival.session_id) as turn:
-            attachments = await self.download(arrival.session_id, arrival.downloads)
-            text = arrival.text
-            if attachments:
-                text = f"{text}\n{describe(attachments)}" if text else describe(attachments)
-            if not text:
-                return
-            answered = self.prompts.answered_by(arrival.replied_to)
-            if answered is not None:
-                await self._answer_by_reply(answered, arrival.origin, text)
-                return
-            inbound = Inbound(arrival.origin, arrival.session_id, text, attachments)
+            self.runtime.crash.reach("received")
+            staged = Staged()
             try:
+                self.check_text(arrival.text)  # before a file is fetched for it
+                staged = await self.stage(arrival.session_id, arrival.downloads)
+                text = arrival.text
+                if staged.attachments:
+                    described = describe(staged.attachments)
+                    text = f"{text}\n{described}" if text else described
+                self.check_text(text)
+                await staged.keep()
+                if not text:
+                    return
+                answered = self.prompts.answered_by(arrival.replied_to)
+                if answered is not None:
+                    await self._answer_by_reply(answered, arrival.origin, text)
+                    return
+                inbound = Inbound(
+                    arrival.origin,
+                    arrival.session_id,
+                    text,
+                    staged.attachments,
+                    source_key=arrival.source_key,
+                )
                 if arrival.addressed:
                     await self.router.submit(inbound, turn=turn)
                 else:
                     await self.router.record(inbound, turn=turn)
-            except MessageTooLong as exc:
+            except (MessageTooLong, UnstorableText) as exc:
+                await staged.drop()
                 await self.say(arrival.origin, f"⚠️ {exc}")
 
-    async def download(self, session_id: str, downloads: Sequence[Download]) -> list[Attachment]:
-        if not downloads:
-            return []
-        return await save_downloads(
+    def check_text(self, text: str) -> None:
+        """Refuse what the intake would refuse, before anything is written for the message."""
+        limit = self.runtime.settings.max_message_chars
+        if len(text) > limit:
+            raise MessageTooLong(len(text), limit)
+        check_storable(text, "the message")
+
+    async def stage(self, session_id: str, downloads: Sequence[Download]) -> Staged:
+        return await stage_downloads(
             self.runtime.store, session_id, downloads, self.max_download_bytes, self.errors
         )
 
@@ -181,7 +216,7 @@ class ChatAdapter(ABC):
             await self.close_prompt(event)
         elif isinstance(event, ErrorEvent):
             # The partial text stays up: it is all the person gets of this reply.
-            self._forget_stream(event.task_hash)
+            await self._forget_stream(event.task_hash)
             return (await self.send_text(origin, f"⚠️ {event.message}", reply=False)).message_id
         elif isinstance(event, CanceledEvent):
             await self.end_stream(event.task_hash)
@@ -205,7 +240,18 @@ class ChatAdapter(ABC):
         parts = self.split(event.text or "(empty reply)")
         last = ""
         for index in range(progress.sent, len(parts)):
-            posted = await self.send_part(origin, parts[index], index=index, key=event.task_hash)
+            repeat = progress.maybe_sent
+            attempted = progress.attempted
+            await progress.part_started(index)
+            try:
+                posted = await self.send_part(
+                    origin, parts[index], index=index, key=event.task_hash, repeat=repeat
+                )
+            except Exception as exc:
+                if not self.may_have_arrived(exc):
+                    await _not_taken(progress, attempted)
+                raise
+            self.runtime.crash.reach("part_sent")
             last = posted.message_id
             await progress.part_sent(index + 1)
         return last
@@ -227,19 +273,36 @@ class ChatAdapter(ABC):
         with self._best_effort():
             if preview.posted is None:
                 preview.posted = await self.send_text(origin, shown, reply=self.preview_replies)
+                await self._preview_notes.shown(event.task_hash, preview.posted)
             else:
                 await self.edit_text(preview.posted, shown)
 
     async def end_stream(self, task_hash: str) -> None:
         """The final reply (or a cancel) replaces the preview."""
-        preview = self._forget_stream(task_hash)
+        preview = await self._forget_stream(task_hash)
         if preview is not None and preview.posted is not None:
             with self._best_effort():
                 await self.delete(preview.posted)
 
-    def _forget_stream(self, task_hash: str) -> _Preview | None:
+    async def _forget_stream(self, task_hash: str) -> _Preview | None:
         self._edits.forget(task_hash)
-        return self._previews.pop(task_hash, None)
+        preview = self._previews.pop(task_hash, None)
+        if preview is not None and preview.posted is not None:
+            await self._preview_notes.gone(task_hash)
+        return preview
+
+    async def clear_left_previews(self) -> int:
+        """Delete the previews an earlier life of this adapter left in chats (a crash came
+        before their final replies); call at start, once the platform can be reached."""
+        left = await self._preview_notes.left_behind()
+        for task_hash, posted in left.items():
+            if posted is not None:
+                with self._best_effort():
+                    await self.delete(posted)
+            await self._preview_notes.gone(task_hash)
+        if left:
+            log.info("deleted stream previews left by a crash", platform=self.name, count=len(left))
+        return len(left)
 
     # -- prompts ---------------------------------------------------------------------------
 
@@ -267,3 +330,11 @@ class ChatAdapter(ABC):
             yield
         except self.errors as exc:
             log.info("best-effort call failed", platform=self.name, error=str(exc))
+
+
+async def _not_taken(progress: Progress, attempted: int) -> None:
+    """The platform refused the part it was handed: it is not out, so a retry is no repeat.
+    `Progress` has no call for this; `part_sent` with the count unchanged saves the mark put
+    back to where it was."""
+    progress.attempted = attempted
+    await progress.part_sent(progress.sent)

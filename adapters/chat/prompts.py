@@ -15,6 +15,7 @@ from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
 from gateway.engine.router import Router
 from gateway.engine.task import TaskNotFound
 from gateway.events import Origin
+from gateway.text import UnstorableText, check_storable
 
 ALREADY_ANSWERED: Final = "already answered"
 
@@ -95,6 +96,8 @@ class OpenPrompts:
         platform shows the outcome on the prompt message itself, so `closing` leaves that
         message alone."""
         try:
+            if text is not None:
+                check_storable(text, "the answer")
             task = self.router.task(task_hash)
             if option is not None:
                 if task.prompt is None:
@@ -105,7 +108,7 @@ class OpenPrompts:
             answer = await self.router.answer(
                 task.session_id, task_hash, responder, approve=approve, text=text
             )
-        except (NotAllowed, PromptError, TaskNotFound) as exc:
+        except (NotAllowed, PromptError, TaskNotFound, UnstorableText) as exc:
             return _refused(exc)
         if closes_message:
             self._closed_here.add(task_hash)

@@ -3,7 +3,9 @@
 - A thread is a channel of its own, and a DM channel too, so DMs are per user.
 - The agent answers DMs, mentions of the bot (the mention is taken out of the text), replies
   to its messages, and everything in the listen channels; other messages in allowed channels
-  are kept as context. It never answers itself or another bot.
+  are kept as context. It never answers itself or another bot. Messages, slash commands and
+  button presses from outside the allowed guilds and channels are not served; DMs only while
+  no guild restriction is set. A message carries its id, so one delivered twice is stored once.
 - Replies are split at 2,000 characters without breaking code blocks, reply to the trigger,
   and cannot mention @everyone, @here or roles. Each message carries a nonce derived from the
   outbox entry with `enforce_nonce`, so a retried send cannot post twice.

@@ -22,7 +22,7 @@ from adapters.discord.client import (
     OptionButton,
     point_at,
 )
-from adapters.discord.commands import INTERACTION_PREFIX, PLATFORM, SlashCommands
+from adapters.discord.commands import INTERACTION_PREFIX, PLATFORM, REFUSAL, SlashCommands
 from adapters.discord.split import DISCORD_LIMIT, split_message
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import discord_session_id
@@ -61,7 +61,7 @@ class DiscordAdapter(ChatAdapter):
             if shard_ids:
                 client_options.setdefault("shard_ids", shard_ids)
         self.client = GatewayClient(self, **client_options)
-        self.commands = SlashCommands(self.router, self.is_admin)
+        self.commands = SlashCommands(self.router, self.is_admin, self.admits)
         self._runner: asyncio.Task[None] | None = None
         self._missing_permission_logged: set[str] = set()
 
@@ -83,6 +83,7 @@ class DiscordAdapter(ChatAdapter):
             if isinstance(exc, discord.PrivilegedIntentsRequired):
                 log.error("discord adapter cannot start", reason=INTENT_HELP)
             raise exc or RuntimeError("the Discord client stopped during start-up")
+        await self.clear_left_previews()
         log.info("adapter started", adapter=PLATFORM, user=str(self.client.user))
 
     async def stop(self) -> None:
@@ -106,13 +107,22 @@ class DiscordAdapter(ChatAdapter):
             )
         return False
 
-    def _allowed(self, channel: Any, guild: discord.Guild | None) -> bool:
-        if guild is not None and self.allowed_guilds and guild.id not in self.allowed_guilds:
+    def _allowed(self, channel: Any, guild_id: int | None) -> bool:
+        """Whether the bot may answer in `channel` (of guild `guild_id`; None for a DM)."""
+        if guild_id is None:
+            # DMs come from anyone: allowed only where no guild restriction is configured.
+            return not self.allowed_guilds
+        if self.allowed_guilds and guild_id not in self.allowed_guilds:
             return False
-        if not self.allowed_channels or guild is None:
+        if not self.allowed_channels:
             return True
-        ids = {channel.id, getattr(channel, "parent_id", None)}
+        ids = {getattr(channel, "id", None), getattr(channel, "parent_id", None)}
         return bool(ids & self.allowed_channels)
+
+    def admits(self, interaction: discord.Interaction[Any]) -> bool:
+        """Whether a slash command or a button press comes from where the bot may answer."""
+        channel = interaction.channel or discord.Object(interaction.channel_id or 0)
+        return self._allowed(channel, interaction.guild_id)
 
     def who(self, user: discord.abc.User, channel_id: str = "", reply_to: str = "") -> Origin:
         return Origin(
@@ -128,7 +138,7 @@ class DiscordAdapter(ChatAdapter):
         me = self.client.user
         if message.author.bot or (me is not None and message.author.id == me.id):
             return
-        if not self._allowed(message.channel, message.guild):
+        if not self._allowed(message.channel, _guild_id(message)):
             return
         text = message.content
         mentioned = me is not None and any(u.id == me.id for u in message.mentions)
@@ -137,7 +147,7 @@ class DiscordAdapter(ChatAdapter):
         replied = message.reference.resolved if message.reference is not None else None
         to_me = isinstance(replied, discord.Message) and replied.author == me
         addressed = (
-            message.guild is None
+            _guild_id(message) is None
             or mentioned
             or to_me
             or message.channel.id in self.listen_channels
@@ -160,12 +170,16 @@ class DiscordAdapter(ChatAdapter):
                     )
                     for item in message.attachments
                 ],
+                source_key=f"discord:{message.id}",
             )
         )
 
     # -- answering prompts -----------------------------------------------------------------
 
     async def ask_for_answer(self, interaction: discord.Interaction[Any], task_hash: str) -> None:
+        if not self.admits(interaction):
+            await interaction.response.send_message(REFUSAL, ephemeral=True)
+            return
         refused = self.prompts.refusal(task_hash, self.who(interaction.user))
         if refused is not None:
             await interaction.response.send_message(refused.reason, ephemeral=True)
@@ -181,6 +195,11 @@ class DiscordAdapter(ChatAdapter):
         option: int | None = None,
         text: str | None = None,
     ) -> None:
+        """A button pressed or a modal sent: answered (the interaction's response) only once
+        the router has the answer journaled."""
+        if not self.admits(interaction):
+            await interaction.response.send_message(REFUSAL, ephemeral=True)
+            return
         result = await self.prompts.answer(
             task_hash,
             self.who(interaction.user),
@@ -227,8 +246,11 @@ class DiscordAdapter(ChatAdapter):
     def split(self, text: str) -> list[str]:
         return split_message(text)
 
-    async def send_part(self, origin: Origin, part: str, *, index: int, key: str) -> Posted:
-        # The nonce, the same on every attempt at this part, makes Discord refuse a second copy.
+    async def send_part(
+        self, origin: Origin, part: str, *, index: int, key: str, repeat: bool
+    ) -> Posted:
+        # The nonce, the same on every attempt at this part, makes Discord refuse a second copy
+        # (for a few minutes), so a repeat needs no mark here.
         sent = await self.channel(origin.channel_id).send(
             part,
             nonce=f"r{key}{index:03d}"[-MAX_NONCE:],
@@ -236,6 +258,9 @@ class DiscordAdapter(ChatAdapter):
             **(_reply_to(origin) if index == 0 else {}),
         )
         return _posted(sent)
+
+    def may_have_arrived(self, exc: Exception) -> bool:
+        return not isinstance(exc, discord.HTTPException)  # an error answer: not taken
 
     async def send_text(self, origin: Origin, text: str, *, reply: bool) -> Posted:
         sent = await self.channel(origin.channel_id).send(
@@ -293,6 +318,14 @@ class DiscordAdapter(ChatAdapter):
                 error=str(exc),
             )
         raise exc
+
+
+def _guild_id(message: discord.Message) -> int | None:
+    """The message's guild, also when the guild is not in the client's cache; None in a DM."""
+    if message.guild is not None:
+        return message.guild.id
+    guild_id: int | None = getattr(message.channel, "guild_id", None)
+    return guild_id
 
 
 def _posted(message: discord.Message) -> Posted:

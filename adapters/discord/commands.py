@@ -16,17 +16,26 @@ from discord import app_commands
 from adapters.discord.client import NO_MASS_MENTIONS
 from gateway.commands.registry import Command
 from gateway.engine.router import Router
+from gateway.engine.task import MessageTooLong
 from gateway.events import Inbound, Origin
 from gateway.ids import discord_session_id
+from gateway.text import UnstorableText
 
 PLATFORM: Final = "discord"
 INTERACTION_PREFIX: Final = "interaction:"
+REFUSAL: Final = "Sorry, this bot is not available here."
 
 
 class SlashCommands:
-    def __init__(self, router: Router, is_admin: Callable[[discord.abc.User], bool]) -> None:
+    def __init__(
+        self,
+        router: Router,
+        is_admin: Callable[[discord.abc.User], bool],
+        admits: Callable[[discord.Interaction[Any]], bool],
+    ) -> None:
         self.router = router
         self.is_admin = is_admin
+        self.admits = admits  # the allow-lists
 
     def add(self, tree: app_commands.CommandTree[Any], commands: list[Command]) -> None:
         for command in commands:
@@ -51,6 +60,9 @@ class SlashCommands:
         return run_with_text if command.usage else run
 
     async def run(self, interaction: discord.Interaction[Any], name: str, args: str) -> None:
+        if not self.admits(interaction):
+            await interaction.response.send_message(REFUSAL, ephemeral=True)
+            return
         channel_id = interaction.channel_id or 0
         origin = Origin(
             PLATFORM,
@@ -61,6 +73,12 @@ class SlashCommands:
             is_admin=self.is_admin(interaction.user),
         )
         text = f"/{name} {args}".rstrip()
-        submission = await self.router.submit(Inbound(origin, discord_session_id(channel_id), text))
+        try:
+            submission = await self.router.submit(
+                Inbound(origin, discord_session_id(channel_id), text)
+            )
+        except (MessageTooLong, UnstorableText) as exc:
+            await interaction.response.send_message(f"⚠️ {exc}", ephemeral=True)
+            return
         reply = submission.command.text if submission.command else "done"
         await interaction.response.send_message(reply, allowed_mentions=NO_MASS_MENTIONS)

@@ -11,9 +11,14 @@
   question is a ForceReply addressed to the requester. Only the requester or an admin may
   answer; anyone else is told who can.
 
-Modules: `adapter` (the application and its handlers), `incoming` (reading a message),
-`place` (chats, topics, migrated groups), `sender` (sending), `prompts` (keyboards),
-`render` (Markdown to HTML) and `split` (cutting to Telegram's limit).
+- Updates come by long polling (`polling`) or a webhook (`webhook`), and each is confirmed to
+  Telegram only once it is handled: stored, or refused by the allow-list, which every update
+  meets first. Every message carries its update id, so one delivered twice is stored once.
+
+Modules: `adapter` (the application and its handlers), `polling` and `webhook` (where updates
+come from), `incoming` (reading a message), `place` (chats, topics, migrated groups), `sender`
+(sending), `prompts` (keyboards), `render` (Markdown to HTML) and `split` (cutting to
+Telegram's limit).
 """
 
 from __future__ import annotations

@@ -3,32 +3,36 @@ primitives the shared base (`adapters.chat`) builds on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import hmac
+from collections.abc import Awaitable
 from typing import Any, ClassVar, Final
 from urllib.parse import urlsplit
 
-from aiohttp import web
 from telegram import Bot, Message, Update
 from telegram.constants import ChatAction, ChatType
-from telegram.error import Forbidden, TelegramError
+from telegram.error import Forbidden, NetworkError, TelegramError
 from telegram.ext import (
     AIORateLimiter,
     Application,
     ApplicationBuilder,
+    ApplicationHandlerStop,
     CallbackQueryHandler,
     ContextTypes,
     MessageHandler,
+    TypeHandler,
     filters,
 )
 
 from adapters.chat import ALREADY_ANSWERED, Arrival, ChatAdapter, Posted, Refused, Throttle
 from adapters.telegram.incoming import addressed, display_name, downloads
 from adapters.telegram.place import Chats, Place
+from adapters.telegram.polling import Poller
 from adapters.telegram.prompts import answered_by_reply, parse_press
 from adapters.telegram.render import render_html
 from adapters.telegram.sender import MAX_CHARS, Sender
 from adapters.telegram.split import split_html
+from adapters.telegram.webhook import Webhook
 from gateway.adapter import HttpRoute
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import telegram_session_id
@@ -45,6 +49,11 @@ GREETING: Final = (
 )
 REFUSAL: Final = "Sorry, this bot is not available in this chat."
 REFUSAL_EVERY_SECONDS: Final = 3600.0
+# What the bot handles; other kinds of update are not asked for.
+UPDATES: Final = (Update.MESSAGE, Update.EDITED_MESSAGE, Update.CALLBACK_QUERY)
+# In front of a part sent again after a crash that may have come after Telegram took it: the
+# Bot API cannot say whether it did, so the copy says it may be one (README, "Telegram").
+REPEAT_MARK: Final = "↻ "
 
 TelegramApplication = Application[Any, Any, Any, Any, Any, Any]
 
@@ -63,10 +72,19 @@ class TelegramAdapter(ChatAdapter):
         self.allowed = runtime.settings.telegram_allowed_chat_ids
         self.chats = Chats(runtime)
         self.sender = Sender(lambda: self.bot, self.chats)
+        self.poller = Poller(lambda: self.bot, self.handle, runtime.clock, updates=UPDATES)
+        secret = runtime.settings.telegram_webhook_secret
+        self.webhook = Webhook(
+            secret.get_secret_value() if secret else "", lambda: self.bot, self.handle
+        )
         self._refusals = Throttle(runtime.clock, REFUSAL_EVERY_SECONDS)
+        self._one_at_a_time = asyncio.Lock()
+        self._failed = False
         self.bot_id = 0
         self.bot_username = ""
         self._started = False
+        # The allow-list goes first, for every kind of update (group -1 runs before 0).
+        application.add_handler(TypeHandler(Update, self.gate), group=-1)
         application.add_handler(CallbackQueryHandler(self.on_callback))
         application.add_handler(MessageHandler(filters.ALL, self.on_message))
         application.add_error_handler(self.on_error)
@@ -82,10 +100,9 @@ class TelegramAdapter(ChatAdapter):
             .base_url(f"{root}/bot")
             .base_file_url(f"{root}/file/bot")
             .rate_limiter(AIORateLimiter(max_retries=3))
+            # Updates come from `Poller` or `Webhook`, each confirmed only once handled.
+            .updater(None)
         )
-        if settings.telegram_mode is TelegramMode.webhook:
-            # Updates arrive on the gateway's own HTTP server; no second web server.
-            builder = builder.updater(None)
         return cls(runtime, builder.build())
 
     @property
@@ -102,28 +119,19 @@ class TelegramAdapter(ChatAdapter):
         if not self.webhook_mode:
             return []
         path = urlsplit(self.runtime.settings.telegram_webhook_url).path or "/telegram"
-        return [HttpRoute("POST", path, self.on_webhook)]
+        return [HttpRoute("POST", path, self.webhook.on_post)]
 
-    async def on_webhook(self, request: web.Request) -> web.Response:
-        secret = self.runtime.settings.telegram_webhook_secret
-        expected = secret.get_secret_value().encode() if secret else b""
-        given = request.headers.get("X-Telegram-Bot-Api-Secret-Token", "").encode()
-        if not expected or not hmac.compare_digest(given, expected):
-            return web.json_response(
-                {"error": {"code": "forbidden", "message": "wrong webhook secret"}}, status=403
-            )
-        try:
-            update = Update.de_json(await request.json(), self.bot)
-        except (ValueError, TypeError, KeyError):
-            return web.json_response(
-                {"error": {"code": "bad_json", "message": "not a Telegram update"}}, status=400
-            )
-        await self.app.update_queue.put(update)
-        return web.Response(status=200)
+    async def handle(self, update: Update) -> bool:
+        """Run the handlers on `update`, one update at a time in the order they came; False
+        when a handler failed (it is logged by `on_error`)."""
+        async with self._one_at_a_time:
+            self._failed = False
+            await self.app.process_update(update)
+            return not self._failed
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def start(self, *, poll_timeout: int = 30, poll_interval: float = 0.0) -> None:
+    async def start(self, *, poll_timeout: int | None = None) -> None:
         self._started = True
         await self.app.initialize()
         me = self.bot
@@ -133,6 +141,7 @@ class TelegramAdapter(ChatAdapter):
         with contextlib.suppress(TelegramError):
             await me.set_my_commands(menu)
         await self.chats.load()
+        await self.clear_left_previews()
         self.router.register_sink(PLATFORM, self)
         await self.app.start()
         settings = self.runtime.settings
@@ -141,14 +150,13 @@ class TelegramAdapter(ChatAdapter):
             await self.bot.set_webhook(
                 settings.telegram_webhook_url,
                 secret_token=secret.get_secret_value() if secret else None,
-                allowed_updates=Update.ALL_TYPES,
+                allowed_updates=list(UPDATES),
             )
             where = settings.telegram_webhook_url
         else:
-            assert self.app.updater is not None
-            await self.app.updater.start_polling(
-                poll_interval=poll_interval, timeout=poll_timeout, drop_pending_updates=False
-            )
+            if poll_timeout is not None:
+                self.poller.timeout = poll_timeout
+            self.poller.start()
             where = "long polling"
         log.info("adapter started", adapter=PLATFORM, bot=self.bot_username, via=where)
 
@@ -156,28 +164,53 @@ class TelegramAdapter(ChatAdapter):
         if not self._started:
             return
         self._started = False
-        if self.app.updater is not None and self.app.updater.running:
-            await self.app.updater.stop()
+        await self.poller.stop()
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()
 
     # -- inbound ---------------------------------------------------------------------------
 
+    async def gate(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Stop an update from a chat off the allow-list before any handler sees it."""
+        if self._admits(update):
+            return
+        query = update.callback_query
+        message = update.effective_message
+        if query is not None:
+            await _answer_query(query.answer(REFUSAL, show_alert=True))
+        elif message is not None and message.from_user is not None and not _is_migration(message):
+            await self._refuse(message)
+        raise ApplicationHandlerStop
+
+    def _admits(self, update: Update) -> bool:
+        if not self.allowed:
+            return True
+        chat = update.effective_chat
+        if chat is None or not self._allowed_chat(chat.id):
+            return False
+        # A group that became a supergroup: the session that moves must be an allowed one.
+        message = update.effective_message
+        moved_from = message.migrate_from_chat_id if message is not None else None
+        return moved_from is None or self._allowed_chat(moved_from)
+
+    def _allowed_chat(self, chat_id: int) -> bool:
+        """On the allow-list, or the supergroup an allowed group became."""
+        return chat_id in self.allowed or any(
+            self.chats.current(allowed) == chat_id for allowed in self.allowed
+        )
+
     async def on_message(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message
         chat = update.effective_chat
         user = update.effective_user
-        if message is not None and chat is not None and message.migrate_to_chat_id:
-            await self.chats.migrate(chat.id, message.migrate_to_chat_id)
-            return
-        if message is not None and chat is not None and message.migrate_from_chat_id:
-            await self.chats.migrate(message.migrate_from_chat_id, chat.id)
+        if message is not None and chat is not None and _is_migration(message):
+            if message.migrate_to_chat_id:
+                await self.chats.migrate(chat.id, message.migrate_to_chat_id)
+            elif message.migrate_from_chat_id:
+                await self.chats.migrate(message.migrate_from_chat_id, chat.id)
             return
         if message is None or chat is None or user is None or user.id == self.bot_id:
-            return
-        if self.allowed and chat.id not in self.allowed:
-            await self._refuse(message)
             return
         thread = message.message_thread_id if message.is_topic_message else None
         chat_id = self.chats.current(chat.id)
@@ -203,6 +236,7 @@ class TelegramAdapter(ChatAdapter):
                 addressed=chat.type == ChatType.PRIVATE or for_bot,
                 downloads=downloads(message, self._fetch),
                 replied_to=_posted(replied) if replied is not None else None,
+                source_key=f"telegram:{self.bot_id}:{update.update_id}",
             )
         )
 
@@ -219,17 +253,18 @@ class TelegramAdapter(ChatAdapter):
             PLATFORM, sender_id=str(query.from_user.id), sender_name=display_name(query.from_user)
         )
         if press is None:
-            await query.answer(ALREADY_ANSWERED)
+            await _answer_query(query.answer(ALREADY_ANSWERED))
             return
         result = await self.prompts.answer(
             press.task_hash, responder, approve=press.approve, option=press.option
         )
         if isinstance(result, Refused):
-            await query.answer(result.reason, show_alert=result.alert)
+            await _answer_query(query.answer(result.reason, show_alert=result.alert))
         else:
-            await query.answer("thanks")  # the answer event closes the prompt message
+            await _answer_query(query.answer("thanks"))  # the answer event closes the prompt
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        self._failed = True
         log.error("telegram handler failed", error=repr(context.error), exc_info=context.error)
 
     async def _refuse(self, message: Message) -> None:
@@ -245,11 +280,21 @@ class TelegramAdapter(ChatAdapter):
         return self.runtime.settings.telegram_max_download_bytes
 
     def split(self, text: str) -> list[str]:
-        return split_html(render_html(text), MAX_CHARS)
+        # Room for the mark, so a part is the same whether it goes out marked or not.
+        return split_html(render_html(text), MAX_CHARS - len(REPEAT_MARK))
 
-    async def send_part(self, origin: Origin, part: str, *, index: int, key: str) -> Posted:
+    async def send_part(
+        self, origin: Origin, part: str, *, index: int, key: str, repeat: bool
+    ) -> Posted:
         reply_to = _reply_id(origin) if index == 0 else None
-        return _posted(await self.sender.html(Place.of(origin), part, reply_to=reply_to))
+        html = REPEAT_MARK + part if repeat else part
+        return _posted(await self.sender.html(Place.of(origin), html, reply_to=reply_to))
+
+    def may_have_arrived(self, exc: Exception) -> bool:
+        # Sending failed with no answer from Telegram (a timeout, a connection lost
+        # mid-request: the library's NetworkError raised from the transport's error); an
+        # error answer (4xx, 5xx, RetryAfter) says Telegram did not take the message.
+        return isinstance(exc, NetworkError) and exc.__cause__ is not None
 
     async def send_text(self, origin: Origin, text: str, *, reply: bool) -> Posted:
         reply_to = _reply_id(origin) if reply else None
@@ -287,9 +332,22 @@ class TelegramAdapter(ChatAdapter):
         return None
 
 
+def _is_migration(message: Message) -> bool:
+    return bool(message.migrate_to_chat_id or message.migrate_from_chat_id)
+
+
 def _posted(message: Message) -> Posted:
     return Posted(str(message.chat_id), str(message.message_id))
 
 
 def _reply_id(origin: Origin) -> int | None:
     return int(origin.reply_to) if origin.reply_to else None
+
+
+async def _answer_query(answering: Awaitable[bool]) -> None:
+    """Answer a button press; Telegram refuses a second answer to a press delivered again
+    (after a crash): that is no failure of the update."""
+    try:
+        await answering
+    except TelegramError as exc:
+        log.info("callback query not answered", error=str(exc))

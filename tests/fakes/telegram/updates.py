@@ -14,6 +14,7 @@ import itertools
 import json
 import re
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 from telegram import Update
@@ -58,6 +59,8 @@ class TelegramUpdates(TelegramFiles):
         self._waiting_polls = 0
         self._closing = False
         self._session: aiohttp.ClientSession | None = None
+        # Called with each getUpdates call's parameters before it is answered.
+        self.on_get_updates: Callable[[JSON], Awaitable[None]] | None = None
 
     # -- lifecycle: webhook delivery runs while the server does --------------------------------
 
@@ -194,6 +197,13 @@ class TelegramUpdates(TelegramFiles):
         """Queue any other update, e.g. ``{"my_chat_member": {...}}``; ``update_id`` is added."""
         return self._enqueue(self._validated_update(copy.deepcopy(payload)))
 
+    def redeliver(self, update: JSON) -> None:
+        """Queue ``update`` again, as it was (same ``update_id``), the way Telegram delivers an
+        update once more when the bot never confirmed it; it goes in update_id order."""
+        self._pending.append(copy.deepcopy(update))
+        self._pending.sort(key=lambda u: int(u["update_id"]))
+        self._wake()
+
     def pending_updates(self) -> list[JSON]:
         """Updates not yet confirmed by the bot (getUpdates offset) or delivered by webhook."""
         return copy.deepcopy(self._pending)
@@ -210,6 +220,8 @@ class TelegramUpdates(TelegramFiles):
     # -- internals -----------------------------------------------------------------------------
 
     async def _get_updates(self, params: JSON) -> list[JSON]:
+        if self.on_get_updates is not None:
+            await self.on_get_updates(params)
         if self._webhook is not None:
             raise ApiError(409, _GETUPDATES_WITH_WEBHOOK)
         offset = int(params.get("offset", 0))
