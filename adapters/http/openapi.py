@@ -26,26 +26,35 @@ ParameterPlace = Literal["path", "query", "header"]
 API_VERSION: Final = "1.0.0"
 _SCHEMAS: Final = "#/components/schemas/"
 _PATH_PARAMETER: Final = re.compile(r"{(\w+)}")
-# Any route that needs the token can answer these.
-_ALWAYS: Final = (401, 403, 500)
+# Any route that needs the token can answer these; the open ones only 421.
+_ALWAYS: Final = (401, 403, 421, 500)
 _ERRORS: Final = {
     400: (
         "BadRequest",
-        "Malformed JSON (bad_json), a wrong field (bad_request) or an invalid session id "
-        "(bad_session_id).",
+        "Malformed JSON (bad_json), text holding a NUL or a lone surrogate (bad_text), a wrong "
+        "field (bad_request) or an invalid session id (bad_session_id).",
     ),
-    401: ("Unauthorized", "No bearer token (unauthorized)."),
+    401: ("Unauthorized", "No bearer token while one is required (unauthorized)."),
     403: (
         "Forbidden",
-        "Wrong bearer token (forbidden), or not the sender nor an admin (not_allowed).",
+        "A token that stands for nobody (forbidden), a web page's Origin (cross_origin), or not "
+        "the requester nor an admin (not_allowed).",
     ),
     404: ("NotFound", "Unknown session, task or prompt (not_found)."),
+    408: ("Timeout", "The body did not arrive in time (timeout)."),
     409: ("Conflict", "The prompt was already answered (already_answered)."),
     413: (
         "TooLarge",
         "Body over 1 MiB (too_large) or content over max_message_chars (too_long).",
     ),
+    415: ("UnsupportedMediaType", "A body that is not application/json."),
+    421: ("WrongHost", "A Host header naming another server (wrong_host)."),
     500: ("Internal", "Unexpected failure (internal)."),
+    503: (
+        "Restarting",
+        "The gateway shut down before the task ended or asked (restarting); Retry-After says "
+        "when to ask again and the message which route (GET /v1/session/{sid}/task/{task_hash}).",
+    ),
 }
 _STRING: Final = TypeAdapter(str).json_schema()
 
@@ -74,7 +83,11 @@ def openapi_document(routes: Sequence[Route]) -> Schema:
                 "bearerAuth": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "AGENVOY_API_TOKEN; enforced only when it is set.",
+                    "description": (
+                        "AGENVOY_API_TOKEN, a token from `agenvoy token add`, or one signed with "
+                        "the local credential; it says who the caller is. Required once a token "
+                        "is configured or issued."
+                    ),
                 }
             },
             "responses": {
@@ -185,9 +198,13 @@ def _operation(route: Route, schemas: _Schemas) -> Schema:
             "content": {"application/json": {"schema": schemas.ref(route.body, "validation")}},
         }
     responses = {str(status): _reply(route, status, schemas) for status in route.replies}
-    if not route.public:
-        for status in sorted({*route.errors, *_ALWAYS}):
-            responses[str(status)] = {"$ref": f"#/components/responses/{_ERRORS[status][0]}"}
+    errors = {421} if route.public else {*route.errors, *_ALWAYS}
+    if route.method != "GET":
+        errors.add(415)
+    if route.body is not None:
+        errors.add(408)
+    for status in sorted(errors):
+        responses[str(status)] = {"$ref": f"#/components/responses/{_ERRORS[status][0]}"}
     operation["responses"] = responses
     return operation
 
