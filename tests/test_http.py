@@ -56,7 +56,11 @@ def terminal(server: Server, sender: str = "ann", window: str = "") -> dict[str,
 def write_tokens(store_dir: Path, users: dict[str, str]) -> None:
     store_dir.mkdir(parents=True, exist_ok=True)
     entries = [
-        {"name": name, "display": display, "sha256": sha256(f"agv_test-{name}".encode()).hexdigest()}
+        {
+            "name": name,
+            "display": display,
+            "sha256": sha256(f"agv_test-{name}".encode()).hexdigest(),
+        }
         for name, display in users.items()
     ]
     (store_dir / "api_tokens.json").write_text(json.dumps({"tokens": entries}))
@@ -1268,7 +1272,9 @@ async def test_terminal_prompt_is_answered_from_its_own_window(server: Server) -
         {"Authorization": f"Bearer {local_token('agenvoy-local-guess', 'ann', 'a')}"},
     ]
     for headers in posing:
-        status, body = await server.call("POST", answer, json_body={"approve": True}, headers=headers)
+        status, body = await server.call(
+            "POST", answer, json_body={"approve": True}, headers=headers
+        )
         assert status == 403, (headers, body)
     status, body = await server.call("POST", answer, json_body={"approve": True}, headers=window_b)
     assert (status, err(body)) == (403, "not_allowed")
