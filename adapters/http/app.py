@@ -32,8 +32,13 @@ CONTEXT_KEY: Final = web.AppKey("agenvoy_http_context", Context)
 
 
 @functools.cache
-def _document() -> OpenApiDocument:
-    return OpenApiDocument(openapi_document(ROUTES))
+def _document(token_required: bool, tools: frozenset[str] | None) -> OpenApiDocument:
+    document = openapi_document(ROUTES, token_required=token_required)
+    if tools is not None:
+        # The agent names its tools: the document can say which ones a session may allow.
+        update = document["components"]["schemas"]["UpdateSessionRequest"]["properties"]
+        update["allowed_tools"]["anyOf"][0]["items"]["enum"] = sorted(tools)
+    return OpenApiDocument(document)
 
 
 def build_app(
@@ -51,7 +56,12 @@ def build_app(
     contributed = runtime.http_routes
     contributed_paths = {route.path for route in contributed}
     open_paths = {route.path for route in ROUTES if route.public} | contributed_paths
-    ctx = Context(runtime, keepalive_seconds=keepalive_seconds, document=_document)
+    ctx = Context(
+        runtime,
+        keepalive_seconds=keepalive_seconds,
+        # Whether a token is required changes as tokens are issued and revoked.
+        document=lambda: _document(credentials.required, runtime.session_settings.known_tools),
+    )
     for platform in CLIENT_PLATFORMS:
         runtime.router.register_pulled(platform)
     guard = Guard(runtime.settings, host, contributed_paths)

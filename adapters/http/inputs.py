@@ -3,7 +3,7 @@
 Malformed JSON answers 400 `bad_json`; text that cannot be stored 400 `bad_text`; anything else
 the model refuses answers 400 `bad_request`, with a message that names the field. A body that
 does not arrive within AGENVOY_HTTP_BODY_TIMEOUT_SECONDS answers 408 `timeout`. An empty body
-reads as `{}`; an empty query parameter or header as one not given.
+reads as `{}`; an empty query parameter as one not given.
 """
 
 from __future__ import annotations
@@ -44,12 +44,18 @@ def read_query(request: web.Request, model: type[M]) -> M:
 
 
 def read_headers(request: web.Request, model: type[M]) -> M:
+    """Unlike a query parameter, a header sent empty is read, and refused if it must not be."""
     names = (field.alias or name for name, field in model.model_fields.items())
-    return _read(model, {name: request.headers.get(name, "") for name in names}, "header")
+    given = {name: request.headers[name].strip() for name in names if name in request.headers}
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        raise _refused(exc, "header") from None
 
 
 def _read(model: type[M], values: Mapping[str, str], source: Source) -> M:
-    given = {name: value.strip() for name, value in values.items() if value.strip()}
+    # Only blank parameters count as absent: `q=%1C` searches for that character.
+    given = {name: value for name, value in values.items() if value.strip(" \t")}
     try:
         return model.model_validate(given)
     except ValidationError as exc:

@@ -17,7 +17,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic_core import PydanticCustomError
 
 from gateway.ids import HASH_RE, SESSION_ID_RE, Prefix, validate_hash
-from gateway.session_settings import MAX_ALLOWED_TOOLS, MAX_NAME_CHARS, REASONING_LEVELS
+from gateway.session_settings import (
+    MAX_ALLOWED_TOOLS,
+    MAX_NAME_CHARS,
+    REASONING_LEVELS,
+    TOOL_NAME,
+)
 from gateway.store.search import MAX_PAGE
 
 MAX_WAIT_SECONDS: Final = 300.0
@@ -85,8 +90,28 @@ WaitSeconds = Annotated[
 # -- bodies ------------------------------------------------------------------------------------
 
 
+def _null_allowed(schema: dict[str, Any]) -> None:
+    """In the document: every optional field may be null, as the models read it."""
+    required = set(schema.get("required", ()))
+    properties: dict[str, Any] = schema.get("properties", {})
+    for name, field in properties.items():
+        if name in required or {"type": "null"} in field.get("anyOf", ()):
+            continue
+        outer = {k: field.pop(k) for k in ("title", "description", "default") if k in field}
+        properties[name] = {"anyOf": [field, {"type": "null"}], **outer}
+
+
+def _exactly_one_answer(schema: dict[str, Any]) -> None:
+    _null_allowed(schema)
+    properties = schema["properties"]
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: properties[name]["anyOf"][0]}}
+        for name in ("approve", "answer")
+    ]
+
+
 class RequestBody(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", json_schema_extra=_null_allowed)
 
     _storable = field_validator("*", mode="after")(_storable)
 
@@ -94,7 +119,9 @@ class RequestBody(BaseModel):
     @classmethod
     def _null_is_absent(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            return {name: value for name, value in data.items() if value is not None}
+            # Only for known fields: an unknown one is refused even when null.
+            known = cls.model_fields
+            return {k: v for k, v in data.items() if v is not None or k not in known}
         return data
 
 
@@ -127,7 +154,7 @@ class UpdateSessionRequest(RequestBody):
         None,
         description=f"One of {', '.join(REASONING_LEVELS)}, or empty for the model's default.",
     )
-    allowed_tools: list[str] | None = Field(
+    allowed_tools: list[Annotated[str, Field(pattern=f"^{TOOL_NAME.pattern}$")]] | None = Field(
         None,
         max_length=MAX_ALLOWED_TOOLS,
         description="Tools that run without asking for confirmation.",
@@ -140,6 +167,8 @@ class AddInputRequest(RequestBody):
 
 class AnswerRequest(RequestBody):
     """`approve` answers a confirmation, `answer` a question: exactly one of them."""
+
+    model_config = ConfigDict(json_schema_extra=_exactly_one_answer)
 
     approve: bool | None = None
     answer: str | None = None

@@ -59,7 +59,9 @@ _ERRORS: Final = {
 _STRING: Final = TypeAdapter(str).json_schema()
 
 
-def openapi_document(routes: Sequence[Route]) -> Schema:
+def openapi_document(routes: Sequence[Route], *, token_required: bool = True) -> Schema:
+    """The document; without `token_required`, callers may also come without a token (the
+    loopback default, where they are anonymous)."""
     schemas = _Schemas(routes)
     paths: dict[str, Schema] = {}
     for route in routes:
@@ -76,7 +78,7 @@ def openapi_document(routes: Sequence[Route]) -> Schema:
                 "described in docs/events.md."
             ),
         },
-        "security": [{"bearerAuth": []}],
+        "security": [{"bearerAuth": []}] if token_required else [],
         "paths": paths,
         "components": {
             "securitySchemes": {
@@ -219,10 +221,11 @@ def _reply(route: Route, status: int, schemas: _Schemas) -> Schema:
         if isinstance(kind, Media):
             frames = [schemas.ref(frame, "serialization") for frame in kind.frames]
             described = {**_STRING, "description": kind.description}
-            content[kind.content_type] = {"schema": described}
             if frames:
                 names = ", ".join(f["$ref"].removeprefix(_SCHEMAS) for f in frames)
                 described["description"] += f"; frames carry {names}"
+                described = _event_frame(described, frames)
+            content[kind.content_type] = {"schema": described}
             descriptions.append(kind.description)
         else:
             models.append(schemas.ref(kind, "serialization"))
@@ -231,6 +234,25 @@ def _reply(route: Route, status: int, schemas: _Schemas) -> Schema:
         json_schema = models[0] if len(models) == 1 else {"oneOf": models}
         content = {"application/json": {"schema": json_schema}, **content}
     return _content("; ".join(d.rstrip(".") for d in descriptions), content)
+
+
+def _event_frame(described: Schema, frames: list[Schema]) -> Schema:
+    """One server-sent event (OpenAPI 3.1 describes a stream by its events): its name, id,
+    and its data, one JSON document of the named models."""
+    return {
+        "type": "object",
+        "description": described["description"],
+        "properties": {
+            "event": _STRING,
+            "id": _STRING,
+            "data": {
+                **_STRING,
+                "contentMediaType": "application/json",
+                "contentSchema": {"anyOf": frames},
+            },
+        },
+        "required": ["event", "data"],
+    }
 
 
 def _content(description: str, content: Schema) -> Schema:
