@@ -11,7 +11,6 @@ import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 from support import wait_until
 from test_http import ROOT, Server, bearer, err, serving, terminal
@@ -120,7 +119,7 @@ async def test_deleting_a_shared_chat_is_for_admins(tmp_path: Path) -> None:
             await srv.runtime.store.ensure(sid)
             status, body = await srv.call("DELETE", f"/v1/session/{sid}")
             assert (status, err(body)) == (403, "not_allowed")
-            assert "only an admin may delete a shared chat" == body["error"]["message"]
+            assert body["error"]["message"] == "only an admin may delete a shared chat"
             assert await srv.runtime.store.get(sid) is not None
             assert (await srv.call("DELETE", f"/v1/session/{sid}", headers=ROOT))[0] == 200
         private = (await srv.call("POST", "/v1/session"))[1]["session_id"]
