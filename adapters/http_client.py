@@ -1,5 +1,9 @@
 """A small client of the gateway's HTTP API, used by the `agenvoy` command line and the
-terminal chat client."""
+terminal chat client.
+
+Given the local credential (`<home>/.store/terminal.token`, see gateway/credentials.py) it signs
+in as that user, in its window if it has one; given any other token, it sends it as it is.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ from urllib.parse import quote
 
 import aiohttp
 from pydantic import ValidationError
+from yarl import URL
+
+from gateway.credentials import is_local_credential, local_token
 
 if TYPE_CHECKING:
     from gateway.events import Event
@@ -19,6 +26,10 @@ if TYPE_CHECKING:
 
 class GatewayUnavailable(RuntimeError):
     pass
+
+
+class GatewayRestarting(GatewayUnavailable):
+    """The gateway ended a stream because it is shutting down; it asks to be asked again."""
 
 
 class GatewayError(RuntimeError):
@@ -34,20 +45,17 @@ class Reply:
 
 
 class GatewayClient:
-    """One client identity: a sender, and for terminal windows the window's own hash."""
+    """One client identity: what its token says, and a window's own hash."""
 
     def __init__(
-        self,
-        base_url: str,
-        token: str = "",
-        sender: str = "",
-        *,
-        window_hash: str = "",
-        client: str = "http",
+        self, base_url: str, token: str = "", sender: str = "", *, window_hash: str = ""
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.headers = {"X-Agenvoy-Sender": sender or getpass.getuser(), "X-Agenvoy-Client": client}
-        if window_hash:
+        self.headers: dict[str, str] = {}
+        if is_local_credential(token):
+            token = local_token(token, sender or getpass.getuser(), window_hash)
+        elif window_hash:
+            # Not a credential: only a label on this client's events, to tell its own tasks.
             self.headers["X-Agenvoy-Window"] = window_hash
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
@@ -66,7 +74,8 @@ class GatewayClient:
     async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Reply:
         assert self._session is not None, "use the client as `async with`"
         try:
-            async with self._session.request(method, self.base_url + path, json=body) as resp:
+            url = URL(self.base_url + path, encoded=True)
+            async with self._session.request(method, url, json=body) as resp:
                 data = await resp.json(content_type=None)
         except aiohttp.ClientConnectionError as exc:
             raise GatewayUnavailable(
@@ -86,7 +95,8 @@ class GatewayClient:
         return await self.call("POST", "/v1/send", body)
 
     async def task(self, session_id: str, task_hash: str, wait: float) -> Reply:
-        return await self.call("GET", f"/v1/session/{session_id}/task/{task_hash}?wait={wait}")
+        path = f"/v1/session/{_segment(session_id)}/task/{_segment(task_hash)}?wait={wait}"
+        return await self.call("GET", path)
 
     async def answer(
         self,
@@ -97,7 +107,8 @@ class GatewayClient:
         text: str | None = None,
     ) -> Reply:
         body: dict[str, Any] = {"approve": approve} if text is None else {"answer": text}
-        return await self.call("POST", f"/v1/session/{session_id}/pending/{task_hash}", body)
+        path = f"/v1/session/{_segment(session_id)}/pending/{_segment(task_hash)}"
+        return await self.call("POST", path, body)
 
     async def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:
         if session_id:
@@ -107,7 +118,7 @@ class GatewayClient:
             sessions = [s["session_id"] for s in listing.body.get("sessions", [])]
         prompts: list[dict[str, Any]] = []
         for sid in sessions:
-            reply = await self.call("GET", f"/v1/session/{sid}/pending")
+            reply = await self.call("GET", f"/v1/session/{_segment(sid)}/pending")
             prompts.extend(reply.body.get("pending", []))
         return prompts
 
@@ -167,7 +178,8 @@ class GatewayClient:
     async def events(
         self, session_id: str, *, on_live: Callable[[], None] | None = None
     ) -> AsyncIterator[Event]:
-        """The session's events from now on (its log stream), until the server ends it.
+        """The session's events from now on (its log stream), until the server ends it;
+        `GatewayRestarting` when it ends it to shut down.
 
         `on_live` runs once the gateway has subscribed the stream: from then on no event of
         the session is missed, so a message sent after it shows up in full.
@@ -183,15 +195,20 @@ class GatewayClient:
                         resp.status, error.get("code", "?"), error.get("message", "")
                     )
                 data_lines: list[str] = []
+                kind = ""
                 async for raw in resp.content:
                     line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                     if line == ": live" and on_live is not None:
                         on_live()
+                    elif line.startswith("event:"):
+                        kind = line[6:].strip()
                     elif line.startswith("data:"):
                         data_lines.append(line[5:].removeprefix(" "))
                     elif not line and data_lines:
+                        if kind == "restarting":
+                            raise GatewayRestarting("the gateway is restarting")
                         event = _parse_event("\n".join(data_lines))
-                        data_lines = []
+                        data_lines, kind = [], ""
                         if event is not None:
                             yield event
         except aiohttp.ClientConnectionError as exc:
@@ -201,7 +218,8 @@ class GatewayClient:
 
 
 def _segment(value: str) -> str:
-    return quote(value, safe="")
+    """`value` as one path segment: `../x` stays inside it instead of climbing the path."""
+    return quote(value, safe="").replace(".", "%2E")
 
 
 def _parse_event(data: str) -> Event | None:

@@ -6,8 +6,11 @@
   A terminal task belongs to the window that started it: the same person in another window
   watches it but does not hold it.
 - A **shared chat** (`dc-*`, `tg-*`) is used by many people, so what changes the agent for
-  everyone there (model, persona, reasoning, tools that run unasked, reset) is for admins.
-  Private sessions (`cli-*`, `chat-*`, `temp-*`) belong to whoever uses them.
+  everyone there (model, persona, reasoning, tools that run unasked, reset, deleting it) is for
+  admins. Private sessions (`cli-*`, `chat-*`, `temp-*`) belong to whoever uses them.
+
+Every command and every HTTP route names one `Access`; `Authority.require_shared_admin` and
+`require_requester` are the two checks behind them.
 """
 
 from __future__ import annotations
@@ -74,5 +77,10 @@ class Authority:
 
     def require_configure(self, who: Origin, session_id: str, what: str) -> None:
         """Raise NotAllowed unless `who` may change `what` ("the model") of the session."""
+        self.require_shared_admin(who, session_id, f"change {what} of")
+
+    def require_shared_admin(self, who: Origin, session_id: str, action: str) -> None:
+        """Raise NotAllowed unless `who` may `action` ("delete") the session: anyone in a
+        private session, only an admin in a shared chat."""
         if not self.may_configure(who, session_id):
-            raise NotAllowed(f"only an admin may change {what} of a shared chat")
+            raise NotAllowed(f"only an admin may {action} a shared chat")

@@ -90,8 +90,19 @@ class Settings(BaseSettings):
 
     http_host: str = "127.0.0.1"
     http_port: int = 17989
-    # Bearer token for the HTTP API; required when http_host is not a loopback address.
+    # Bearer token for the HTTP API, one identity (`http:api`); it or a token issued with
+    # `agenvoy token add` is required when http_host is not a loopback address.
     api_token: SecretStr | None = None
+    # Host names (besides loopback and http_host) the API answers to, comma-separated: the
+    # names clients reach it by behind a proxy. Any other Host header is refused.
+    http_allowed_hosts: str = ""
+    # Browser origins (scheme://host[:port]) allowed to call the API; empty = none.
+    http_allowed_origins: str = ""
+    # A connection with no request in progress (idle, or still sending its headers) is closed
+    # after this many seconds.
+    http_idle_timeout_seconds: float = 60.0
+    # A request body must arrive within this many seconds.
+    http_body_timeout_seconds: float = 30.0
 
     # Telegram: the adapter starts when a token is set.
     telegram_token: SecretStr | None = None
@@ -187,6 +198,8 @@ class Settings(BaseSettings):
         "temp_idle_seconds",
         "recovery_interval_seconds",
         "cleanup_interval_seconds",
+        "http_idle_timeout_seconds",
+        "http_body_timeout_seconds",
         mode="after",
     )
     @classmethod

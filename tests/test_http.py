@@ -7,6 +7,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,42 @@ from adapters.http.replies import Health, Inputs, OpenApiDocument
 from adapters.http.route import Call, Route
 from adapters.http.routes import ROUTES
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.credentials import local_token, read_terminal_credential
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 TIMEOUT = 10.0
-ANN = {"X-Agenvoy-Sender": "ann", "X-Agenvoy-Sender-Name": "Ann", "X-Agenvoy-Window": "w-ann"}
-BOB = {"X-Agenvoy-Sender": "bob", "X-Agenvoy-Sender-Name": "Bob"}
-ROOT = {"X-Agenvoy-Sender": "root", "X-Agenvoy-Sender-Name": "Root"}
+# Per-user tokens every test server knows (name, display name), as `agenvoy token add` keeps
+# them: hashed, in <home>/.store/api_tokens.json.
+USERS = {"ann": "Ann", "bob": "Bob", "root": "Root", "bot": "Build Bot", "tester": "tester"}
+
+
+def bearer(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer agv_test-{name}"}
+
+
+ANN = {**bearer("ann"), "X-Agenvoy-Window": "w-ann"}
+BOB = bearer("bob")
+ROOT = bearer("root")
+
+
+def terminal(server: Server, sender: str = "ann", window: str = "") -> dict[str, str]:
+    """A local client's credential: `sender`, in `window`, signed with the home's credential."""
+    credential = read_terminal_credential(server.runtime.settings.store_dir)
+    return {"Authorization": f"Bearer {local_token(credential, sender, window)}"}
+
+
+def write_tokens(store_dir: Path, users: dict[str, str]) -> None:
+    store_dir.mkdir(parents=True, exist_ok=True)
+    entries = [
+        {
+            "name": name,
+            "display": display,
+            "sha256": sha256(f"agv_test-{name}".encode()).hexdigest(),
+        }
+        for name, display in users.items()
+    ]
+    (store_dir / "api_tokens.json").write_text(json.dumps({"tokens": entries}))
 
 
 @dataclass
@@ -56,8 +86,12 @@ class Server:
         data: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
+        """As `tester` unless `headers` carry a credential of their own."""
+        sent = dict(headers or {})
+        if data is not None:
+            sent.setdefault("Content-Type", "application/json")
         async with self.client.request(
-            method, self.url(path), json=json_body, data=data, headers=headers
+            method, self.url(path), json=json_body, data=data, headers=sent
         ) as resp:
             body = await resp.read()
             ctype = resp.headers.get("Content-Type", "")
@@ -66,18 +100,27 @@ class Server:
 
 @contextlib.asynccontextmanager
 async def serving(
-    tmp_path: Path, clock: Clock = SYSTEM_CLOCK, **overrides: Any
+    tmp_path: Path,
+    clock: Clock = SYSTEM_CLOCK,
+    *,
+    users: dict[str, str] | None = USERS,
+    **overrides: Any,
 ) -> AsyncIterator[Server]:
+    """A gateway on a loopback port; with `users`, their tokens are issued and calls go as
+    `tester` by default, without, callers are anonymous."""
     options: dict[str, Any] = {"confirm_timeout_seconds": 5, "admins": "http:root"}
     options.update(overrides)
     settings = Settings(home=tmp_path / "home", _env_file=None, **options)  # type: ignore[call-arg]
+    if users:
+        write_tokens(settings.store_dir, users)
     runtime = await Runtime.start(settings, clock=clock)
     try:
         runner = await start_http(runtime, "127.0.0.1", 0, keepalive_seconds=0.5)
         try:
             port = runner.addresses[0][1]
             timeout = aiohttp.ClientTimeout(total=TIMEOUT)
-            async with aiohttp.ClientSession(timeout=timeout) as client:
+            default = bearer("tester") if users else {}
+            async with aiohttp.ClientSession(timeout=timeout, headers=default) as client:
                 yield Server(runtime, runner, client, f"http://127.0.0.1:{port}")
         finally:
             await asyncio.wait_for(runner.cleanup(), TIMEOUT)
@@ -414,6 +457,8 @@ async def test_commands_are_listed_from_the_registry_per_front_end(server: Serve
     status, body = await server.call(
         "GET", "/v1/commands", headers={"X-Agenvoy-Client": "terminal"}
     )
+    assert names == [c["name"] for c in body["commands"]]  # a header makes no terminal
+    status, body = await server.call("GET", "/v1/commands", headers=terminal(server))
     assert [c["name"] for c in body["commands"]] == [c.name for c in registry.menu("terminal")]
     assert "new" in [c["name"] for c in body["commands"]]
 
@@ -498,10 +543,12 @@ async def test_body_validation(server: Server) -> None:
         "POST", "/v1/send", json_body={"content": "x"}, headers={"X-Agenvoy-Window": "../w"}
     )
     assert (status, err(body)) == (400, "bad_request") and "window" in body["error"]["message"]
+    # Identity headers claim nothing (the token decides), so they are not even read.
     status, body = await server.call(
         "POST", "/v1/send", json_body={"content": "x"}, headers={"X-Agenvoy-Sender": "s" * 200}
     )
-    assert (status, err(body)) == (400, "bad_request")
+    assert status == 200 and body["events"][0]["sender"] == "tester"
+    await server.runtime.store.delete(body["session_id"])
     for path, payload, name in (
         ("/v1/send", {"content": "x", "colour": "blue"}, "colour"),
         ("/v1/session", {"prefix": "cli", "name": "x"}, "name"),
@@ -633,7 +680,7 @@ async def test_size_limits(server: Server) -> None:
 
 
 async def test_token_auth(tmp_path: Path) -> None:
-    async with serving(tmp_path, api_token="s3cret") as srv:
+    async with serving(tmp_path, api_token="s3cret", users=None) as srv:
         assert await srv.call("GET", "/healthz") == (200, {"status": "ok"})
         for method, path in (
             ("GET", "/v1/sessions"),
@@ -655,9 +702,11 @@ async def test_token_auth(tmp_path: Path) -> None:
         assert (await srv.call("GET", "/metrics", headers=good))[0] == 200
         assert (await srv.call("GET", "/openapi.json", headers=good))[0] == 200
         status, body = await srv.call(
-            "POST", "/v1/send", json_body={"content": "hi"}, headers={**good, **ANN}
+            "POST", "/v1/send", json_body={"content": "hi"}, headers={**ANN, **good}
         )
         assert status == 200 and body["text"] == "echo: hi"
+        # The shared token is one identity, whatever the headers say.
+        assert body["events"][0]["sender"] == "api"
 
 
 async def test_insecure_binding(tmp_path: Path) -> None:
@@ -1055,6 +1104,7 @@ async def test_shutdown_ends_streams_and_long_polls(tmp_path: Path) -> None:
                 f"{base}/v1/send", json={"content": "!sleep 30", "session_id": sid, "stream": True}
             )
             assert (await next_event(task_stream)).event == "user"
+            first_task = task_stream.headers["X-Agenvoy-Task"]
             long_poll = asyncio.create_task(
                 client.post(
                     f"{base}/v1/send", json={"content": "!sleep 30", "session_id": sid, "wait": 300}
@@ -1068,13 +1118,24 @@ async def test_shutdown_ends_streams_and_long_polls(tmp_path: Path) -> None:
             await asyncio.wait_for(runner.cleanup(), TIMEOUT)
             assert asyncio.get_running_loop().time() - started < 5
             answered = await asyncio.wait_for(long_poll, TIMEOUT)
-            assert answered.status == 202
-            assert (await answered.json())["status"] in {"queued", "running"}
-            for resp in (log_stream, task_stream):
+            body = await answered.json()
+            assert (answered.status, err(body)) == (503, "restarting")
+            assert answered.headers["Retry-After"] == "5"
+            task = answered.headers["X-Agenvoy-Task"]
+            assert f"GET /v1/session/{sid}/task/{task}" in body["error"]["message"]
+            for resp, task_hash in ((log_stream, None), (task_stream, first_task)):
+                frames = []
                 with contextlib.suppress(aiohttp.ClientError):
-                    while await next_frame(resp) is not None:
-                        pass
+                    while (frame := await next_frame(resp)) is not None:
+                        frames.append(frame)
                 resp.close()
+                last = frames[-1]
+                assert last.event == "restarting", frames
+                farewell = json.loads("\n".join(last.data))
+                assert (farewell["session_id"], farewell["task_hash"]) == (sid, task_hash)
+                assert farewell["retry_after"] == 5
+                resource = "log" if task_hash is None else f"task/{task_hash}"
+                assert farewell["resume"].startswith(f"GET /v1/session/{sid}/{resource}")
     finally:
         await runtime.close()
 
@@ -1186,8 +1247,8 @@ async def test_allow_in_a_shared_chat_needs_an_admin(server: Server) -> None:
 async def test_terminal_prompt_is_answered_from_its_own_window(server: Server) -> None:
     status, body = await server.call("POST", "/v1/session")
     sid = body["session_id"]
-    window_a = {"X-Agenvoy-Sender": "ann", "X-Agenvoy-Client": "terminal", "X-Agenvoy-Window": "a"}
-    window_b = {**window_a, "X-Agenvoy-Window": "b"}
+    window_a = terminal(server, "ann", "a")
+    window_b = terminal(server, "ann", "b")
     send = {"content": "!confirm deploy", "session_id": sid}
     status, body = await server.call("POST", "/v1/send", json_body=send, headers=window_a)
     assert status == 202, body
@@ -1203,15 +1264,27 @@ async def test_terminal_prompt_is_answered_from_its_own_window(server: Server) -
     assert [p["task_hash"] for p in body["pending"]] == [task]
 
     answer = f"/v1/session/{sid}/pending/{task}"
+    # Knowing the window's hash is not enough: headers claim nothing, and a token signed with
+    # anything but the home's credential stands for nobody.
+    posing = [
+        {"X-Agenvoy-Sender": "ann", "X-Agenvoy-Client": "terminal", "X-Agenvoy-Window": "a"},
+        {**BOB, "X-Agenvoy-Client": "terminal", "X-Agenvoy-Window": "a"},
+        {"Authorization": f"Bearer {local_token('agenvoy-local-guess', 'ann', 'a')}"},
+    ]
+    for headers in posing:
+        status, body = await server.call(
+            "POST", answer, json_body={"approve": True}, headers=headers
+        )
+        assert status == 403, (headers, body)
     status, body = await server.call("POST", answer, json_body={"approve": True}, headers=window_b)
     assert (status, err(body)) == (403, "not_allowed")
     assert "terminal window" in body["error"]["message"]
     status, body = await server.call("POST", answer, json_body={"approve": True}, headers=window_a)
     assert (status, body["approved"]) == (200, True)
 
-    bad_client = {**window_a, "X-Agenvoy-Client": "discord"}
-    status, body = await server.call("POST", "/v1/send", json_body=send, headers=bad_client)
-    assert (status, err(body)) == (400, "bad_request")
+    bad_window = {"Authorization": window_a["Authorization"].replace(".a.", "./a.", 1)}
+    status, body = await server.call("POST", "/v1/send", json_body=send, headers=bad_window)
+    assert (status, err(body)) == (403, "forbidden")
 
 
 async def test_input_history_routes(server: Server) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from clock import FakeClock
 from support import wait_until
-from test_http import Server, serving
+from test_http import Server, bearer, serving
 from textual import events
 from textual.errors import NoWidget
 from textual.pilot import Pilot
@@ -31,6 +31,7 @@ from adapters.terminal.widgets import MessageInput, PromptPanel
 from adapters.terminal.windows import claim_window
 from gateway.agents.offline import OfflineAgent
 from gateway.cli import app as cli_app
+from gateway.credentials import read_terminal_credential
 from gateway.ids import Prefix, new_session_id
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -44,9 +45,15 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
         yield srv
 
 
+def local(settings: Settings) -> str:
+    """The local credential the gateway wrote into its home, as `agenvoy chat` reads it."""
+    return read_terminal_credential(settings.store_dir)
+
+
 def config(server: Server, tmp_path: Path, session_id: str | None = None) -> ChatConfig:
     return ChatConfig(
         base_url=server.base,
+        token=local(server.runtime.settings),
         sender="ann",
         session_id=session_id,
         state_file=tmp_path / "terminal.json",
@@ -272,7 +279,7 @@ async def test_task_started_over_http_shows_as_foreign(server: Server, tmp_path:
             "POST",
             "/v1/send",
             json_body={"content": "from a script", "session_id": app.session_id, "wait": 10},
-            headers={"X-Agenvoy-Sender": "bot", "X-Agenvoy-Sender-Name": "Build Bot"},
+            headers=bearer("bot"),
         )
         assert status == 200 and body["text"] == "echo: from a script"
         await until(pilot, lambda: "echo: from a script" in texts(app, ".foreign"))
@@ -475,7 +482,10 @@ async def test_prompt_of_a_window_on_a_discord_session_stays_out_of_discord(
                     base = f"http://127.0.0.1:{runner.addresses[0][1]}"
                     sid = f"dc-{channel}"
                     await rig.runtime.store.ensure(sid)
-                    chat = ChatApp(ChatConfig(base_url=base, sender="ann", session_id=sid))
+                    token = local(rig.runtime.settings)
+                    chat = ChatApp(
+                        ChatConfig(base_url=base, token=token, sender="ann", session_id=sid)
+                    )
                     async with chat.run_test(size=SIZE) as pilot:
                         await opened(pilot)
                         await type_and_send(pilot, "!confirm restart the build")
@@ -514,12 +524,17 @@ async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> 
         runner = await start_http(runtime, "127.0.0.1", 0)
         port = runner.addresses[0][1]
         clock = FakeClock()
-        config = ChatConfig(base_url=f"http://127.0.0.1:{port}", sender="ann")
+        url = f"http://127.0.0.1:{port}"
+        config = ChatConfig(base_url=url, token=local(settings), sender="ann")
         chat = ChatApp(config, clock=clock)
+        notes: list[str] = []
         async with chat.run_test(size=SIZE) as pilot:
             await opened(pilot)
+            chat.notify = lambda message, **_: notes.append(message)  # type: ignore[assignment,method-assign]
             await runner.cleanup()
             await until(pilot, lambda: not chat.live.is_set())
+            # The gateway said why the stream ended.
+            assert notes == ["the gateway is restarting; reconnecting…"]
             # Typed while the gateway is away: an error, and the text stays in the box.
             await type_and_send(pilot, "still there?")
             box = chat.query_one(MessageInput)
@@ -543,7 +558,9 @@ async def test_open_prompt_comes_back_after_a_gateway_restart(tmp_path: Path) ->
     port = runner.addresses[0][1]
     try:
         clock = FakeClock()
-        config = ChatConfig(base_url=f"http://127.0.0.1:{port}", sender="ann")
+        url = f"http://127.0.0.1:{port}"
+        # The credential outlives the restart: the window signs in again with what it holds.
+        config = ChatConfig(base_url=url, token=local(settings), sender="ann")
         chat = ChatApp(config, clock=clock)
         async with chat.run_test(size=SIZE) as pilot:
             await opened(pilot)
@@ -637,7 +654,7 @@ async def test_adopted_prompt_in_another_session_is_pointed_at(
 
 async def test_admin_answers_prompts_from_the_pending_list(tmp_path: Path) -> None:
     async with serving(tmp_path, admins="terminal:root", confirm_timeout_seconds=30) as server:
-        ann = {"X-Agenvoy-Sender": "ann", "X-Agenvoy-Sender-Name": "Ann"}
+        ann = bearer("ann")
         status, first = await server.call(
             "POST",
             "/v1/send",
@@ -649,13 +666,14 @@ async def test_admin_answers_prompts_from_the_pending_list(tmp_path: Path) -> No
         )
         assert status == 202 and first["pending"] and second["pending"]
 
-        outsider = ChatApp(ChatConfig(base_url=server.base, sender="eve"))
+        token = local(server.runtime.settings)
+        outsider = ChatApp(ChatConfig(base_url=server.base, token=token, sender="eve"))
         async with outsider.run_test(size=SIZE) as pilot:
             await opened(pilot)
             await type_and_send(pilot, "/pending")
             await until(pilot, lambda: "nothing is waiting for you" in texts(outsider))
 
-        admin = ChatApp(ChatConfig(base_url=server.base, sender="root"))
+        admin = ChatApp(ChatConfig(base_url=server.base, token=token, sender="root"))
         async with admin.run_test(size=SIZE) as pilot:
             await opened(pilot)
             await type_and_send(pilot, "/pending")

@@ -2,14 +2,12 @@
 
 Every route is under `/v1/` except `/healthz`, `/metrics` and `/openapi.json`. Bodies and
 answers are JSON; an error is always `{"error": {"code": ..., "message": ...}}` with a
-matching status. When `AGENVOY_API_TOKEN` is set every route but `/healthz` needs
+matching status. Once a token is configured or issued, every route but `/healthz` needs
 `Authorization: Bearer <token>`; `start_http` refuses to listen beyond loopback without one.
 
-Who is asking comes from request headers: `X-Agenvoy-Sender` (default `http`),
-`X-Agenvoy-Sender-Name` (default: the sender id) and `X-Agenvoy-Window` (the client's window
-hash, minted per request when absent). They are claims, not credentials: anyone holding the
-token may send any of them, so an `http:<id>` entry in AGENVOY_ADMINS grants admin rights to
-every token holder who names that id.
+Who is asking is what the bearer token says (`identity.py`, gateway/credentials.py), never a
+header; `guard.py` keeps browsers from other sites out. When the server shuts down, long-polls
+answer 503 `restarting` and streams end with a `restarting` frame.
 
 Events reach HTTP clients through the task stream (`POST /v1/send` with `stream`), the task
 route and the session log stream: the router pushes nothing to `http` and `terminal`
@@ -23,8 +21,9 @@ Where things are:
 - One module per resource: `sessions.py`, `send.py`, `prompts.py` (tasks and prompts),
   `archive.py` (history, log stream, search, usage), `operations.py` (health, metrics,
   the document).
-- `app.py` builds and starts the app; `context.py` is what its handlers share; `binding.py`,
-  `errors.py`, `metrics.py` and `sse.py` are its middlewares and helpers.
+- `app.py` builds and starts the app (`server.py` is the server under it); `context.py` is
+  what its handlers share; `binding.py`, `identity.py`, `guard.py`, `errors.py`, `metrics.py`
+  and `sse.py` are its middlewares and helpers.
 """
 
 from adapters.http.app import HttpAdapter, build_app, create, start_http

@@ -2,56 +2,77 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Sequence
 from typing import Final
 
 from aiohttp import web
 
-from adapters.http.binding import BearerToken, api_token, check_binding
+from adapters.http.binding import api_token, check_binding
 from adapters.http.context import Context
 from adapters.http.errors import errors
+from adapters.http.guard import Guard
+from adapters.http.identity import Authenticate
 from adapters.http.models import CLIENT_PLATFORMS
 from adapters.http.openapi import openapi_document
 from adapters.http.replies import OpenApiDocument
 from adapters.http.routes import ROUTES
+from adapters.http.server import ApiRunner
 from adapters.http.sse import KEEPALIVE_SECONDS
 from gateway.adapter import HttpRoute
+from gateway.credentials import Credentials
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 
 log = get_logger(__name__)
 
 MAX_BODY_BYTES: Final = 1024 * 1024
-# Room for a path carrying a 10 KB session id, so even that gets a JSON error from the app
-# rather than the HTTP parser's plain-text one.
-MAX_REQUEST_LINE: Final = 16 * 1024
 CONTEXT_KEY: Final = web.AppKey("agenvoy_http_context", Context)
 
 
 @functools.cache
-def _document() -> OpenApiDocument:
-    return OpenApiDocument(openapi_document(ROUTES))
+def _document(token_required: bool, tools: frozenset[str] | None) -> OpenApiDocument:
+    document = openapi_document(ROUTES, token_required=token_required)
+    if tools is not None:
+        # The agent names its tools: the document can say which ones a session may allow.
+        update = document["components"]["schemas"]["UpdateSessionRequest"]["properties"]
+        update["allowed_tools"]["anyOf"][0]["items"]["enum"] = sorted(tools)
+    return OpenApiDocument(document)
 
 
-def build_app(runtime: Runtime, *, keepalive_seconds: float = KEEPALIVE_SECONDS) -> web.Application:
-    """The aiohttp application for `runtime`, with the routes other adapters contributed.
+def build_app(
+    runtime: Runtime,
+    credentials: Credentials,
+    *,
+    host: str,
+    keepalive_seconds: float = KEEPALIVE_SECONDS,
+) -> web.Application:
+    """The aiohttp application for `runtime` bound to `host`, with the routes other adapters
+    contributed.
 
     HTTP and terminal clients read their events from the gateway, so the router is told to
     push nothing to them."""
     contributed = runtime.http_routes
-    open_paths = {route.path for route in ROUTES if route.public}
-    open_paths |= {route.path for route in contributed}
-    ctx = Context(runtime, keepalive_seconds=keepalive_seconds, document=_document)
+    contributed_paths = {route.path for route in contributed}
+    open_paths = {route.path for route in ROUTES if route.public} | contributed_paths
+    ctx = Context(
+        runtime,
+        keepalive_seconds=keepalive_seconds,
+        # Whether a token is required changes as tokens are issued and revoked.
+        document=lambda: _document(credentials.required, runtime.session_settings.known_tools),
+    )
     for platform in CLIENT_PLATFORMS:
         runtime.router.register_pulled(platform)
-    token = BearerToken(runtime.settings, frozenset(open_paths))
+    guard = Guard(runtime.settings, host, contributed_paths)
+    authenticate = Authenticate(credentials, frozenset(open_paths))
     app = web.Application(
-        middlewares=[ctx.metrics.measure, errors, token.check],
+        middlewares=[ctx.metrics.measure, errors, guard.check, authenticate.check],
         client_max_size=MAX_BODY_BYTES,
     )
     app[CONTEXT_KEY] = ctx
     app.on_shutdown.append(ctx.on_shutdown)
+    app.on_response_prepare.append(guard.cors_headers)
     for route in ROUTES:
         handler = route.serve(ctx)
         if route.method == "GET":
@@ -72,14 +93,21 @@ async def start_http(
 ) -> web.AppRunner:
     """Serve the API on host:port (default: the settings'); the caller ends it with cleanup().
 
-    Raises `InsecureBinding` for a non-loopback host while no API token is set.
+    Raises `InsecureBinding` for a non-loopback host while no API token is set or issued.
+    Writes the local credential into the home first (see gateway/credentials.py).
     """
     settings = runtime.settings
     host = settings.http_host if host is None else host
     port = settings.http_port if port is None else port
-    check_binding(host, settings)
-    app = build_app(runtime, keepalive_seconds=keepalive_seconds)
-    runner = web.AppRunner(app, max_line_size=MAX_REQUEST_LINE, shutdown_timeout=10.0)
+    await asyncio.to_thread(check_binding, host, settings)
+    credentials = await asyncio.to_thread(
+        Credentials.load,
+        shared=api_token(settings),
+        store_dir=settings.store_dir,
+        clock=runtime.clock,
+    )
+    app = build_app(runtime, credentials, host=host, keepalive_seconds=keepalive_seconds)
+    runner = ApiRunner(app, idle_timeout=settings.http_idle_timeout_seconds)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -33,7 +33,7 @@ async def stream_log(call: Call) -> web.StreamResponse:
     ctx = call.ctx
     await ctx.require_session(session_id)
     action_log = ctx.store.files(session_id).action_log
-    response, stream = ctx.event_stream(call.request)
+    response, stream = ctx.event_stream(call.request, ctx.farewell(session_id))
     # Subscribed before the tail is read: an event can then show up twice, never not at all.
     with ctx.router.subscribe(session_id) as sub, ctx.metrics.log_streams.track_inprogress():
         records = await asyncio.to_thread(action_log.tail, tail)

@@ -1,18 +1,12 @@
-"""Who may reach the API: never the network without a token, and with a token only its holders.
-
-`start_http` refuses to listen beyond loopback while no AGENVOY_API_TOKEN is set; once one is,
-every route but the open ones needs `Authorization: Bearer <token>`.
+"""Never the network without a token: `start_http` refuses to listen beyond loopback unless
+AGENVOY_API_TOKEN is set or a token was issued with `agenvoy token add`.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 
-from aiohttp import web
-from aiohttp.typedefs import Handler
-
-from adapters.http.errors import ApiError
+from gateway.credentials import load_tokens, tokens_path
 from gateway.settings import Settings
 
 
@@ -22,7 +16,7 @@ class InsecureBinding(RuntimeError):
     def __init__(self, host: str) -> None:
         super().__init__(
             f"refusing to serve the HTTP API on {host!r} without a token: set AGENVOY_API_TOKEN "
-            "or bind to 127.0.0.1"
+            "(or issue one with `agenvoy token add NAME`) or bind to 127.0.0.1"
         )
         self.host = host
 
@@ -49,28 +43,8 @@ def api_token(settings: Settings) -> str:
 
 
 def check_binding(host: str, settings: Settings) -> None:
-    if not is_loopback(host) and not api_token(settings):
+    """Blocking (reads the issued tokens): call it from a thread."""
+    if is_loopback(host) or api_token(settings):
+        return
+    if not load_tokens(tokens_path(settings.store_dir)):
         raise InsecureBinding(host)
-
-
-class BearerToken:
-    """The token check, as middleware; with no token set every request passes."""
-
-    def __init__(self, settings: Settings, open_paths: frozenset[str]) -> None:
-        self._token = api_token(settings).encode()
-        self._open_paths = open_paths
-
-    @web.middleware
-    async def check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self._token and request.path not in self._open_paths:
-            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-            if scheme.lower() != "bearer" or not given.strip():
-                raise ApiError(
-                    401,
-                    "unauthorized",
-                    "this API needs an Authorization: Bearer <token> header",
-                    {"WWW-Authenticate": 'Bearer realm="agenvoy"'},
-                )
-            if not hmac.compare_digest(given.strip().encode(), self._token):
-                raise ApiError(403, "forbidden", "the bearer token is not valid")
-        return await handler(request)

@@ -6,22 +6,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from aiohttp import web
 
 from adapters.http.errors import ApiError, no_session
+from adapters.http.identity import IDENTITY
 from adapters.http.inputs import read_headers
 from adapters.http.metrics import HttpMetrics
-from adapters.http.models import Caller
-from adapters.http.replies import OpenApiDocument
-from adapters.http.sse import EventStream, sse_response
+from adapters.http.models import MAX_WAIT_SECONDS, Caller
+from adapters.http.replies import OpenApiDocument, Restarting
+from adapters.http.sse import EventStream, restarting_error, sse_response
 from gateway.engine.task import TaskNotFound, TaskView
 from gateway.events import Origin
 from gateway.ids import new_window_hash
 from gateway.runtime import Runtime
 
 T = TypeVar("T")
+
+# What a client is told to wait, after a shutdown, before it asks again.
+RETRY_AFTER_SECONDS: Final = 5
 
 
 class Context:
@@ -46,13 +50,33 @@ class Context:
         self.closing.set()
 
     def origin(self, request: web.Request) -> Origin:
-        """Who is asking, from the identity headers (claims, not credentials)."""
-        caller = read_headers(request, Caller)
+        """Who is asking, as their credential says. A terminal window's hash comes with its
+        credential; any other caller's `X-Agenvoy-Window` is a label on its tasks' events,
+        which grants nothing."""
+        identity = request[IDENTITY]
+        if identity.platform == "terminal":
+            window = identity.window_hash
+        else:
+            window = read_headers(request, Caller).window or new_window_hash()
         return Origin(
-            caller.client,
-            sender_id=caller.sender,
-            sender_name=caller.sender_name or caller.sender,
-            window_hash=caller.window or new_window_hash(),
+            identity.platform,
+            sender_id=identity.sender_id,
+            sender_name=identity.sender_name,
+            window_hash=window,
+        )
+
+    @staticmethod
+    def farewell(session_id: str, task_hash: str | None = None) -> Restarting:
+        """What a caller is told to ask for again when a shutdown cuts its request short."""
+        if task_hash is None:
+            resume = f"GET /v1/session/{session_id}/log"
+        else:
+            resume = f"GET /v1/session/{session_id}/task/{task_hash}?wait={MAX_WAIT_SECONDS:g}"
+        return Restarting(
+            session_id=session_id,
+            task_hash=task_hash,
+            retry_after=RETRY_AFTER_SECONDS,
+            resume=resume,
         )
 
     async def require_session(self, session_id: str) -> None:
@@ -70,8 +94,9 @@ class Context:
             raise ApiError(404, "not_found", f"no task {shown} in session {session_id}")
         return state
 
-    async def until_closing(self, work: Awaitable[T]) -> T | None:
-        """Await `work` unless the server starts shutting down first (then None)."""
+    async def until_closing(self, work: Awaitable[T], farewell: Restarting) -> T:
+        """Await `work`; if the server starts shutting down first, answer 503 `restarting`
+        with `farewell`'s route to ask again."""
         job = asyncio.ensure_future(work)
         stop = asyncio.ensure_future(self.closing.wait())
         try:
@@ -84,10 +109,13 @@ class Context:
             return job.result()
         with contextlib.suppress(asyncio.CancelledError):
             await job
-        return None
+        raise restarting_error(farewell)
 
     def event_stream(
-        self, request: web.Request, extra_headers: dict[str, str] | None = None
+        self,
+        request: web.Request,
+        farewell: Restarting,
+        extra_headers: dict[str, str] | None = None,
     ) -> tuple[web.StreamResponse, EventStream]:
         """A new SSE response and the writer for it (nothing is sent until `start`)."""
         response = sse_response(extra_headers)
@@ -97,5 +125,6 @@ class Context:
             closing=self.closing,
             keepalive=self.keepalive_seconds,
             clock=self.runtime.clock,
+            farewell=farewell,
         )
         return response, stream

@@ -31,7 +31,11 @@ _STATUS_CODES: Final = {
     404: "not_found",
     405: "method_not_allowed",
     409: "conflict",
+    408: "timeout",
     413: "too_large",
+    414: "too_long",
+    415: "unsupported_media_type",
+    431: "too_large",
 }
 _PROMPT_STATUS: Final[dict[type[PromptError], int]] = {
     PromptNotFound: 404,
@@ -61,7 +65,9 @@ def no_session(session_id: str) -> ApiError:
 def error_reply(
     status: int, code: str, message: str, headers: Mapping[str, str] | None = None
 ) -> web.Response:
-    return json_reply(Error(error=ErrorDetail(code=code, message=message)), status, headers)
+    # A message may quote what the caller sent; a lone surrogate in it could not be encoded.
+    shown = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return json_reply(Error(error=ErrorDetail(code=code, message=shown)), status, headers)
 
 
 def _from_aiohttp(exc: web.HTTPException) -> web.Response:

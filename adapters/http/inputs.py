@@ -1,12 +1,14 @@
 """Reading a request's body, query string and headers into the models of `models.py`.
 
-Malformed JSON answers 400 `bad_json`; anything the model refuses answers 400 `bad_request`
-with a message that names the field. An empty body reads as `{}`; an empty query parameter or
-header as one not given.
+Malformed JSON answers 400 `bad_json`; text that cannot be stored 400 `bad_text`; anything else
+the model refuses answers 400 `bad_request`, with a message that names the field. A body that
+does not arrive within AGENVOY_HTTP_BODY_TIMEOUT_SECONDS answers 408 `timeout`. An empty body
+reads as `{}`; an empty query parameter as one not given.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Literal, TypeVar
 
@@ -20,9 +22,16 @@ M = TypeVar("M", bound=BaseModel)
 Source = Literal["field", "query parameter", "header"]
 
 
-async def read_body(request: web.Request, model: type[M]) -> M:
+async def read_body(request: web.Request, model: type[M], within: float) -> M:
     """The body as `model`. Past the app's size cap aiohttp answers 413 first."""
-    raw = await request.read()
+    try:
+        async with asyncio.timeout(within):
+            raw = await request.read()
+    except TimeoutError:
+        # What the client sent so far is unread: the connection cannot carry another request.
+        if request.transport is not None:
+            request.transport.close()
+        raise ApiError(408, "timeout", f"the body did not arrive within {within:g} s") from None
     try:
         return model.model_validate_json(raw if raw.strip() else b"{}")
     except ValidationError as exc:
@@ -35,12 +44,18 @@ def read_query(request: web.Request, model: type[M]) -> M:
 
 
 def read_headers(request: web.Request, model: type[M]) -> M:
+    """Unlike a query parameter, a header sent empty is read, and refused if it must not be."""
     names = (field.alias or name for name, field in model.model_fields.items())
-    return _read(model, {name: request.headers.get(name, "") for name in names}, "header")
+    given = {name: request.headers[name].strip() for name in names if name in request.headers}
+    try:
+        return model.model_validate(given)
+    except ValidationError as exc:
+        raise _refused(exc, "header") from None
 
 
 def _read(model: type[M], values: Mapping[str, str], source: Source) -> M:
-    given = {name: value.strip() for name, value in values.items() if value.strip()}
+    # Only blank parameters count as absent: `q=%1C` searches for that character.
+    given = {name: value for name, value in values.items() if value.strip(" \t")}
     try:
         return model.model_validate(given)
     except ValidationError as exc:
@@ -52,7 +67,8 @@ def _refused(exc: ValidationError, source: Source) -> ApiError:
     if any(error["type"] == "json_invalid" for error in errors):
         message = errors[0]["msg"].removeprefix("Invalid JSON: ")
         return ApiError(400, "bad_json", f"the request body is not valid JSON: {message}")
-    return ApiError(400, "bad_request", "; ".join(_describe(errors, source)))
+    code = "bad_text" if any(error["type"] == "bad_text" for error in errors) else "bad_request"
+    return ApiError(400, code, "; ".join(_describe(errors, source)))
 
 
 def _describe(errors: Iterable[ErrorDetails], source: Source) -> Iterable[str]:

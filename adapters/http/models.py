@@ -3,8 +3,10 @@ headers and the path parameters. The answers are in `replies.py`; the OpenAPI do
 generated from both, so a field changed here changes the document too.
 
 Request bodies are strict (a number is not a string, `1` is not `true`) and refuse unknown
-fields; a `null` field counts as absent. Query strings and headers are text, so their models
-convert ("10" becomes 10); unknown query parameters are ignored.
+fields; a `null` field counts as absent. No text anywhere may hold a NUL or a lone surrogate
+(400 `bad_text`): neither can be stored, so they are refused before anything is. Query strings
+and headers are text, so their models convert ("10" becomes 10); unknown query parameters are
+ignored.
 """
 
 from __future__ import annotations
@@ -12,9 +14,15 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from gateway.ids import HASH_RE, SESSION_ID_RE, Prefix, validate_hash
-from gateway.session_settings import MAX_ALLOWED_TOOLS, MAX_NAME_CHARS, REASONING_LEVELS
+from gateway.session_settings import (
+    MAX_ALLOWED_TOOLS,
+    MAX_NAME_CHARS,
+    REASONING_LEVELS,
+    TOOL_NAME,
+)
 from gateway.store.search import MAX_PAGE
 
 MAX_WAIT_SECONDS: Final = 300.0
@@ -26,13 +34,10 @@ SEARCH_DEFAULT: Final = 20
 SEARCH_MAX_OFFSET: Final = 10_000
 USAGE_DEFAULT_DAYS: Final = 28
 USAGE_MAX_DAYS: Final = 3650
-MAX_HEADER_CHARS: Final = 128
 
-SENDER_HEADER: Final = "X-Agenvoy-Sender"
-SENDER_NAME_HEADER: Final = "X-Agenvoy-Sender-Name"
 WINDOW_HEADER: Final = "X-Agenvoy-Window"
-# `terminal` for the full-screen client (`agenvoy chat`); anything else is plain HTTP.
-CLIENT_HEADER: Final = "X-Agenvoy-Client"
+# The platforms of the callers the API knows (gateway/credentials.py): terminal windows and
+# the `agenvoy` commands, and everyone else.
 ClientPlatform = Literal["http", "terminal"]
 # The router pushes nothing to these: their clients read events from the gateway.
 CLIENT_PLATFORMS: Final = frozenset(get_args(ClientPlatform))
@@ -54,9 +59,15 @@ def _not_blank(value: str) -> str:
     return value
 
 
-def _printable(value: str) -> str:
-    if not value.isprintable():
-        raise ValueError("holds characters that are not printable")
+def _storable(value: Any) -> Any:
+    """Refuses text that holds a NUL or a lone surrogate, in a field or in a list of them."""
+    for text in value if isinstance(value, list) else (value,):
+        if not isinstance(text, str):
+            continue
+        if "\x00" in text:
+            raise PydanticCustomError("bad_text", "holds a NUL character")
+        if any("\ud800" <= c <= "\udfff" for c in text):
+            raise PydanticCustomError("bad_text", "holds a lone surrogate")
     return value
 
 
@@ -74,20 +85,43 @@ WaitSeconds = Annotated[
         description="Seconds to wait for the task to end or ask something.",
     ),
 ]
-HeaderText = Annotated[str, Field(max_length=MAX_HEADER_CHARS), AfterValidator(_printable)]
 
 
 # -- bodies ------------------------------------------------------------------------------------
 
 
+def _null_allowed(schema: dict[str, Any]) -> None:
+    """In the document: every optional field may be null, as the models read it."""
+    required = set(schema.get("required", ()))
+    properties: dict[str, Any] = schema.get("properties", {})
+    for name, field in properties.items():
+        if name in required or {"type": "null"} in field.get("anyOf", ()):
+            continue
+        outer = {k: field.pop(k) for k in ("title", "description", "default") if k in field}
+        properties[name] = {"anyOf": [field, {"type": "null"}], **outer}
+
+
+def _exactly_one_answer(schema: dict[str, Any]) -> None:
+    _null_allowed(schema)
+    properties = schema["properties"]
+    schema["oneOf"] = [
+        {"required": [name], "properties": {name: properties[name]["anyOf"][0]}}
+        for name in ("approve", "answer")
+    ]
+
+
 class RequestBody(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", json_schema_extra=_null_allowed)
+
+    _storable = field_validator("*", mode="after")(_storable)
 
     @model_validator(mode="before")
     @classmethod
     def _null_is_absent(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            return {name: value for name, value in data.items() if value is not None}
+            # Only for known fields: an unknown one is refused even when null.
+            known = cls.model_fields
+            return {k: v for k, v in data.items() if v is not None or k not in known}
         return data
 
 
@@ -120,7 +154,7 @@ class UpdateSessionRequest(RequestBody):
         None,
         description=f"One of {', '.join(REASONING_LEVELS)}, or empty for the model's default.",
     )
-    allowed_tools: list[str] | None = Field(
+    allowed_tools: list[Annotated[str, Field(pattern=f"^{TOOL_NAME.pattern}$")]] | None = Field(
         None,
         max_length=MAX_ALLOWED_TOOLS,
         description="Tools that run without asking for confirmation.",
@@ -133,6 +167,8 @@ class AddInputRequest(RequestBody):
 
 class AnswerRequest(RequestBody):
     """`approve` answers a confirmation, `answer` a question: exactly one of them."""
+
+    model_config = ConfigDict(json_schema_extra=_exactly_one_answer)
 
     approve: bool | None = None
     answer: str | None = None
@@ -149,6 +185,8 @@ class AnswerRequest(RequestBody):
 
 class Query(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+    _storable = field_validator("*", mode="after")(_storable)
 
 
 class SessionsQuery(Query):
@@ -189,29 +227,18 @@ class UsageQuery(Query):
 
 
 class Caller(BaseModel):
-    """Who is asking. Claims the client makes, not credentials: see the package's docstring."""
+    """What a caller may say about itself besides its credential: see identity.py."""
 
     model_config = ConfigDict(extra="ignore")
 
-    sender: HeaderText = Field(
-        "http", alias=SENDER_HEADER, description="Sender id; a claim, not a credential."
-    )
-    sender_name: HeaderText | None = Field(
-        None, alias=SENDER_NAME_HEADER, description="Display name (default: the sender id)."
-    )
     window: Annotated[str, AfterValidator(_window_hash)] | None = Field(
         None,
         alias=WINDOW_HEADER,
-        description="Window hash of the client; minted per request when absent.",
-        json_schema_extra={"pattern": f"^{HASH_RE.pattern}$"},
-    )
-    client: ClientPlatform = Field(
-        "http",
-        alias=CLIENT_HEADER,
         description=(
-            "`terminal` for the full-screen client: its prompts can then be answered from the "
-            "window that started the task only (or by an admin)."
+            "A label an HTTP client puts on its tasks' events (minted per request when absent); "
+            "it grants nothing. A terminal window's hash comes with its credential instead."
         ),
+        json_schema_extra={"pattern": f"^{HASH_RE.pattern}$"},
     )
 
 

@@ -26,31 +26,42 @@ ParameterPlace = Literal["path", "query", "header"]
 API_VERSION: Final = "1.0.0"
 _SCHEMAS: Final = "#/components/schemas/"
 _PATH_PARAMETER: Final = re.compile(r"{(\w+)}")
-# Any route that needs the token can answer these.
-_ALWAYS: Final = (401, 403, 500)
+# Any route that needs the token can answer these; the open ones only 421.
+_ALWAYS: Final = (401, 403, 421, 500)
 _ERRORS: Final = {
     400: (
         "BadRequest",
-        "Malformed JSON (bad_json), a wrong field (bad_request) or an invalid session id "
-        "(bad_session_id).",
+        "Malformed JSON (bad_json), text holding a NUL or a lone surrogate (bad_text), a wrong "
+        "field (bad_request) or an invalid session id (bad_session_id).",
     ),
-    401: ("Unauthorized", "No bearer token (unauthorized)."),
+    401: ("Unauthorized", "No bearer token while one is required (unauthorized)."),
     403: (
         "Forbidden",
-        "Wrong bearer token (forbidden), or not the sender nor an admin (not_allowed).",
+        "A token that stands for nobody (forbidden), a web page's Origin (cross_origin), or not "
+        "the requester nor an admin (not_allowed).",
     ),
     404: ("NotFound", "Unknown session, task or prompt (not_found)."),
+    408: ("Timeout", "The body did not arrive in time (timeout)."),
     409: ("Conflict", "The prompt was already answered (already_answered)."),
     413: (
         "TooLarge",
         "Body over 1 MiB (too_large) or content over max_message_chars (too_long).",
     ),
+    415: ("UnsupportedMediaType", "A body that is not application/json."),
+    421: ("WrongHost", "A Host header naming another server (wrong_host)."),
     500: ("Internal", "Unexpected failure (internal)."),
+    503: (
+        "Restarting",
+        "The gateway shut down before the task ended or asked (restarting); Retry-After says "
+        "when to ask again and the message which route (GET /v1/session/{sid}/task/{task_hash}).",
+    ),
 }
 _STRING: Final = TypeAdapter(str).json_schema()
 
 
-def openapi_document(routes: Sequence[Route]) -> Schema:
+def openapi_document(routes: Sequence[Route], *, token_required: bool = True) -> Schema:
+    """The document; without `token_required`, callers may also come without a token (the
+    loopback default, where they are anonymous)."""
     schemas = _Schemas(routes)
     paths: dict[str, Schema] = {}
     for route in routes:
@@ -67,14 +78,18 @@ def openapi_document(routes: Sequence[Route]) -> Schema:
                 "described in docs/events.md."
             ),
         },
-        "security": [{"bearerAuth": []}],
+        "security": [{"bearerAuth": []}] if token_required else [],
         "paths": paths,
         "components": {
             "securitySchemes": {
                 "bearerAuth": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "AGENVOY_API_TOKEN; enforced only when it is set.",
+                    "description": (
+                        "AGENVOY_API_TOKEN, a token from `agenvoy token add`, or one signed with "
+                        "the local credential; it says who the caller is. Required once a token "
+                        "is configured or issued."
+                    ),
                 }
             },
             "responses": {
@@ -185,9 +200,13 @@ def _operation(route: Route, schemas: _Schemas) -> Schema:
             "content": {"application/json": {"schema": schemas.ref(route.body, "validation")}},
         }
     responses = {str(status): _reply(route, status, schemas) for status in route.replies}
-    if not route.public:
-        for status in sorted({*route.errors, *_ALWAYS}):
-            responses[str(status)] = {"$ref": f"#/components/responses/{_ERRORS[status][0]}"}
+    errors = {421} if route.public else {*route.errors, *_ALWAYS}
+    if route.method != "GET":
+        errors.add(415)
+    if route.body is not None:
+        errors.add(408)
+    for status in sorted(errors):
+        responses[str(status)] = {"$ref": f"#/components/responses/{_ERRORS[status][0]}"}
     operation["responses"] = responses
     return operation
 
@@ -202,10 +221,11 @@ def _reply(route: Route, status: int, schemas: _Schemas) -> Schema:
         if isinstance(kind, Media):
             frames = [schemas.ref(frame, "serialization") for frame in kind.frames]
             described = {**_STRING, "description": kind.description}
-            content[kind.content_type] = {"schema": described}
             if frames:
                 names = ", ".join(f["$ref"].removeprefix(_SCHEMAS) for f in frames)
                 described["description"] += f"; frames carry {names}"
+                described = _event_frame(described, frames)
+            content[kind.content_type] = {"schema": described}
             descriptions.append(kind.description)
         else:
             models.append(schemas.ref(kind, "serialization"))
@@ -214,6 +234,25 @@ def _reply(route: Route, status: int, schemas: _Schemas) -> Schema:
         json_schema = models[0] if len(models) == 1 else {"oneOf": models}
         content = {"application/json": {"schema": json_schema}, **content}
     return _content("; ".join(d.rstrip(".") for d in descriptions), content)
+
+
+def _event_frame(described: Schema, frames: list[Schema]) -> Schema:
+    """One server-sent event (OpenAPI 3.1 describes a stream by its events): its name, id,
+    and its data, one JSON document of the named models."""
+    return {
+        "type": "object",
+        "description": described["description"],
+        "properties": {
+            "event": _STRING,
+            "id": _STRING,
+            "data": {
+                **_STRING,
+                "contentMediaType": "application/json",
+                "contentSchema": {"anyOf": frames},
+            },
+        },
+        "required": ["event", "data"],
+    }
 
 
 def _content(description: str, content: Schema) -> Schema:

@@ -53,10 +53,10 @@ async def get_task(call: Call) -> TaskView:
         return archived
     if wait:
         until_prompt = state.prompt is None
-        waited = await ctx.until_closing(
-            ctx.router.wait(state.task_hash, wait, until_prompt=until_prompt)
+        state = await ctx.until_closing(
+            ctx.router.wait(state.task_hash, wait, until_prompt=until_prompt),
+            ctx.farewell(state.session_id, state.task_hash),
         )
-        state = waited or state
     return TaskView.of(state)
 
 

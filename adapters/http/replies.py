@@ -345,15 +345,27 @@ class OpenApiDocument(RootModel[dict[str, Any]]):
     """The OpenAPI 3.1 document."""
 
 
+class Restarting(Reply):
+    """The last frame of a stream the gateway ends because it is shutting down: what to ask
+    for once it is back (after `retry_after` seconds or so)."""
+
+    session_id: SessionId
+    task_hash: str | None = Field(description="The task a task stream followed; null for a log")
+    retry_after: int = Field(description="Seconds to wait before asking again")
+    resume: str = Field(description="The route to ask once the gateway is back")
+
+
 TASK_STREAM: Final = Media(
     "text/event-stream",
-    "The task's events until done, error or canceled (framing: docs/events.md)",
-    frames=(Event,),
+    "The task's events until done, error or canceled, or a last `restarting` frame when the "
+    "gateway shuts down first (framing: docs/events.md)",
+    frames=(Event, Restarting),
 )
 LOG_STREAM: Final = Media(
     "text/event-stream",
-    "`log` frames (a LogRecord each), the comment `: live`, then the session's live events",
-    frames=(LogRecord, Event),
+    "`log` frames (a LogRecord each), the comment `: live`, then the session's live events; "
+    "a last `restarting` frame when the gateway shuts down",
+    frames=(LogRecord, Event, Restarting),
 )
 METRICS_TEXT: Final = Media(
     "text/plain", "Prometheus text exposition: gauges, counters and request durations"

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from adapters.http.context import Context
 from adapters.http.inputs import read_body, read_query
 from adapters.http.replies import Media, json_reply
+from gateway.auth import Access
 from gateway.events import Origin
 from gateway.ids import validate_session_id
 
@@ -42,9 +43,14 @@ class Route:
     errors: tuple[int, ...] = ()  # besides 401, 403 and 500, which any route but a public one has
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
-    caller: bool = False  # reads the identity headers
+    caller: bool = False  # acts as the caller (whom their credential names)
     public: bool = False  # answers without the API token
     allow_head: bool = True
+    # Who may call it (gateway/auth.py). `shared_admin` is checked here before the handler
+    # runs, unless `checked_by` names the part of the core that checks it with what only it
+    # knows (whose task it is, which settings change).
+    access: Access = Access.anyone
+    checked_by: str = ""
 
     def reply_kinds(self) -> Iterator[tuple[int, ReplyKind]]:
         for status, kinds in self.replies.items():
@@ -55,11 +61,18 @@ class Route:
         """The aiohttp handler of this route in the app of `ctx`."""
         status_of = {kind: status for status, kind in self.reply_kinds() if isinstance(kind, type)}
         has_session = "{sid}" in self.path
+        checked_here = self.access is Access.shared_admin and not self.checked_by
+        if checked_here and not (has_session and self.caller):
+            raise RouteMisuse(f"{self.method} {self.path}: a shared_admin route acts on a session")
+        action = self.summary.split(" ", 1)[0].lower()
 
         async def handle(request: web.Request) -> web.StreamResponse:
             if has_session:
                 # Before anything else: the id becomes a directory name further on.
-                validate_session_id(request.match_info["sid"])
+                sid = validate_session_id(request.match_info["sid"])
+                if checked_here:
+                    who = ctx.origin(request)
+                    ctx.runtime.authority.require_shared_admin(who, sid, action)
             result = await self.handler(Call(ctx, request, self))
             if isinstance(result, web.StreamResponse):
                 return result
@@ -90,7 +103,7 @@ class Call:
 
     async def body(self, model: type[M]) -> M:
         self._declared("body", self.route.body, model)
-        return await read_body(self.request, model)
+        return await read_body(self.request, model, self.ctx.settings.http_body_timeout_seconds)
 
     def query(self, model: type[M]) -> M:
         self._declared("query", self.route.query, model)

@@ -64,6 +64,7 @@ from adapters.http.sessions import (
     list_sessions,
     update_session,
 )
+from gateway.auth import Access
 
 SESSION: Final = "/v1/session/{sid}"
 TASK: Final = "{task_hash}"
@@ -103,6 +104,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         "Rename the session or change its persona, model, reasoning or tools",
         body=UpdateSessionRequest,
         caller=True,
+        access=Access.shared_admin,
+        checked_by="session settings: anyone may rename",
         replies={200: SessionMeta},
         errors=(400, 404, 413),
     ),
@@ -110,8 +113,9 @@ ROUTES: Final[tuple[Route, ...]] = (
         "DELETE",
         SESSION,
         delete_session,
-        "Cancel the session's tasks, then delete its rows and files",
+        "Delete the session: cancel its tasks, then remove its rows and files",
         caller=True,
+        access=Access.shared_admin,
         replies={200: Deleted},
         errors=(400, 404),
     ),
@@ -144,7 +148,8 @@ ROUTES: Final[tuple[Route, ...]] = (
             200: (SendFinished, CommandResult, TASK_STREAM),
             202: (SendPending, SendAccepted),
         },
-        errors=(400, 413),
+        errors=(400, 413, 503),
+        checked_by="each command's own rule (/reset: shared_admin)",
     ),
     Route(
         "GET",
@@ -182,6 +187,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         caller=True,
         replies={200: (Approved, Answered)},
         errors=(400, 404, 409, 413),
+        access=Access.requester,
+        checked_by="the router, against the task's origin",
     ),
     Route(
         "GET",
@@ -190,7 +197,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "A task's state and events; optionally long-polls",
         query=TaskQuery,
         replies={200: TaskView},
-        errors=(400, 404),
+        errors=(400, 404, 503),
     ),
     Route(
         "POST",
@@ -200,6 +207,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         caller=True,
         replies={200: Canceled},
         errors=(400, 404),
+        access=Access.requester,
+        checked_by="the router, against the task's origin",
     ),
     # -- the archive
     Route(
@@ -218,7 +227,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "The session's action.log tail, then its live events (SSE)",
         query=LogQuery,
         replies={200: LOG_STREAM},
-        errors=(400, 404),
+        errors=(400, 404, 503),
         # A HEAD would hold an endless stream open with nothing to send.
         allow_head=False,
     ),

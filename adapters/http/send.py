@@ -46,10 +46,10 @@ async def send(call: Call) -> Reply | web.StreamResponse:
         )
     if body.stream:
         return await stream_task(call, submission)
-    waited = await ctx.until_closing(
-        ctx.router.wait(submission.task_hash, body.wait, until_prompt=True)
+    state = await ctx.until_closing(
+        ctx.router.wait(submission.task_hash, body.wait, until_prompt=True),
+        ctx.farewell(submission.session_id, submission.task_hash),
     )
-    state = waited or ctx.router.task(submission.task_hash)
     sid, task_hash, status = state.session_id, state.task_hash, state.status
     if state.finished:
         return SendFinished(
@@ -71,6 +71,7 @@ async def stream_task(call: Call, submission: Submission) -> web.StreamResponse:
     ctx = call.ctx
     response, stream = ctx.event_stream(
         call.request,
+        ctx.farewell(submission.session_id, submission.task_hash),
         {"X-Agenvoy-Session": submission.session_id, "X-Agenvoy-Task": submission.task_hash},
     )
     queue: asyncio.Queue[Event | None] = asyncio.Queue()

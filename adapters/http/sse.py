@@ -9,10 +9,12 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Final, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 from aiohttp import web
 
+from adapters.http.errors import ApiError
+from adapters.http.replies import Restarting
 from gateway.clock import Clock
 
 T = TypeVar("T")
@@ -45,8 +47,18 @@ class StreamClosed(Exception):
     """The client went away, or the server is shutting down: stop writing."""
 
 
+def restarting_error(farewell: Restarting) -> ApiError:
+    """The answer of a request the gateway cannot finish because it is shutting down."""
+    message = f"the gateway is restarting; ask {farewell.resume} again once it is back"
+    headers = {"Retry-After": str(farewell.retry_after), "X-Agenvoy-Session": farewell.session_id}
+    if farewell.task_hash is not None:
+        headers["X-Agenvoy-Task"] = farewell.task_hash
+    return ApiError(503, "restarting", message, headers)
+
+
 class EventStream:
-    """Writes SSE frames to one response, numbering them, and notices when to stop."""
+    """Writes SSE frames to one response, numbering them, and notices when to stop: when the
+    server shuts down, a last `restarting` frame (`farewell`) says what to ask for later."""
 
     def __init__(
         self,
@@ -56,24 +68,39 @@ class EventStream:
         closing: asyncio.Event,
         keepalive: float,
         clock: Clock,
+        farewell: Restarting,
     ) -> None:
         self._request = request
         self._response = response
         self._closing = closing
+        self._farewell = farewell
         self._keepalive = keepalive
         self._poll = min(POLL_SECONDS, keepalive)
         self._clock = clock
         self._last_write = clock.monotonic()
         self._frames = 0
 
-    def _check_open(self) -> None:
+    async def _check_open(self) -> None:
         transport = self._request.transport
-        if self._closing.is_set() or transport is None or transport.is_closing():
+        if transport is None or transport.is_closing():
             raise StreamClosed
+        if self._closing.is_set():
+            await self._say_restarting()
+
+    async def _say_restarting(self) -> NoReturn:
+        self._frames += 1
+        frame = sse_frame("restarting", self._farewell.model_dump_json(), self._frames)
+        # The client may be gone already; there is nobody to tell then.
+        with contextlib.suppress(ConnectionError):
+            await self._response.write(frame)
+            await self._response.write_eof()
+        raise StreamClosed
 
     async def start(self) -> None:
-        """Send the status line and headers."""
-        self._check_open()
+        """Send the status line and headers; a server already shutting down answers 503."""
+        if self._closing.is_set():
+            raise restarting_error(self._farewell)
+        await self._check_open()
         try:
             await self._response.prepare(self._request)
         except ConnectionError:
@@ -81,7 +108,7 @@ class EventStream:
         self._last_write = self._clock.monotonic()
 
     async def _write(self, data: bytes) -> None:
-        self._check_open()
+        await self._check_open()
         try:
             await self._response.write(data)
         except ConnectionError:
@@ -100,7 +127,7 @@ class EventStream:
         """The next item from `get`, writing keep-alive comments while there is none; raises
         StreamClosed as soon as the server starts shutting down."""
         while True:
-            self._check_open()
+            await self._check_open()
             try:
                 return await self._clock.wait_for(self._next(get), self._poll)
             except TimeoutError:
@@ -118,6 +145,7 @@ class EventStream:
                 item.cancel()
         if item.done() and not item.cancelled():
             return item.result()
+        await self._check_open()
         raise StreamClosed
 
     async def end(self) -> None:

@@ -169,8 +169,8 @@ class ChatApp(App[None]):
     async def stream_refused(self, error: GatewayError) -> None:
         await self.conversation.error(f"cannot follow the session: {error}")
 
-    def connection_lost(self) -> None:
-        self.notify("lost the gateway; reconnecting…", severity="warning")
+    def connection_lost(self, why: str) -> None:
+        self.notify(f"{why}; reconnecting…", severity="warning")
 
     def connection_back(self) -> None:
         self.notify("connected to the gateway again")

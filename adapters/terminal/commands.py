@@ -30,12 +30,13 @@ def register(app: typer.Typer) -> None:
 
 def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:
     from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
-    from adapters.terminal.launch import api_token, gateway_url
+    from adapters.terminal.launch import client_token, gateway_url
 
     settings = load_settings()
+    token = client_token(settings)
 
     async def main() -> T:
-        async with GatewayClient(gateway_url(settings), api_token(settings)) as client:
+        async with GatewayClient(gateway_url(settings), token) as client:
             return await work(client)
 
     try:
@@ -58,7 +59,12 @@ def chat(
     Without --session it opens the session used last, or a new cli-* one.
     """
     from adapters.terminal.app import ChatApp, ChatConfig
-    from adapters.terminal.launch import GatewayNotRunning, api_token, ensure_gateway, gateway_url
+    from adapters.terminal.launch import (
+        GatewayNotRunning,
+        client_token,
+        ensure_gateway,
+        gateway_url,
+    )
 
     if session is not None:
         checked_id(session)
@@ -73,7 +79,8 @@ def chat(
         )
     config = ChatConfig(
         base_url=gateway_url(settings),
-        token=api_token(settings),
+        # Read once the gateway is up: a gateway started just now wrote the credential.
+        token=client_token(settings),
         session_id=session,
         state_file=settings.home / "terminal.json",
         windows_dir=settings.home / "windows",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.http_client import GatewayClient
+from gateway.credentials import read_terminal_credential
 from gateway.settings import Settings
 
 START_TIMEOUT_SECONDS = 30.0
@@ -33,7 +34,14 @@ def gateway_url(settings: Settings) -> str:
     return f"http://{host}:{settings.http_port}"
 
 
-def api_token(settings: Settings) -> str:
+def client_token(settings: Settings) -> str:
+    """What the local clients sign in with: the local credential the gateway wrote into the
+    home, or, where it cannot be read (a gateway elsewhere), AGENVOY_API_TOKEN.
+
+    Blocking (reads a file): call it before the event loop runs, or from a thread."""
+    local = read_terminal_credential(settings.store_dir)
+    if local:
+        return local
     return settings.api_token.get_secret_value() if settings.api_token else ""
 
 
@@ -44,7 +52,7 @@ async def ensure_gateway(settings: Settings, *, start: bool) -> StartedGateway |
     reads the same settings. Returns it, or None when a gateway was already running.
     """
     url = gateway_url(settings)
-    async with GatewayClient(url, api_token(settings)) as client:
+    async with GatewayClient(url) as client:
         if await client.healthy():
             return None
         if not start:

@@ -11,7 +11,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
+from adapters.http_client import (
+    GatewayClient,
+    GatewayError,
+    GatewayRestarting,
+    GatewayUnavailable,
+)
 from adapters.terminal.widgets import OpenPrompt, describe_confirm
 from gateway.clock import Clock
 from gateway.events import Event
@@ -34,7 +39,9 @@ class Listener(Protocol):
         """The gateway will not stream the session (it is not retried)."""
         ...
 
-    def connection_lost(self) -> None: ...
+    def connection_lost(self, why: str) -> None:
+        """The stream broke (`why` says how); the link is reconnecting."""
+        ...
 
     def connection_back(self) -> None: ...
 
@@ -56,12 +63,10 @@ class GatewayLink:
 
     async def open(self, window_hash: str) -> None:
         self.window_hash = window_hash
+        # With the local credential the window signs its hash, which then alone answers the
+        # prompts of the tasks it starts.
         self._client = GatewayClient(
-            self._base_url,
-            self._token,
-            self._sender,
-            window_hash=window_hash,
-            client="terminal",
+            self._base_url, self._token, self._sender, window_hash=window_hash
         )
         await self._client.__aenter__()
 
@@ -73,11 +78,14 @@ class GatewayLink:
         """The session's events to `listener` for as long as it shows the session; reconnects
         when the gateway blinks."""
         while session_id == listener.session_id:
+            why = "lost the gateway"
             try:
                 async for event in self.client.events(
                     session_id, on_live=lambda: self._on_live(listener)
                 ):
                     await listener.show_event(event)
+            except GatewayRestarting:
+                why = "the gateway is restarting"
             except GatewayUnavailable:
                 pass
             except GatewayError as exc:
@@ -85,7 +93,7 @@ class GatewayLink:
                 return
             if not self._lost:
                 self._lost = True
-                listener.connection_lost()
+                listener.connection_lost(why)
             self.live.clear()
             await self._clock.sleep(STREAM_RETRY_SECONDS)
 

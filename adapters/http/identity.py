@@ -1,0 +1,53 @@
+"""Who is asking: the bearer token decides (gateway/credentials.py), never a header.
+
+Without a token configured or issued, a caller without one is `http:anonymous`; with one, a
+caller without one is refused (401) and a token that stands for nobody too (403). The local
+clients (the `agenvoy` commands and chat windows) always sign in with a token signed by the
+local credential, whatever else is configured.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from adapters.http.errors import ApiError
+from gateway.credentials import ANONYMOUS, Credentials, Identity
+
+IDENTITY: Final = web.RequestKey("agenvoy_identity", Identity)
+
+
+class Authenticate:
+    """The middleware that puts the caller's identity on every request but the open ones."""
+
+    def __init__(self, credentials: Credentials, open_paths: frozenset[str]) -> None:
+        self._credentials = credentials
+        self._open_paths = open_paths
+
+    @web.middleware
+    async def check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in self._open_paths:
+            request[IDENTITY] = await self._identify(request)
+        return await handler(request)
+
+    async def _identify(self, request: web.Request) -> Identity:
+        header = request.headers.get("Authorization", "")
+        if not header and not self._credentials.required:
+            return ANONYMOUS
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise ApiError(
+                401,
+                "unauthorized",
+                "this API needs an Authorization: Bearer <token> header",
+                {"WWW-Authenticate": 'Bearer realm="agenvoy"'},
+            )
+        token = given.strip()
+        # Headers arrive as text that may hold anything; no token is other than plain ASCII.
+        readable = token.isascii() and token.isprintable()
+        identity = await self._credentials.identify(token) if readable else None
+        if identity is None:
+            raise ApiError(403, "forbidden", "the bearer token is not valid")
+        return identity

@@ -1,0 +1,270 @@
+"""Who a bearer token stands for: the shared API token, per-user tokens, and the local
+(terminal) credential with the window tokens signed by it.
+
+- **Per-user tokens** are issued by `agenvoy token add NAME`: shown once, kept only as their
+  SHA-256 in `<home>/.store/api_tokens.json` (mode 0600). A token is 32 random bytes, so a
+  plain hash is as good as a slow one; what the file leaks is who has a token, not the token.
+- **The shared token** (`AGENVOY_API_TOKEN`) is one identity, `http:api`.
+- **The local credential** (`<home>/.store/terminal.token`, mode 0600) is written by the
+  gateway at start-up and stands for whoever can read the home: the gateway's owner. Local
+  clients never send it; they send a token signed with it that names their user and, for a
+  chat window, the window's hash (`local_token`). A window's hash alone, which other callers
+  see in prompts, proves nothing.
+
+Nothing here knows HTTP: the adapter hands in what came after `Bearer `.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from gateway.clock import Clock
+from gateway.ids import HASH_RE
+
+TERMINAL_FILE: Final = "terminal.token"
+TOKENS_FILE: Final = "api_tokens.json"
+LOCAL_PREFIX: Final = "agenvoy-local-"
+ISSUED_PREFIX: Final = "agv_"
+_LOCAL_TOKEN: Final = "agl1"
+NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_DISPLAY_CHARS: Final = 64
+# Names that already stand for someone: the shared token and callers without one.
+RESERVED_NAMES: Final = frozenset({"api", "anonymous"})
+# How stale the gateway's copy of the token file may get: a revoked token stops working
+# within this many seconds.
+RELOAD_SECONDS: Final = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who a credential says the caller is."""
+
+    platform: str  # "http" or "terminal"
+    sender_id: str
+    sender_name: str
+    window_hash: str = ""  # the proven terminal window; "" for every other caller
+
+    @property
+    def key(self) -> str:
+        return f"{self.platform}:{self.sender_id}"
+
+
+ANONYMOUS: Final = Identity("http", "anonymous", "anonymous")
+SHARED: Final = Identity("http", "api", "api")
+
+
+class TokenRefused(ValueError):
+    """A name or display name `agenvoy token add` will not issue."""
+
+
+# -- the local credential ----------------------------------------------------------------------
+
+
+def ensure_terminal_credential(store_dir: Path) -> str:
+    """The local credential, written (mode 0600) the first time; kept across restarts so that
+    open windows stay signed in."""
+    store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = store_dir / TERMINAL_FILE
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(LOCAL_PREFIX + secrets.token_hex(32) + "\n")
+    os.chmod(path, 0o600)
+    credential = read_terminal_credential(store_dir)
+    if not credential:
+        raise RuntimeError(f"{path} does not hold a local credential; remove it and restart")
+    return credential
+
+
+def read_terminal_credential(store_dir: Path) -> str:
+    """The local credential, or "" when there is none this process may read."""
+    try:
+        text = (store_dir / TERMINAL_FILE).read_text().strip()
+    except OSError:
+        return ""
+    return text if text.startswith(LOCAL_PREFIX) else ""
+
+
+def is_local_credential(token: str) -> bool:
+    return token.startswith(LOCAL_PREFIX)
+
+
+def local_token(credential: str, sender: str, window_hash: str = "") -> str:
+    """What a local client sends: its user and window, signed with the local credential."""
+    name = base64.urlsafe_b64encode(sender.encode()).decode().rstrip("=")
+    return f"{_LOCAL_TOKEN}.{window_hash}.{name}.{_sign(credential, window_hash, name)}"
+
+
+def _sign(credential: str, window_hash: str, name: str) -> str:
+    message = f"{_LOCAL_TOKEN}\n{window_hash}\n{name}".encode()
+    return hmac.new(credential.encode(), message, hashlib.sha256).hexdigest()
+
+
+def _read_local_token(credential: str, token: str) -> Identity | None:
+    parts = token.split(".")
+    if len(parts) != 4 or parts[0] != _LOCAL_TOKEN:
+        return None
+    _, window_hash, name, mac = parts
+    if window_hash and HASH_RE.fullmatch(window_hash) is None:
+        return None
+    if not hmac.compare_digest(mac.encode(), _sign(credential, window_hash, name).encode()):
+        return None
+    try:
+        sender = base64.urlsafe_b64decode(name + "=" * (-len(name) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    if not _fit_name(sender):
+        return None
+    return Identity("terminal", sender, sender, window_hash)
+
+
+def _fit_name(text: str) -> bool:
+    return 0 < len(text) <= MAX_DISPLAY_CHARS and text.isprintable()
+
+
+# -- issued tokens -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    name: str
+    display: str
+    digest: str  # SHA-256 of the token, hex
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "display": self.display, "sha256": self.digest}
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def tokens_path(store_dir: Path) -> Path:
+    return store_dir / TOKENS_FILE
+
+
+def load_tokens(path: Path) -> list[IssuedToken]:
+    try:
+        data: Any = json.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    return [
+        IssuedToken(str(e["name"]), str(e.get("display") or e["name"]), str(e["sha256"]))
+        for e in data.get("tokens", [])
+    ]
+
+
+def _save_tokens(path: Path, tokens: Iterable[IssuedToken]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text = json.dumps({"tokens": [t.to_json() for t in tokens]}, indent=2)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tokens-")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text + "\n")
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def issue_token(store_dir: Path, name: str, display: str = "") -> str:
+    """A new token for `name` (the sender id it stands for); only its hash is kept."""
+    if NAME_RE.fullmatch(name) is None:
+        raise TokenRefused("a token name is 1-64 characters from A-Z a-z 0-9 _ . -")
+    if name in RESERVED_NAMES:
+        raise TokenRefused(f"{name!r} is reserved")
+    display = display.strip() or name
+    if not _fit_name(display):
+        raise TokenRefused(f"a display name is 1-{MAX_DISPLAY_CHARS} printable characters")
+    path = tokens_path(store_dir)
+    tokens = load_tokens(path)
+    if any(t.name == name for t in tokens):
+        raise TokenRefused(f"{name!r} has a token already; remove it first")
+    token = ISSUED_PREFIX + secrets.token_urlsafe(32)
+    _save_tokens(path, [*tokens, IssuedToken(name, display, _digest(token))])
+    return token
+
+
+def revoke_token(store_dir: Path, name: str) -> bool:
+    path = tokens_path(store_dir)
+    tokens = load_tokens(path)
+    kept = [t for t in tokens if t.name != name]
+    if len(kept) == len(tokens):
+        return False
+    _save_tokens(path, kept)
+    return True
+
+
+# -- what the gateway checks -------------------------------------------------------------------
+
+
+class Credentials:
+    """Every credential the gateway accepts, and who each one stands for."""
+
+    def __init__(
+        self, *, shared: str, local: str, store_dir: Path, clock: Clock, issued: list[IssuedToken]
+    ) -> None:
+        self._shared = shared
+        self._local = local
+        self._path = tokens_path(store_dir)
+        self._clock = clock
+        self._issued = {t.digest: t for t in issued}
+        self._stamp = _stamp(self._path)
+        self._checked = clock.monotonic()
+
+    @classmethod
+    def load(cls, *, shared: str, store_dir: Path, clock: Clock) -> Credentials:
+        """Blocking (files): call it from a thread."""
+        local = ensure_terminal_credential(store_dir)
+        issued = load_tokens(tokens_path(store_dir))
+        return cls(shared=shared, local=local, store_dir=store_dir, clock=clock, issued=issued)
+
+    @property
+    def required(self) -> bool:
+        """Whether callers need a token: one is configured or issued (else they may come as
+        `http:anonymous`, which only loopback allows)."""
+        return bool(self._shared or self._issued)
+
+    async def identify(self, token: str) -> Identity | None:
+        """Who `token` stands for, or None when it stands for nobody."""
+        await self._refresh()
+        if self._shared and hmac.compare_digest(token.encode(), self._shared.encode()):
+            return SHARED
+        if token.startswith(_LOCAL_TOKEN + "."):
+            return _read_local_token(self._local, token)
+        found = self._issued.get(_digest(token))
+        return None if found is None else Identity("http", found.name, found.display)
+
+    async def _refresh(self) -> None:
+        now = self._clock.monotonic()
+        if now - self._checked < RELOAD_SECONDS:
+            return
+        self._checked = now
+        stamp = await asyncio.to_thread(_stamp, self._path)
+        if stamp != self._stamp:
+            issued = await asyncio.to_thread(load_tokens, self._path)
+            self._issued = {t.digest: t for t in issued}
+            self._stamp = stamp
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
