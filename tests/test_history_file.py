@@ -78,8 +78,10 @@ def test_every_torn_offset_of_the_last_record_is_repaired(tmp_path: Path) -> Non
         assert result.messages[:5] == expected_before, cut
         assert result.messages in (expected_before, [*expected_before, last]), cut
         json.loads(history.path.read_bytes())  # repaired file is valid JSON again
-        history.append(msg(6))
-        assert history.read()[-1] == msg(6)
+        # As the next process would: it appends to the repaired file.
+        restarted = HistoryFile(history.path)
+        restarted.append(msg(6))
+        assert restarted.read()[-1] == msg(6)
 
 
 def test_random_garbage_tail_is_repaired(history: HistoryFile) -> None:
@@ -197,3 +199,12 @@ def test_tail_falls_back_on_a_torn_or_hand_edited_file(history: HistoryFile) -> 
     pretty = [{"role": "user", "content": f"pretty {i}", "send_at": i} for i in range(4)]
     history.path.write_text(json.dumps(pretty, indent=2))
     assert [m.content for m in history.tail(2)] == ["pretty 2", "pretty 3"]
+
+
+def test_a_message_filed_by_a_catch_up_is_not_filed_again_by_its_writer(
+    history: HistoryFile,
+) -> None:
+    history.append(msg(1))
+    history.extend([msg(2), msg(3)])  # a catch-up files 2 and 3 while 3's writer is late
+    history.append(msg(3))  # the late writer
+    assert [m.id for m in history.read()] == [2, 3, 4]

@@ -37,8 +37,8 @@ EMPTY: Final = b"[\n]\n"
 CLOSE: Final = b"\n]\n"
 _TRIM_TO: Final = 0.75
 TAIL_BLOCK: Final = 64 * 1024
-# How far back an append looks for lines already filed (a catch-up racing a late writer).
-RECENT_IDS: Final = 32
+# How many recently filed ids an append remembers (a catch-up racing a late writer).
+RECENT_IDS: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +79,8 @@ class HistoryFile:
     def __init__(self, path: Path, max_bytes: int = 5 * 1024 * 1024) -> None:
         self.path = path
         self.max_bytes = max_bytes
+        # Archive ids this object appended lately, oldest first (an ordered set).
+        self._filed: dict[int, None] = {}
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -132,26 +134,21 @@ class HistoryFile:
         self.extend([message])
 
     def extend(self, messages: Sequence[HistoryMessage]) -> None:
-        """Append `messages`, leaving out any the end of the file holds already: lines carry
-        archive ids, and a message a catch-up filed is not filed again by its late writer."""
+        """Append `messages`, leaving out any this object filed lately: lines carry archive
+        ids, and a message a catch-up filed is not filed again by its own late writer (both
+        write through the store's one `HistoryFile` per session)."""
+        messages = [m for m in messages if not m.id or m.id not in self._filed]
         if not messages:
             return
         with dir_lock(self.path.parent):
-            if any(m.id for m in messages):
-                filed = self._recent_ids_locked(len(messages) + RECENT_IDS)
-                messages = [m for m in messages if not m.id or m.id not in filed]
-                if not messages:
-                    return
             size = self._append_locked(b",\n".join(m.to_json() for m in messages))
             if size > self.max_bytes:
                 self._trim_locked()
-
-    def _recent_ids_locked(self, count: int) -> set[int]:
-        data, from_start = self._read_tail_bytes(count)
-        if data is None:
-            return set()
-        tail = _tail_lines(data, count, from_start)
-        return {m.id for m in tail or ()}
+        for message in messages:
+            if message.id:
+                self._filed[message.id] = None
+        while len(self._filed) > RECENT_IDS:
+            del self._filed[next(iter(self._filed))]
 
     def replace(self, messages: Iterable[HistoryMessage]) -> None:
         with dir_lock(self.path.parent):

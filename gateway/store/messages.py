@@ -200,7 +200,9 @@ class MessageArchive(StoreBase):
         """File in history.json the archived messages it lacks — the tail a crash or a
         shutdown cut between a commit and its line; returns how many were filed."""
         async with self._archive_turn(session_id):
-            return await self._catch_up(session_id)
+            filed = await self._catch_up(session_id)
+            self._history_checked.add(session_id)
+            return filed
 
     async def _catch_up_once(self, session_id: str) -> None:
         """The first write of a session in this process checks its history.json first."""
