@@ -39,6 +39,12 @@ class Progress:
         self.attempted = max(self.attempted, index + 1)
         await self._save()
 
+    async def part_refused(self, index: int) -> None:
+        """The platform refused part `index` (an error answer): it is not out, and sending it
+        again is no repeat."""
+        self.attempted = min(self.attempted, index)
+        await self._save()
+
     async def part_sent(self, count: int) -> None:
         """`count` parts are out now (call after each one the platform accepted)."""
         self.sent = count

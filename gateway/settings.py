@@ -129,6 +129,8 @@ class Settings(BaseSettings):
     discord_allowed_channels: str = ""
     # Channels where every message goes to the agent without a mention.
     discord_listen_channels: str = ""
+    # Whether the bot answers direct messages: anyone can DM a bot, so only when asked to.
+    discord_allow_dms: bool = False
     # Members with this role (name or id) count as admins.
     discord_admin_role: str = ""
     # Sharding: total shards, and which of them this process runs ("0,1"); empty = all.

@@ -32,6 +32,8 @@ class Rig:
 async def start_rig(
     fake: FakeDiscord, home: Path, *, clock: Clock = SYSTEM_CLOCK, **extra: Any
 ) -> Rig:
+    # The rigs serve DMs unless a test says otherwise (the setting's default is off).
+    extra = {"discord_allow_dms": True, **extra}
     settings = Settings(
         home=home,
         **extra,

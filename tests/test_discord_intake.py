@@ -56,7 +56,11 @@ async def rig(fake: FakeDiscord, tmp_path: Path) -> AsyncIterator[Rig]:
 @pytest.fixture
 async def guarded(fake: FakeDiscord, tmp_path: Path) -> AsyncIterator[Rig]:
     """A rig that serves only the channel `GENERAL` of the guild `GUILD`."""
-    only_general = {"discord_allowed_guilds": str(GUILD), "discord_allowed_channels": str(GENERAL)}
+    only_general = {
+        "discord_allowed_guilds": str(GUILD),
+        "discord_allowed_channels": str(GENERAL),
+        "discord_allow_dms": False,
+    }
     async with running(fake, tmp_path / "home", **only_general) as started:
         yield started
 
@@ -87,7 +91,7 @@ async def test_a_message_delivered_again_is_stored_and_answered_once(rig: Rig) -
     ]
 
 
-async def test_dms_are_not_served_while_guilds_are_restricted(guarded: Rig) -> None:
+async def test_dms_are_not_served_unless_allowed(guarded: Rig) -> None:
     fake = guarded.fake
     fake.inject_message(DM, ANN, "let me in", guild_id=None)
     fake.inject_message(GENERAL, ANN, "here", mentions_bot=True)

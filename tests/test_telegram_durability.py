@@ -13,6 +13,7 @@ import pytest
 from clock import FakeClock
 from fakes.telegram import FakeTelegram
 from store_rows import outbox_of_task
+from support import wait_until
 from telegram import Update
 from telegram_rig import (
     Rig,
@@ -264,8 +265,12 @@ async def test_the_webhook_answers_200_only_once_the_message_is_stored(
     status, _ = await post(url, update_from(131, "via webhook"))  # Telegram posts it again
     assert status == 200
     assert await user_texts(rig, "tg-131") == ["via webhook"]
-    assert rig.runtime.router.queue_length("tg-131") == 0
-    assert not rig.runtime.router.is_busy("tg-131")  # no second task
+    assert rig.runtime.router.queue_length("tg-131") == 0  # no second task
+
+    async def idle() -> bool:
+        return not rig.runtime.router.is_busy("tg-131")
+
+    assert await wait_until(idle)  # the first task's end is recorded after its reply went out
     assert sent_to(rig.fake, 131) == ["echo: via webhook"]
 
 

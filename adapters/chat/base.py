@@ -43,7 +43,7 @@ from gateway.events import (
 )
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
-from gateway.text import UnstorableText, check_storable
+from gateway.text import UnstorableText
 
 log = get_logger(__name__)
 
@@ -181,10 +181,7 @@ class ChatAdapter(ABC):
 
     def check_text(self, text: str) -> None:
         """Refuse what the intake would refuse, before anything is written for the message."""
-        limit = self.runtime.settings.max_message_chars
-        if len(text) > limit:
-            raise MessageTooLong(len(text), limit)
-        check_storable(text, "the message")
+        self.router.check_text(text)
 
     async def stage(self, session_id: str, downloads: Sequence[Download]) -> Staged:
         return await stage_downloads(
@@ -241,7 +238,6 @@ class ChatAdapter(ABC):
         last = ""
         for index in range(progress.sent, len(parts)):
             repeat = progress.maybe_sent
-            attempted = progress.attempted
             await progress.part_started(index)
             try:
                 posted = await self.send_part(
@@ -249,7 +245,7 @@ class ChatAdapter(ABC):
                 )
             except Exception as exc:
                 if not self.may_have_arrived(exc):
-                    await _not_taken(progress, attempted)
+                    await progress.part_refused(index)
                 raise
             self.runtime.crash.reach("part_sent")
             last = posted.message_id
@@ -330,11 +326,3 @@ class ChatAdapter(ABC):
             yield
         except self.errors as exc:
             log.info("best-effort call failed", platform=self.name, error=str(exc))
-
-
-async def _not_taken(progress: Progress, attempted: int) -> None:
-    """The platform refused the part it was handed: it is not out, so a retry is no repeat.
-    `Progress` has no call for this; `part_sent` with the count unchanged saves the mark put
-    back to where it was."""
-    progress.attempted = attempted
-    await progress.part_sent(progress.sent)

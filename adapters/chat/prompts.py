@@ -15,7 +15,7 @@ from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
 from gateway.engine.router import Router
 from gateway.engine.task import TaskNotFound
 from gateway.events import Origin
-from gateway.text import UnstorableText, check_storable
+from gateway.text import UnstorableText
 
 ALREADY_ANSWERED: Final = "already answered"
 
@@ -96,8 +96,6 @@ class OpenPrompts:
         platform shows the outcome on the prompt message itself, so `closing` leaves that
         message alone."""
         try:
-            if text is not None:
-                check_storable(text, "the answer")
             task = self.router.task(task_hash)
             if option is not None:
                 if task.prompt is None:

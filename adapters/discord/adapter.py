@@ -110,8 +110,8 @@ class DiscordAdapter(ChatAdapter):
     def _allowed(self, channel: Any, guild_id: int | None) -> bool:
         """Whether the bot may answer in `channel` (of guild `guild_id`; None for a DM)."""
         if guild_id is None:
-            # DMs come from anyone: allowed only where no guild restriction is configured.
-            return not self.allowed_guilds
+            # Anyone can DM a bot: only when the admin said so.
+            return self.runtime.settings.discord_allow_dms
         if self.allowed_guilds and guild_id not in self.allowed_guilds:
             return False
         if not self.allowed_channels:

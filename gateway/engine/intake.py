@@ -51,7 +51,7 @@ class Intake:
     async def submit(self, inbound: Inbound, turn: Turn | None = None) -> Submission:
         session_id = validate_session_id(inbound.session_id)
         async with turn or self.turns.take(session_id):
-            self._check_text(inbound.text)
+            self.check_text(inbound.text)
             command = await self.commands(inbound) if self.commands is not None else None
             if command is None:
                 self._check_load(inbound)
@@ -75,7 +75,7 @@ class Intake:
         session_id = validate_session_id(inbound.session_id)
         origin = inbound.origin
         async with turn or self.turns.take(session_id):
-            self._check_text(inbound.text)
+            self.check_text(inbound.text)
             stored = await self.store.take_in(
                 session_id,
                 inbound.text,
@@ -95,7 +95,7 @@ class Intake:
         if limit is not None and self.scheduler.tasks_of(inbound.origin.sender_key) >= limit:
             raise TooManyTasks(limit)
 
-    def _check_text(self, text: str) -> None:
+    def check_text(self, text: str) -> None:
         if len(text) > self.max_chars:
             raise MessageTooLong(len(text), self.max_chars)
         check_storable(text, "the message")

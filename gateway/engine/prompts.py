@@ -20,6 +20,7 @@ from gateway.engine.journal import Answer, PromptAsked, PromptKind
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Prompt, Task
 from gateway.events import AnswerEvent, AskUserEvent, ConfirmEvent, Origin
+from gateway.text import check_storable
 
 # Who "answered" a confirmation that the session allow-list approved without asking.
 ALLOW_LIST = "allow-list"
@@ -171,6 +172,8 @@ class Prompts:
     ) -> Answer:
         """Take an answer: checked, journaled, then given to the task. Once this returns, the
         answer survives a crash."""
+        if text is not None:
+            check_storable(text, "the answer")
         async with task.prompt_lock:
             prompt = self.check(task, responder)
             by = responder.sender_name or responder.sender_id or responder.platform

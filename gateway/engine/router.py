@@ -148,6 +148,11 @@ class Router:
         something before `submit`/`record` (a download) takes it first and passes it on."""
         return self._intake.turns.take(validate_session_id(session_id))
 
+    def check_text(self, text: str) -> None:
+        """Raise what `submit` would raise for `text` (MessageTooLong, UnstorableText), for a
+        front-end that wants to know before it writes anything (an attachment) for it."""
+        self._intake.check_text(text)
+
     async def submit(self, inbound: Inbound, *, turn: Turn | None = None) -> Submission:
         """Store the message and queue a task for it (or answer a gateway command)."""
         return await self._intake.submit(inbound, turn)
