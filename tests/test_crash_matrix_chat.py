@@ -1,0 +1,208 @@
+"""The crash matrix through Telegram and Discord: a real gateway with the platform adapter, in
+a process of its own, kills itself at a named step while the fake platform server (in this
+process) keeps its state; started again, the platform's view and the archive must agree:
+every message answered once, an approval standing, nothing left unfinished.
+
+What the Bot API cannot prevent is checked as documented: a reply part Telegram accepted just
+before the crash goes out once more, marked with "↻ ".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from discord_rig import ANN as DISCORD_ANN
+from discord_rig import GENERAL, GUILD, custom_ids, prompt_in
+from discord_rig import contents as discord_contents
+from discord_rig import reply_in as discord_reply_in
+from fakes.discord import FakeDiscord, text_channel
+from fakes.telegram import FakeTelegram
+from gateway_proc import Gateway, free_port
+from telegram_rig import reply_in as telegram_reply_in
+from telegram_rig import sent_to
+
+from gateway.settings import Settings
+from gateway.store.sessions import SessionStore
+
+pytestmark = pytest.mark.slow
+
+CHAT = 301
+
+
+async def archive_of(home: Path, session_id: str) -> list[tuple[str, str]]:
+    """The session as the archive has it, checked for what a crash must never leave."""
+    async with OPENING.get():  # alembic migrates through module-level state
+        store = await SessionStore.open(Settings(home=home, _env_file=None))  # type: ignore[call-arg]
+    try:
+        archived = await store.recent_messages(session_id, 100)
+        tasks = [m.task_hash for m in archived if m.role == "user" and m.task_hash]
+        replies = [m.task_hash for m in archived if m.role == "assistant"]
+        assert len(tasks) == len(set(tasks)), "a message was archived twice"
+        assert len(replies) == len(set(replies)), "a task was answered twice"
+        assert await store.unfinished() == []
+        history = store.files(session_id).history.read()
+        assert [(m.id, m.content) for m in history] == [(m.id, m.content) for m in archived]
+        return [(m.role, m.content) for m in archived]
+    finally:
+        await store.close()
+
+
+OPENING: contextvars.ContextVar[asyncio.Lock] = contextvars.ContextVar("opening")
+
+
+# -- Telegram --------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def telegram_gateway(home: Path, step: str) -> AsyncIterator[tuple[Gateway, FakeTelegram]]:
+    async with FakeTelegram() as fake:
+        gateway = Gateway(
+            home,
+            free_port(),
+            AGENVOY_TELEGRAM_TOKEN=fake.token,
+            AGENVOY_TELEGRAM_API_URL=fake.url,
+            NO_PROXY="127.0.0.1,localhost",
+        )
+        await gateway.start(AGENVOY_CRASH_AT=step)
+        try:
+            yield gateway, fake
+        finally:
+            await gateway.close()
+
+
+async def telegram_says(home: Path, step: str, text: str, expected: list[str]) -> None:
+    """Ann writes `text`; the gateway dies at `step`; once it is back, Telegram has seen
+    exactly `expected` from the bot and the archive holds the text and its one reply."""
+    async with telegram_gateway(home, step) as (gateway, fake):
+        fake.inject_message(fake.private_chat(CHAT), fake.user(CHAT, "Ann"), text)
+        assert await gateway.died() == -9
+        await gateway.start()
+        await telegram_reply_in(fake, CHAT, expected[-1])
+        await gateway.stop()
+        assert sent_to(fake, CHAT) == expected
+    archived = await archive_of(home, f"tg-{CHAT}")
+    assert archived == [("user", text), ("assistant", expected[0].removeprefix("↻ "))]
+
+
+async def telegram_approval_stands(home: Path) -> None:
+    async with telegram_gateway(home, "answered") as (gateway, fake):
+        ann = fake.user(CHAT, "Ann")
+        fake.inject_message(fake.private_chat(CHAT), ann, "!confirm launch")
+        await fake.wait_for_call("sendMessage", lambda p: "reply_markup" in p, timeout=15)
+        prompt = next(m for m in fake.sent_messages(CHAT) if m.get("reply_markup"))
+        approve = prompt["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        fake.inject_callback(ann, prompt, approve)
+        assert await gateway.died() == -9  # the approval is journaled, not yet acknowledged
+        await gateway.start()
+        await telegram_reply_in(fake, CHAT, "approved: launch")
+        await gateway.stop()
+        prompts = [m for m in fake.sent_messages(CHAT) if m.get("reply_markup")]
+        assert len(prompts) == 1  # not asked again
+        assert [t for t in sent_to(fake, CHAT) if "launch" in t and "🔐" not in t] == [
+            "approved: launch"
+        ]
+    archived = await archive_of(home, f"tg-{CHAT}")
+    assert archived == [("user", "!confirm launch"), ("assistant", "approved: launch")]
+
+
+TELEGRAM: dict[str, Callable[[Path], Awaitable[None]]] = {
+    # Not stored: the update was never confirmed, so Telegram delivers it again.
+    "received": lambda home: telegram_says(home, "received", "hello", ["echo: hello"]),
+    # Stored, not confirmed: delivered again, stored once (update id), answered once.
+    "stored": lambda home: telegram_says(home, "stored", "hello", ["echo: hello"]),
+    # The reply recorded, not sent: the outbox sends it once after the restart.
+    "recorded": lambda home: telegram_says(home, "recorded", "hello", ["echo: hello"]),
+    # Telegram took the reply, the outbox never heard: sent again, marked as a repeat.
+    "part_sent": lambda home: telegram_says(
+        home, "part_sent", "hello", ["echo: hello", "↻ echo: hello"]
+    ),
+    "answered": telegram_approval_stands,
+}
+
+
+# -- Discord ---------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def discord_gateway(home: Path, step: str) -> AsyncIterator[tuple[Gateway, FakeDiscord]]:
+    async with FakeDiscord() as fake:
+        fake.add_guild(
+            GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[DISCORD_ANN]
+        )
+        gateway = Gateway(
+            home,
+            free_port(),
+            AGENVOY_DISCORD_TOKEN=fake.token,
+            AGENVOY_DISCORD_API_URL=fake.api_base,
+            AGENVOY_DISCORD_GATEWAY_URL=fake.gateway_url,
+        )
+        await gateway.start(AGENVOY_CRASH_AT=step)
+        try:
+            yield gateway, fake
+        finally:
+            await gateway.close()
+
+
+async def discord_says(home: Path, step: str) -> None:
+    async with discord_gateway(home, step) as (gateway, fake):
+        fake.inject_message(GENERAL, DISCORD_ANN, "hello", mentions_bot=True)
+        assert await gateway.died() == -9
+        await gateway.start()
+        await discord_reply_in(fake, GENERAL, "echo: hello")
+        await gateway.stop()
+        # A part sent again after a crash carries the same nonce: Discord keeps one message.
+        assert [c for c in discord_contents(fake, GENERAL) if c] == ["echo: hello"]
+    archived = await archive_of(home, f"dc-{GENERAL}")
+    assert archived == [("user", "hello"), ("assistant", "echo: hello")]
+
+
+async def discord_approval_stands(home: Path) -> None:
+    async with discord_gateway(home, "answered") as (gateway, fake):
+        fake.inject_message(GENERAL, DISCORD_ANN, "!confirm launch", mentions_bot=True)
+        prompt = await prompt_in(fake, GENERAL)
+        approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
+        fake.inject_component(DISCORD_ANN, prompt, approve)
+        assert await gateway.died() == -9
+        await gateway.start()
+        await discord_reply_in(fake, GENERAL, "approved: launch")
+        await gateway.stop()
+        prompts = [m for m in fake.sent_messages(GENERAL) if m.get("components")]
+        assert len(prompts) == 1  # not asked again
+    archived = await archive_of(home, f"dc-{GENERAL}")
+    assert archived == [("user", "!confirm launch"), ("assistant", "approved: launch")]
+
+
+DISCORD: dict[str, Callable[[Path], Awaitable[None]]] = {
+    "stored": lambda home: discord_says(home, "stored"),
+    "recorded": lambda home: discord_says(home, "recorded"),
+    "part_sent": lambda home: discord_says(home, "part_sent"),
+    "answered": discord_approval_stands,
+}
+
+
+async def all_at_once(
+    tmp_path: Path, scenarios: dict[str, Callable[[Path], Awaitable[None]]]
+) -> dict[str, str]:
+    OPENING.set(asyncio.Lock())
+    outcomes = await asyncio.gather(
+        *(scenario(tmp_path / step) for step, scenario in scenarios.items()),
+        return_exceptions=True,
+    )
+    return {
+        step: repr(outcome)
+        for step, outcome in zip(scenarios, outcomes, strict=True)
+        if isinstance(outcome, BaseException)
+    }
+
+
+async def test_killed_at_every_step_through_telegram(tmp_path: Path) -> None:
+    assert await all_at_once(tmp_path, TELEGRAM) == {}
+
+
+async def test_killed_at_every_step_through_discord(tmp_path: Path) -> None:
+    assert await all_at_once(tmp_path, DISCORD) == {}
