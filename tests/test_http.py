@@ -1308,3 +1308,19 @@ async def test_input_history_routes(server: Server) -> None:
     assert status == 413
     status, body = await server.call("GET", "/v1/session/cli-none/inputs")
     assert (status, err(body)) == (404, "not_found")
+
+
+async def test_a_sender_over_its_share_gets_429_and_nothing_is_stored(tmp_path: Path) -> None:
+    async with serving(tmp_path, max_pending_per_sender=2) as server:
+        for i in range(2):
+            status, _ = await server.call(
+                "POST", "/v1/send", json_body={"content": "!sleep 30", "wait": 0}
+            )
+            assert status == 202, i
+        async with server.client.post(
+            server.url("/v1/send"), json={"content": "one too many", "session_id": "chat-x"}
+        ) as resp:
+            body = await resp.json()
+            assert (resp.status, err(body)) == (429, "too_many_requests")
+            assert resp.headers["Retry-After"] == "10"
+        assert await server.runtime.store.get("chat-x") is None

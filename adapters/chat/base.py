@@ -28,7 +28,7 @@ from adapters.chat.previews import PreviewNotes
 from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
 from gateway.adapter import HttpRoute, Progress
-from gateway.engine.task import MessageTooLong
+from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
@@ -175,7 +175,7 @@ class ChatAdapter(ABC):
                     await self.router.submit(inbound, turn=turn)
                 else:
                     await self.router.record(inbound, turn=turn)
-            except (MessageTooLong, UnstorableText) as exc:
+            except (MessageTooLong, UnstorableText, TooManyTasks) as exc:
                 await staged.drop()
                 await self.say(arrival.origin, f"⚠️ {exc}")
 

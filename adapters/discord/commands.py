@@ -16,7 +16,7 @@ from discord import app_commands
 from adapters.discord.client import NO_MASS_MENTIONS
 from gateway.commands.registry import Command
 from gateway.engine.router import Router
-from gateway.engine.task import MessageTooLong
+from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import Inbound, Origin
 from gateway.ids import discord_session_id
 from gateway.text import UnstorableText
@@ -77,7 +77,7 @@ class SlashCommands:
             submission = await self.router.submit(
                 Inbound(origin, discord_session_id(channel_id), text)
             )
-        except (MessageTooLong, UnstorableText) as exc:
+        except (MessageTooLong, UnstorableText, TooManyTasks) as exc:
             await interaction.response.send_message(f"⚠️ {exc}", ephemeral=True)
             return
         reply = submission.command.text if submission.command else "done"

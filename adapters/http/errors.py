@@ -15,7 +15,7 @@ from aiohttp.typedefs import Handler
 from adapters.http.replies import Error, ErrorDetail, json_reply
 from gateway.auth import NotAllowed
 from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
-from gateway.engine.task import MessageTooLong, TaskNotFound
+from gateway.engine.task import MessageTooLong, TaskNotFound, TooManyTasks
 from gateway.ids import InvalidHash, InvalidSessionId
 from gateway.logs import get_logger
 from gateway.store.sessions import UnknownSession
@@ -95,6 +95,8 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return error_reply(400, "bad_request", str(exc))
     except MessageTooLong as exc:
         return error_reply(413, "too_long", str(exc))
+    except TooManyTasks as exc:
+        return error_reply(429, "too_many_requests", str(exc), {"Retry-After": "10"})
     except UnstorableText as exc:
         return error_reply(400, "bad_text", str(exc))
     except (TaskNotFound, UnknownSession) as exc:

@@ -49,6 +49,11 @@ _ERRORS: Final = {
     ),
     415: ("UnsupportedMediaType", "A body that is not application/json."),
     421: ("WrongHost", "A Host header naming another server (wrong_host)."),
+    429: (
+        "TooManyRequests",
+        "The sender has max_pending_per_sender tasks waiting or running (too_many_requests); "
+        "Retry-After says when to try again.",
+    ),
     500: ("Internal", "Unexpected failure (internal)."),
     503: (
         "Restarting",
