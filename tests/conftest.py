@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support import open_redis, skip_or_fail, wipe_redis
+from support import REDIS_URL, open_redis, skip_or_fail, wipe_redis
 
 from gateway.logs import configure_logging
 from gateway.settings import Settings
@@ -90,3 +90,34 @@ async def kv(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[KV
         if isinstance(store, RedisKV):
             await wipe_redis(store)
         await store.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def backends(request: pytest.FixtureRequest) -> AsyncIterator[Backends]:
+    """Makes the stores (as environment settings) for each gateway home of one test."""
+    if request.param == "sqlite":
+        yield Backends(postgres=False)
+        return
+    kv = await open_redis()  # skips (or fails in CI) when Redis is not there
+    await kv.close()
+    made = Backends(postgres=True)
+    try:
+        yield made
+    finally:
+        for name in made.databases:
+            await _pg_drop(name)
+
+
+class Backends:
+    def __init__(self, *, postgres: bool) -> None:
+        self.postgres = postgres
+        self.databases: list[str] = []
+
+    async def new(self) -> dict[str, str]:
+        """Stores of their own: one home's gateway shares them with nobody (several gateways
+        on one database are the scale-out tests' business)."""
+        if not self.postgres:
+            return {}
+        url, name = await _pg_database()
+        self.databases.append(name)
+        return {"AGENVOY_DATABASE_URL": url, "AGENVOY_KV_URL": REDIS_URL}

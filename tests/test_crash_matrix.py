@@ -17,9 +17,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import _pg_database, _pg_drop
+from conftest import Backends
 from gateway_proc import Gateway, free_port
-from support import REDIS_URL, open_redis, wait_until
+from support import wait_until
 
 from gateway.settings import Settings
 from gateway.store.sessions import SessionStore
@@ -27,37 +27,6 @@ from gateway.store.sessions import SessionStore
 pytestmark = pytest.mark.slow
 
 WAIT = 20.0
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def backends(request: pytest.FixtureRequest) -> AsyncIterator[Backends]:
-    """Makes the stores (as environment settings) for each gateway home of one test."""
-    if request.param == "sqlite":
-        yield Backends(postgres=False)
-        return
-    kv = await open_redis()  # skips (or fails in CI) when Redis is not there
-    await kv.close()
-    made = Backends(postgres=True)
-    try:
-        yield made
-    finally:
-        for name in made.databases:
-            await _pg_drop(name)
-
-
-class Backends:
-    def __init__(self, *, postgres: bool) -> None:
-        self.postgres = postgres
-        self.databases: list[str] = []
-
-    async def new(self) -> dict[str, str]:
-        """Stores of their own: one home's gateway shares them with nobody (several gateways
-        on one database are the scale-out tests' business)."""
-        if not self.postgres:
-            return {}
-        url, name = await _pg_database()
-        self.databases.append(name)
-        return {"AGENVOY_DATABASE_URL": url, "AGENVOY_KV_URL": REDIS_URL}
 
 
 class Client:
@@ -117,6 +86,27 @@ async def crashing(
             yield gateway, Client(gateway, http)
     finally:
         await gateway.close()
+
+
+async def received_but_not_stored_is_not_acknowledged(
+    tmp_path: Path, backend: dict[str, str]
+) -> None:
+    sid = "chat-received"
+    async with crashing(tmp_path, backend, "received") as (gateway, client):
+        sent = await client.call("POST", "/v1/send", {"content": "hello", "session_id": sid})
+        assert sent is None  # died before storing: the client was never told it was taken
+        assert await gateway.died() == -9
+        ready = await gateway.start()
+        assert ready["resumed"] == 0
+        again = await client.call("POST", "/v1/send", {"content": "hello", "session_id": sid})
+        assert again is not None and again[0] == 200  # the client sends it again
+        await gateway.stop()
+    store = await open_archive(tmp_path / "home", backend)
+    try:
+        archived = await assert_consistent(store, sid)
+        assert archived == [("user", "hello"), ("assistant", "echo: hello")]  # once
+    finally:
+        await store.close()
 
 
 async def stored_but_not_acknowledged_is_answered_once(
@@ -244,6 +234,7 @@ async def file_versions(store: SessionStore, session_id: str) -> list[tuple[str,
 
 
 SCENARIOS: dict[str, Callable[[Path, dict[str, str]], Awaitable[None]]] = {
+    "received": received_but_not_stored_is_not_acknowledged,
     "stored": stored_but_not_acknowledged_is_answered_once,
     "tool_started": lambda path, env: approved_write_cut_off_finishes_once(
         path, env, "tool_started"

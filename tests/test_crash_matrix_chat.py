@@ -13,9 +13,11 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
+from conftest import Backends
 from discord_rig import ANN as DISCORD_ANN
 from discord_rig import GENERAL, GUILD, custom_ids, prompt_in
 from discord_rig import contents as discord_contents
@@ -34,10 +36,12 @@ pytestmark = pytest.mark.slow
 CHAT = 301
 
 
-async def archive_of(home: Path, session_id: str) -> list[tuple[str, str]]:
+async def archive_of(home: Path, env: dict[str, str], session_id: str) -> list[tuple[str, str]]:
     """The session as the archive has it, checked for what a crash must never leave."""
+    url = env.get("AGENVOY_DATABASE_URL", "")
+    settings = Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
     async with OPENING.get():  # alembic migrates through module-level state
-        store = await SessionStore.open(Settings(home=home, _env_file=None))  # type: ignore[call-arg]
+        store = await SessionStore.open(settings)
     try:
         archived = await store.recent_messages(session_id, 100)
         tasks = [m.task_hash for m in archived if m.role == "user" and m.task_hash]
@@ -59,11 +63,14 @@ OPENING: contextvars.ContextVar[asyncio.Lock] = contextvars.ContextVar("opening"
 
 
 @contextlib.asynccontextmanager
-async def telegram_gateway(home: Path, step: str) -> AsyncIterator[tuple[Gateway, FakeTelegram]]:
+async def telegram_gateway(
+    home: Path, env: dict[str, str], step: str
+) -> AsyncIterator[tuple[Gateway, FakeTelegram]]:
     async with FakeTelegram() as fake:
         gateway = Gateway(
             home,
             free_port(),
+            **env,
             AGENVOY_TELEGRAM_TOKEN=fake.token,
             AGENVOY_TELEGRAM_API_URL=fake.url,
             NO_PROXY="127.0.0.1,localhost",
@@ -75,22 +82,24 @@ async def telegram_gateway(home: Path, step: str) -> AsyncIterator[tuple[Gateway
             await gateway.close()
 
 
-async def telegram_says(home: Path, step: str, text: str, expected: list[str]) -> None:
+async def telegram_says(
+    home: Path, env: dict[str, str], step: str, text: str, expected: list[str]
+) -> None:
     """Ann writes `text`; the gateway dies at `step`; once it is back, Telegram has seen
     exactly `expected` from the bot and the archive holds the text and its one reply."""
-    async with telegram_gateway(home, step) as (gateway, fake):
+    async with telegram_gateway(home, env, step) as (gateway, fake):
         fake.inject_message(fake.private_chat(CHAT), fake.user(CHAT, "Ann"), text)
         assert await gateway.died() == -9
         await gateway.start()
         await telegram_reply_in(fake, CHAT, expected[-1])
         await gateway.stop()
         assert sent_to(fake, CHAT) == expected
-    archived = await archive_of(home, f"tg-{CHAT}")
+    archived = await archive_of(home, env, f"tg-{CHAT}")
     assert archived == [("user", text), ("assistant", expected[0].removeprefix("↻ "))]
 
 
-async def telegram_approval_stands(home: Path) -> None:
-    async with telegram_gateway(home, "answered") as (gateway, fake):
+async def telegram_approval_stands(home: Path, env: dict[str, str]) -> None:
+    async with telegram_gateway(home, env, "answered") as (gateway, fake):
         ann = fake.user(CHAT, "Ann")
         fake.inject_message(fake.private_chat(CHAT), ann, "!confirm launch")
         await fake.wait_for_call("sendMessage", lambda p: "reply_markup" in p, timeout=15)
@@ -106,20 +115,23 @@ async def telegram_approval_stands(home: Path) -> None:
         assert [t for t in sent_to(fake, CHAT) if "launch" in t and "🔐" not in t] == [
             "approved: launch"
         ]
-    archived = await archive_of(home, f"tg-{CHAT}")
+    archived = await archive_of(home, env, f"tg-{CHAT}")
     assert archived == [("user", "!confirm launch"), ("assistant", "approved: launch")]
 
 
-TELEGRAM: dict[str, Callable[[Path], Awaitable[None]]] = {
+Scenario = Callable[[Path, dict[str, str]], Awaitable[None]]
+ONCE = ["echo: hello"]
+
+TELEGRAM: dict[str, Scenario] = {
     # Not stored: the update was never confirmed, so Telegram delivers it again.
-    "received": lambda home: telegram_says(home, "received", "hello", ["echo: hello"]),
+    "received": partial(telegram_says, step="received", text="hello", expected=ONCE),
     # Stored, not confirmed: delivered again, stored once (update id), answered once.
-    "stored": lambda home: telegram_says(home, "stored", "hello", ["echo: hello"]),
+    "stored": partial(telegram_says, step="stored", text="hello", expected=ONCE),
     # The reply recorded, not sent: the outbox sends it once after the restart.
-    "recorded": lambda home: telegram_says(home, "recorded", "hello", ["echo: hello"]),
+    "recorded": partial(telegram_says, step="recorded", text="hello", expected=ONCE),
     # Telegram took the reply, the outbox never heard: sent again, marked as a repeat.
-    "part_sent": lambda home: telegram_says(
-        home, "part_sent", "hello", ["echo: hello", "↻ echo: hello"]
+    "part_sent": partial(
+        telegram_says, step="part_sent", text="hello", expected=[*ONCE, "↻ echo: hello"]
     ),
     "answered": telegram_approval_stands,
 }
@@ -129,7 +141,9 @@ TELEGRAM: dict[str, Callable[[Path], Awaitable[None]]] = {
 
 
 @contextlib.asynccontextmanager
-async def discord_gateway(home: Path, step: str) -> AsyncIterator[tuple[Gateway, FakeDiscord]]:
+async def discord_gateway(
+    home: Path, env: dict[str, str], step: str
+) -> AsyncIterator[tuple[Gateway, FakeDiscord]]:
     async with FakeDiscord() as fake:
         fake.add_guild(
             GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[DISCORD_ANN]
@@ -137,6 +151,7 @@ async def discord_gateway(home: Path, step: str) -> AsyncIterator[tuple[Gateway,
         gateway = Gateway(
             home,
             free_port(),
+            **env,
             AGENVOY_DISCORD_TOKEN=fake.token,
             AGENVOY_DISCORD_API_URL=fake.api_base,
             AGENVOY_DISCORD_GATEWAY_URL=fake.gateway_url,
@@ -148,8 +163,8 @@ async def discord_gateway(home: Path, step: str) -> AsyncIterator[tuple[Gateway,
             await gateway.close()
 
 
-async def discord_says(home: Path, step: str) -> None:
-    async with discord_gateway(home, step) as (gateway, fake):
+async def discord_says(home: Path, env: dict[str, str], step: str) -> None:
+    async with discord_gateway(home, env, step) as (gateway, fake):
         fake.inject_message(GENERAL, DISCORD_ANN, "hello", mentions_bot=True)
         assert await gateway.died() == -9
         await gateway.start()
@@ -157,12 +172,12 @@ async def discord_says(home: Path, step: str) -> None:
         await gateway.stop()
         # A part sent again after a crash carries the same nonce: Discord keeps one message.
         assert [c for c in discord_contents(fake, GENERAL) if c] == ["echo: hello"]
-    archived = await archive_of(home, f"dc-{GENERAL}")
+    archived = await archive_of(home, env, f"dc-{GENERAL}")
     assert archived == [("user", "hello"), ("assistant", "echo: hello")]
 
 
-async def discord_approval_stands(home: Path) -> None:
-    async with discord_gateway(home, "answered") as (gateway, fake):
+async def discord_approval_stands(home: Path, env: dict[str, str]) -> None:
+    async with discord_gateway(home, env, "answered") as (gateway, fake):
         fake.inject_message(GENERAL, DISCORD_ANN, "!confirm launch", mentions_bot=True)
         prompt = await prompt_in(fake, GENERAL)
         approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
@@ -173,24 +188,28 @@ async def discord_approval_stands(home: Path) -> None:
         await gateway.stop()
         prompts = [m for m in fake.sent_messages(GENERAL) if m.get("components")]
         assert len(prompts) == 1  # not asked again
-    archived = await archive_of(home, f"dc-{GENERAL}")
+    archived = await archive_of(home, env, f"dc-{GENERAL}")
     assert archived == [("user", "!confirm launch"), ("assistant", "approved: launch")]
 
 
-DISCORD: dict[str, Callable[[Path], Awaitable[None]]] = {
-    "stored": lambda home: discord_says(home, "stored"),
-    "recorded": lambda home: discord_says(home, "recorded"),
-    "part_sent": lambda home: discord_says(home, "part_sent"),
+DISCORD: dict[str, Scenario] = {
+    "stored": partial(discord_says, step="stored"),
+    "recorded": partial(discord_says, step="recorded"),
+    "part_sent": partial(discord_says, step="part_sent"),
     "answered": discord_approval_stands,
 }
 
 
 async def all_at_once(
-    tmp_path: Path, scenarios: dict[str, Callable[[Path], Awaitable[None]]]
+    tmp_path: Path, backends: Backends, scenarios: dict[str, Scenario]
 ) -> dict[str, str]:
     OPENING.set(asyncio.Lock())
+    stores = [await backends.new() for _ in scenarios]
     outcomes = await asyncio.gather(
-        *(scenario(tmp_path / step) for step, scenario in scenarios.items()),
+        *(
+            scenario(tmp_path / step, env)
+            for (step, scenario), env in zip(scenarios.items(), stores, strict=True)
+        ),
         return_exceptions=True,
     )
     return {
@@ -200,9 +219,9 @@ async def all_at_once(
     }
 
 
-async def test_killed_at_every_step_through_telegram(tmp_path: Path) -> None:
-    assert await all_at_once(tmp_path, TELEGRAM) == {}
+async def test_killed_at_every_step_through_telegram(tmp_path: Path, backends: Backends) -> None:
+    assert await all_at_once(tmp_path, backends, TELEGRAM) == {}
 
 
-async def test_killed_at_every_step_through_discord(tmp_path: Path) -> None:
-    assert await all_at_once(tmp_path, DISCORD) == {}
+async def test_killed_at_every_step_through_discord(tmp_path: Path, backends: Backends) -> None:
+    assert await all_at_once(tmp_path, backends, DISCORD) == {}

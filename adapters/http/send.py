@@ -38,6 +38,7 @@ async def send(call: Call) -> Reply | web.StreamResponse:
     else:
         session_id = new_session_id(Prefix.chat if body.persist else Prefix.temp)
     ctx = call.ctx
+    ctx.runtime.crash.reach("received")
     submission = await ctx.router.submit(Inbound(call.origin(), session_id, body.content))
     if submission.command is not None:
         command = submission.command
