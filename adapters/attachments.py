@@ -1,8 +1,9 @@
 """Saving what users attach into their session's workspace, for every platform.
 
-Files are fetched into hidden `.part` files first (`stage_downloads`) and put in place only
-once the message they came with is accepted (`Staged.keep`): a message refused for its length
-or its text leaves no file behind (`Staged.drop`).
+Files are fetched first (`stage_downloads`) and written only once the message they came with is
+accepted (`Staged.keep`): a message refused for its length or its text leaves no file behind
+(`Staged.drop`). They are written like every workspace file (`gateway.agents.workspace`): never
+through a link, so an agent that planted one cannot have an attachment land outside.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from gateway.agents.workspace import Workspace, WorkspaceError
 from gateway.events import Attachment
 from gateway.logs import get_logger
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
 
-ATTACHMENTS_DIR = "workspace/attachments"
+ATTACHMENTS = "attachments"  # inside the workspace
+ATTACHMENTS_DIR = f"workspace/{ATTACHMENTS}"  # as the agent is told (from the session folder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,24 +36,25 @@ class Download:
 
 @dataclass
 class Staged:
-    """The attachments of one message: described, fetched, not yet in place."""
+    """The attachments of one message: described, fetched, not yet written."""
 
+    workspace: Workspace | None = None
     attachments: list[Attachment] = field(default_factory=list)
-    _moves: list[tuple[Path, Path]] = field(default_factory=list)  # (.part file, final name)
+    _fetched: list[tuple[str, bytes]] = field(default_factory=list)  # (name in workspace, data)
 
-    def fetched(self, attachment: Attachment, part: Path) -> None:
+    def fetched(self, attachment: Attachment, data: bytes) -> None:
         self.attachments.append(attachment)
-        self._moves.append((part, part.with_name(attachment.name)))
+        self._fetched.append((f"{ATTACHMENTS}/{attachment.name}", data))
 
     async def keep(self) -> None:
-        """Put every fetched file under its final name."""
-        moves, self._moves = self._moves, []
-        await asyncio.to_thread(_move, moves)
+        """Write every fetched file into the workspace."""
+        fetched, self._fetched = self._fetched, []
+        if self.workspace is not None:
+            await asyncio.to_thread(_write_all, self.workspace, fetched)
 
     async def drop(self) -> None:
-        """Remove every fetched file: the message was refused."""
-        moves, self._moves = self._moves, []
-        await asyncio.to_thread(_remove, [part for part, _ in moves])
+        """Forget every fetched file: the message was refused."""
+        self._fetched = []
 
 
 def safe_name(name: str) -> str:
@@ -70,11 +73,10 @@ async def stage_downloads(
     """Fetch each file into the session workspace (creating the session), under a hidden name
     until `keep`. A file over `limit` bytes, or one the platform fails to hand over
     (`errors`), is described but not saved."""
-    staged = Staged()
     if not downloads:
-        return staged
+        return Staged()
     await store.ensure(session_id)
-    folder = store.files(session_id).dir / ATTACHMENTS_DIR
+    staged = Staged(Workspace(store.files(session_id).dir / "workspace"))
     for item in downloads:
         name = safe_name(item.name)
         if item.size > limit:
@@ -89,8 +91,7 @@ async def stage_downloads(
         if len(data) > limit:
             staged.attachments.append(Attachment(name, item.mime, len(data), ""))
             continue
-        part = await asyncio.to_thread(_write_part, folder, name, data)
-        staged.fetched(Attachment(name, item.mime, len(data), f"{ATTACHMENTS_DIR}/{name}"), part)
+        staged.fetched(Attachment(name, item.mime, len(data), f"{ATTACHMENTS_DIR}/{name}"), data)
     return staged
 
 
@@ -103,22 +104,9 @@ def describe(attachments: Sequence[Attachment]) -> str:
     )
 
 
-def _write_part(folder: Path, name: str, data: bytes) -> Path:
-    # Only folders inside an existing session are made here, never the session itself.
-    session_dir = folder.parents[1]
-    if not session_dir.is_dir():
-        raise FileNotFoundError(str(session_dir))
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    part = folder / f".{name}.part"
-    part.write_bytes(data)
-    return part
-
-
-def _move(moves: list[tuple[Path, Path]]) -> None:
-    for part, final in moves:
-        part.replace(final)
-
-
-def _remove(parts: list[Path]) -> None:
-    for part in parts:
-        part.unlink(missing_ok=True)
+def _write_all(workspace: Workspace, files: list[tuple[str, bytes]]) -> None:
+    for name, data in files:
+        try:
+            workspace.write(name, data)
+        except WorkspaceError as exc:
+            log.warning("attachment not saved", name=name, error=str(exc))

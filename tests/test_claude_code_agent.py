@@ -412,7 +412,10 @@ def test_resume_point_rule() -> None:
 async def test_allowed_tools_reach_the_cli(cli: FakeCli, runtime: Runtime) -> None:
     await ask(runtime.router, "cli-t", "no permissions yet")
     assert "--allowedTools" not in cli.calls()[0]["argv"]
-    await runtime.store.update("cli-t", allowed_tools=["Edit", "Bash"])
+    for command in ("/allow Edit", "/allow Bash", "/allow Everything", "/allow Bash(rm:*)"):
+        await runtime.router.submit(Inbound(ANN, "cli-t", command))
+    # Only the CLI's own tools can be let run unasked; nothing else reaches --allowedTools.
+    assert (await runtime.store.require("cli-t")).allowed_tools == {"Edit", "Bash"}
     await ask(runtime.router, "cli-t", "now edit")
     argv = cli.calls()[1]["argv"]
     assert argv[argv.index("--allowedTools") + 1] == "Bash,Edit"

@@ -137,3 +137,29 @@ def test_errors_never_show_the_server_path(
     ]
     assert all(str(tmp_path) not in m and "outside" not in m for m in messages), messages
     assert messages[0].startswith("'dir' cannot be used")
+
+
+async def test_attachments_are_not_written_through_a_planted_link(
+    tmp_path: Path, outside: Path
+) -> None:
+    from adapters.attachments import Download, stage_downloads
+    from gateway.settings import Settings
+    from gateway.store.sessions import SessionStore
+
+    store = await SessionStore.open(Settings(home=tmp_path / "home", _env_file=None))  # type: ignore[call-arg]
+    try:
+        await store.ensure("tg-7")
+        workspace = store.files("tg-7").dir / "workspace"
+        workspace.mkdir()
+        (workspace / "attachments").symlink_to(outside)  # planted by an agent's shell tool
+
+        async def fetch() -> bytes:
+            return b"photo bytes"
+
+        staged = await stage_downloads(
+            store, "tg-7", [Download("p1_photo.jpg", "image/jpeg", 11, fetch)], 1000, ()
+        )
+        await staged.keep()
+        assert list(outside.iterdir()) == []  # nothing landed outside the session
+    finally:
+        await store.close()

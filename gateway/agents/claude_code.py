@@ -47,6 +47,26 @@ class ClaudeCodeUnavailable(ValueError):
 
 class ClaudeCodeAgent:
     name = "claude-code"
+    # The CLI's own tools, as its permission settings name them: what `/allow` may let run
+    # without asking (anything else is refused rather than passed to --allowedTools).
+    tool_names = frozenset(
+        {
+            "Bash",
+            "Edit",
+            "Glob",
+            "Grep",
+            "LS",
+            "MultiEdit",
+            "NotebookEdit",
+            "NotebookRead",
+            "Read",
+            "Task",
+            "TodoWrite",
+            "WebFetch",
+            "WebSearch",
+            "Write",
+        }
+    )
 
     def __init__(self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
         found = shutil.which(settings.claude_code_bin)
