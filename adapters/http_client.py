@@ -111,16 +111,9 @@ class GatewayClient:
         return await self.call("POST", path, body)
 
     async def pending(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        if session_id:
-            sessions = [session_id]
-        else:
-            listing = await self.call("GET", "/v1/sessions")
-            sessions = [s["session_id"] for s in listing.body.get("sessions", [])]
-        prompts: list[dict[str, Any]] = []
-        for sid in sessions:
-            reply = await self.call("GET", f"/v1/session/{_segment(sid)}/pending")
-            prompts.extend(reply.body.get("pending", []))
-        return prompts
+        """The open prompts this client may answer, of one session or of all."""
+        path = f"/v1/session/{_segment(session_id)}/pending" if session_id else "/v1/pending"
+        return list((await self.call("GET", path)).body.get("pending", []))
 
     # -- what the terminal client needs ------------------------------------------------------
 
@@ -171,9 +164,6 @@ class GatewayClient:
     async def commands(self) -> list[dict[str, Any]]:
         """The gateway commands this client's front-end offers: name, summary, usage, access."""
         return list((await self.call("GET", "/v1/commands")).body.get("commands", []))
-
-    async def pending_everywhere(self) -> list[dict[str, Any]]:
-        return list((await self.call("GET", "/v1/pending")).body.get("pending", []))
 
     async def events(
         self, session_id: str, *, on_live: Callable[[], None] | None = None

@@ -7,6 +7,7 @@ window, clear the screen or, with CR/LF, print lines that look like the command'
 from __future__ import annotations
 
 import asyncio
+import getpass
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -82,7 +83,9 @@ async def test_search_and_sessions_print_inert(archive: None) -> None:
 
 @pytest.fixture
 async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
-    async with serving(tmp_path, confirm_timeout_seconds=30) as server:
+    # The operator is an admin here, so `agenvoy pending` lists Mal's question too.
+    admin = f"terminal:{getpass.getuser()}"
+    async with serving(tmp_path, confirm_timeout_seconds=30, admins=admin) as server:
         monkeypatch.setenv("AGENVOY_HOME", str(server.runtime.settings.home))
         monkeypatch.setenv("AGENVOY_HTTP_PORT", server.base.rsplit(":", 1)[1])
         yield server

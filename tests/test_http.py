@@ -879,8 +879,10 @@ async def test_confirm_over_http(server: Server) -> None:
     )
     assert pending["args"] == {"action": "launch"} and pending["origin"]["sender_id"] == "ann"
 
-    status, body = await server.call("GET", f"/v1/session/{sid}/pending")
+    status, body = await server.call("GET", f"/v1/session/{sid}/pending", headers=ANN)
     assert status == 200 and [p["task_hash"] for p in body["pending"]] == [task]
+    status, body = await server.call("GET", f"/v1/session/{sid}/pending", headers=BOB)
+    assert status == 200 and body["pending"] == []  # a listing shows what the caller may answer
 
     samples = await scrape(server)
     assert sample(samples, "agenvoy_tasks_running") == 1
@@ -890,7 +892,7 @@ async def test_confirm_over_http(server: Server) -> None:
     status, body = await server.call("POST", answer, json_body={"approve": True}, headers=BOB)
     assert (status, err(body)) == (403, "not_allowed")
     assert "only Ann or an admin" in body["error"]["message"]
-    status, body = await server.call("GET", f"/v1/session/{sid}/pending")
+    status, body = await server.call("GET", f"/v1/session/{sid}/pending", headers=ANN)
     assert len(body["pending"]) == 1  # still open
 
     for bad in ({}, {"approve": True, "answer": "x"}, {"approve": "yes"}, {"answer": 3}):

@@ -95,9 +95,12 @@ async def test_headers_make_nobody_a_terminal_window_or_an_admin(anonymous: Serv
     status, body = await srv.call("GET", "/v1/pending", headers=alice)
     assert {p["task_hash"] for p in body["pending"]} == {own, window_task}
 
-    # The window's hash, which the session's prompt list shows, answers nothing.
-    status, body = await srv.call("GET", f"/v1/session/{sid}/pending")
+    # The window's hash, which its prompt list shows it, answers nothing for anyone else; a
+    # caller who may not answer does not even see the prompt.
+    status, body = await srv.call("GET", f"/v1/session/{sid}/pending", headers=alice)
     assert body["pending"][0]["origin"]["window_hash"] == "w1"
+    status, body = await srv.call("GET", f"/v1/session/{sid}/pending", headers=posing)
+    assert body["pending"] == []
     answer = f"/v1/session/{sid}/pending/{window_task}"
     status, body = await srv.call("POST", answer, json_body={"approve": True}, headers=posing)
     assert (status, err(body)) == (403, "not_allowed")

@@ -7,19 +7,24 @@ from adapters.http.errors import ApiError
 from adapters.http.models import AnswerRequest, TaskQuery
 from adapters.http.replies import Answered, Approved, Canceled, PendingList, TaskView
 from adapters.http.route import Call
+from gateway.engine.task import Prompt
 from gateway.ids import HASH_RE
 
 
 async def list_pending(call: Call) -> PendingList:
+    """Open prompts of the session that the caller may answer (an admin: all of them)."""
     await call.ctx.require_session(call.session_id)
-    return PendingList.of(call.ctx.router.pending(call.session_id))
+    return _answerable(call, call.ctx.router.pending(call.session_id))
 
 
 async def list_all_pending(call: Call) -> PendingList:
-    """Open prompts in every session that the asking sender may answer."""
+    """Open prompts in every session that the caller may answer."""
+    return _answerable(call, call.ctx.router.pending())
+
+
+def _answerable(call: Call, prompts: list[Prompt]) -> PendingList:
     origin = call.origin()
     authority = call.ctx.runtime.authority
-    prompts = call.ctx.router.pending()
     return PendingList.of([p for p in prompts if authority.may_act_for(origin, p.origin)])
 
 

@@ -259,7 +259,7 @@ class ChatApp(App[None]):
         await self.conversation.note(f"session renamed to {name!r}")
 
     async def _cmd_pending(self, _args: str) -> None:
-        self.listed_prompts = await self.link.client.pending_everywhere()
+        self.listed_prompts = await self.link.client.pending()
         if not self.listed_prompts:
             await self.conversation.note("nothing is waiting for you")
             return

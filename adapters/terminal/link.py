@@ -132,7 +132,7 @@ class GatewayLink:
     async def waiting_elsewhere(self, session_id: str) -> list[str]:
         """Sessions other than `session_id` where a prompt of this window's hash waits."""
         found = []
-        for prompt in await self.client.pending_everywhere():
+        for prompt in await self.client.pending():
             sid = str(prompt.get("session_id", ""))
             if prompt["origin"].get("window_hash") == self.window_hash and sid != session_id:
                 found.append(sid)
