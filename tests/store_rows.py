@@ -47,6 +47,8 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
     await store.take_in(
         session_id, f"more {marker}s", sender="ann", task_hash=waiting, journal=journal
     )
+    # Its prompt answered on some instance.
+    await store.claim_answer(session_id, waiting, 0, {"approved": True, "by": "ann"})
     await record_usage(store.db, UsageRecord(session_id, "model-a", input=3, output=5))
 
 

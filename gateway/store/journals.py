@@ -19,7 +19,8 @@ from sqlmodel import Session, col, select
 from gateway.clock import now_ms
 from gateway.ids import validate_hash
 from gateway.store.base import StoreBase
-from gateway.store.models import TaskJournalRow
+from gateway.store.db import insert_ignoring
+from gateway.store.models import PromptAnswerRow, TaskJournalRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,7 @@ def insert_journal(conn: Connection, record: JournalRecord) -> None:
 
 def delete_journal(conn: Connection, task_hash: str) -> None:
     conn.execute(delete(TaskJournalRow).where(col(TaskJournalRow.task_hash) == task_hash))
+    conn.execute(delete(PromptAnswerRow).where(col(PromptAnswerRow.task_hash) == task_hash))
 
 
 class JournalArchive(StoreBase):
@@ -88,9 +90,12 @@ class JournalArchive(StoreBase):
         """The task ended without a run to record (canceled): it is not to be taken up."""
         await self.db.write(lambda session: delete_journal(session.connection(), task_hash))
 
-    async def unfinished(self) -> list[JournalRecord]:
-        """Every journal in the archive, in the order their messages were archived."""
+    async def unfinished(self, session_id: str | None = None) -> list[JournalRecord]:
+        """Every journal in the archive (of one session, when given), in the order their
+        messages were archived."""
         stmt = select(TaskJournalRow).order_by(col(TaskJournalRow.user_message_id))
+        if session_id is not None:
+            stmt = stmt.where(col(TaskJournalRow.session_id) == session_id)
 
         def work(session: Session) -> list[JournalRecord]:
             return [_record(row) for row in session.exec(stmt).all()]
@@ -119,3 +124,62 @@ def _json(text: str, default: Any) -> Any:
         return json.loads(text)
     except ValueError:
         return default
+
+
+class PromptAnswers(StoreBase):
+    """Answers to prompts, given on any instance: the first one for a prompt stands."""
+
+    async def journal(self, task_hash: str) -> JournalRecord | None:
+        stmt = select(TaskJournalRow).where(col(TaskJournalRow.task_hash) == task_hash)
+
+        def work(session: Session) -> JournalRecord | None:
+            row = session.exec(stmt).first()
+            return _record(row) if row is not None else None
+
+        return await self.db.read(work)
+
+    async def claim_answer(
+        self, session_id: str, task_hash: str, number: int, answer: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        """Record `answer` to the task's prompt `number` unless it has one; returns whether
+        this one was recorded, and the answer that stands."""
+        body = json.dumps(answer, ensure_ascii=False)
+        row = insert_ignoring(self.db.dialect, PromptAnswerRow).values(
+            task_hash=task_hash,
+            number=number,
+            session_id=session_id,
+            answer=body,
+            answered_at=now_ms(),
+        )
+        stmt = select(PromptAnswerRow.answer).where(
+            col(PromptAnswerRow.task_hash) == task_hash, col(PromptAnswerRow.number) == number
+        )
+
+        def work(session: Session) -> tuple[bool, str]:
+            taken = session.connection().execute(row).rowcount == 1
+            return taken, str(session.exec(stmt).one())
+
+        taken, standing = await self.db.write(work)
+        return taken, _json(standing, {})
+
+    async def stored_answer(self, task_hash: str, number: int) -> dict[str, Any] | None:
+        stmt = select(PromptAnswerRow.answer).where(
+            col(PromptAnswerRow.task_hash) == task_hash, col(PromptAnswerRow.number) == number
+        )
+
+        def work(session: Session) -> str | None:
+            return session.exec(stmt).first()
+
+        found = await self.db.read(work)
+        return _json(found, {}) if found is not None else None
+
+    async def prompting(self, session_id: str | None = None) -> list[JournalRecord]:
+        """Journals of tasks waiting on a prompt (of one session, when given)."""
+        stmt = select(TaskJournalRow).where(col(TaskJournalRow.prompt) != "")
+        if session_id is not None:
+            stmt = stmt.where(col(TaskJournalRow.session_id) == session_id)
+
+        def work(session: Session) -> list[JournalRecord]:
+            return [_record(row) for row in session.exec(stmt).all()]
+
+        return await self.db.read(work)

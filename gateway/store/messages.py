@@ -25,6 +25,8 @@ log = get_logger(__name__)
 # A session's history.json is caught up with at most this many messages at once (more than
 # a crash can leave behind, and the file keeps only the recent conversation anyway).
 HISTORY_CATCH_UP = 500
+# How many of history.json's last lines are compared with the archive by `resync_history`.
+HISTORY_RESYNC_TAIL = 50
 
 # Built once: constructing and compiling statements per message cost more than running them.
 _TOUCH_SESSION = (
@@ -203,6 +205,36 @@ class MessageArchive(StoreBase):
             filed = await self._catch_up(session_id)
             self._history_checked.add(session_id)
             return filed
+
+    async def resync_history(self, session_id: str) -> int:
+        """Make history.json's recent lines those of the archive, gaps included. Several
+        instances archive one session's messages and each files only the lines of what it
+        stored; the instance that runs the session brings its copy in line before each task.
+        Returns how many lines were missing."""
+        validate_session_id(session_id)
+        files = self.files(session_id)
+        async with self._archive_turn(session_id):
+            try:
+                tail = await asyncio.to_thread(files.history.tail, HISTORY_RESYNC_TAIL)
+            except FileNotFoundError:
+                return 0
+            ids = [m.id for m in tail if m.id]
+            if not ids:
+                return await self._catch_up(session_id)
+            first = min(ids)
+            archived = await self.messages_after(session_id, first - 1, limit=HISTORY_CATCH_UP)
+            if [m.id for m in archived] == [i for i in ids if i >= first]:
+                return 0
+            missing = len({m.id for m in archived} - set(ids))
+
+            def rewrite() -> None:
+                kept = [m for m in files.history.read() if not m.id or m.id < first]
+                files.history.replace(kept + [history_line(m) for m in archived])
+
+            await asyncio.to_thread(rewrite)
+            self._history_checked.add(session_id)
+            log.info("history.json brought in line with the archive", session=session_id)
+            return missing
 
     async def _catch_up_once(self, session_id: str) -> None:
         """The first write of a session in this process checks its history.json first."""

@@ -124,6 +124,9 @@ class OutboxRow(SQLModel, table=True):
     last_error: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
     created_at: int = Field(default=0, sa_type=BigInteger)
     delivered_at: int = Field(default=0, sa_type=BigInteger)
+    # The instance sending this entry, until when (several instances: each entry sent once).
+    claimed_by: str = Field(default="", max_length=140)
+    claimed_until: int = Field(default=0, sa_type=BigInteger)
 
 
 class TaskJournalRow(SQLModel, table=True):
@@ -142,6 +145,18 @@ class TaskJournalRow(SQLModel, table=True):
     steps: str = Field(default="[]", sa_column=Column(Text, nullable=False))  # JSON list
     prompt: str = Field(default="", sa_column=Column(Text, nullable=False))  # JSON, "" for none
     updated_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class PromptAnswerRow(SQLModel, table=True):
+    """The answer to a task's n-th prompt: the first one given, on whichever instance."""
+
+    __tablename__ = "prompt_answer"
+
+    task_hash: str = Field(primary_key=True, max_length=64)
+    number: int = Field(primary_key=True)
+    session_id: str = Field(max_length=140)
+    answer: str = Field(sa_column=Column(Text, nullable=False))  # JSON
+    answered_at: int = Field(default=0, sa_type=BigInteger)
 
 
 # Every table whose rows belong to one session, known by its `session_id` column: what deleting

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
@@ -84,6 +84,35 @@ def claim_in(session: Session, dialect: str, entry: OutboxEntry) -> OutboxItem:
 
 async def claim(db: Database, entry: OutboxEntry) -> OutboxItem:
     return await db.write(lambda session: claim_in(session, db.dialect, entry))
+
+
+async def take(db: Database, item_id: int, claimant: str, claim_ms: int) -> OutboxItem | None:
+    """Claim a pending entry for `claimant` to send, for `claim_ms`: the entry as it stands,
+    or None while another instance's claim holds (or the entry is no longer pending). With
+    several instances, only the claim's holder sends an entry."""
+    now = now_ms()
+    stmt = (
+        update(OutboxRow)
+        .where(
+            col(OutboxRow.id) == item_id,
+            col(OutboxRow.status) == "pending",
+            or_(
+                col(OutboxRow.claimed_by) == "",
+                col(OutboxRow.claimed_by) == claimant,
+                col(OutboxRow.claimed_until) < now,
+            ),
+        )
+        .values(claimed_by=claimant, claimed_until=now + claim_ms)
+    )
+
+    def work(session: Session) -> OutboxItem | None:
+        if session.connection().execute(stmt).rowcount != 1:
+            return None
+        return outbox_item(
+            session.exec(select(OutboxRow).where(col(OutboxRow.id) == item_id)).one()
+        )
+
+    return await db.write(work)
 
 
 async def mark_delivered(db: Database, item_id: int, platform_message_id: str) -> None:

@@ -22,7 +22,7 @@ from gateway.settings import Settings
 from gateway.store.actionlog import ActionKind, ActionRecord
 from gateway.store.base import UnknownSession
 from gateway.store.db import Database
-from gateway.store.journals import JournalArchive
+from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.messages import MessageArchive, StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, MessageRow, SessionRow
 from gateway.store.runs import RunArchive, RunRecord
@@ -40,7 +40,7 @@ class SessionInfo:
     message_count: int
 
 
-class SessionStore(MessageArchive, RunArchive, JournalArchive):
+class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers):
     @classmethod
     async def open(cls, settings: Settings) -> SessionStore:
         db = await Database.open(settings.resolved_database_url)
