@@ -16,11 +16,14 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import structlog
 from pydantic import SecretStr
 
 from gateway.adapter import Adapter
-from gateway.home_lock import home_lock
+from gateway.home_lock import database_lock, home_lock
 from gateway.jobs import Reaper, SessionWatcher, every, trim_usage
+from gateway.leadership import if_leading
+from gateway.leases import LocalLeases
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -75,7 +78,11 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
                 loop.add_signal_handler(signum, stop.set)
                 stack.callback(loop.remove_signal_handler, signum)
         stack.callback(log.info, "gateway stopped")
+        # Every line this instance logs says which instance it is.
+        structlog.contextvars.bind_contextvars(instance=settings.instance_id)
+        stack.callback(structlog.contextvars.unbind_contextvars, "instance")
         stack.enter_context(home_lock(settings.home))
+        stack.enter_context(database_lock(settings.resolved_database_url))
         runtime = await Runtime.start(settings)
         stack.push_async_callback(runtime.close)
         for adapter in build_adapters(runtime):
@@ -91,32 +98,55 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
 
 
 def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
-    settings = runtime.settings
-    reaper = Reaper(
-        runtime.store, runtime.kv, runtime.presence, runtime.router, settings.temp_idle_seconds
-    )
-    return [
+    """The background jobs. Those that act on every session run on one instance at a time
+    (whichever holds the job's lease); the rest on each."""
+    settings, leases, router = runtime.settings, runtime.leases, runtime.router
+    reaper = Reaper(runtime.store, runtime.kv, runtime.presence, router, settings.temp_idle_seconds)
+    trim = partial(trim_usage, runtime.store, settings.usage_retention_days)
+    jobs = [
         every(
             settings.cleanup_interval_seconds,
-            reaper.run_once,
+            partial(if_leading, leases, "job:cleanup", reaper.run_once),
             name="cleanup",
             clock=runtime.clock,
         ),
         every(
             DAY_SECONDS,
-            partial(trim_usage, runtime.store, settings.usage_retention_days),
+            partial(if_leading, leases, "job:usage-retention", trim),
             name="usage retention",
             clock=runtime.clock,
         ),
         SessionWatcher(runtime.store).run(),
         every(
-            settings.recovery_interval_seconds,
-            runtime.router.recover,
+            _recovery_interval(runtime),
+            router.recover,
             name="recovery",
             clock=runtime.clock,
             now=False,
         ),
     ]
+    if not isinstance(leases, LocalLeases):
+        # Replies left pending by an instance that died while sending them (its claim
+        # lapsed): sent by whichever instance claims them next.
+        jobs.append(
+            every(
+                _recovery_interval(runtime),
+                router.courier.redeliver,
+                name="redelivery",
+                clock=runtime.clock,
+                now=False,
+            )
+        )
+    return jobs
+
+
+def _recovery_interval(runtime: Runtime) -> float:
+    """With several instances, a session whose owner died is found at least three times per
+    lease TTL: taken over within the TTL and a few seconds."""
+    settings = runtime.settings
+    if isinstance(runtime.leases, LocalLeases):
+        return settings.recovery_interval_seconds
+    return min(settings.recovery_interval_seconds, settings.lease_ttl_seconds / 3)
 
 
 async def _cancel(job: asyncio.Task[None]) -> None:

@@ -5,17 +5,22 @@ Adapters receive a `Runtime`; tests start one directly. `close` stops it in reve
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+
+from sqlalchemy.engine import make_url
 
 from gateway.adapter import HttpRoute
 from gateway.agents.base import Agent
 from gateway.agents.summary import RollingSummary, Summarizes
 from gateway.auth import Authority
+from gateway.bus import Bus, open_bus
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.registry import CommandRegistry
 from gateway.crash import CrashPoints
 from gateway.engine.router import Router
+from gateway.leases import Leases, open_leases
 from gateway.logs import get_logger
 from gateway.presence import Presence
 from gateway.session_settings import SessionSettings
@@ -53,6 +58,13 @@ def build_agent(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Agent:
     raise UnknownAgent(f"unknown agent {name!r} (AGENVOY_AGENT); available: {', '.join(AGENTS)}")
 
 
+def bus_namespace(database_url: str) -> str:
+    """What names the signal channels of the instances sharing this archive: its database's
+    name (the same however each instance spells the server's address)."""
+    name = make_url(database_url).database or ""
+    return hashlib.sha256(name.encode()).hexdigest()[:12]
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -66,6 +78,8 @@ class Runtime:
     session_settings: SessionSettings
     clock: Clock
     crash: CrashPoints
+    leases: Leases
+    bus: Bus
     summary: RollingSummary | None = None
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
@@ -89,10 +103,30 @@ class Runtime:
         cleared = await presence.clear_instance()
         if cleared:
             log.info("cleared presence left by a previous run", keys=cleared)
+        try:
+            leases = await open_leases(
+                settings.resolved_database_url,
+                settings.instance_id,
+                settings.lease_ttl_seconds,
+                clock,
+            )
+        except BaseException:
+            await kv.close()
+            await store.close()
+            raise
+        bus = open_bus(settings.resolved_kv_url, bus_namespace(settings.resolved_database_url))
         authority = Authority(settings.admin_keys)
         crash = CrashPoints(settings.crash_at)
         router = Router(
-            settings, store, agent, presence, authority=authority, clock=clock, crash=crash
+            settings,
+            store,
+            agent,
+            presence,
+            authority=authority,
+            clock=clock,
+            crash=crash,
+            leases=leases,
+            bus=bus,
         )
         session_settings = SessionSettings(
             store,
@@ -103,6 +137,7 @@ class Runtime:
         commands = CommandRegistry(authority)
         BuiltinCommands(commands, router, store, session_settings, agent.name, clock).register()
         router.commands = commands.run
+        await bus.start()
         summary = None
         if isinstance(agent, Summarizes):
             summary = RollingSummary(store, agent, settings.history_window)
@@ -119,11 +154,15 @@ class Runtime:
             session_settings,
             clock,
             crash,
+            leases,
+            bus,
             summary,
         )
 
     async def close(self) -> None:
-        await self.router.close()
+        await self.router.close()  # lets the sessions' leases go and says so on the bus
+        await self.leases.close()
+        await self.bus.close()
         if self.summary is not None:
             await self.summary.close()
         closer = getattr(self.agent, "aclose", None)

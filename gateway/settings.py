@@ -70,6 +70,9 @@ class Settings(BaseSettings):
     # How often tasks that died with their process (this one's previous life, or an instance
     # whose presence has expired) are looked for and taken up, besides at start-up.
     recovery_interval_seconds: float = 15.0
+    # Several instances on one PostgreSQL database: an instance that dies (or loses the
+    # database) gives up the sessions it ran within this many seconds, and another takes them.
+    lease_ttl_seconds: float = 15.0
     temp_idle_seconds: float = 1800.0
     cleanup_interval_seconds: float = 1800.0
 
@@ -199,6 +202,7 @@ class Settings(BaseSettings):
         "history_window",
         "temp_idle_seconds",
         "recovery_interval_seconds",
+        "lease_ttl_seconds",
         "cleanup_interval_seconds",
         "http_idle_timeout_seconds",
         "http_body_timeout_seconds",

@@ -113,6 +113,11 @@ class Backends:
         self.postgres = postgres
         self.databases: list[str] = []
 
+    async def drop(self) -> None:
+        for name in self.databases:
+            await _pg_drop(name)
+        self.databases.clear()
+
     async def new(self) -> dict[str, str]:
         """Stores of their own: one home's gateway shares them with nobody (several gateways
         on one database are the scale-out tests' business)."""

@@ -134,3 +134,32 @@ async def test_a_second_gateway_on_the_same_home_is_refused(
     other = Gateway(tmp_path / "other-home", free_port())
     await other.start()
     assert await other.stop() == 0
+
+
+async def test_a_second_gateway_on_the_same_sqlite_database_is_refused(tmp_path: Path) -> None:
+    shared = f"sqlite:///{tmp_path / 'shared' / 'history.db'}"
+    first = Gateway(tmp_path / "one", free_port(), AGENVOY_DATABASE_URL=shared)
+    await first.start()
+    try:
+        second = await asyncio.create_subprocess_exec(
+            EXE,
+            "run",
+            env={
+                **os.environ,
+                "AGENVOY_HOME": str(tmp_path / "two"),
+                "AGENVOY_HTTP_PORT": str(free_port()),
+                "AGENVOY_DATABASE_URL": shared,
+            },
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(second.communicate(), 30)
+        assert second.returncode == 2
+        said = err.decode()
+        # It says what to change to run several: PostgreSQL, and Redis next to it.
+        assert "SQLite" in said and "AGENVOY_DATABASE_URL=postgresql" in said, said
+        assert "AGENVOY_KV_URL=redis" in said
+        async with aiohttp.ClientSession() as http, http.get(f"{first.url}/healthz") as resp:
+            assert resp.status == 200
+    finally:
+        await first.close()

@@ -27,12 +27,19 @@ class Job:
     def finished(self) -> bool:
         return self.status in ("done", "canceled", "interrupted")
 
+    @property
+    def order(self) -> int:
+        return self.place
+
+    place: int = 0
+
 
 class Rig:
     """A scheduler whose jobs run until the test releases them, recording what happened."""
 
     def __init__(self, slots: int) -> None:
         self.started: list[str] = []
+        self.placed = 0
         self.log: list[str] = []
         self.changed = asyncio.Condition()
         self.scheduler: Scheduler[Job] = Scheduler(slots, self.run, self.canceled)
@@ -67,8 +74,10 @@ class Rig:
 
         await asyncio.wait_for(seen(), WAIT)
 
-    def add(self, session_id: str, name: str) -> tuple[Job, int]:
-        job = Job(session_id, name)
+    def add(self, session_id: str, name: str, place: int | None = None) -> tuple[Job, int]:
+        """Queue a job; by default each comes after every earlier one (its `order`)."""
+        self.placed += 1
+        job = Job(session_id, name, place=self.placed if place is None else place)
         return job, self.scheduler.enqueue(job)
 
 
@@ -153,6 +162,60 @@ async def test_close_interrupts_running_jobs_and_leaves_queued_ones() -> None:
     assert running.status == "canceled" and running.runner is not None
     assert running.runner.cancelled()
     assert queued.status == "queued" and "start queued" not in rig.log
+
+
+async def test_a_job_queued_late_takes_its_place_by_order() -> None:
+    """Another instance stored a message before ones queued here: it runs before them."""
+    rig = Rig(slots=4)
+    first, _ = rig.add("cli-a", "first", place=10)
+    rig.add("cli-a", "third", place=30)
+    _, ahead = rig.add("cli-a", "second", place=20)
+    assert ahead == 1  # behind "first", ahead of "third"
+    await rig.until("start first")
+    assert [j.name for j in rig.scheduler.queued("cli-a")] == ["second", "third"]
+    first.release.set()
+    await rig.until("start second")
+
+
+async def test_interrupt_stops_one_session_and_hands_back_its_queue() -> None:
+    rig = Rig(slots=4)
+    running, _ = rig.add("cli-a", "running")
+    queued, _ = rig.add("cli-a", "queued")
+    other, _ = rig.add("cli-b", "other")
+    await rig.until("start running")
+    await rig.until("start other")
+    assert await rig.scheduler.interrupt("cli-a") == [queued]
+    assert running.runner is not None and running.runner.cancelled()
+    assert not rig.scheduler.is_busy("cli-a") and "start queued" not in rig.log
+    assert rig.scheduler.current("cli-b") is other  # the other session goes on
+    other.release.set()
+    await rig.until("end other")
+
+
+async def test_hooks_run_before_each_job_and_once_a_session_is_idle() -> None:
+    rig = Rig(slots=4)
+    calls: list[str] = []
+    idle = asyncio.Event()
+
+    async def before_next(session_id: str) -> None:
+        calls.append(f"before {session_id} {len(rig.scheduler.queued(session_id))}")
+        if len(calls) == 1:
+            rig.add(session_id, "late", place=0)  # found by the hook: runs first
+
+    async def on_idle(session_id: str) -> None:
+        calls.append(f"idle {session_id}")
+        idle.set()
+
+    rig.scheduler.before_next, rig.scheduler.on_idle = before_next, on_idle
+    job, _ = rig.add("cli-a", "job")
+    await rig.until("start late")
+    assert rig.started == ["late"]
+    for name in ("late", "job"):
+        next(j for j in [rig.scheduler.current("cli-a")] if j and j.name == name).release.set()
+        await rig.until(f"end {name}")
+    await asyncio.wait_for(idle.wait(), WAIT)
+    assert calls == ["before cli-a 1", "before cli-a 1", "before cli-a 0", "idle cli-a"]
+    assert job.status == "done"
 
 
 async def test_turns_are_served_in_the_order_they_were_taken() -> None:

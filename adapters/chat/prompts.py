@@ -96,7 +96,7 @@ class OpenPrompts:
         platform shows the outcome on the prompt message itself, so `closing` leaves that
         message alone."""
         try:
-            task = self.router.task(task_hash)
+            task = await self.router.find(task_hash)
             if option is not None:
                 if task.prompt is None:
                     raise AlreadyAnswered(ALREADY_ANSWERED)
@@ -112,11 +112,11 @@ class OpenPrompts:
             self._closed_here.add(task_hash)
         return Answered(outcome(answer.approved, answer.text, answer.by))
 
-    def refusal(self, task_hash: str, responder: Origin) -> Refused | None:
+    async def refusal(self, task_hash: str, responder: Origin) -> Refused | None:
         """Why `responder` may not answer the task's prompt, if they may not (for a platform
         that asks for the answer in a second step)."""
         try:
-            self.router.may_answer(task_hash, responder)
+            await self.router.may_answer(task_hash, responder)
         except (NotAllowed, PromptError) as exc:
             return _refused(exc)
         return None

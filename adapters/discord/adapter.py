@@ -180,7 +180,7 @@ class DiscordAdapter(ChatAdapter):
         if not self.admits(interaction):
             await interaction.response.send_message(REFUSAL, ephemeral=True)
             return
-        refused = self.prompts.refusal(task_hash, self.who(interaction.user))
+        refused = await self.prompts.refusal(task_hash, self.who(interaction.user))
         if refused is not None:
             await interaction.response.send_message(refused.reason, ephemeral=True)
             return

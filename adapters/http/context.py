@@ -83,10 +83,10 @@ class Context:
         if await self.store.get(session_id) is None:
             raise no_session(session_id)
 
-    def task_of(self, session_id: str, task_hash: str) -> TaskView:
-        """The task in this process's memory, if it belongs to `session_id`."""
+    async def task_of(self, session_id: str, task_hash: str) -> TaskView:
+        """The task, if it belongs to `session_id`: known here, or run by another instance."""
         try:
-            state = self.router.task(task_hash)
+            state = await self.router.find(task_hash)
         except TaskNotFound:
             state = None
         if state is None or state.session_id != session_id:

@@ -14,12 +14,12 @@ from gateway.ids import HASH_RE
 async def list_pending(call: Call) -> PendingList:
     """Open prompts of the session that the caller may answer (an admin: all of them)."""
     await call.ctx.require_session(call.session_id)
-    return _answerable(call, call.ctx.router.pending(call.session_id))
+    return _answerable(call, await call.ctx.router.open_prompts(call.session_id))
 
 
 async def list_all_pending(call: Call) -> PendingList:
     """Open prompts in every session that the caller may answer."""
-    return _answerable(call, call.ctx.router.pending())
+    return _answerable(call, await call.ctx.router.open_prompts())
 
 
 def _answerable(call: Call, prompts: list[Prompt]) -> PendingList:
@@ -46,10 +46,10 @@ async def get_task(call: Call) -> TaskView:
     wait = call.query(TaskQuery).wait
     ctx = call.ctx
     try:
-        state = ctx.task_of(call.session_id, call.task_hash)
+        state = await ctx.task_of(call.session_id, call.task_hash)
     except ApiError as missing:
-        # Not in this process's memory (finished before a restart, or long ago): the archive
-        # still knows how it ended.
+        # Not in memory here nor running on another instance (finished before a restart, or
+        # long ago): the archive still knows how it ended.
         if missing.status != 404 or HASH_RE.fullmatch(call.task_hash) is None:
             raise
         archived = await _archived(call)
@@ -83,6 +83,6 @@ async def _archived(call: Call) -> TaskView | None:
 
 async def cancel_task(call: Call) -> Canceled:
     """Only the sender who started the task, or an admin, may cancel."""
-    state = call.ctx.task_of(call.session_id, call.task_hash)
+    state = await call.ctx.task_of(call.session_id, call.task_hash)
     canceled = await call.ctx.router.cancel_for(call.origin(), state.session_id, state.task_hash)
     return Canceled(canceled=canceled)

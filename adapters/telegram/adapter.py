@@ -36,6 +36,7 @@ from adapters.telegram.webhook import Webhook
 from gateway.adapter import HttpRoute
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import telegram_session_id
+from gateway.leadership import Leadership
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 from gateway.settings import TelegramMode
@@ -49,6 +50,7 @@ GREETING: Final = (
 )
 REFUSAL: Final = "Sorry, this bot is not available in this chat."
 REFUSAL_EVERY_SECONDS: Final = 3600.0
+POLLER_LEASE: Final = "telegram:poller"
 # What the bot handles; other kinds of update are not asked for.
 UPDATES: Final = (Update.MESSAGE, Update.EDITED_MESSAGE, Update.CALLBACK_QUERY)
 # In front of a part sent again after a crash that may have come after Telegram took it: the
@@ -73,6 +75,15 @@ class TelegramAdapter(ChatAdapter):
         self.chats = Chats(runtime)
         self.sender = Sender(lambda: self.bot, self.chats)
         self.poller = Poller(lambda: self.bot, self.handle, runtime.clock, updates=UPDATES)
+        # With several instances, one of them polls: whichever holds the poller's lease.
+        self.polling = Leadership(
+            runtime.leases,
+            POLLER_LEASE,
+            runtime.clock,
+            retry_seconds=runtime.settings.lease_ttl_seconds / 3,
+            start=self._start_polling,
+            stop=self.poller.stop,
+        )
         secret = runtime.settings.telegram_webhook_secret
         self.webhook = Webhook(
             secret.get_secret_value() if secret else "", lambda: self.bot, self.handle
@@ -156,15 +167,18 @@ class TelegramAdapter(ChatAdapter):
         else:
             if poll_timeout is not None:
                 self.poller.timeout = poll_timeout
-            self.poller.start()
+            self.polling.begin()
             where = "long polling"
         log.info("adapter started", adapter=PLATFORM, bot=self.bot_username, via=where)
+
+    async def _start_polling(self) -> None:
+        self.poller.start()
 
     async def stop(self) -> None:
         if not self._started:
             return
         self._started = False
-        await self.poller.stop()
+        await self.polling.end()
         if self.app.running:
             await self.app.stop()
         await self.app.shutdown()

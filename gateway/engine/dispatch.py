@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from gateway.adapter import Progress, Sink
 from gateway.clock import Clock
@@ -55,6 +55,8 @@ class Dispatch:
         self.pulled: set[str] = set()
         self.courier = Courier(store.db, self.sinks, self._log_for_courier, clock=clock)
         self._subscribers: dict[str, set[Subscription]] = {}
+        # Told of every event recorded here (the relay, which tells the other instances).
+        self.published: Callable[[Task, Event], Awaitable[None]] | None = None
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -115,9 +117,15 @@ class Dispatch:
             )
         except FileNotFoundError:
             log.warning("session gone while its task ran", session=task.session_id)
-        for sub in self._subscribers.get(task.session_id, ()):
-            sub.offer(event)
+        self.offer(event, task.session_id)
+        if self.published is not None:
+            await self.published(task, event)
         return event
+
+    def offer(self, event: Event, session_id: str | None = None) -> None:
+        """Give `event` to the live subscribers of its session."""
+        for sub in self._subscribers.get(session_id or event.session_id, ()):
+            sub.offer(event)
 
     async def deliver(self, task: Task, event: Event, *, item: OutboxItem | None = None) -> None:
         """Hand a recorded event to its origin: replies and prompts through the outbox (`item`

@@ -11,6 +11,7 @@ from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.order import Turn, Turns
+from gateway.engine.ownership import Ownership
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import MessageTooLong, Submission, Task, TooManyTasks
 from gateway.engine.tasks import TaskTable
@@ -33,6 +34,7 @@ class Intake:
         scheduler: Scheduler[Task],
         clock: Clock,
         max_chars: int,
+        ownership: Ownership,
         crash: CrashPoints = NO_CRASH,
         max_pending_per_sender: int | None = None,
     ) -> None:
@@ -42,6 +44,7 @@ class Intake:
         self.scheduler = scheduler
         self.clock = clock
         self.max_chars = max_chars
+        self.ownership = ownership
         self.crash = crash
         self.max_pending_per_sender = max_pending_per_sender
         self.turns = Turns()
@@ -59,7 +62,11 @@ class Intake:
                 if accepted is None:
                     return Submission(session_id, duplicate=True)
                 task, event = accepted
-                position = self.scheduler.enqueue(task)
+                position = await self.ownership.run_here(
+                    session_id, lambda: self.scheduler.enqueue(task)
+                )
+                if position is None:  # another instance runs the session: it takes the task
+                    task.elsewhere = True
         if command is not None:
             await self.dispatch.notice(inbound.origin, command.text)
             return Submission(command.session_id or session_id, command=command)
@@ -68,7 +75,7 @@ class Intake:
         await self.dispatch.deliver(task, event)
         if position:
             await self.dispatch.notice(inbound.origin, f"queued ({position} ahead)")
-        return Submission(session_id, task.task_hash, position)
+        return Submission(session_id, task.task_hash, position or 0)
 
     async def record(self, inbound: Inbound, turn: Turn | None = None) -> int | None:
         """Keep a message as context; its archive id, or None if it was stored before."""

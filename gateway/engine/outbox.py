@@ -11,6 +11,10 @@ A reply the platform takes in several parts records each accepted part with its 
 crash after the platform accepted a part and before it was recorded: that part is sent again
 on restart. Adapters close it where the platform allows (Discord's `enforce_nonce`, keyed by
 the task and part).
+
+With several instances, an entry is sent only by the instance that claimed it
+(`claimant`): two instances that both see it pending (a redelivery pass, a task taken over)
+send it once. A claim left by an instance that died lapses after `claim_seconds`.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class Courier:
         attempts: int = 5,
         initial_wait: float = 0.5,
         max_wait: float = 30.0,
+        claimant: str | None = None,
+        claim_seconds: float = 30.0,
     ) -> None:
         self.db = db
         self.sinks = sinks
@@ -53,6 +59,8 @@ class Courier:
         self.attempts = attempts
         self.initial_wait = initial_wait
         self.max_wait = max_wait
+        self.claimant = claimant
+        self.claim_seconds = claim_seconds
 
     async def send(self, item: OutboxItem) -> bool:
         """Deliver `item` unless it already was; True once it is delivered."""
@@ -63,6 +71,14 @@ class Courier:
             # No adapter for that platform in this process: it stays pending for one that has.
             log.info("outbox entry waits for its adapter", platform=item.platform, id=item.id)
             return False
+        if self.claimant is not None:
+            claimed = await table.take(
+                self.db, item.id, self.claimant, int(self.claim_seconds * 1000)
+            )
+            if claimed is None:
+                log.info("outbox entry sent by another instance", id=item.id)
+                return False
+            item = claimed
         origin = Origin.from_json(item.payload["origin"])
         event = event_from_json(json.dumps(item.payload["event"]))
 

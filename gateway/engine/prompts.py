@@ -4,6 +4,9 @@ A prompt goes only to the task's origin, is journaled before it is shown, and pa
 without holding a concurrency slot. It is answered by the requester or an admin (`auth`), or
 expires after `confirm_timeout_seconds`: a confirmation then counts as denied, a question as
 unanswered. A prompt answered before a restart is not asked again.
+
+With several instances (`answers` given), an answer may be given on any of them: it is claimed
+in the shared archive first, and the first claim for a prompt stands wherever it was made.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from gateway.engine.journal import Answer, PromptAsked, PromptKind
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Prompt, Task
 from gateway.events import AnswerEvent, AskUserEvent, ConfirmEvent, Origin
+from gateway.store.journals import PromptAnswers
 from gateway.text import check_storable
 
 # Who "answered" a confirmation that the session allow-list approved without asking.
@@ -49,6 +53,7 @@ class Prompts:
         clock: Clock,
         timeout_seconds: float,
         crash: CrashPoints = NO_CRASH,
+        answers: PromptAnswers | None = None,
     ) -> None:
         self.dispatch = dispatch
         self.scheduler = scheduler
@@ -56,6 +61,8 @@ class Prompts:
         self.clock = clock
         self.timeout_seconds = timeout_seconds
         self.crash = crash
+        # Shared with other instances: answers are claimed there before they count.
+        self.answers = answers
 
     async def ask(
         self,
@@ -69,6 +76,7 @@ class Prompts:
         auto_approve: bool = False,
     ) -> Answer:
         """Ask the task's origin, wait for the answer (or the expiry), and return it."""
+        number = sum(isinstance(step, PromptAsked) for step in task.journal.steps)
         answered_before = task.journal.replay.next_prompt()
         if answered_before is not None and answered_before.answer is not None:
             # Answered before a restart: the answer stands, nobody is asked twice.
@@ -80,6 +88,14 @@ class Prompts:
             return answered_before.answer
         if kind == "confirm" and auto_approve:
             return await self._allow_listed(task)
+        if self.answers is not None:
+            # Answered on another instance while the one that asked was dying.
+            stored = await self.answers.stored_answer(task.task_hash, number)
+            if stored is not None:
+                answer = Answer.from_json(stored)
+                task.journal.steps.append(PromptAsked(kind, answer))
+                await task.save_journal()
+                return answer
 
         prompt = Prompt(
             kind=kind,
@@ -91,6 +107,7 @@ class Prompts:
             args=dict(args or {}),
             question=question,
             options=tuple(options),
+            number=number,
         )
         step = PromptAsked(kind)
         task.journal.steps.append(step)
@@ -140,27 +157,50 @@ class Prompts:
         async with task.prompt_lock:
             if future.done():  # answered as the time ran out: the answer counts
                 return future.result()
-            expired = Answer(approved=False if confirm else None, by="timeout")
-            await self._settle(task, expired)
+            expired = await self._settle(
+                task, Answer(approved=False if confirm else None, by="timeout")
+            )
+            if expired.by != "timeout":  # answered on another instance as the time ran out
+                return expired
         what, outcome = (
             ("confirmation", "treated as denied") if confirm else ("question", "left unanswered")
         )
         await self.dispatch.notice(task.origin, f"The {what} expired and was {outcome}.")
         return expired
 
-    async def _settle(self, task: Task, answer: Answer) -> None:
+    async def _settle(self, task: Task, answer: Answer) -> Answer:
         """Journal the answer, then wake the task: an answer acknowledged stands after a
-        crash. The caller holds the task's prompt lock."""
-        assert task.prompt_step is not None and task.answer is not None
+        crash. With several instances the answer is claimed first, and the one that stands
+        (this one, or one given elsewhere) is returned. The caller holds the prompt lock."""
+        assert task.prompt is not None and task.prompt_step is not None
+        assert task.answer is not None
+        if self.answers is not None:
+            _, standing = await self.answers.claim_answer(
+                task.session_id, task.task_hash, task.prompt.number, answer.to_json()
+            )
+            answer = Answer.from_json(standing)
         task.prompt_step.answer = answer
         await task.journal.save("waiting", None)
         self.crash.reach("answered")
         task.answer.set_result(answer)
+        return answer
+
+    async def take_stored(self, task: Task) -> None:
+        """Another instance recorded an answer to the task's open prompt: give it to the task."""
+        if self.answers is None:
+            return
+        async with task.prompt_lock:
+            prompt = task.prompt
+            if prompt is None or not task.waiting_for_answer():
+                return
+            stored = await self.answers.stored_answer(task.task_hash, prompt.number)
+            if stored is not None:
+                await self._settle(task, Answer.from_json(stored))
 
     def check(self, task: Task, responder: Origin) -> Prompt:
         """The task's open prompt, if `responder` may answer it; raises otherwise."""
         prompt = task.prompt
-        if prompt is None or task.answer is None or task.answer.done():
+        if prompt is None or not task.waiting_for_answer():
             if any(isinstance(step, PromptAsked) for step in task.journal.steps):
                 raise AlreadyAnswered(f"the prompt of task {task.task_hash} was already answered")
             raise PromptNotFound(f"task {task.task_hash} is not waiting for an answer")
@@ -172,21 +212,29 @@ class Prompts:
     ) -> Answer:
         """Take an answer: checked, journaled, then given to the task. Once this returns, the
         answer survives a crash."""
-        if text is not None:
-            check_storable(text, "the answer")
         async with task.prompt_lock:
             prompt = self.check(task, responder)
-            by = responder.sender_name or responder.sender_id or responder.platform
-            if prompt.kind == "confirm":
-                if approve is None:
-                    raise PromptError("a confirmation is answered with approve: true or false")
-                answer = Answer(approved=approve, by=by)
-            else:
-                if text is None:
-                    raise PromptError("a question is answered with a text answer")
-                answer = Answer(text=text, by=by)
-            await self._settle(task, answer)
+            answer = make_answer(prompt, responder, approve=approve, text=text)
+            standing = await self._settle(task, answer)
+        if standing != answer:
+            raise AlreadyAnswered(f"the prompt of task {task.task_hash} was already answered")
         return answer
+
+
+def make_answer(
+    prompt: Prompt, responder: Origin, *, approve: bool | None, text: str | None
+) -> Answer:
+    """`responder`'s answer to `prompt`; raises PromptError when it does not fit the prompt."""
+    if text is not None:
+        check_storable(text, "the answer")
+    by = responder.sender_name or responder.sender_id or responder.platform
+    if prompt.kind == "confirm":
+        if approve is None:
+            raise PromptError("a confirmation is answered with approve: true or false")
+        return Answer(approved=approve, by=by)
+    if text is None:
+        raise PromptError("a question is answered with a text answer")
+    return Answer(text=text, by=by)
 
 
 def _prompt_event(prompt: Prompt) -> ConfirmEvent | AskUserEvent:

@@ -1,45 +1,18 @@
-"""Tasks a previous process left unfinished, found from the journals in the archive.
-
-A journal whose task holds a presence key belongs to a live task of another process (whose
-key has not expired); one this process knows is its own. Every other journal is a task that
-died with its process, whatever instance ran it: it is taken up, in archive order.
-
-Journals that earlier versions kept only as `pending/<task>.json` files are read once, at
-start-up, and moved into the archive.
-"""
+"""Journals that earlier versions kept only as `pending/<task>.json` files: read once, at
+start-up, and moved into the archive, where recovery (`Router.recover`) finds every unfinished
+task."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Container
 from typing import Any
 
-from gateway.engine.journal import JournalHead, Replay, replay_of
 from gateway.logs import get_logger
-from gateway.presence import Presence
 from gateway.store.files import SessionFiles
 from gateway.store.journals import JournalRecord
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
-
-
-async def unfinished_tasks(
-    store: SessionStore, presence: Presence, known: Container[str]
-) -> list[tuple[JournalHead, Replay]]:
-    """Journals of tasks that died with their process, oldest message first."""
-    found: list[tuple[JournalHead, Replay]] = []
-    alive = {task for _, task in await presence.running_tasks()}
-    for record in await store.unfinished():
-        if record.task_hash in alive or record.task_hash in known:
-            continue
-        try:
-            head = JournalHead.of(record)
-        except (KeyError, TypeError, ValueError):
-            log.warning("unreadable journal set aside", task=record.task_hash)
-            continue
-        found.append((head, replay_of(record)))
-    return found
 
 
 async def import_journal_files(store: SessionStore) -> int:

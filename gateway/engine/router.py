@@ -6,7 +6,9 @@ What it guarantees:
 - each session runs one task at a time; sessions run side by side, at most
   `max_concurrent_tasks` at once (a task waiting on a prompt holds no slot);
 - a task's events go to its origin only, and to live subscribers of the session;
-- a confirmation or question is answered only by its requester or an admin.
+- a confirmation or question is answered only by its requester or an admin;
+- with several instances on one database, one instance at a time runs a session's tasks
+  (`ownership`); the others store what they receive and hand it over.
 
 Everything outside the engine gets `TaskView` snapshots; no caller touches a task's state.
 """
@@ -19,24 +21,29 @@ from collections.abc import AsyncIterator, Callable
 from gateway.adapter import Sink
 from gateway.agents.base import Agent
 from gateway.auth import Authority
+from gateway.bus import Bus, LocalBus
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.dispatch import Dispatch, Subscription
 from gateway.engine.intake import CommandRunner, Intake
-from gateway.engine.journal import Answer
+from gateway.engine.journal import Answer, JournalHead, replay_of
 from gateway.engine.order import Turn
 from gateway.engine.outbox import Courier
+from gateway.engine.ownership import Ownership
 from gateway.engine.prompts import PromptNotFound, Prompts
-from gateway.engine.recovery import import_journal_files, unfinished_tasks
+from gateway.engine.recovery import import_journal_files
+from gateway.engine.relay import Relay
 from gateway.engine.runner import Runner
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Prompt, Submission, Task, TaskNotFound, TaskView
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Inbound, Origin
 from gateway.ids import validate_session_id
+from gateway.leases import Leases, LocalLeases
 from gateway.logs import get_logger
 from gateway.presence import Presence
 from gateway.settings import Settings
+from gateway.store.journals import JournalRecord
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
@@ -63,6 +70,8 @@ class Router:
         authority: Authority | None = None,
         clock: Clock = SYSTEM_CLOCK,
         crash: CrashPoints = NO_CRASH,
+        leases: Leases | None = None,
+        bus: Bus | None = None,
     ) -> None:
         self._store = store
         self._presence = presence
@@ -77,6 +86,18 @@ class Router:
             self._canceled_before_start,
             per_sender=settings.max_running_per_sender,
         )
+        bus = bus or LocalBus()
+        self._ownership = Ownership(
+            leases or LocalLeases(),
+            bus,
+            store,
+            take_up=self.take_up,
+            interrupt=self._interrupt,
+            is_busy=self._scheduler.is_busy,
+            is_live=self._is_live,
+        )
+        self._scheduler.before_next = self._ownership.refresh
+        self._scheduler.on_idle = self._ownership.idle
         self._prompts = Prompts(
             self._dispatch,
             self._scheduler,
@@ -84,7 +105,22 @@ class Router:
             clock,
             settings.confirm_timeout_seconds,
             crash,
+            answers=store if self._ownership.shared else None,
         )
+        self._relay = Relay(
+            bus,
+            shared=self._ownership.shared,
+            tasks=self._tasks,
+            dispatch=self._dispatch,
+            prompts=self._prompts,
+            store=store,
+            authority=self._authority,
+            cancel_here=self._cancel_here,
+        )
+        self._dispatch.published = self._relay.publish
+        if self._ownership.shared:  # each reply sent by one instance, even seen by several
+            self.courier.claimant = settings.instance_id
+            self.courier.claim_seconds = 2 * settings.lease_ttl_seconds
         self._runner = Runner(
             store,
             agent,
@@ -102,6 +138,7 @@ class Router:
             self._scheduler,
             clock,
             settings.max_message_chars,
+            self._ownership,
             crash,
             settings.max_pending_per_sender,
         )
@@ -168,7 +205,19 @@ class Router:
     # -- queries ---------------------------------------------------------------------------
 
     def task(self, task_hash: str) -> TaskView:
+        """A task this instance knows (raises TaskNotFound)."""
         return self._tasks.get(task_hash).view()
+
+    async def find(self, task_hash: str) -> TaskView:
+        """A task this instance knows, or (with several instances) one another instance runs
+        (raises TaskNotFound)."""
+        return (await self._task(task_hash)).view()
+
+    async def _task(self, task_hash: str) -> Task:
+        task = self._tasks.find(task_hash) or await self._relay.follow(task_hash)
+        if task is None:
+            raise TaskNotFound(f"no such task: {task_hash}")
+        return task
 
     def running_task(self, session_id: str) -> TaskView | None:
         task = self._scheduler.current(session_id)
@@ -195,39 +244,29 @@ class Router:
         ]
         return sorted(prompts, key=lambda p: p.expires_at)
 
+    async def open_prompts(self, session_id: str | None = None) -> list[Prompt]:
+        """`pending`, and with several instances the prompts of tasks the others run."""
+        prompts = self.pending(session_id)
+        if self._ownership.shared:
+            known = {p.task_hash for p in prompts}
+            elsewhere = await self._relay.prompts(session_id)
+            prompts += [p for p in elsewhere if p.task_hash not in known]
+        return sorted(prompts, key=lambda p: p.expires_at)
+
     async def wait(self, task_hash: str, within: float, *, until_prompt: bool = False) -> TaskView:
         """The task once it finishes (or parks on a prompt, if asked), or after `within`."""
-        task = self._tasks.get(task_hash)
-
-        def ready() -> bool:
-            return task.finished or (until_prompt and task.waiting_for_answer())
-
-        async with task.changed:
-            with contextlib.suppress(TimeoutError):
-                await self._clock.wait_for(task.changed.wait_for(ready), within)
-        return task.view()
+        task = await self._task(task_hash)
+        return await task.settled(self._clock, within, until_prompt=until_prompt)
 
     async def stream(self, task_hash: str) -> AsyncIterator[Event]:
         """Every event of a task so far, then live ones until it finishes."""
-        task = self._tasks.get(task_hash)
-        sent = 0
-        while True:
-            async with task.changed:
-                await task.changed.wait_for(
-                    lambda n=sent: len(task.events) > n or task.finished  # type: ignore[misc]
-                )
-                batch = task.events[sent:]
-                done = task.finished
-            for event in batch:
-                yield event
-            sent += len(batch)
-            if done and sent >= len(task.events):
-                return
+        async for event in (await self._task(task_hash)).follow():
+            yield event
 
-    def may_answer(self, task_hash: str, responder: Origin) -> Prompt:
+    async def may_answer(self, task_hash: str, responder: Origin) -> Prompt:
         """The task's open prompt if `responder` may answer it; raises PromptError or
         NotAllowed otherwise (for a front-end that asks for the answer in a second step)."""
-        task = self._tasks.find(task_hash)
+        task = self._tasks.find(task_hash) or await self._relay.follow(task_hash)
         if task is None:
             raise PromptNotFound(f"no task {task_hash}")
         return self._prompts.check(task, responder)
@@ -245,26 +284,41 @@ class Router:
     ) -> Answer:
         validate_session_id(session_id)
         task = self._tasks.find(task_hash, session_id)
-        if task is None:
+        if task is not None and not task.elsewhere:
+            return await self._prompts.answer(task, responder, approve=approve, text=text)
+        if task is None and not self._ownership.shared:
             raise PromptNotFound(f"no task {task_hash} in session {session_id}")
-        return await self._prompts.answer(task, responder, approve=approve, text=text)
+        # Another instance runs the task: the answer is recorded here and signalled there.
+        return await self._relay.answer(
+            session_id, task_hash, responder, approve=approve, text=text
+        )
 
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
         """Cancel a queued or running task (the running one when no hash is given)."""
         validate_session_id(session_id)
         if task_hash:
             target = self._tasks.find(task_hash, session_id)
+            if target is None and self._ownership.shared:
+                target = await self._relay.follow(task_hash)
         else:
             target = self._scheduler.current(session_id)
-        if target is None or target.finished:
+        if target is None or target.finished or target.session_id != session_id:
             return False
+        if target.elsewhere:
+            return await self._relay.cancel(target, by or "user")
         target.canceled_by = by or "user"
         return await self._scheduler.cancel(target)
+
+    async def _cancel_here(self, session_id: str, task_hash: str, by: str) -> bool:
+        """Another instance asked to cancel a task this one runs."""
+        return await self.cancel(session_id, task_hash, by=by)
 
     async def cancel_for(self, who: Origin, session_id: str, task_hash: str) -> bool:
         """Cancel on behalf of `who`: its requester or an admin (NotAllowed otherwise)."""
         task = self._tasks.find(task_hash, session_id)
-        if task is None:
+        if task is None and self._ownership.shared:
+            task = await self._relay.follow(task_hash)
+        if task is None or task.session_id != session_id:
             raise TaskNotFound(f"no task {task_hash} in session {session_id}")
         self._authority.require_requester(who, task.origin, "cancel this task")
         by = who.sender_name or who.sender_id or who.platform
@@ -282,25 +336,57 @@ class Router:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def recover(self, *, at_start: bool = False) -> int:
-        """Take up the tasks that died with a process (this one's previous life, or another
-        instance whose presence expired); returns how many. Run at start-up and then now and
-        again: a task whose old presence key still blocked it at start is taken up once the key
-        has expired. They are queued in archive order and replay from their journals, and
-        their sessions' history.json is caught up with the archive first."""
+        """Take up the tasks nobody runs: those that died with a process (this one's previous
+        life, or another instance whose leases lapsed) and those another instance stored and
+        signalled while this one was not listening; returns how many. Run at start-up and then
+        now and again. Each session's tasks are queued in archive order and replay from their
+        journals, after its history.json is caught up with the archive."""
         if at_start:
             await import_journal_files(self._store)
-        found = await unfinished_tasks(self._store, self._presence, self._tasks)
+        records = await self._store.unfinished()
+        sessions = dict.fromkeys(r.session_id for r in records if not self._is_live(r.task_hash))
+        taken = 0
+        for session_id in sessions:
+            taken += await self._ownership.adopt(session_id)
+        if taken:
+            log.info("resuming tasks left unfinished", count=taken)
+        return taken
+
+    async def take_up(self, records: list[JournalRecord]) -> int:
+        """Queue journaled tasks here (the caller holds their session); returns how many."""
+        found: list[tuple[JournalHead, JournalRecord]] = []
+        for record in records:
+            try:
+                found.append((JournalHead.of(record), record))
+            except (KeyError, TypeError, ValueError):
+                log.warning("unreadable journal set aside", task=record.task_hash)
         for session_id in dict.fromkeys(head.session_id for head, _ in found):
             await self._store.catch_up_history(session_id)
-        for head, replay in found:
-            self._scheduler.enqueue(self._tasks.add(head, (), replay))
-        if found:
-            log.info("resuming tasks left unfinished", count=len(found))
+        for head, record in found:
+            self._scheduler.enqueue(self._tasks.take_over(head, replay_of(record)))
         return len(found)
 
+    def _is_live(self, task_hash: str) -> bool:
+        """Whether the task runs or waits to run here."""
+        task = self._tasks.find(task_hash)
+        return task is not None and not task.finished and not task.elsewhere
+
+    async def _interrupt(self, session_id: str) -> None:
+        """This instance may no longer run the session (its lease is lost): its tasks stop
+        here at once, journals kept, and follow the instance that takes them up."""
+        running = self._scheduler.current(session_id)
+        dropped = await self._scheduler.interrupt(session_id)
+        for task in [*dropped, *([running] if running else [])]:
+            task.elsewhere = True
+            await task.set_status("queued")
+        log.warning("session given up", session=session_id, tasks=len(dropped) + bool(running))
+
     async def close(self) -> None:
-        """Stop taking work; running tasks are interrupted with their journals kept."""
+        """Stop taking work; running tasks are interrupted with their journals kept, the
+        sessions this instance ran are let go and the other instances told to take them."""
+        had = self._scheduler.sessions()
         await self._scheduler.close()
+        await self._ownership.close(had)
 
     async def _run(self, task: Task) -> None:
         await self._runner.run(task)

@@ -68,6 +68,15 @@ class Runner:
 
     async def run(self, task: Task) -> None:
         self.counters["tasks_started"] += 1
+        # With the instance bound in the log context, these two lines show which instance ran
+        # what when (several instances never run one session's tasks at the same time).
+        log.info("task started", session=task.session_id, task=task.task_hash)
+        try:
+            await self._run(task)
+        finally:
+            log.info("task ended", session=task.session_id, task=task.task_hash, status=task.status)
+
+    async def _run(self, task: Task) -> None:
         try:
             await task.set_status("running")
             # The journal written at submission already holds all a replay needs until a step.

@@ -3,6 +3,9 @@ most `slots` tasks at once, and at most `per_sender` of them for any one sender,
 cannot take every slot. Lanes queue for a slot first come, first served, and go to the back
 after each task: sessions share the slots in turn. A task parked on a prompt gives its slots
 back, so prompts left open cannot starve anyone.
+
+A session's queue is kept in archive order (`Job.order`): tasks another instance stored for a
+session run here in the order their messages were archived, not the order they arrived.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -24,6 +27,11 @@ class Job(Protocol):
 
     @property
     def sender(self) -> str: ...
+
+    @property
+    def order(self) -> int:
+        """Where the task stands in its session (its message's archive id)."""
+        ...
 
     @property
     def finished(self) -> bool: ...
@@ -63,14 +71,21 @@ class Scheduler(Generic[J]):
         self._senders: dict[str, _Sender] = {}
         self._lanes: dict[str, _Lane[J]] = {}
         self._closing = False
+        # Called with a session id before its next task is picked (to queue what other
+        # instances stored for it), and once its queue is empty (to let it go).
+        self.before_next: Callable[[str], Awaitable[None]] | None = None
+        self.on_idle: Callable[[str], Awaitable[None]] | None = None
 
     # -- queue -----------------------------------------------------------------------------
 
     def enqueue(self, task: J) -> int:
         """Queue `task` behind its session's others; returns how many are ahead of it."""
         lane: _Lane[J] = self._lanes.setdefault(task.session_id, _Lane())
-        ahead = len(lane.waiting) + (1 if lane.current is not None else 0)
-        lane.waiting.append(task)
+        at = len(lane.waiting)
+        while at and lane.waiting[at - 1].order > task.order:
+            at -= 1
+        lane.waiting.insert(at, task)
+        ahead = at + (1 if lane.current is not None else 0)
         self._sender(task.sender).tasks += 1
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain(task.session_id, lane))
@@ -87,6 +102,10 @@ class Scheduler(Generic[J]):
     def is_busy(self, session_id: str) -> bool:
         lane = self._lanes.get(session_id)
         return lane is not None and (lane.current is not None or bool(lane.waiting))
+
+    def sessions(self) -> list[str]:
+        """The sessions with tasks running or queued."""
+        return list(self._lanes)
 
     def load(self) -> tuple[int, int]:
         """(running, queued) task counts over every session."""
@@ -115,6 +134,22 @@ class Scheduler(Generic[J]):
             task.runner.cancel()
             return True
         return False
+
+    async def interrupt(self, session_id: str) -> list[J]:
+        """Stop the session here: its running task is interrupted (its journal kept), and its
+        queued ones are dropped unstarted and returned. Another instance takes them up."""
+        lane = self._lanes.pop(session_id, None)
+        if lane is None:
+            return []
+        dropped = list(lane.waiting)
+        lane.waiting.clear()
+        for task in dropped:
+            self._left(task)
+        if lane.worker is not None and not lane.worker.done():
+            lane.worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lane.worker
+        return dropped
 
     async def close(self) -> None:
         """Stop running: tasks in flight are interrupted, queued ones stay unstarted."""
@@ -178,9 +213,14 @@ class Scheduler(Generic[J]):
             sender.slots.release()
         return None
 
+    async def _next(self, session_id: str, lane: _Lane[J]) -> J | None:
+        if self.before_next is not None and not self._closing:
+            await self.before_next(session_id)
+        return await self._take_slots(lane)
+
     async def _drain(self, session_id: str, lane: _Lane[J]) -> None:
         try:
-            while (task := await self._take_slots(lane)) is not None:
+            while (task := await self._next(session_id, lane)) is not None:
                 lane.current = task
                 try:
                     task.runner = asyncio.create_task(self._run(task))
@@ -208,3 +248,5 @@ class Scheduler(Generic[J]):
         finally:
             if not lane.waiting and self._lanes.get(session_id) is lane:
                 del self._lanes[session_id]
+        if self.on_idle is not None and not self._closing and session_id not in self._lanes:
+            await self.on_idle(session_id)

@@ -7,10 +7,12 @@ snapshot taken when it was asked for: adapters read it, none changes a task.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from gateway.clock import Clock
 from gateway.engine.journal import Answer, Journal, PromptAsked, PromptKind
 from gateway.events import Attachment, Event, Origin
 
@@ -55,9 +57,11 @@ class Prompt:
     args: dict[str, Any] = field(default_factory=dict)
     question: str = ""
     options: tuple[str, ...] = ()
+    number: int = 0  # which of the task's prompts (0 for its first): the same on a replay
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "number": self.number,
             "kind": self.kind,
             "session_id": self.session_id,
             "task_hash": self.task_hash,
@@ -68,6 +72,25 @@ class Prompt:
             "question": self.question,
             "options": list(self.options),
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Prompt:
+        """A prompt as journaled (raises KeyError, TypeError or ValueError when damaged)."""
+        kind = data["kind"]
+        if kind not in ("confirm", "ask_user"):
+            raise ValueError(f"unknown prompt kind {kind!r}")
+        return cls(
+            kind=kind,
+            session_id=str(data["session_id"]),
+            task_hash=str(data["task_hash"]),
+            origin=Origin.from_json(dict(data["origin"])),
+            expires_at=int(data["expires_at"]),
+            tool=str(data.get("tool", "")),
+            args=dict(data.get("args") or {}),
+            question=str(data.get("question", "")),
+            options=tuple(str(o) for o in data.get("options") or ()),
+            number=int(data.get("number", 0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +157,9 @@ class Task:
     holds_slot: bool = False
     tool_results: list[dict[str, Any]] = field(default_factory=list)
     outbox_chunks: int = 0
+    # Stored here, run by another instance (which holds the session): this task is a view
+    # of that one.
+    elsewhere: bool = False
 
     @property
     def finished(self) -> bool:
@@ -144,12 +170,18 @@ class Task:
         """Who the task counts against (`platform:sender id`)."""
         return self.origin.sender_key
 
+    @property
+    def order(self) -> int:
+        return self.user_message_id
+
     def next_chunk(self) -> int:
         """The outbox chunk number of the next entry this task records."""
         self.outbox_chunks += 1
         return self.outbox_chunks - 1
 
     def waiting_for_answer(self) -> bool:
+        if self.elsewhere:  # what the running instance said last
+            return self.prompt is not None and self.status == "waiting"
         return self.prompt is not None and self.answer is not None and not self.answer.done()
 
     async def set_status(self, status: TaskStatus) -> None:
@@ -161,6 +193,33 @@ class Task:
         async with self.changed:
             self.events.append(event)
             self.changed.notify_all()
+
+    async def settled(self, clock: Clock, within: float, *, until_prompt: bool) -> TaskView:
+        """The task once it finishes (or parks on a prompt, if asked), or after `within`."""
+
+        def ready() -> bool:
+            return self.finished or (until_prompt and self.waiting_for_answer())
+
+        async with self.changed:
+            with contextlib.suppress(TimeoutError):
+                await clock.wait_for(self.changed.wait_for(ready), within)
+        return self.view()
+
+    async def follow(self) -> AsyncIterator[Event]:
+        """Every event of the task so far, then live ones until it finishes."""
+        sent = 0
+        while True:
+            async with self.changed:
+                await self.changed.wait_for(
+                    lambda n=sent: len(self.events) > n or self.finished  # type: ignore[misc]
+                )
+                batch = self.events[sent:]
+                done = self.finished
+            for event in batch:
+                yield event
+            sent += len(batch)
+            if done and sent >= len(self.events):
+                return
 
     async def save_journal(self) -> None:
         prompt = self.prompt.to_json() if self.prompt else None

@@ -41,6 +41,17 @@ class TaskTable:
             del self._tasks[oldest_hash]
         return task
 
+    def take_over(self, head: JournalHead, replay: Replay) -> Task:
+        """The task for `head`, to run here from its journal: this instance's view of it when
+        it has one (whoever waits on or streams it keeps the same task), else a new one."""
+        known = self._tasks.get(head.task_hash)
+        if known is None or not known.elsewhere:
+            return self.add(head, tuple(known.attachments) if known else (), replay)
+        known.journal = Journal(self._store, head, replay)
+        known.prompt = known.answer = known.prompt_step = None
+        known.elsewhere, known.status = False, "queued"
+        return known
+
     def get(self, task_hash: str) -> Task:
         try:
             return self._tasks[task_hash]

@@ -1,0 +1,144 @@
+"""Which sessions this instance runs, and how sessions move between instances.
+
+Exactly one instance runs a session's tasks: the one holding the session's lease
+(`gateway.leases`). Any instance stores a message it receives (with its task's journal, in the
+shared archive); if it can take the lease it runs the task, and otherwise it signals the owner
+("journal" on the bus), which takes up the session's new journals in archive order. An owner
+lets the lease go when the session has nothing left to run; one that dies loses its leases with
+its database connection, and whoever next finds the session's journals takes it over.
+
+With one instance (SQLite, local leases) every claim succeeds and nothing is signalled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
+
+from gateway.bus import Bus
+from gateway.leases import Leases, LocalLeases
+from gateway.logs import get_logger
+from gateway.store.journals import JournalRecord
+from gateway.store.sessions import SessionStore
+
+log = get_logger(__name__)
+
+JOURNAL = "journal"  # bus topic: a task was stored for {"session_id": ...}
+
+
+def lease_of(session_id: str) -> str:
+    return f"session:{session_id}"
+
+
+class Ownership:
+    def __init__(
+        self,
+        leases: Leases,
+        bus: Bus,
+        store: SessionStore,
+        *,
+        take_up: Callable[[list[JournalRecord]], Awaitable[int]],
+        interrupt: Callable[[str], Coroutine[Any, Any, None]],
+        is_busy: Callable[[str], bool],
+        is_live: Callable[[str], bool],
+    ) -> None:
+        """`take_up` queues journals here; `interrupt` stops a session's tasks (keeping their
+        journals); `is_busy(session)` says whether it has tasks here; `is_live(task)` whether a
+        task is running or queued here."""
+        self.leases = leases
+        self.bus = bus
+        self.store = store
+        self._take_up = take_up
+        self._interrupt = interrupt
+        self._is_busy = is_busy
+        self._is_live = is_live
+        # Only several instances can store a task for a session this one runs.
+        self.shared = not isinstance(leases, LocalLeases)
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._closing = False
+        self._stopping: set[asyncio.Task[None]] = set()
+        bus.on(JOURNAL, self._on_journal)
+        leases.on_lost(self._on_lost)
+
+    @contextlib.asynccontextmanager
+    async def _holding(self, session_id: str) -> AsyncIterator[None]:
+        """One decision about a session's lease at a time (claim and enqueue, or let go)."""
+        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
+        self._locks[session_id] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[session_id]
+            if users == 1:
+                del self._locks[session_id]
+            else:
+                self._locks[session_id] = (lock, users - 1)
+
+    async def run_here(self, session_id: str, enqueue: Callable[[], int]) -> int | None:
+        """Queue a stored task here if this instance runs (or can take) the session, and
+        return what `enqueue` returns (its place in the queue); signal the owner and return
+        None otherwise."""
+        async with self._holding(session_id):
+            if not self._closing and await self.leases.acquire(lease_of(session_id)):
+                return enqueue()
+        if self.shared:
+            await self.bus.publish(JOURNAL, {"session_id": session_id})
+        return None
+
+    async def adopt(self, session_id: str) -> int:
+        """Take the session's unfinished journals that nobody runs; returns how many."""
+        async with self._holding(session_id):
+            if self._closing or not await self.leases.acquire(lease_of(session_id)):
+                return 0
+            taken = await self._take_up(await self._unknown(session_id))
+            if not taken and not self._is_busy(session_id):
+                await self.leases.release(lease_of(session_id))
+            return taken
+
+    async def refresh(self, session_id: str) -> None:
+        """Before the session's next task: take up what other instances stored for it, so
+        tasks run in archive order whoever received them."""
+        if self.shared and self.leases.holds(lease_of(session_id)):
+            await self._take_up(await self._unknown(session_id))
+            await self.store.resync_history(session_id)
+
+    async def idle(self, session_id: str) -> None:
+        """The session has nothing left to run here: let its lease go, unless a task was
+        stored for it meanwhile."""
+        async with self._holding(session_id):
+            if self._is_busy(session_id) or not self.leases.holds(lease_of(session_id)):
+                return
+            if self.shared and await self._take_up(await self._unknown(session_id)):
+                return
+            await self.leases.release(lease_of(session_id))
+
+    async def _unknown(self, session_id: str) -> list[JournalRecord]:
+        records = await self.store.unfinished(session_id)
+        return [r for r in records if not self._is_live(r.task_hash)]
+
+    async def _on_journal(self, message: dict[str, Any]) -> None:
+        session_id = message.get("session_id")
+        if isinstance(session_id, str):
+            await self.adopt(session_id)
+
+    def _on_lost(self, leases: frozenset[str]) -> None:
+        """The lease connection failed: another instance may take these sessions any moment.
+        Their tasks stop here at once (journals kept)."""
+        for name in leases:
+            if name.startswith("session:"):
+                job = asyncio.create_task(self._interrupt(name.removeprefix("session:")))
+                self._stopping.add(job)
+                job.add_done_callback(self._stopping.discard)
+
+    async def close(self, had: list[str]) -> None:
+        """Shutting down: after this instance let its leases go, tell the others that the
+        sessions it ran (`had`) have journals to take up, so they need not wait."""
+        self._closing = True
+        for session_id in had:
+            await self.leases.release(lease_of(session_id))
+        if self.shared:
+            for session_id in had:
+                await self.bus.publish(JOURNAL, {"session_id": session_id})

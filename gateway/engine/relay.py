@@ -1,0 +1,223 @@
+"""Tasks that run on another instance, as seen from this one: their events, answers to their
+prompts, and cancels.
+
+The instance running a task publishes each of its events on the bus. Every other instance
+hands them to its live subscribers of the session, and to its view of the task when it has
+one (it received the message, or someone asked it about the task): waiting on a task, or
+streaming it, works on any instance. An answer given on any instance is recorded in the
+archive first — the first answer to a prompt stands, wherever it was given — and then
+signalled to the instance running the task. Only with several instances (`shared`) is
+anything published.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from gateway.auth import Authority
+from gateway.bus import Bus
+from gateway.engine.dispatch import Dispatch
+from gateway.engine.journal import Answer, JournalHead, Replay
+from gateway.engine.prompts import AlreadyAnswered, PromptNotFound, Prompts, make_answer
+from gateway.engine.task import Prompt, Task
+from gateway.engine.tasks import TaskTable
+from gateway.events import (
+    AnswerEvent,
+    AskUserEvent,
+    CanceledEvent,
+    ConfirmEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    Origin,
+    TextEvent,
+    UserEvent,
+    event_from_json,
+    event_to_json,
+)
+from gateway.ids import HASH_RE
+from gateway.logs import get_logger
+from gateway.store.sessions import SessionStore
+
+log = get_logger(__name__)
+
+EVENT = "event"  # {"from", "task", "event"}: an event of a task running on "from"
+ANSWER = "answer"  # {"task"}: the task's open prompt has an answer in the archive
+CANCEL = "cancel"  # {"session_id", "task", "by"}: cancel the task wherever it runs
+
+CancelHere = Callable[[str, str, str], Awaitable[bool]]
+
+
+class Relay:
+    def __init__(
+        self,
+        bus: Bus,
+        *,
+        shared: bool,
+        tasks: TaskTable,
+        dispatch: Dispatch,
+        prompts: Prompts,
+        store: SessionStore,
+        authority: Authority,
+        cancel_here: CancelHere,
+    ) -> None:
+        self.bus = bus
+        # Tells this instance's own messages apart when the bus echoes them back.
+        self.instance = uuid.uuid4().hex
+        self.shared = shared
+        self.tasks = tasks
+        self.dispatch = dispatch
+        self.asker = prompts
+        self.store = store
+        self.authority = authority
+        self._cancel_here = cancel_here
+        bus.on(EVENT, self._on_event)
+        bus.on(ANSWER, self._on_answer)
+        bus.on(CANCEL, self._on_cancel)
+
+    # -- the instance running the task -----------------------------------------------------
+
+    async def publish(self, task: Task, event: Event) -> None:
+        if self.shared and not task.elsewhere:
+            message = {"from": self.instance, "task": task.task_hash, "event": event_to_json(event)}
+            await self.bus.publish(EVENT, message)
+
+    async def _on_answer(self, message: dict[str, Any]) -> None:
+        task = self.tasks.find(str(message.get("task", "")))
+        if task is not None and not task.elsewhere:
+            await self.asker.take_stored(task)
+
+    async def _on_cancel(self, message: dict[str, Any]) -> None:
+        task = self.tasks.find(str(message.get("task", "")))
+        if task is not None and not task.elsewhere:
+            await self._cancel_here(task.session_id, task.task_hash, str(message.get("by", "")))
+
+    # -- every other instance --------------------------------------------------------------
+
+    async def _on_event(self, message: dict[str, Any]) -> None:
+        if message.get("from") == self.instance:
+            return
+        try:
+            event = event_from_json(str(message.get("event", "")))
+        except ValidationError:
+            log.warning("unreadable event from another instance", sender=message.get("from"))
+            return
+        self.dispatch.offer(event)
+        task = self.tasks.find(str(message.get("task", "")))
+        if task is not None and task.elsewhere:
+            await _follow(task, event)
+
+    async def follow(self, task_hash: str) -> Task | None:
+        """This instance's view of a task another instance runs (made from its journal the
+        first time it is asked for); None if no instance runs it."""
+        task = self.tasks.find(task_hash)
+        if task is not None or not self.shared or HASH_RE.fullmatch(task_hash) is None:
+            return task
+        record = await self.store.journal(task_hash)
+        if record is None:
+            return None
+        try:
+            task = self.tasks.add(JournalHead.of(record), (), Replay())
+            task.elsewhere = True
+            task.status = "waiting" if record.prompt else "running"
+            task.prompt = Prompt.from_json(record.prompt) if record.prompt else None
+        except (KeyError, TypeError, ValueError):
+            log.warning("unreadable journal", task=task_hash)
+            return None
+        return task
+
+    async def prompts(self, session_id: str | None = None) -> list[Prompt]:
+        """Open prompts journaled by any instance (of one session, when given)."""
+        found = []
+        for record in await self.store.prompting(session_id):
+            try:
+                prompt = Prompt.from_json(record.prompt or {})
+            except (KeyError, TypeError, ValueError):
+                log.warning("unreadable prompt in a journal", task=record.task_hash)
+                continue
+            # Answered already, and the answer on its way to the task.
+            if await self.store.stored_answer(prompt.task_hash, prompt.number) is None:
+                found.append(prompt)
+        return found
+
+    async def answer(
+        self,
+        session_id: str,
+        task_hash: str,
+        responder: Origin,
+        *,
+        approve: bool | None,
+        text: str | None,
+    ) -> Answer:
+        """Answer the open prompt of a task another instance runs: checked against its
+        journal, recorded (unless someone answered first), then signalled to that instance."""
+        record = await self.store.journal(task_hash) if HASH_RE.fullmatch(task_hash) else None
+        if record is None or record.session_id != session_id:
+            raise PromptNotFound(f"no task {task_hash} in session {session_id}")
+        if not record.prompt:
+            raise PromptNotFound(f"task {task_hash} is not waiting for an answer")
+        prompt = Prompt.from_json(record.prompt)
+        self.authority.require_requester(responder, prompt.origin, "answer this prompt")
+        answer = make_answer(prompt, responder, approve=approve, text=text)
+        taken, _ = await self.store.claim_answer(
+            session_id, task_hash, prompt.number, answer.to_json()
+        )
+        if not taken:
+            raise AlreadyAnswered(f"the prompt of task {task_hash} was already answered")
+        await self.bus.publish(ANSWER, {"task": task_hash})
+        return answer
+
+    async def cancel(self, task: Task, by: str) -> bool:
+        """Ask the instance running `task` to cancel it."""
+        message = {"session_id": task.session_id, "task": task.task_hash, "by": by}
+        await self.bus.publish(CANCEL, message)
+        return True
+
+
+async def _follow(task: Task, event: Event) -> None:
+    """Bring this instance's view of `task` up to `event`."""
+    async with task.changed:
+        task.events.append(event)
+        if isinstance(event, ConfirmEvent | AskUserEvent):
+            task.prompt = _prompt_of(task, event)
+            task.status = "waiting"
+        elif isinstance(event, AnswerEvent):
+            task.prompt = None
+            task.status = "running"
+        elif isinstance(event, DoneEvent):
+            task.reply, task.status = event.text, "done"
+        elif isinstance(event, ErrorEvent):
+            task.error, task.status = event.message, "error"
+        elif isinstance(event, CanceledEvent):
+            task.prompt, task.status = None, "canceled"
+        elif isinstance(event, TextEvent):
+            task.reply = event.text
+        elif not isinstance(event, UserEvent) and task.status == "queued":
+            task.status = "running"
+        task.changed.notify_all()
+
+
+def _prompt_of(task: Task, event: ConfirmEvent | AskUserEvent) -> Prompt:
+    if isinstance(event, ConfirmEvent):
+        return Prompt(
+            "confirm",
+            task.session_id,
+            task.task_hash,
+            task.origin,
+            event.expires_at,
+            tool=event.tool,
+            args=dict(event.args),
+        )
+    return Prompt(
+        "ask_user",
+        task.session_id,
+        task.task_hash,
+        task.origin,
+        event.expires_at,
+        question=event.question,
+        options=tuple(event.options),
+    )

@@ -1,0 +1,146 @@
+"""Leases on PostgreSQL advisory locks: one holder at a time, let go on release, on close and
+when the holder's connection dies; and a runtime that loses its connection stops its
+sessions' tasks, which another runtime then takes up."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+from conftest import PG_ADMIN_DSN, Backends
+from support import wait_until
+
+from gateway.clock import SYSTEM_CLOCK
+from gateway.events import Inbound, Origin
+from gateway.leases import PostgresLeases, open_leases
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+
+ANN = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
+
+
+@pytest.fixture
+async def database() -> AsyncIterator[str]:
+    backends = Backends(postgres=True)
+    try:
+        backend = await backends.new()  # skips (or fails in CI) without PostgreSQL
+        yield backend["AGENVOY_DATABASE_URL"]
+    finally:
+        await backends.drop()
+
+
+async def leases_on(url: str, instance: str, ttl: float = 3.0) -> PostgresLeases:
+    leases = await open_leases(url, instance, ttl, SYSTEM_CLOCK)
+    assert isinstance(leases, PostgresLeases)
+    return leases
+
+
+async def terminate(application_name: str) -> int:
+    """End the server side of every connection by that name, as a lost network would."""
+    conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
+    try:
+        rows = await conn.fetch(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            application_name,
+        )
+    finally:
+        await conn.close()
+    return len(rows)
+
+
+async def test_one_holder_at_a_time_until_released_or_closed(database: str) -> None:
+    a = await leases_on(database, "a")
+    b = await leases_on(database, "b")
+    try:
+        assert await a.acquire("session:x")
+        assert await a.acquire("session:x")  # held already
+        assert not await b.acquire("session:x")
+        assert await b.acquire("session:y")  # another name is free
+        await a.release("session:x")
+        assert not a.holds("session:x")
+        assert await b.acquire("session:x")
+        await b.close()  # a closing instance lets everything go
+        assert await a.acquire("session:x") and await a.acquire("session:y")
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_lost_connection_gives_every_lease_up_and_comes_back(database: str) -> None:
+    a = await leases_on(database, "a", ttl=0.6)
+    b = await leases_on(database, "b", ttl=0.6)
+    lost: list[frozenset[str]] = []
+    a.on_lost(lost.append)
+    try:
+        assert await a.acquire("session:x") and await a.acquire("poller")
+        assert await terminate("agenvoy-leases:a") == 1
+        # The server lets the locks go with the connection; a notices within the TTL.
+        assert await wait_until(lambda: b.acquire("session:x"), 3)
+        assert await wait_until(lambda: _true(bool(lost)), 3)
+        assert lost == [frozenset({"session:x", "poller"})]
+        assert not a.holds("session:x")
+        # Connected again: a can take what nobody holds.
+        assert await wait_until(lambda: a.acquire("poller"), 3)
+        assert not await a.acquire("session:x")
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def settings_for(home: Path, instance: str, url: str) -> Settings:
+    return Settings(  # type: ignore[call-arg]
+        home=home,
+        instance_id=instance,
+        database_url=url,
+        lease_ttl_seconds=0.6,
+        _env_file=None,
+    )
+
+
+async def test_a_runtime_that_loses_its_connection_stops_and_another_takes_over(
+    tmp_path: Path, database: str
+) -> None:
+    first = await Runtime.start(settings_for(tmp_path / "one", "one", database))
+    second = await Runtime.start(settings_for(tmp_path / "two", "two", database))
+    try:
+        sub = await first.router.submit(Inbound(ANN, "chat-x", "!confirm go"))
+        await first.router.wait(sub.task_hash, 10, until_prompt=True)
+        assert await second.router.recover() == 0  # first holds the session
+        assert await terminate("agenvoy-leases:one") == 1
+        # First notices within the TTL and stops the task (its journal stays)...
+        assert await wait_until(lambda: _true(not first.router.is_busy("chat-x")), 3)
+        assert first.router.task(sub.task_hash).status == "queued"  # to follow the new owner
+        # ...and second finds it nobody's and takes it.
+        assert await wait_until(lambda: _taken(second), 5)
+        await second.router.wait(sub.task_hash, 10, until_prompt=True)
+        await second.router.answer("chat-x", sub.task_hash, ANN, approve=True)
+        assert (await second.router.wait(sub.task_hash, 10)).reply == "approved: go"
+    finally:
+        await second.close()
+        await first.close()
+
+
+async def _taken(runtime: Runtime) -> bool:
+    await runtime.router.recover()
+    return runtime.router.is_busy("chat-x")
+
+
+async def test_closing_hands_a_session_to_another_runtime_at_once(
+    tmp_path: Path, database: str
+) -> None:
+    first = await Runtime.start(settings_for(tmp_path / "one", "one", database))
+    second = await Runtime.start(settings_for(tmp_path / "two", "two", database))
+    try:
+        sub = await first.router.submit(Inbound(ANN, "chat-x", "!confirm go"))
+        await first.router.wait(sub.task_hash, 10, until_prompt=True)
+        await first.close()
+        assert await second.router.recover() == 1
+        await second.router.wait(sub.task_hash, 10, until_prompt=True)
+    finally:
+        await second.close()
