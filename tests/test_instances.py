@@ -1,158 +1,37 @@
-"""Several real gateway processes on one PostgreSQL database and one Redis: each with its own
-home, one owner per session, takeover after SIGKILL, hand-over on SIGTERM.
-
-Which instance ran what, and when, comes from each process's own "task started" / "task
-ended" log lines; what was archived and answered comes from the shared archive.
+"""Several real gateway processes on one PostgreSQL database and one Redis: one owner per
+session, takeover after SIGKILL, hand-over on SIGTERM, prompts answered on another instance,
+one Telegram poller.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
-import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from conftest import Backends
+from cluster_rig import (
+    TTL,
+    Cluster,
+    answered,
+    assert_answered_once,
+    assert_no_overlap,
+    cluster,
+    leading,
+    logged,
+    runs,
+    until,
+)
 from fakes.telegram import FakeTelegram
-from gateway_proc import Gateway, free_port
-from support import wait_until
+from gateway_proc import free_port
 from telegram_rig import sent_to
-
-from gateway.settings import Settings
-from gateway.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
 
-WAIT = 30.0
-CHAT = 4242  # the Telegram chat of the poller test
-TTL = 3.0  # AGENVOY_LEASE_TTL_SECONDS for these tests
+__all__ = ["cluster"]  # the fixture
 
-
-@dataclass
-class Cluster:
-    tmp_path: Path
-    backend: dict[str, str]
-    http: aiohttp.ClientSession
-    gateways: list[Gateway]
-
-    async def add(self, **env: str) -> Gateway:
-        n = len(self.gateways) + 1
-        gateway = Gateway(
-            self.tmp_path / f"home-{n}",
-            free_port(),
-            AGENVOY_INSTANCE_ID=f"gw-{n}",
-            AGENVOY_LEASE_TTL_SECONDS=str(TTL),
-            **self.backend,
-        )
-        self.gateways.append(gateway)
-        await gateway.start(**env)
-        return gateway
-
-    async def send(self, gateway: Gateway, session_id: str, text: str) -> str:
-        body = {"content": text, "session_id": session_id, "wait": 0}
-        async with self.http.post(gateway.url + "/v1/send", json=body) as resp:
-            data = await resp.json()
-            assert resp.status in (200, 202), data
-        return str(data["task_hash"])
-
-    async def archive(self) -> SessionStore:
-        url = self.backend["AGENVOY_DATABASE_URL"]
-        home = self.tmp_path / "reader"
-        return await SessionStore.open(
-            Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
-        )
-
-
-@pytest.fixture
-async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
-    backends = Backends(postgres=True)
-    try:
-        backend = await backends.new()  # skips (or fails in CI) without PostgreSQL
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT)) as http:
-            made = Cluster(tmp_path, backend, http, [])
-            try:
-                yield made
-            finally:
-                for gateway in made.gateways:
-                    await gateway.close()
-    finally:
-        await backends.drop()
-
-
-@dataclass(frozen=True)
-class Run:
-    session: str
-    task: str
-    instance: str
-    start: float
-    end: float  # the moment the instance was killed, for a run it never ended
-
-
-def runs(gateways: list[Gateway], killed: dict[str, float] | None = None) -> list[Run]:
-    """Every task run each instance logged, as intervals."""
-    found: list[Run] = []
-    for gateway in gateways:
-        started: dict[str, dict[str, Any]] = {}
-        for entry in gateway.log:
-            if entry.get("event") == "task started":
-                started[str(entry["task"])] = entry
-            elif entry.get("event") == "task ended" and str(entry["task"]) in started:
-                begin = started.pop(str(entry["task"]))
-                found.append(_run(begin, _at(entry)))
-        instance = gateway.env["AGENVOY_INSTANCE_ID"]
-        for begin in started.values():  # cut off by a kill
-            found.append(_run(begin, (killed or {}).get(instance, time.time())))
-    return found
-
-
-def _run(begin: dict[str, Any], end: float) -> Run:
-    return Run(str(begin["session"]), str(begin["task"]), str(begin["instance"]), _at(begin), end)
-
-
-def _at(entry: dict[str, Any]) -> float:
-    return datetime.fromisoformat(str(entry["timestamp"])).timestamp()
-
-
-def assert_no_overlap(found: list[Run]) -> None:
-    by_session: dict[str, list[Run]] = {}
-    for run in found:
-        by_session.setdefault(run.session, []).append(run)
-    for session, session_runs in by_session.items():
-        ordered = sorted(session_runs, key=lambda r: r.start)
-        for before, after in itertools.pairwise(ordered):
-            assert before.end <= after.start, f"{session}: {before} overlaps {after}"
-
-
-async def answered(store: SessionStore, session_id: str, count: int) -> bool:
-    messages = await store.recent_messages(session_id, 1000)
-    return sum(1 for m in messages if m.role == "assistant") >= count
-
-
-async def until(
-    check: Callable[[], Awaitable[bool] | bool], what: str, within: float = WAIT
-) -> None:
-    async def checked() -> bool:
-        result = check()
-        return await result if inspect.isawaitable(result) else result
-
-    assert await wait_until(checked, within), f"not within {within}s: {what}"
-
-
-async def assert_answered_once(store: SessionStore, session_id: str, sent: list[str]) -> None:
-    """Each message archived once, in the order sent, each answered once, in that order."""
-    messages = await store.recent_messages(session_id, 1000)
-    users = [m for m in messages if m.role == "user"]
-    assert [m.content for m in users] == sent
-    replies = [m.task_hash for m in messages if m.role == "assistant"]
-    assert replies == [m.task_hash for m in users], "a task answered twice or out of order"
-    assert await store.unfinished(session_id) == []
+CHAT = 4242  # the Telegram chat of the Telegram tests
+WEBHOOK_SECRET = "balanced-secret"
 
 
 async def test_three_instances_run_each_session_in_order_on_one_instance_at_a_time(
@@ -192,7 +71,7 @@ async def test_a_killed_owners_session_is_taken_over_within_the_lease_ttl(
     second = await cluster.add()
     sid = "chat-takeover"
     slow = await cluster.send(first, sid, "!sleep 2")
-    await until(lambda: _logged(first, "task started", slow), "the slow task started on gw-1")
+    await until(lambda: logged(first, "task started", slow), "the slow task started on gw-1")
     await cluster.send(second, sid, "after")  # stored by gw-2, handed to gw-1
     killed_at = time.time()
     await first.kill()
@@ -216,11 +95,11 @@ async def test_sigterm_hands_sessions_over_without_waiting_for_the_ttl(cluster: 
     second = await cluster.add(**slow_env)
     sid = "chat-handover"
     task = await cluster.send(first, sid, "!sleep 2")
-    await until(lambda: _logged(first, "task started", task), "the task started on gw-1")
+    await until(lambda: logged(first, "task started", task), "the task started on gw-1")
     stopped_at = time.time()
     assert await first.stop() == 0
     # Neither the 60 s TTL nor the 60 s recovery tick: gw-1 said it let the session go.
-    await until(lambda: _logged(second, "task started", task), "gw-2 took the task", 10)
+    await until(lambda: logged(second, "task started", task), "gw-2 took the task", 10)
     store = await cluster.archive()
     try:
         await until(lambda: answered(store, sid, 1), "the task answered")
@@ -228,10 +107,6 @@ async def test_sigterm_hands_sessions_over_without_waiting_for_the_ttl(cluster: 
     finally:
         await store.close()
     assert time.time() - stopped_at < 10
-
-
-async def _logged(gateway: Gateway, event: str, task: str) -> bool:
-    return any(e.get("event") == event and e.get("task") == task for e in gateway.log)
 
 
 async def test_a_confirmation_asked_on_one_instance_is_answered_on_another(
@@ -243,7 +118,7 @@ async def test_a_confirmation_asked_on_one_instance_is_answered_on_another(
     second = await cluster.add()
     sid = "chat-confirm"
     task = await cluster.send(first, sid, "!confirm launch")
-    await until(lambda: _logged(first, "task started", task), "the task started on gw-1")
+    await until(lambda: logged(first, "task started", task), "the task started on gw-1")
 
     async def listed() -> bool:
         async with cluster.http.get(second.url + "/v1/pending") as resp:
@@ -277,10 +152,6 @@ async def test_a_confirmation_asked_on_one_instance_is_answered_on_another(
     assert {r.instance for r in runs([first, second])} == {"gw-1"}
 
 
-def _leading(gateway: Gateway, lease: str) -> bool:
-    return any(e.get("event") == "leading" and e.get("lease") == lease for e in gateway.log)
-
-
 async def test_one_instance_polls_telegram_and_another_takes_over_when_it_dies(
     cluster: Cluster,
 ) -> None:
@@ -291,18 +162,18 @@ async def test_one_instance_polls_telegram_and_another_takes_over_when_it_dies(
             "NO_PROXY": "127.0.0.1,localhost",
         }
         gateways = [await cluster.add(**bot), await cluster.add(**bot)]
-        await until(lambda: any(_leading(g, "telegram:poller") for g in gateways), "a leader")
-        leader = next(g for g in gateways if _leading(g, "telegram:poller"))
+        await until(lambda: any(leading(g, "telegram:poller") for g in gateways), "a leader")
+        leader = next(g for g in gateways if leading(g, "telegram:poller"))
         other = next(g for g in gateways if g is not leader)
         ann = fake.user(CHAT, "Ann")
         fake.inject_message(fake.private_chat(CHAT), ann, "hello")
         await until(lambda: sent_to(fake, CHAT) == ["echo: hello"], "the reply")
 
-        assert not _leading(other, "telegram:poller")  # one poller at a time
+        assert not leading(other, "telegram:poller")  # one poller at a time
         killed_at = time.time()
         await leader.kill()
         fake.inject_message(fake.private_chat(CHAT), ann, "still there?")
-        await until(lambda: _leading(other, "telegram:poller"), "the other one polls")
+        await until(lambda: leading(other, "telegram:poller"), "the other one polls")
         await until(lambda: len(sent_to(fake, CHAT)) == 2, "the second reply")
         taken_over = time.time() - killed_at
         assert sent_to(fake, CHAT) == ["echo: hello", "echo: still there?"]
@@ -310,5 +181,48 @@ async def test_one_instance_polls_telegram_and_another_takes_over_when_it_dies(
     store = await cluster.archive()
     try:
         await assert_answered_once(store, f"tg-{CHAT}", ["hello", "still there?"])
+    finally:
+        await store.close()
+
+
+async def test_an_update_delivered_to_two_webhook_instances_is_handled_once(
+    cluster: Cluster,
+) -> None:
+    """Behind a load balancer, Telegram (or the balancer) may deliver one update to two
+    instances: one message archived and answered, one answer to a prompt."""
+    async with FakeTelegram() as fake:
+        first_port = free_port()
+        hook = f"http://127.0.0.1:{first_port}/tg-hook"  # the balancer: the fake posts here
+        bot = {
+            "AGENVOY_TELEGRAM_TOKEN": fake.token,
+            "AGENVOY_TELEGRAM_API_URL": fake.url,
+            "AGENVOY_TELEGRAM_MODE": "webhook",
+            "AGENVOY_TELEGRAM_WEBHOOK_URL": hook,
+            "AGENVOY_TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
+            "NO_PROXY": "127.0.0.1,localhost",
+        }
+        await cluster.add(port=first_port, **bot)
+        second = await cluster.add(**bot)
+        ann = fake.user(CHAT, "Ann")
+
+        async def also_to_second(update: dict[str, Any]) -> None:
+            headers = {"X-Telegram-Bot-Api-Secret-Token": WEBHOOK_SECRET}
+            async with cluster.http.post(
+                second.url + "/tg-hook", json=update, headers=headers
+            ) as resp:
+                assert resp.status == 200, await resp.text()
+
+        await also_to_second(fake.inject_message(fake.private_chat(CHAT), ann, "!confirm go"))
+        await until(lambda: any(m.get("reply_markup") for m in fake.sent_messages(CHAT)), "asked")
+        prompt = next(m for m in fake.sent_messages(CHAT) if m.get("reply_markup"))
+        approve = prompt["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        await also_to_second(fake.inject_callback(ann, prompt, approve))
+        await until(lambda: "approved: go" in sent_to(fake, CHAT), "the reply")
+        asked = [p for m, p in fake.calls if m == "sendMessage" and "reply_markup" in p]
+        assert len(asked) == 1
+        assert sent_to(fake, CHAT).count("approved: go") == 1
+    store = await cluster.archive()
+    try:
+        await assert_answered_once(store, f"tg-{CHAT}", ["!confirm go"])
     finally:
         await store.close()
