@@ -4,7 +4,7 @@ sessions' tasks, which another runtime then takes up."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
@@ -14,6 +14,7 @@ from support import wait_until
 
 from gateway.clock import SYSTEM_CLOCK
 from gateway.events import Inbound, Origin
+from gateway.leadership import Leadership, if_leading
 from gateway.leases import PostgresLeases, open_leases
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -144,3 +145,62 @@ async def test_closing_hands_a_session_to_another_runtime_at_once(
         await second.router.wait(sub.task_hash, 10, until_prompt=True)
     finally:
         await second.close()
+
+
+async def test_a_job_runs_on_the_instance_holding_its_lease(database: str) -> None:
+    a = await leases_on(database, "a")
+    b = await leases_on(database, "b")
+    ran: list[str] = []
+
+    def job(name: str) -> Callable[[], Awaitable[None]]:
+        async def run() -> None:
+            ran.append(name)
+
+        return run
+
+    try:
+        for _ in range(2):
+            await if_leading(a, "job:cleanup", job("a"))
+            await if_leading(b, "job:cleanup", job("b"))
+        assert ran == ["a", "a"]  # a keeps the job while it lives
+        await a.close()
+        await if_leading(b, "job:cleanup", job("b"))
+        assert ran == ["a", "a", "b"]
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_leadership_moves_when_the_leader_loses_its_connection(database: str) -> None:
+    a = await leases_on(database, "a", ttl=0.6)
+    b = await leases_on(database, "b", ttl=0.6)
+    working: set[str] = set()
+
+    def leader(leases: PostgresLeases, name: str) -> Leadership:
+        async def start() -> None:
+            working.add(name)
+
+        async def stop() -> None:
+            working.discard(name)
+
+        return Leadership(
+            leases, "telegram:poller", SYSTEM_CLOCK, retry_seconds=0.1, start=start, stop=stop
+        )
+
+    first, second = leader(a, "a"), leader(b, "b")
+    try:
+        first.begin()
+        assert await wait_until(lambda: _true(working == {"a"}), 3)
+        second.begin()
+        assert not await wait_until(lambda: _true(working != {"a"}), 0.5)  # b waits its turn
+        assert await terminate("agenvoy-leases:a") == 1
+        # a stops within the TTL; b takes over once the server has let the lock go.
+        assert await wait_until(lambda: _true(working == {"b"}), 3)
+        await second.end()
+        assert working == set()
+        assert await wait_until(lambda: _true(working == {"a"}), 3)  # a, connected again
+    finally:
+        await first.end()
+        await second.end()
+        await a.close()
+        await b.close()
