@@ -11,6 +11,7 @@ from sqlalchemy import inspect, text
 from sqlmodel import Session, col, select
 
 from gateway.store.db import Database
+from gateway.store.files import Summary
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, OutboxRow
@@ -47,6 +48,7 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
     await store.take_in(
         session_id, f"more {marker}s", sender="ann", task_hash=waiting, journal=journal
     )
+    await store.save_summary(session_id, Summary(f"talked about {marker}s", 1, 0))
     # Its prompt answered on some instance.
     await store.claim_answer(session_id, waiting, 0, {"approved": True, "by": "ann"})
     await record_usage(store.db, UsageRecord(session_id, "model-a", input=3, output=5))

@@ -1,10 +1,11 @@
-"""The rolling summary: older messages folded into `summary.json`, off the reply path.
+"""The rolling summary: older messages folded into the session's summary, off the reply path.
 
 When messages that the summary does not cover yet have fallen out of the model's window, the
-summary model folds them into the summary and `.summary_cursor` moves to the last of them (an
-archive message id). Each message is folded once; a failed attempt leaves the cursor where it
-was, so the next attempt takes the same messages again. Summaries run in the background, one at
-a time per session, and never delay a reply.
+summary model folds them into the summary and its cursor moves to the last of them (an archive
+message id); both are kept in the archive (`store.summaries`) and copied to `summary.json`.
+Each message is folded once; a failed attempt leaves the cursor where it was, so the next
+attempt takes the same messages again. Summaries run in the background, one at a time per
+session, and never delay a reply.
 """
 
 from __future__ import annotations
@@ -58,8 +59,7 @@ class RollingSummary:
                 return False
 
     async def _fold(self, session_id: str) -> bool:
-        files = self.store.files(session_id)
-        current = await asyncio.to_thread(files.read_summary)
+        current = await self.store.summary(session_id)
         cursor = current.cursor if current else 0
         oldest_in_window = await self.store.window_start_id(
             session_id, self.window, after_id=cursor
@@ -74,6 +74,6 @@ class RollingSummary:
         if not due:
             return False
         text = await self.model.summarize(current.text if current else "", due)
-        await asyncio.to_thread(files.write_summary, Summary(text, due[-1].id, now_ms()))
+        await self.store.save_summary(session_id, Summary(text, due[-1].id, now_ms()))
         log.info("summary advanced", session=session_id, folded=len(due), cursor=due[-1].id)
         return True

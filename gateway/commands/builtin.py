@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from gateway.auth import Access
 from gateway.clock import Clock
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
@@ -115,8 +113,7 @@ class BuiltinCommands:
         if await self.store.get(sid) is None:
             return CommandReply(call.name, "nothing to reset")
         last = await self.store.last_message_id(sid)
-        files = self.store.files(sid)
-        await asyncio.to_thread(files.reset_conversation, last, self.clock.now_ms())
+        await self.store.reset_conversation(sid, last, self.clock.now_ms())
         return CommandReply(call.name, "conversation window and summary cleared")
 
     async def new(self, call: CommandCall) -> CommandReply:

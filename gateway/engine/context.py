@@ -97,9 +97,9 @@ class RunContext:
 async def load_context(
     task: Task, store: SessionStore, prompts: Prompts, run_tool: RunTool, window: int
 ) -> RunContext:
-    """The context of `task`: session settings from SQL, summary and window from its files."""
+    """The context of `task`: session settings and summary from SQL, window from its files."""
     files = store.files(task.session_id)
-    summary = await asyncio.to_thread(files.read_summary)
+    summary = await store.summary(task.session_id)
     context = RunContext(task, store, prompts, run_tool, await _window(task, files, window))
     row = await store.get(task.session_id)
     if row is not None:

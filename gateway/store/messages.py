@@ -19,6 +19,7 @@ from gateway.store.db import insert_ignoring
 from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.models import MessageRow, SessionRow
+from gateway.store.summaries import summary_state
 
 log = get_logger(__name__)
 
@@ -218,6 +219,11 @@ class MessageArchive(StoreBase):
                 tail = await asyncio.to_thread(files.history.tail, HISTORY_RESYNC_TAIL)
             except FileNotFoundError:
                 return 0
+            state = await summary_state(self.db, files, session_id)
+            if state and any(m.id and m.id <= state.reset_at for m in tail):
+                # A /reset given on another instance: the window starts again after it.
+                await asyncio.to_thread(files.history.replace, [])
+                return await self._catch_up(session_id)
             ids = [m.id for m in tail if m.id]
             if not ids:
                 return await self._catch_up(session_id)
@@ -246,9 +252,10 @@ class MessageArchive(StoreBase):
         files = self.files(session_id)
         try:
             last = await asyncio.to_thread(files.history.tail, 1)
-            reset_at = await asyncio.to_thread(files.read_summary_cursor) if not last else 0
         except FileNotFoundError:
             return 0  # no folder yet: nothing was ever filed, nothing is missing
+        state = await summary_state(self.db, files, session_id) if not last else None
+        reset_at = state.reset_at if state else 0
         if last and not last[-1].id:
             return 0  # written before lines carried ids: there is no telling what is missing
         # An empty file after /reset starts at the reset's cursor; a new one at the beginning.

@@ -159,6 +159,19 @@ class PromptAnswerRow(SQLModel, table=True):
     answered_at: int = Field(default=0, sa_type=BigInteger)
 
 
+class SessionSummaryRow(SQLModel, table=True):
+    """A session's rolling summary and where it stands (the newest row of a session counts)."""
+
+    __tablename__ = "session_summary"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=140)
+    summary: str = Field(sa_column=Column(Text, nullable=False))
+    cursor: int = Field(default=0, sa_type=BigInteger)  # last message the summary covers
+    reset_at: int = Field(default=0, sa_type=BigInteger)  # last message before the last /reset
+    updated_at: int = Field(default=0, sa_type=BigInteger)
+
+
 # Every table whose rows belong to one session, known by its `session_id` column: what deleting
 # or renaming a session covers, besides the `session` row itself. Derived rather than listed,
 # so a new table is covered the day its model is written (test_schema checks that the migrated

@@ -26,6 +26,7 @@ from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.messages import MessageArchive, StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, MessageRow, SessionRow
 from gateway.store.runs import RunArchive, RunRecord
+from gateway.store.summaries import SummaryArchive
 
 __all__ = ["RunRecord", "SessionInfo", "SessionStore", "StoredMessage", "UnknownSession"]
 
@@ -40,7 +41,7 @@ class SessionInfo:
     message_count: int
 
 
-class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers):
+class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, SummaryArchive):
     @classmethod
     async def open(cls, settings: Settings) -> SessionStore:
         db = await Database.open(settings.resolved_database_url)
