@@ -100,3 +100,43 @@ async def test_the_agent_sees_the_summary(tmp_path: Path) -> None:
         assert seen == ["they agreed on blue"]
     finally:
         await rt.close()
+
+
+async def test_messages_are_folded_a_batch_at_a_time_and_seen_until_then(tmp_path: Path) -> None:
+    """One summary call per batch, not per message; until a batch is due, what left the
+    window is still in the agent's context."""
+    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    rt.router.after_task.clear()  # this test drives the summary itself
+    model = Recording()
+    rolling = RollingSummary(rt.store, model, window=4, batch=3)
+    seen: list[list[str]] = []
+    original = rt.agent.run
+
+    def spy(ctx: object) -> object:
+        seen.append([m.content for m in ctx.history])  # type: ignore[attr-defined]
+        return original(ctx)  # type: ignore[arg-type]
+
+    rt.agent.run = spy  # type: ignore[method-assign]
+
+    async def say(text: str) -> None:
+        sub = await rt.router.submit(Inbound(ANN, "cli-f", text))
+        await rt.router.wait(sub.task_hash, 10)
+
+    try:
+        for i in range(5):
+            await say(f"m{i}")
+        assert await rolling.run("cli-f")  # six outside the window: two batches' worth
+        assert len(model.folded) == 6
+        await say("m5")  # two more outside the window: less than a batch
+        assert not await rolling.run("cli-f")
+        assert len(model.folded) == 6
+        await say("m6")
+        # The agent saw the two unfolded ones next to its four-message window.
+        assert seen[-1] == ["m3", "echo: m3", "m4", "echo: m4", "m5", "echo: m5"]
+        assert await rolling.run("cli-f")  # four due: one call for all of them
+        assert len(model.folded) == 10
+        await say("m7")
+        assert seen[-1] == ["m5", "echo: m5", "m6", "echo: m6"]
+    finally:
+        await rt.close()

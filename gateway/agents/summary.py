@@ -3,8 +3,11 @@
 When messages that the summary does not cover yet have fallen out of the model's window, the
 summary model folds them into the summary and its cursor moves to the last of them (an archive
 message id); both are kept in the archive (`store.summaries`) and copied to `summary.json`.
-Each message is folded once; a failed attempt leaves the cursor where it was, so the next
-attempt takes the same messages again. Summaries run in the background, one at a time per
+Messages are folded in batches (`fold_batch`): until a batch has gathered outside the window,
+the agent sees them in its window instead, so a long conversation costs one summary call per
+batch rather than one per message, and nothing is out of sight meanwhile. Each message is
+folded once; a failed attempt leaves the cursor where it was, so the next attempt takes the
+same messages again. Summaries run in the background, one at a time per
 session, and never delay a reply.
 """
 
@@ -21,7 +24,12 @@ from gateway.store.sessions import SessionStore, StoredMessage
 
 log = get_logger(__name__)
 
-MAX_FOLD = 200  # messages folded per model call
+MAX_FOLD = 200  # messages folded per model call at most
+
+
+def fold_batch(window: int) -> int:
+    """How many messages must have left a `window`-message window before they are folded."""
+    return max(1, window // 2)
 
 
 @runtime_checkable
@@ -30,10 +38,13 @@ class Summarizes(Protocol):
 
 
 class RollingSummary:
-    def __init__(self, store: SessionStore, model: Summarizes, window: int) -> None:
+    def __init__(
+        self, store: SessionStore, model: Summarizes, window: int, batch: int | None = None
+    ) -> None:
         self.store = store
         self.model = model
         self.window = window
+        self.batch = batch or fold_batch(window)
         self._locks: dict[str, asyncio.Lock] = {}
         self._jobs: set[asyncio.Task[bool]] = set()
 
@@ -71,8 +82,8 @@ class RollingSummary:
             for m in await self.store.messages_after(session_id, cursor, limit=MAX_FOLD)
             if m.id < oldest_in_window
         ]
-        if not due:
-            return False
+        if len(due) < self.batch:
+            return False  # seen in the window until a whole batch is due
         text = await self.model.summarize(current.text if current else "", due)
         await self.store.save_summary(session_id, Summary(text, due[-1].id, now_ms()))
         log.info("summary advanced", session=session_id, folded=len(due), cursor=due[-1].id)

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gateway.agents.base import ToolCall, ToolResult
+from gateway.agents.summary import fold_batch
 from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
 from gateway.store.files import SessionFiles
@@ -100,7 +101,9 @@ async def load_context(
     """The context of `task`: session settings and summary from SQL, window from its files."""
     files = store.files(task.session_id)
     summary = await store.summary(task.session_id)
-    context = RunContext(task, store, prompts, run_tool, await _window(task, files, window))
+    cursor = summary.cursor if summary else 0
+    recent = await _window(task, files, window, after=cursor)
+    context = RunContext(task, store, prompts, run_tool, recent)
     row = await store.get(task.session_id)
     if row is not None:
         context.persona = row.persona
@@ -111,10 +114,13 @@ async def load_context(
     return context
 
 
-async def _window(task: Task, files: SessionFiles, size: int) -> list[StoredMessage]:
-    """The recent conversation from history.json, without the task's own message."""
+async def _window(task: Task, files: SessionFiles, size: int, *, after: int) -> list[StoredMessage]:
+    """The recent conversation from history.json, without the task's own message: the last
+    `size` messages, and before them those the summary does not cover yet (id above `after`),
+    up to a fold batch more."""
+    most = size + fold_batch(size)
     try:
-        recent = await asyncio.to_thread(files.history.tail, size + 1)
+        recent = await asyncio.to_thread(files.history.tail, most + 1)
     except SessionDirectoryMissing:
         return []
     text = task.text.replace("\x00", "\ufffd")  # as the archive stored it
@@ -124,7 +130,11 @@ async def _window(task: Task, files: SessionFiles, size: int) -> list[StoredMess
         if own and task.user_sent_at in (0, line.send_at):
             del recent[index]
             break
+    recent = recent[-most:]
+    older = len(recent) - size
+    while older > 0 and not (recent[0].id > after):  # covered by the summary
+        recent.pop(0)
+        older -= 1
     return [
-        StoredMessage(0, task.session_id, m.role, m.content, m.sender, m.send_at)
-        for m in recent[-size:]
+        StoredMessage(0, task.session_id, m.role, m.content, m.sender, m.send_at) for m in recent
     ]
