@@ -62,19 +62,24 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def load_settings(*, quiet: bool = True) -> Settings:
+def load_settings(*, quiet: bool = True, logs: bool = True) -> Settings:
+    """The settings, or the command ends with what is wrong with them. With `logs`, the
+    gateway's logging is set up too; the client commands, which only talk to a running
+    gateway, go without (it is most of their start-up time)."""
     from pydantic import ValidationError
 
-    from gateway.logs import configure_logging
     from gateway.settings import Settings
 
     try:
         settings = Settings()
     except ValidationError as exc:
         fail(f"invalid settings:\n{exc}", 2)
-    # One-shot commands keep their output clean; `run` logs at the configured level.
-    level = "WARNING" if quiet and settings.log_level == "INFO" else settings.log_level
-    configure_logging(level, settings.log_format)
+    if logs:
+        from gateway.logs import configure_logging
+
+        # One-shot commands keep their output clean; `run` logs at the configured level.
+        level = "WARNING" if quiet and settings.log_level == "INFO" else settings.log_level
+        configure_logging(level, settings.log_format)
     return settings
 
 

@@ -32,7 +32,7 @@ def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:
     from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
     from adapters.terminal.launch import client_token, gateway_url
 
-    settings = load_settings()
+    settings = load_settings(logs=False)
     token = client_token(settings)
 
     async def main() -> T:
