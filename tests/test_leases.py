@@ -13,6 +13,7 @@ from conftest import PG_ADMIN_DSN, Backends
 from support import wait_until
 
 from gateway.clock import SYSTEM_CLOCK
+from gateway.engine.task import TaskNotFound
 from gateway.events import Inbound, Origin
 from gateway.leadership import Leadership, if_leading
 from gateway.leases import PostgresLeases, open_leases
@@ -150,6 +151,31 @@ async def test_closing_hands_a_session_to_another_runtime_at_once(
         await second.router.wait(sub.task_hash, 10, until_prompt=True)
     finally:
         await second.close()
+
+
+async def test_a_view_that_missed_the_end_of_a_task_asks_the_journal(
+    tmp_path: Path, database: str
+) -> None:
+    """Without Redis no event crosses instances: the second runtime's view of a task the
+    first ran never hears it end, and finds out from the journal when asked again."""
+    first = await Runtime.start(settings_for(tmp_path / "one", "one", database))
+    second = await Runtime.start(settings_for(tmp_path / "two", "two", database))
+    try:
+        slow = await first.router.submit(Inbound(ANN, "chat-v", "!confirm go"))
+        await first.router.wait(slow.task_hash, 10, until_prompt=True)  # first owns chat-v
+        sub = await second.router.submit(Inbound(ANN, "chat-v", "hello"))
+        assert (await second.router.find(sub.task_hash)).status == "queued"  # a view
+        await first.router.answer("chat-v", slow.task_hash, ANN, approve=True)
+        await first.router.recover()  # the periodic check finds what second stored
+        done = await first.router.wait(sub.task_hash, 10)
+        assert done.reply == "echo: hello"
+        with pytest.raises(TaskNotFound):  # ended elsewhere: the archive has it
+            await second.router.find(sub.task_hash)
+        run = await second.store.finished_run("chat-v", sub.task_hash)
+        assert run is not None and run["reply"] == "echo: hello"
+    finally:
+        await second.close()
+        await first.close()
 
 
 async def test_a_job_runs_on_the_instance_holding_its_lease(database: str) -> None:

@@ -112,14 +112,23 @@ class Relay:
             await _follow(task, event)
 
     async def follow(self, task_hash: str) -> Task | None:
-        """This instance's view of a task another instance runs (made from its journal the
-        first time it is asked for); None if no instance runs it."""
+        """The task as this instance knows it: its own, or its view of one another instance
+        runs (made from the journal the first time it is asked for); None if it is unknown
+        here and no instance runs it."""
         task = self.tasks.find(task_hash)
-        if task is not None or not self.shared or HASH_RE.fullmatch(task_hash) is None:
+        if not self.shared or HASH_RE.fullmatch(task_hash) is None:
             return task
+        if task is not None and not (task.elsewhere and not task.finished):
+            return task
+        # Unknown here, or a view that may have missed the end of the task (the bus drops
+        # messages while disconnected): the journal says whether it still runs.
         record = await self.store.journal(task_hash)
         if record is None:
+            if task is not None:  # it ended elsewhere: the archive knows how
+                self.tasks.forget(task_hash)
             return None
+        if task is not None:
+            return task
         try:
             task = self.tasks.add(JournalHead.of(record), (), Replay())
             task.elsewhere = True

@@ -214,7 +214,7 @@ class Router:
         return (await self._task(task_hash)).view()
 
     async def _task(self, task_hash: str) -> Task:
-        task = self._tasks.find(task_hash) or await self._relay.follow(task_hash)
+        task = await self._relay.follow(task_hash)
         if task is None:
             raise TaskNotFound(f"no such task: {task_hash}")
         return task
@@ -266,7 +266,7 @@ class Router:
     async def may_answer(self, task_hash: str, responder: Origin) -> Prompt:
         """The task's open prompt if `responder` may answer it; raises PromptError or
         NotAllowed otherwise (for a front-end that asks for the answer in a second step)."""
-        task = self._tasks.find(task_hash) or await self._relay.follow(task_hash)
+        task = await self._relay.follow(task_hash)
         if task is None:
             raise PromptNotFound(f"no task {task_hash}")
         return self._prompts.check(task, responder)
