@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from gateway.clock import now_ms
+from gateway.keyed_locks import KeyedLocks
 from gateway.logs import get_logger
 from gateway.store.files import Summary
 from gateway.store.sessions import SessionStore, StoredMessage
@@ -45,7 +46,7 @@ class RollingSummary:
         self.model = model
         self.window = window
         self.batch = batch or fold_batch(window)
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = KeyedLocks()
         self._jobs: set[asyncio.Task[bool]] = set()
 
     def schedule(self, session_id: str) -> None:
@@ -61,8 +62,7 @@ class RollingSummary:
 
     async def run(self, session_id: str) -> bool:
         """Fold what is due; returns whether the summary moved."""
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
+        async with self._locks.hold(session_id):
             try:
                 return await self._fold(session_id)
             except Exception as exc:  # a failed summary must never hurt the session

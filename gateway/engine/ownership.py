@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from gateway.bus import Bus
+from gateway.keyed_locks import KeyedLocks
 from gateway.leases import Leases, LocalLeases
 from gateway.logs import get_logger
 from gateway.store.journals import JournalRecord
@@ -56,26 +57,15 @@ class Ownership:
         self._is_live = is_live
         # Only several instances can store a task for a session this one runs.
         self.shared = not isinstance(leases, LocalLeases)
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._locks = KeyedLocks()
         self._closing = False
         self._stopping: set[asyncio.Task[None]] = set()
         bus.on(JOURNAL, self._on_journal)
         leases.on_lost(self._on_lost)
 
-    @contextlib.asynccontextmanager
-    async def _holding(self, session_id: str) -> AsyncIterator[None]:
+    def _holding(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """One decision about a session's lease at a time (claim and enqueue, or let go)."""
-        lock, users = self._locks.get(session_id, (asyncio.Lock(), 0))
-        self._locks[session_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[session_id]
-            if users == 1:
-                del self._locks[session_id]
-            else:
-                self._locks[session_id] = (lock, users - 1)
+        return self._locks.hold(session_id)
 
     async def run_here(self, session_id: str, enqueue: Callable[[], int]) -> int | None:
         """Queue a stored task here if this instance runs (or can take) the session, and

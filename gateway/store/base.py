@@ -3,10 +3,9 @@ per-session turn that keeps history.json in archive order."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 
+from gateway.keyed_locks import KeyedLocks
 from gateway.settings import Settings
 from gateway.store.db import Database
 from gateway.store.files import SessionFiles, SessionsDir
@@ -27,27 +26,15 @@ class StoreBase:
             history_max_bytes=settings.history_max_bytes,
             action_log_max_bytes=settings.action_log_max_bytes,
         )
-        # Per session: a lock over "insert a message, then file it in history.json", and how
-        # many hold or wait for it (the lock is dropped when nobody does).
-        self._archiving: dict[str, tuple[asyncio.Lock, int]] = {}
+        # Per session: a lock over "insert a message, then file it in history.json".
+        self._archiving = KeyedLocks()
         # Sessions whose history.json this process has checked against the archive.
         self._history_checked: set[str] = set()
 
     def files(self, session_id: str) -> SessionFiles:
         return self.dirs.get(session_id)
 
-    @contextlib.asynccontextmanager
-    async def _archive_turn(self, session_id: str) -> AsyncIterator[None]:
+    def _archive_turn(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
         """One message write of the session at a time, so history.json lists a session's
         messages in the order of their archive ids whoever writes them (the intake, a reply)."""
-        lock, users = self._archiving.get(session_id, (asyncio.Lock(), 0))
-        self._archiving[session_id] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._archiving[session_id]
-            if users == 1:
-                del self._archiving[session_id]
-            else:
-                self._archiving[session_id] = (lock, users - 1)
+        return self._archiving.hold(session_id)
