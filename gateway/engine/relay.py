@@ -123,12 +123,12 @@ class Relay:
         # Unknown here, or a view that may have missed the end of the task (the bus drops
         # messages while disconnected): the journal says whether it still runs.
         record = await self.store.journal(task_hash)
-        if record is None:
-            if task is not None:  # it ended elsewhere: the archive knows how
-                self.tasks.forget(task_hash)
-            return None
         if task is not None:
+            if record is None:  # it ended elsewhere (its last events may still be on their way)
+                await self._ended(task)
             return task
+        if record is None:
+            return None
         try:
             task = self.tasks.add(JournalHead.of(record), (), Replay())
             task.elsewhere = True
@@ -138,6 +138,22 @@ class Relay:
             log.warning("unreadable journal", task=task_hash)
             return None
         return task
+
+    async def _ended(self, task: Task) -> None:
+        """Bring a view up to the end the archive recorded: a reply (or the error's empty one)
+        when the run was recorded, canceled when the journal went without one."""
+        run = await self.store.finished_run(task.session_id, task.task_hash)
+        async with task.changed:
+            if task.finished:
+                return
+            if run is None:
+                task.prompt, task.status = None, "canceled"
+            elif run["reply"]:
+                task.prompt, task.reply, task.status = None, run["reply"], "done"
+            else:
+                task.prompt, task.status = None, "error"
+                task.error = task.error or "the task ended without a reply"
+            task.changed.notify_all()
 
     async def prompts(self, session_id: str | None = None) -> list[Prompt]:
         """Open prompts journaled by any instance (of one session, when given)."""

@@ -52,9 +52,6 @@ class TaskTable:
         known.elsewhere, known.status = False, "queued"
         return known
 
-    def forget(self, task_hash: str) -> None:
-        self._tasks.pop(task_hash, None)
-
     def get(self, task_hash: str) -> Task:
         try:
             return self._tasks[task_hash]
