@@ -118,11 +118,14 @@ class GatewayClient:
     # -- what the terminal client needs ------------------------------------------------------
 
     async def healthy(self) -> bool:
-        """True when a gateway answers at the base URL."""
+        """True when a gateway answers at the base URL, ready or not: one whose database is out
+        of reach (503) is still running, and starting another on its home would be refused."""
         try:
             await self.call("GET", "/healthz")
-        except (GatewayUnavailable, GatewayError):
+        except GatewayUnavailable:
             return False
+        except GatewayError as exc:
+            return exc.status == 503
         return True
 
     async def create_session(self, prefix: str = "cli") -> str:

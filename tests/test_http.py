@@ -24,7 +24,7 @@ from adapters.http import InsecureBinding, check_binding, is_loopback, sse_frame
 from adapters.http.context import Context
 from adapters.http.errors import errors
 from adapters.http.models import SendRequest
-from adapters.http.replies import Health, Inputs, OpenApiDocument
+from adapters.http.replies import Health, HealthChecks, Inputs, OpenApiDocument
 from adapters.http.route import Call, Route
 from adapters.http.routes import ROUTES
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -36,6 +36,11 @@ TIMEOUT = 10.0
 # Per-user tokens every test server knows (name, display name), as `agenvoy token add` keeps
 # them: hashed, in <home>/.store/api_tokens.json.
 USERS = {"ann": "Ann", "bob": "Bob", "root": "Root", "bot": "Build Bot", "tester": "tester"}
+
+
+# What /healthz answers for an instance whose archive, KV store and leases all answer.
+READY = {"status": "ok", "checks": {"database": "ok", "kv": "ok", "leases": "ok"}}
+UP = Health(checks=HealthChecks(database="ok", kv="ok", leases="ok"))
 
 
 def bearer(name: str) -> dict[str, str]:
@@ -230,7 +235,7 @@ async def next_event(resp: aiohttp.ClientResponse) -> Frame:
 
 
 async def test_healthz_and_openapi(server: Server) -> None:
-    assert await server.call("GET", "/healthz") == (200, {"status": "ok"})
+    assert await server.call("GET", "/healthz") == (200, READY)
     status, doc = await server.call("GET", "/openapi.json")
     assert status == 200
     validate_openapi(doc)
@@ -268,6 +273,16 @@ async def test_healthz_and_openapi(server: Server) -> None:
                 continue
             errors = [code for code in op["responses"] if code.startswith(("4", "5"))]
             for code in errors:
+                if "$ref" not in op["responses"][code]:
+                    # A reply the route declares at an error status (/healthz's 503) carries
+                    # the error object too.
+                    reply = op["responses"][code]["content"]["application/json"]["schema"]
+                    model = doc["components"]["schemas"][reply["$ref"].rsplit("/", 1)[1]]
+                    assert model["properties"]["error"] == {
+                        "$ref": "#/components/schemas/ErrorDetail"
+                    }
+                    assert "error" in model["required"]
+                    continue
                 ref = op["responses"][code]["$ref"]
                 response = doc["components"]["responses"][ref.rsplit("/", 1)[1]]
                 schema = response["content"]["application/json"]["schema"]
@@ -581,15 +596,15 @@ async def test_a_route_answers_only_what_it_declares(server: Server) -> None:
     document generated from the routes cannot leave it out."""
 
     async def answers_undeclared(call: Call) -> Health:
-        return Health()
+        return UP
 
     async def reads_undeclared_body(call: Call) -> Health:
         await call.body(SendRequest)
-        return Health()
+        return UP
 
     async def reads_undeclared_headers(call: Call) -> Health:
         call.origin()
-        return Health()
+        return UP
 
     ctx = Context(server.runtime, keepalive_seconds=1.0, document=lambda: OpenApiDocument({}))
     app = web.Application(middlewares=[errors])
@@ -681,7 +696,7 @@ async def test_size_limits(server: Server) -> None:
 
 async def test_token_auth(tmp_path: Path) -> None:
     async with serving(tmp_path, api_token="s3cret", users=None) as srv:
-        assert await srv.call("GET", "/healthz") == (200, {"status": "ok"})
+        assert await srv.call("GET", "/healthz") == (200, READY)
         for method, path in (
             ("GET", "/v1/sessions"),
             ("POST", "/v1/send"),

@@ -1,16 +1,31 @@
-"""For whoever runs the gateway: liveness, Prometheus metrics, and the OpenAPI document."""
+"""For whoever runs the gateway: readiness, Prometheus metrics, and the OpenAPI document."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from adapters.http.metrics import CONTENT_TYPE
-from adapters.http.replies import Health, OpenApiDocument
+from adapters.http.replies import (
+    ErrorDetail,
+    Health,
+    HealthChecks,
+    HealthUnavailable,
+    OpenApiDocument,
+)
 from adapters.http.route import Call
 
 
-async def healthz(call: Call) -> Health:
-    return Health()
+async def healthz(call: Call) -> Health | HealthUnavailable:
+    """200 when this instance can serve: its SQL archive answers a trivial query, its KV store
+    answers, and its leases can be renewed. 503 otherwise, naming the part that failed or did
+    not answer in time; each check waits 2 s at most, so a load balancer always gets an answer."""
+    ready = await call.ctx.runtime.readiness()
+    checks = HealthChecks(database=ready.database, kv=ready.kv, leases=ready.leases)
+    if ready.ready:
+        return Health(checks=checks)
+    failing = ", ".join(f"{name} {state}" for name, state in checks if state != "ok")
+    error = ErrorDetail(code="unavailable", message=f"not ready: {failing}")
+    return HealthUnavailable(checks=checks, error=error)
 
 
 async def metrics(call: Call) -> web.Response:

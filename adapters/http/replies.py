@@ -20,6 +20,7 @@ from adapters.http.models import SessionId
 from gateway import events
 from gateway.engine import task as engine
 from gateway.engine.journal import PromptKind
+from gateway.runtime import CheckState
 from gateway.store.actionlog import ActionRecord
 from gateway.store.sessions import StoredMessage
 from gateway.store.usage import ModelUsage as UsageRow
@@ -335,10 +336,29 @@ class CommandList(Reply):
     commands: list[CommandInfo]
 
 
+class HealthChecks(Reply):
+    """Each part this instance needs, as it answered within the check timeout (2 s): `ok`,
+    `unreachable` (it failed), or `timeout` (no answer in time)."""
+
+    database: CheckState = Field(description="Whether the SQL archive answers a trivial query")
+    kv: CheckState = Field(description="Whether the KV store answers")
+    leases: CheckState = Field(description="Whether the leases can be renewed")
+
+
 class Health(Reply):
-    """Up."""
+    """Ready: the archive, the KV store and the leases answer."""
 
     status: Literal["ok"] = "ok"
+    checks: HealthChecks
+
+
+class HealthUnavailable(Reply):
+    """Not ready: the checks that are not `ok` name what this instance cannot reach; `error`
+    says it too, in the shape every error of the API has."""
+
+    status: Literal["unavailable"] = "unavailable"
+    checks: HealthChecks
+    error: ErrorDetail
 
 
 class OpenApiDocument(RootModel[dict[str, Any]]):

@@ -40,6 +40,7 @@ from adapters.http.replies import (
     CreatedSession,
     Deleted,
     Health,
+    HealthUnavailable,
     Inputs,
     Messages,
     OpenApiDocument,
@@ -255,8 +256,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         "GET",
         "/healthz",
         healthz,
-        "Liveness; never needs a token",
-        replies={200: Health},
+        "Readiness: the archive, the KV store and the leases answer; never needs a token",
+        replies={200: Health, 503: HealthUnavailable},
         public=True,
     ),
     Route(

@@ -142,6 +142,10 @@ class Database:
                     await conn.commit()
         log.debug("database migrated", dialect=self.dialect, revision=revision)
 
+    async def ping(self) -> None:
+        """One trivial query; raises unless the database answers (a readiness check)."""
+        await self.read(_select_one)
+
     async def current_revision(self) -> str | None:
         def current(session: Session) -> str | None:
             return MigrationContext.configure(session.connection()).get_current_revision()
@@ -234,6 +238,10 @@ def _in_session(engine: Engine, work: Work[T], commit: bool = True) -> T:
         if commit:
             session.commit()
         return result
+
+
+def _select_one(session: Session) -> None:
+    session.connection().exec_driver_sql("SELECT 1").scalar_one()
 
 
 def _write_then(engine: Engine, work: Work[T], after_commit: Callable[[T], None] | None) -> T:

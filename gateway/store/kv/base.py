@@ -48,6 +48,11 @@ class KVStore(ABC):
     async def expire(self, key: str, ttl: float) -> bool:
         """Make a live `key` expire `ttl` seconds from now; False if it is missing or expired."""
 
+    async def ping(self) -> None:
+        """Raise unless the store answers (a readiness check). Reading a key nobody writes is
+        a question every backend can answer without changing anything."""
+        await self.get("health:ping")
+
     @abstractmethod
     async def close(self) -> None:
         """Release the connection. Calling it twice is harmless."""

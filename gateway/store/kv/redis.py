@@ -96,6 +96,11 @@ class RedisKV(KVStore):
         changed: bool = await self._redis.pexpire(self._prefix + key, _millis(ttl))
         return bool(changed)
 
+    async def ping(self) -> None:
+        if self._closed:  # the client would quietly connect again
+            raise RuntimeError("KV store is closed")
+        await self._redis.ping()
+
     async def close(self) -> None:
         if self._closed:
             return
