@@ -20,7 +20,7 @@ from adapters.http.binding import is_loopback
 from adapters.http.routes import ROUTES
 from adapters.http.server import SHUTDOWN_TIMEOUT
 from gateway.agents.claude_process import KILL_GRACE_SECONDS
-from gateway.runtime import CHECK_TIMEOUT_SECONDS
+from gateway.health import CHECK_TIMEOUT_SECONDS
 from gateway.settings import Settings
 
 ROOT = Path(__file__).parents[1]

@@ -17,8 +17,8 @@ from tcp_relay import Relay
 from test_http import READY, Server, serving
 
 from adapters.http_client import GatewayClient
+from gateway.health import CHECK_TIMEOUT_SECONDS, ReadinessProbe
 from gateway.leases import LocalLeases
-from gateway.runtime import CHECK_TIMEOUT_SECONDS, ReadinessProbe
 from gateway.store.db import Database
 from gateway.store.kv import SqliteKV
 

@@ -20,7 +20,7 @@ from adapters.http.models import SessionId
 from gateway import events
 from gateway.engine import task as engine
 from gateway.engine.journal import PromptKind
-from gateway.runtime import CheckState
+from gateway.health import CheckState
 from gateway.store.actionlog import ActionRecord
 from gateway.store.sessions import StoredMessage
 from gateway.store.usage import ModelUsage as UsageRow
