@@ -4,35 +4,37 @@
 
 M client workers each own one session and send their share of N messages one after another
 (a session runs one task at a time, so this is the most a single chat can ask for), all
-workers at once. The floor is a bare aiohttp handler on the same machine that does, per
-message, the same committed SQLite transactions as the gateway's path does (session + user
-message, usage, run + reply; HTTP callers read replies from the gateway, so there is no
-outbox entry to record or mark) with the same pragmas, and
-answers with the same JSON shape. The ratio ours/floor is the number to watch: absolute
-numbers swing with whatever else the shared machine is doing.
+workers at once. Both servers run in processes of their own, this one only drives them: ours
+is `agenvoy run`; the floor (`floor_server.py`) is a bare aiohttp handler with one long-lived
+SQLite connection that does, per message, the same committed transactions as the gateway's
+path (session + user message, usage, run + reply; HTTP callers read replies from the gateway,
+so there is no outbox entry to record or mark) with the same pragmas, appends the same two
+history lines, and answers with the same JSON shape. The ratio ours/floor is the number to
+watch: absolute numbers swing with whatever else the shared machine is doing.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
+import shutil
 import socket
-import sqlite3
 import statistics
+import sys
 import tempfile
 import time
+from asyncio.subprocess import Process
 from pathlib import Path
-from typing import Any
 
 import aiohttp
-from aiohttp import web
 
-from adapters.http import start_http
 from gateway.logs import configure_logging
-from gateway.runtime import Runtime
-from gateway.settings import Settings
-from gateway.store.db import Database, sqlite_pragmas
+from gateway.store.db import Database
+
+EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
 
 WRITES_PER_MESSAGE = 3
 
@@ -70,11 +72,48 @@ async def drive(url: str, sessions: list[str], per_session: int) -> tuple[float,
         return time.perf_counter() - started, latencies
 
 
+async def serving(argv: list[str], url: str, env: dict[str, str], cwd: Path) -> Process:
+    """Start a server process and wait until it answers /healthz."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env=env,
+        cwd=cwd,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    async with aiohttp.ClientSession() as http:
+        for _ in range(300):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with http.get(url + "/healthz") as resp:
+                    if resp.status == 200:
+                        return proc
+            await asyncio.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{argv[0]} did not come up")
+
+
+async def stopped(proc: Process) -> None:
+    if proc.returncode is None:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 20)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
 async def run_ours(root: Path, sessions: int, per_session: int) -> tuple[float, list[float]]:
-    settings = Settings(home=root / "ours", http_port=free_port(), _env_file=None)  # type: ignore[call-arg]
-    runtime = await Runtime.start(settings)
-    runner = await start_http(runtime)
-    url = f"http://127.0.0.1:{settings.http_port}"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    home = root / "ours"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "AGENVOY_HOME": str(home),
+        "AGENVOY_HTTP_PORT": str(port),
+        "AGENVOY_LOG_LEVEL": "WARNING",
+    }
+    proc = await serving([EXE, "run"], url, env, home)
     try:
         ids: list[str] = []
         async with aiohttp.ClientSession() as http:
@@ -83,67 +122,23 @@ async def run_ours(root: Path, sessions: int, per_session: int) -> tuple[float, 
                     ids.append((await resp.json())["session_id"])
         return await drive(url, ids, per_session)
     finally:
-        await runner.cleanup()
-        await runtime.close()
-
-
-def floor_writes(path: Path, sid: str, text: str) -> None:
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        for pragma in sqlite_pragmas():
-            conn.execute(pragma)
-        now = int(time.time() * 1000)
-        user_message = (
-            "INSERT INTO messages (session_id, role, content, sender, send_at) "
-            "VALUES (?, 'user', ?, '', ?)"
-        )
-        reply = (
-            "INSERT INTO messages (session_id, role, content, sender, send_at) "
-            "VALUES (?, 'assistant', ?, '', ?)"
-        )
-        # One list per committed transaction, as the gateway groups them.
-        transactions: list[list[tuple[str, tuple[Any, ...]]]] = [
-            [
-                ("INSERT INTO session (id) VALUES (?) ON CONFLICT DO NOTHING", (sid,)),
-                (user_message, (sid, text, now)),
-            ],
-            [("INSERT INTO usage (session_id, model, send_at) VALUES (?, 'floor', ?)", (sid, now))],
-            [(reply, (sid, f"echo: {text}", now))],
-        ]
-        assert len(transactions) == WRITES_PER_MESSAGE
-        for statements in transactions:
-            conn.execute("BEGIN IMMEDIATE")
-            for sql, params in statements:
-                conn.execute(sql, params)
-            conn.execute("COMMIT")
-    finally:
-        conn.close()
+        await stopped(proc)
 
 
 async def run_floor(root: Path, sessions: int, per_session: int) -> tuple[float, list[float]]:
     path = root / "floor" / "history.db"
     db = await Database.open(f"sqlite:///{path}")  # the same schema and triggers
     await db.close()
-    lock = asyncio.Lock()  # one writer at a time, as SQLite allows
-
-    async def send(request: web.Request) -> web.Response:
-        body = await request.json()
-        sid, text = body["session_id"], body["content"]
-        async with lock:
-            await asyncio.to_thread(floor_writes, path, sid, text)
-        return web.json_response({"session_id": sid, "status": "done", "text": f"echo: {text}"})
-
-    app = web.Application()
-    app.router.add_post("/v1/send", send)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
     port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}"
+    server = Path(__file__).with_name("floor_server.py")
+    argv = [sys.executable, str(server), str(path), str(root / "floor" / "sessions"), str(port)]
+    proc = await serving(argv, url, dict(os.environ), root)
     try:
         ids = [f"cli-floor{i}" for i in range(sessions)]
-        return await drive(f"http://127.0.0.1:{port}", ids, per_session)
+        return await drive(url, ids, per_session)
     finally:
-        await runner.cleanup()
+        await stopped(proc)
 
 
 def report(name: str, elapsed: float, latencies: list[float]) -> dict[str, float]:
@@ -175,7 +170,7 @@ async def main() -> None:
         print(f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}")
         ours = report("ours (offline agent)", *await run_ours(root, sessions, per_session))
         floor = report(
-            f"floor (aiohttp + {WRITES_PER_MESSAGE} SQLite commits)",
+            f"floor ({WRITES_PER_MESSAGE} commits, 1 connection)",
             *await run_floor(root, sessions, per_session),
         )
     ratios = {
