@@ -83,18 +83,21 @@ class Intake:
         origin = inbound.origin
         async with turn or self.turns.take(session_id):
             self.check_text(inbound.text)
+            log_file = self.store.files(session_id).action_log
+
+            def log_it(_stored: StoredMessage) -> None:
+                log_file.append("user", inbound.text, window_hash=origin.window_hash)
+
             stored = await self.store.take_in(
                 session_id,
                 inbound.text,
                 sender=origin.sender_name,
                 source_key=inbound.source_key,
+                then=log_it,
             )
             if stored is None:
                 return None
             self.crash.reach("stored")
-            await self.store.log_action(
-                session_id, "user", inbound.text, window_hash=origin.window_hash
-            )
         return stored.id
 
     def _check_load(self, inbound: Inbound) -> None:

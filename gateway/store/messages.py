@@ -132,10 +132,14 @@ class MessageArchive(StoreBase):
         task_hash: str = "",
         source_key: str = "",
         journal: Callable[[StoredMessage], JournalRecord] | None = None,
+        then: Callable[[StoredMessage], None] | None = None,
     ) -> StoredMessage | None:
         """Archive a user's message, creating its session if need be, and with it — in the same
         transaction — the journal of the task `task_hash` it starts (`journal`, made from the
-        stored message). None when `source_key` shows the platform delivered it before."""
+        stored message). None when `source_key` shows the platform delivered it before.
+
+        `then` runs with the stored message right after its history.json line, in the same
+        hand-off off the event loop (a file write that belongs with it, an action.log line)."""
         return await self._append(
             session_id,
             "user",
@@ -145,6 +149,7 @@ class MessageArchive(StoreBase):
             create_session=True,
             source_key=source_key,
             journal=journal,
+            then=then,
         )
 
     async def _append(
@@ -160,10 +165,9 @@ class MessageArchive(StoreBase):
         create_session: bool = False,
         source_key: str = "",
         journal: Callable[[StoredMessage], JournalRecord] | None = None,
+        then: Callable[[StoredMessage], None] | None = None,
     ) -> StoredMessage | None:
         validate_session_id(session_id)
-        if create_session:
-            await asyncio.to_thread(self.dirs.create, session_id)
         new_row = insert_ignoring(self.db.dialect, SessionRow)
         if task_hash:
             validate_hash(task_hash)
@@ -192,8 +196,14 @@ class MessageArchive(StoreBase):
         history = self.files(session_id).history
 
         def file_it(stored: StoredMessage | None) -> None:
+            # The folder is made here, in the write's own hand-off rather than one of its own:
+            # a crash before it leaves a row whose line the next write files (catch-up).
+            if create_session:
+                self.dirs.create(session_id)
             if stored is not None:
                 history.append(history_line(stored))
+                if then is not None:
+                    then(stored)
 
         async with self._archive_turn(session_id):
             await self._catch_up_once(session_id)
