@@ -149,6 +149,7 @@ class Runtime:
         commands = CommandRegistry(authority)
         BuiltinCommands(commands, router, store, session_settings, agent.name, clock).register()
         router.commands = commands.run
+        commands.first_delivery = store.first_delivery
         await bus.start()
         summary = None
         if isinstance(agent, Summarizes):

@@ -49,6 +49,7 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
         session_id, f"more {marker}s", sender="ann", task_hash=waiting, journal=journal
     )
     await store.save_summary(session_id, Summary(f"talked about {marker}s", 1, 0))
+    await store.first_delivery(f"telegram:1:{marker}", session_id)  # a command it was sent
     # Its prompt answered on some instance.
     await store.claim_answer(session_id, waiting, 0, {"approved": True, "by": "ann"})
     await record_usage(store.db, UsageRecord(session_id, "model-a", input=3, output=5))

@@ -221,8 +221,13 @@ async def test_an_update_delivered_to_two_webhook_instances_is_handled_once(
         asked = [p for m, p in fake.calls if m == "sendMessage" and "reply_markup" in p]
         assert len(asked) == 1
         assert sent_to(fake, CHAT).count("approved: go") == 1
+        # A gateway command, too, is run once.
+        await also_to_second(fake.inject_message(fake.private_chat(CHAT), ann, "/status"))
+        fake.inject_message(fake.private_chat(CHAT), ann, "after")  # handled after /status
+        await until(lambda: "echo: after" in sent_to(fake, CHAT), "the reply after /status")
+        assert sum(t.startswith("session: ") for t in sent_to(fake, CHAT)) == 1
     store = await cluster.archive()
     try:
-        await assert_answered_once(store, f"tg-{CHAT}", ["!confirm go"])
+        await assert_answered_once(store, f"tg-{CHAT}", ["!confirm go", "after"])
     finally:
         await store.close()

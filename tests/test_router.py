@@ -480,3 +480,21 @@ async def test_a_task_canceled_while_it_waits_for_a_slot_never_runs(
         assert [e.kind for e in router.task(waiting.task_hash).events] == ["user", "canceled"]
     finally:
         await rt.close()
+
+
+async def test_a_command_delivered_twice_runs_once(runtime: Runtime) -> None:
+    """A platform that delivers a command again (after a crash, or to a second instance)
+    gets no second run: /new makes one session, and says so once."""
+    sink = RecordingSink()
+    runtime.router.register_sink("terminal", sink)
+    ann = Origin("terminal", sender_id="ann", sender_name="Ann", window_hash="w1")
+    again = Inbound(ann, "cli-c", "/new", source_key="terminal:77")
+    first = await runtime.router.submit(again)
+    second = await runtime.router.submit(again)
+    assert first.command is not None and first.command.session_id.startswith("cli-")
+    assert second.duplicate and second.command is None
+    assert len(sink.notices) == 1
+    made = [s.id for s in await runtime.store.list_sessions() if s.id != "cli-c"]
+    assert made == [first.command.session_id]
+    # Without a delivery id (typed again over HTTP, say) it is a new command each time.
+    assert (await runtime.router.submit(Inbound(ann, "cli-c", "/new"))).command is not None

@@ -19,6 +19,7 @@ class CommandReply:
     text: str
     ok: bool = True
     session_id: str = ""  # set by /new: the session to switch to
+    duplicate: bool = False  # delivered before: not run again, nothing to say
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,9 @@ class CommandRegistry:
     def __init__(self, authority: Authority) -> None:
         self.authority = authority
         self._commands: dict[str, Command] = {}
+        # Records a delivery id (`Inbound.source_key`) and says whether it is new: a command
+        # a platform delivers twice (after a crash, to two instances) runs once.
+        self.first_delivery: Callable[[str, str], Awaitable[bool]] | None = None
 
     def add(self, command: Command) -> None:
         if command.name in self._commands:
@@ -111,6 +115,9 @@ class CommandRegistry:
         if not command.available_on(origin.platform):
             where = ", ".join(sorted(command.platforms))
             return CommandReply(name, f"/{name} is available in the {where} only", ok=False)
+        once = self.first_delivery
+        if inbound.source_key and once and not await once(inbound.source_key, inbound.session_id):
+            return CommandReply(name, "", duplicate=True)
         call = CommandCall(name, inbound.session_id, origin, args)
         try:
             self._check(command, call)

@@ -67,6 +67,8 @@ class Intake:
                 )
                 if position is None:  # another instance runs the session: it takes the task
                     task.elsewhere = True
+        if command is not None and command.duplicate:
+            return Submission(session_id, duplicate=True)
         if command is not None:
             await self.dispatch.notice(inbound.origin, command.text)
             return Submission(command.session_id or session_id, command=command)

@@ -20,7 +20,7 @@ from gateway.clock import now_ms
 from gateway.ids import validate_hash
 from gateway.store.base import StoreBase
 from gateway.store.db import insert_ignoring
-from gateway.store.models import PromptAnswerRow, TaskJournalRow
+from gateway.store.models import CommandOnceRow, PromptAnswerRow, TaskJournalRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +127,8 @@ def _json(text: str, default: Any) -> Any:
 
 
 class PromptAnswers(StoreBase):
-    """Answers to prompts, given on any instance: the first one for a prompt stands."""
+    """Answers to prompts, given on any instance: the first one for a prompt stands; and
+    gateway commands, run once per platform delivery."""
 
     async def journal(self, task_hash: str) -> JournalRecord | None:
         stmt = select(TaskJournalRow).where(col(TaskJournalRow.task_hash) == task_hash)
@@ -183,3 +184,15 @@ class PromptAnswers(StoreBase):
             return [_record(row) for row in session.exec(stmt).all()]
 
         return await self.db.read(work)
+
+    async def first_delivery(self, source_key: str, session_id: str) -> bool:
+        """Record a command's delivery id; False when it was recorded before (by this
+        instance or another), so the command is not run again."""
+        row = insert_ignoring(self.db.dialect, CommandOnceRow).values(
+            source_key=source_key, session_id=session_id, handled_at=now_ms()
+        )
+
+        def work(session: Session) -> bool:
+            return bool(session.connection().execute(row).rowcount == 1)
+
+        return await self.db.write(work)

@@ -172,6 +172,17 @@ class SessionSummaryRow(SQLModel, table=True):
     updated_at: int = Field(default=0, sa_type=BigInteger)
 
 
+class CommandOnceRow(SQLModel, table=True):
+    """A gateway command a platform delivered, by its delivery id: run once however often it
+    is delivered."""
+
+    __tablename__ = "command_once"
+
+    source_key: str = Field(primary_key=True, max_length=200)
+    session_id: str = Field(max_length=140)
+    handled_at: int = Field(default=0, sa_type=BigInteger)
+
+
 # Every table whose rows belong to one session, known by its `session_id` column: what deleting
 # or renaming a session covers, besides the `session` row itself. Derived rather than listed,
 # so a new table is covered the day its model is written (test_schema checks that the migrated
