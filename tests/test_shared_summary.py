@@ -64,3 +64,19 @@ async def test_a_reset_on_one_instance_empties_the_window_on_the_other(
     assert [m.content for m in two.files("chat-r").history.read()] == ["after the reset"]
     state = await two.summary_state("chat-r")
     assert state is not None and state.summary.text == ""
+
+
+async def test_a_summary_kept_only_in_files_moves_into_the_archive(
+    pair: tuple[SessionStore, SessionStore],
+) -> None:
+    one, two = pair
+    await one.ensure("chat-l")
+    one.files("chat-l").write_summary(Summary("from before the archive had it", 3, 7))
+    assert await one.summary("chat-l") == Summary("from before the archive had it", 3, 7)
+    # Read once, it is the archive's: the other instance (no such file there) sees it too.
+    await two.ensure("chat-l")
+    assert await two.summary("chat-l") == Summary("from before the archive had it", 3, 7)
+    # A session with no summary anywhere reads as none, and keeps doing so.
+    await one.ensure("chat-n")
+    assert await one.summary("chat-n") is None
+    assert await two.summary("chat-n") is None

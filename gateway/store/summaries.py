@@ -30,8 +30,9 @@ class SummaryState:
 
 
 async def summary_state(db: Database, files: SessionFiles, session_id: str) -> SummaryState | None:
-    """The session's summary as the archive has it (as its files have it, for one written
-    before summaries were archived)."""
+    """The session's summary as the archive has it. The first time a session is asked for
+    without a row, the summary its files hold (one written before summaries were archived)
+    is moved into the archive — or an empty one, so later reads need no file."""
     stmt = (
         select(SessionSummaryRow)
         .where(col(SessionSummaryRow.session_id) == session_id)
@@ -44,15 +45,36 @@ async def summary_state(db: Database, files: SessionFiles, session_id: str) -> S
 
     row = await db.read(work)
     if row is not None:
+        if not row.updated_at and not row.cursor and not row.summary:
+            return None  # the empty row left by the import below: no summary yet
         return SummaryState(Summary(row.summary, row.cursor, row.updated_at), row.reset_at)
     try:
         found = await asyncio.to_thread(files.read_summary)
     except FileNotFoundError:
-        return None
-    if found is None:
-        return None
+        return None  # no folder here yet: nothing to move, ask again next time
     # An empty summary in the files is what /reset left.
-    return SummaryState(found, found.cursor if not found.text else 0)
+    state = SummaryState(found, found.cursor if not found.text else 0) if found else None
+    await _archive(db, session_id, state)
+    return state
+
+
+async def _archive(db: Database, session_id: str, state: SummaryState | None) -> None:
+    summary = state.summary if state else Summary("", 0, 0)
+
+    def work(session: Session) -> None:
+        if session.exec(stmt).first() is None:  # no other writer got there first
+            session.add(
+                SessionSummaryRow(
+                    session_id=session_id,
+                    summary=summary.text,
+                    cursor=summary.cursor,
+                    reset_at=state.reset_at if state else 0,
+                    updated_at=summary.updated_at,
+                )
+            )
+
+    stmt = select(SessionSummaryRow.id).where(col(SessionSummaryRow.session_id) == session_id)
+    await db.write(work)
 
 
 class SummaryArchive(StoreBase):
