@@ -4,6 +4,7 @@ sessions' tasks, which another runtime then takes up."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -38,6 +39,32 @@ async def leases_on(url: str, instance: str, ttl: float = 3.0) -> PostgresLeases
     return leases
 
 
+@contextlib.asynccontextmanager
+async def two_instances(
+    database: str, ttl: float
+) -> AsyncIterator[tuple[PostgresLeases, PostgresLeases]]:
+    """Two instances' leases on one database (closing one twice is fine: a test may)."""
+    a, b = await leases_on(database, "a", ttl), await leases_on(database, "b", ttl)
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.fixture
+async def pair(database: str) -> AsyncIterator[tuple[PostgresLeases, PostgresLeases]]:
+    async with two_instances(database, 3.0) as leases:
+        yield leases
+
+
+@pytest.fixture
+async def quick_pair(database: str) -> AsyncIterator[tuple[PostgresLeases, PostgresLeases]]:
+    """A 0.6 s TTL, for tests that wait for a lost connection to be noticed."""
+    async with two_instances(database, 0.6) as leases:
+        yield leases
+
+
 async def terminate(application_name: str) -> int:
     """End the server side of every connection by that name, as a lost network would."""
     conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
@@ -51,43 +78,37 @@ async def terminate(application_name: str) -> int:
     return len(rows)
 
 
-async def test_one_holder_at_a_time_until_released_or_closed(database: str) -> None:
-    a = await leases_on(database, "a")
-    b = await leases_on(database, "b")
-    try:
-        assert await a.acquire("session:x")
-        assert await a.acquire("session:x")  # held already
-        assert not await b.acquire("session:x")
-        assert await b.acquire("session:y")  # another name is free
-        await a.release("session:x")
-        assert not a.holds("session:x")
-        assert await b.acquire("session:x")
-        await b.close()  # a closing instance lets everything go
-        assert await a.acquire("session:x") and await a.acquire("session:y")
-    finally:
-        await a.close()
-        await b.close()
+async def test_one_holder_at_a_time_until_released_or_closed(
+    pair: tuple[PostgresLeases, PostgresLeases],
+) -> None:
+    a, b = pair
+    assert await a.acquire("session:x")
+    assert await a.acquire("session:x")  # held already
+    assert not await b.acquire("session:x")
+    assert await b.acquire("session:y")  # another name is free
+    await a.release("session:x")
+    assert not a.holds("session:x")
+    assert await b.acquire("session:x")
+    await b.close()  # a closing instance lets everything go
+    assert await a.acquire("session:x") and await a.acquire("session:y")
 
 
-async def test_a_lost_connection_gives_every_lease_up_and_comes_back(database: str) -> None:
-    a = await leases_on(database, "a", ttl=0.6)
-    b = await leases_on(database, "b", ttl=0.6)
+async def test_a_lost_connection_gives_every_lease_up_and_comes_back(
+    quick_pair: tuple[PostgresLeases, PostgresLeases],
+) -> None:
+    a, b = quick_pair
     lost: list[frozenset[str]] = []
     a.on_lost(lost.append)
-    try:
-        assert await a.acquire("session:x") and await a.acquire("poller")
-        assert await terminate("agenvoy-leases:a") == 1
-        # The server lets the locks go with the connection; a notices within the TTL.
-        assert await wait_until(lambda: b.acquire("session:x"), 3)
-        assert await wait_until(lambda: _true(bool(lost)), 3)
-        assert lost == [frozenset({"session:x", "poller"})]
-        assert not a.holds("session:x")
-        # Connected again: a can take what nobody holds.
-        assert await wait_until(lambda: a.acquire("poller"), 3)
-        assert not await a.acquire("session:x")
-    finally:
-        await a.close()
-        await b.close()
+    assert await a.acquire("session:x") and await a.acquire("poller")
+    assert await terminate("agenvoy-leases:a") == 1
+    # The server lets the locks go with the connection; a notices within the TTL.
+    assert await wait_until(lambda: b.acquire("session:x"), 3)
+    assert await wait_until(lambda: _true(bool(lost)), 3)
+    assert lost == [frozenset({"session:x", "poller"})]
+    assert not a.holds("session:x")
+    # Connected again: a can take what nobody holds.
+    assert await wait_until(lambda: a.acquire("poller"), 3)
+    assert not await a.acquire("session:x")
 
 
 async def _true(value: bool) -> bool:
@@ -175,9 +196,10 @@ async def test_a_view_that_missed_the_end_of_a_task_asks_the_journal(
         await first.close()
 
 
-async def test_a_job_runs_on_the_instance_holding_its_lease(database: str) -> None:
-    a = await leases_on(database, "a")
-    b = await leases_on(database, "b")
+async def test_a_job_runs_on_the_instance_holding_its_lease(
+    pair: tuple[PostgresLeases, PostgresLeases],
+) -> None:
+    a, b = pair
     ran: list[str] = []
 
     def job(name: str) -> Callable[[], Awaitable[None]]:
@@ -186,22 +208,19 @@ async def test_a_job_runs_on_the_instance_holding_its_lease(database: str) -> No
 
         return run
 
-    try:
-        for _ in range(2):
-            await if_leading(a, "job:cleanup", job("a"))
-            await if_leading(b, "job:cleanup", job("b"))
-        assert ran == ["a", "a"]  # a keeps the job while it lives
-        await a.close()
+    for _ in range(2):
+        await if_leading(a, "job:cleanup", job("a"))
         await if_leading(b, "job:cleanup", job("b"))
-        assert ran == ["a", "a", "b"]
-    finally:
-        await a.close()
-        await b.close()
+    assert ran == ["a", "a"]  # a keeps the job while it lives
+    await a.close()
+    await if_leading(b, "job:cleanup", job("b"))
+    assert ran == ["a", "a", "b"]
 
 
-async def test_leadership_moves_when_the_leader_loses_its_connection(database: str) -> None:
-    a = await leases_on(database, "a", ttl=0.6)
-    b = await leases_on(database, "b", ttl=0.6)
+async def test_leadership_moves_when_the_leader_loses_its_connection(
+    quick_pair: tuple[PostgresLeases, PostgresLeases],
+) -> None:
+    a, b = quick_pair
     working: set[str] = set()
 
     def leader(leases: PostgresLeases, name: str) -> Leadership:
@@ -230,5 +249,3 @@ async def test_leadership_moves_when_the_leader_loses_its_connection(database: s
     finally:
         await first.end()
         await second.end()
-        await a.close()
-        await b.close()
