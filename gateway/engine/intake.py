@@ -37,6 +37,8 @@ class Intake:
         ownership: Ownership,
         crash: CrashPoints = NO_CRASH,
         max_pending_per_sender: int | None = None,
+        *,
+        accepting: set[str] | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
@@ -48,6 +50,9 @@ class Intake:
         self.crash = crash
         self.max_pending_per_sender = max_pending_per_sender
         self.turns = Turns()
+        # Tasks whose journal is committed but which are not in the task table yet: another
+        # part of this instance reading the journals meanwhile must not take them up.
+        self.accepting: set[str] = accepting if accepting is not None else set()
         # Gateway commands, answered before the agent sees a text (set by the runtime).
         self.commands: CommandRunner | None = None
 
@@ -134,18 +139,22 @@ class Intake:
                 submitted_at,
             )
 
-        stored = await self.store.take_in(
-            session_id,
-            inbound.text,
-            sender=origin.sender_name,
-            task_hash=task_hash,
-            source_key=inbound.source_key,
-            journal=journal,
-        )
-        if stored is None:
-            return None
-        self.crash.reach("stored")
-        task = self.tasks.add(head_of(stored), tuple(inbound.attachments), Replay())
+        self.accepting.add(task_hash)
+        try:
+            stored = await self.store.take_in(
+                session_id,
+                inbound.text,
+                sender=origin.sender_name,
+                task_hash=task_hash,
+                source_key=inbound.source_key,
+                journal=journal,
+            )
+            if stored is None:
+                return None
+            self.crash.reach("stored")
+            task = self.tasks.add(head_of(stored), tuple(inbound.attachments), Replay())
+        finally:
+            self.accepting.discard(task_hash)
         event = await self.dispatch.record(
             task, UserEvent(session_id=session_id, text=inbound.text, sender=origin.sender_name)
         )

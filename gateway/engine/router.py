@@ -26,7 +26,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.dispatch import Dispatch, Subscription
 from gateway.engine.intake import CommandRunner, Intake
-from gateway.engine.journal import Answer, JournalHead, replay_of
+from gateway.engine.journal import Answer
 from gateway.engine.order import Turn
 from gateway.engine.outbox import Courier
 from gateway.engine.ownership import Ownership
@@ -35,6 +35,7 @@ from gateway.engine.recovery import import_journal_files
 from gateway.engine.relay import Relay
 from gateway.engine.runner import Runner
 from gateway.engine.scheduler import Scheduler
+from gateway.engine.takeover import Takeover
 from gateway.engine.task import Prompt, Submission, Task, TaskNotFound, TaskView
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Inbound, Origin
@@ -43,7 +44,6 @@ from gateway.leases import Leases, LocalLeases
 from gateway.logs import get_logger
 from gateway.presence import Presence
 from gateway.settings import Settings
-from gateway.store.journals import JournalRecord
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
@@ -87,14 +87,15 @@ class Router:
             per_sender=settings.max_running_per_sender,
         )
         bus = bus or LocalBus()
+        self._takeover = Takeover(store, self._tasks, self._scheduler)
         self._ownership = Ownership(
             leases or LocalLeases(),
             bus,
             store,
-            take_up=self.take_up,
-            interrupt=self._interrupt,
+            take_up=self._takeover.take_up,
+            interrupt=self._takeover.interrupt,
             is_busy=self._scheduler.is_busy,
-            is_live=self._is_live,
+            is_live=self._takeover.is_live,
         )
         self._scheduler.before_next = self._ownership.refresh
         self._scheduler.on_idle = self._ownership.idle
@@ -141,6 +142,7 @@ class Router:
             self._ownership,
             crash,
             settings.max_pending_per_sender,
+            accepting=self._takeover.accepting,
         )
 
     # -- wiring ----------------------------------------------------------------------------
@@ -344,42 +346,14 @@ class Router:
         if at_start:
             await import_journal_files(self._store)
         records = await self._store.unfinished()
-        sessions = dict.fromkeys(r.session_id for r in records if not self._is_live(r.task_hash))
+        live = self._takeover.is_live
+        sessions = dict.fromkeys(r.session_id for r in records if not live(r.task_hash))
         taken = 0
         for session_id in sessions:
             taken += await self._ownership.adopt(session_id)
         if taken:
             log.info("resuming tasks left unfinished", count=taken)
         return taken
-
-    async def take_up(self, records: list[JournalRecord]) -> int:
-        """Queue journaled tasks here (the caller holds their session); returns how many."""
-        found: list[tuple[JournalHead, JournalRecord]] = []
-        for record in records:
-            try:
-                found.append((JournalHead.of(record), record))
-            except (KeyError, TypeError, ValueError):
-                log.warning("unreadable journal set aside", task=record.task_hash)
-        for session_id in dict.fromkeys(head.session_id for head, _ in found):
-            await self._store.catch_up_history(session_id)
-        for head, record in found:
-            self._scheduler.enqueue(self._tasks.take_over(head, replay_of(record)))
-        return len(found)
-
-    def _is_live(self, task_hash: str) -> bool:
-        """Whether the task runs or waits to run here."""
-        task = self._tasks.find(task_hash)
-        return task is not None and not task.finished and not task.elsewhere
-
-    async def _interrupt(self, session_id: str) -> None:
-        """This instance may no longer run the session (its lease is lost): its tasks stop
-        here at once, journals kept, and follow the instance that takes them up."""
-        running = self._scheduler.current(session_id)
-        dropped = await self._scheduler.interrupt(session_id)
-        for task in [*dropped, *([running] if running else [])]:
-            task.elsewhere = True
-            await task.set_status("queued")
-        log.warning("session given up", session=session_id, tasks=len(dropped) + bool(running))
 
     async def close(self) -> None:
         """Stop taking work; running tasks are interrupted with their journals kept, the
@@ -390,6 +364,9 @@ class Router:
 
     async def _run(self, task: Task) -> None:
         await self._runner.run(task)
+        if task.finished:
+            self._tasks.ended(task)
 
     async def _canceled_before_start(self, task: Task) -> None:
         await self._runner.finish_canceled(task)
+        self._tasks.ended(task)

@@ -1,8 +1,14 @@
-"""The tasks this process knows: running, queued, and the most recent finished ones."""
+"""The tasks this process knows: running, queued, and the most recent finished ones.
+
+Memory is bounded: at most `FINISHED_TASKS_KEPT` finished tasks are kept (their status, reply
+and prompt answer, for the task route and late waiters), and only the newest
+`FINISHED_EVENTS_KEPT` of them keep their events (a long reply is hundreds of text deltas); an
+older one answers with its outcome and no events, as a task finished before a restart does.
+"""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 
 from gateway.engine.journal import Journal, JournalHead, Replay
@@ -12,13 +18,21 @@ from gateway.store.sessions import SessionStore
 
 # Finished tasks stay answerable (task route, late waiters) until this many newer ones exist.
 FINISHED_TASKS_KEPT = 2000
+FINISHED_EVENTS_KEPT = 200
 
 
 class TaskTable:
-    def __init__(self, store: SessionStore, keep: int = FINISHED_TASKS_KEPT) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        keep: int = FINISHED_TASKS_KEPT,
+        keep_events: int = FINISHED_EVENTS_KEPT,
+    ) -> None:
         self._store = store
         self._keep = keep
+        self._keep_events = keep_events
         self._tasks: OrderedDict[str, Task] = OrderedDict()
+        self._with_events: deque[Task] = deque()  # finished, events still held, oldest first
 
     def add(self, head: JournalHead, attachments: tuple[Attachment, ...], replay: Replay) -> Task:
         """A new task for `head`, with its journal; the oldest finished tasks make room."""
@@ -40,6 +54,12 @@ class TaskTable:
                 break
             del self._tasks[oldest_hash]
         return task
+
+    def ended(self, task: Task) -> None:
+        """`task` finished: the oldest finished tasks beyond `keep_events` let their events go."""
+        self._with_events.append(task)
+        while len(self._with_events) > self._keep_events:
+            self._with_events.popleft().events.clear()
 
     def take_over(self, head: JournalHead, replay: Replay) -> Task:
         """The task for `head`, to run here from its journal: this instance's view of it when

@@ -1,0 +1,67 @@
+"""Journaled tasks this instance takes up, and gives up.
+
+Taken up: tasks whose journal is in the archive but which run nowhere — left by a process
+that died (this one's previous life, another instance whose leases lapsed), or stored by
+another instance for a session this one holds. Given up: the tasks of a session whose lease
+this instance lost; they stop at once, journals kept, and follow whoever takes them.
+
+A task is taken up once: several paths of one instance read the journals (a signal, the
+recovery tick, a lane's refresh before its next task), and a journal read a moment ago may
+belong to a task stored, queued or finished here since.
+"""
+
+from __future__ import annotations
+
+from gateway.engine.journal import JournalHead, replay_of
+from gateway.engine.scheduler import Scheduler
+from gateway.engine.task import Task
+from gateway.engine.tasks import TaskTable
+from gateway.logs import get_logger
+from gateway.store.journals import JournalRecord
+from gateway.store.sessions import SessionStore
+
+log = get_logger(__name__)
+
+
+class Takeover:
+    def __init__(self, store: SessionStore, tasks: TaskTable, scheduler: Scheduler[Task]) -> None:
+        self.store = store
+        self.tasks = tasks
+        self.scheduler = scheduler
+        # Tasks whose journal is committed but which are not in the task table yet (the
+        # intake fills this): a journal read meanwhile must not take them up.
+        self.accepting: set[str] = set()
+
+    def is_live(self, task_hash: str) -> bool:
+        """Whether the task is this instance's: being stored, queued, running or finished here."""
+        if task_hash in self.accepting:
+            return True
+        task = self.tasks.find(task_hash)
+        return task is not None and not task.elsewhere
+
+    async def take_up(self, records: list[JournalRecord]) -> int:
+        """Queue journaled tasks here (the caller holds their session); returns how many."""
+        found: list[tuple[JournalHead, JournalRecord]] = []
+        for record in records:
+            try:
+                found.append((JournalHead.of(record), record))
+            except (KeyError, TypeError, ValueError):
+                log.warning("unreadable journal set aside", task=record.task_hash)
+        for session_id in dict.fromkeys(head.session_id for head, _ in found):
+            await self.store.catch_up_history(session_id)
+        # Checked again now, with nothing awaited before the enqueue: another path of this
+        # instance may have taken a task up, or stored it, since its journal was read.
+        fresh = [(head, record) for head, record in found if not self.is_live(head.task_hash)]
+        for head, record in fresh:
+            self.scheduler.enqueue(self.tasks.take_over(head, replay_of(record)))
+        return len(fresh)
+
+    async def interrupt(self, session_id: str) -> None:
+        """This instance may no longer run the session (its lease is lost): its tasks stop
+        here at once, journals kept, and follow the instance that takes them up."""
+        running = self.scheduler.current(session_id)
+        dropped = await self.scheduler.interrupt(session_id)
+        for task in [*dropped, *([running] if running else [])]:
+            task.elsewhere = True
+            await task.set_status("queued")
+        log.warning("session given up", session=session_id, tasks=len(dropped) + bool(running))
