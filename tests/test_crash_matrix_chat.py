@@ -25,10 +25,12 @@ from discord_rig import reply_in as discord_reply_in
 from fakes.discord import FakeDiscord, text_channel
 from fakes.telegram import FakeTelegram
 from gateway_proc import Gateway, free_port
+from support import wait_until
 from telegram_rig import reply_in as telegram_reply_in
 from telegram_rig import sent_to
 
 from gateway.settings import Settings
+from gateway.store import outbox as outbox_table
 from gateway.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
@@ -57,6 +59,24 @@ async def archive_of(home: Path, env: dict[str, str], session_id: str) -> list[t
 
 
 OPENING: contextvars.ContextVar[asyncio.Lock] = contextvars.ContextVar("opening")
+
+
+async def prompt_recorded_as_sent(home: Path, env: dict[str, str]) -> None:
+    """Wait until the gateway has recorded its prompt as delivered. A crash between the
+    platform taking a message and that record sends it again (the documented window); these
+    scenarios crash later, at the answer, so the answer waits for the record."""
+    url = env.get("AGENVOY_DATABASE_URL", "")
+    settings = Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
+    async with OPENING.get():
+        store = await SessionStore.open(settings)
+    try:
+
+        async def sent() -> bool:
+            return await outbox_table.undelivered(store.db) == []
+
+        assert await wait_until(sent, 10), "the prompt was never recorded as delivered"
+    finally:
+        await store.close()
 
 
 # -- Telegram --------------------------------------------------------------------------------
@@ -105,6 +125,7 @@ async def telegram_approval_stands(home: Path, env: dict[str, str]) -> None:
         await fake.wait_for_call("sendMessage", lambda p: "reply_markup" in p, timeout=15)
         prompt = next(m for m in fake.sent_messages(CHAT) if m.get("reply_markup"))
         approve = prompt["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        await prompt_recorded_as_sent(home, env)
         fake.inject_callback(ann, prompt, approve)
         assert await gateway.died() == -9  # the approval is journaled, not yet acknowledged
         await gateway.start()
@@ -181,6 +202,7 @@ async def discord_approval_stands(home: Path, env: dict[str, str]) -> None:
         fake.inject_message(GENERAL, DISCORD_ANN, "!confirm launch", mentions_bot=True)
         prompt = await prompt_in(fake, GENERAL)
         approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
+        await prompt_recorded_as_sent(home, env)
         fake.inject_component(DISCORD_ANN, prompt, approve)
         assert await gateway.died() == -9
         await gateway.start()
