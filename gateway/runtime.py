@@ -86,6 +86,7 @@ class Runtime:
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
     probe: ReadinessProbe = field(init=False)
+    _closed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.probe = ReadinessProbe(
@@ -173,6 +174,10 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        """Stop everything, in reverse order; closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         await self.probe.close()
         await self.router.close()  # lets the sessions' leases go and says so on the bus
         await self.leases.close()

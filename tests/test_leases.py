@@ -125,32 +125,40 @@ def settings_for(home: Path, instance: str, url: str) -> Settings:
     )
 
 
-async def test_a_runtime_that_loses_its_connection_stops_and_another_takes_over(
-    tmp_path: Path, database: str
-) -> None:
+@pytest.fixture
+async def runtimes(tmp_path: Path, database: str) -> AsyncIterator[tuple[Runtime, Runtime]]:
+    """Two gateways' runtimes on one database (without Redis: no signal crosses them). A
+    test may close one itself: closing again does nothing."""
     first = await Runtime.start(settings_for(tmp_path / "one", "one", database))
     second = await Runtime.start(settings_for(tmp_path / "two", "two", database))
     try:
-        sub = await first.router.submit(Inbound(ANN, "chat-x", "!confirm go"))
-        await first.router.wait(sub.task_hash, 10, until_prompt=True)
-        assert await second.router.recover() == 0  # first holds the session
-        assert await terminate("agenvoy-leases:one") == 1
-
-        # First notices within the TTL and stops the task (its journal stays)...
-        def given_up() -> bool:
-            # Its task back to queued, to follow the instance that takes it up.
-            status = first.router.task(sub.task_hash).status
-            return not first.router.is_busy("chat-x") and status == "queued"
-
-        assert await wait_until(lambda: _true(given_up()), 3)
-        # ...and second finds it nobody's and takes it.
-        assert await wait_until(lambda: _taken(second), 5)
-        await second.router.wait(sub.task_hash, 10, until_prompt=True)
-        await second.router.answer("chat-x", sub.task_hash, ANN, approve=True)
-        assert (await second.router.wait(sub.task_hash, 10)).reply == "approved: go"
+        yield first, second
     finally:
         await second.close()
         await first.close()
+
+
+async def test_a_runtime_that_loses_its_connection_stops_and_another_takes_over(
+    runtimes: tuple[Runtime, Runtime],
+) -> None:
+    first, second = runtimes
+    sub = await first.router.submit(Inbound(ANN, "chat-x", "!confirm go"))
+    await first.router.wait(sub.task_hash, 10, until_prompt=True)
+    assert await second.router.recover() == 0  # first holds the session
+    assert await terminate("agenvoy-leases:one") == 1
+
+    # First notices within the TTL and stops the task (its journal stays)...
+    def given_up() -> bool:
+        # Its task back to queued, to follow the instance that takes it up.
+        status = first.router.task(sub.task_hash).status
+        return not first.router.is_busy("chat-x") and status == "queued"
+
+    assert await wait_until(lambda: _true(given_up()), 3)
+    # ...and second finds it nobody's and takes it.
+    assert await wait_until(lambda: _taken(second), 5)
+    await second.router.wait(sub.task_hash, 10, until_prompt=True)
+    await second.router.answer("chat-x", sub.task_hash, ANN, approve=True)
+    assert (await second.router.wait(sub.task_hash, 10)).reply == "approved: go"
 
 
 async def _taken(runtime: Runtime) -> bool:
@@ -159,41 +167,32 @@ async def _taken(runtime: Runtime) -> bool:
 
 
 async def test_closing_hands_a_session_to_another_runtime_at_once(
-    tmp_path: Path, database: str
+    runtimes: tuple[Runtime, Runtime],
 ) -> None:
-    first = await Runtime.start(settings_for(tmp_path / "one", "one", database))
-    second = await Runtime.start(settings_for(tmp_path / "two", "two", database))
-    try:
-        sub = await first.router.submit(Inbound(ANN, "chat-x", "!confirm go"))
-        await first.router.wait(sub.task_hash, 10, until_prompt=True)
-        await first.close()
-        assert await second.router.recover() == 1
-        await second.router.wait(sub.task_hash, 10, until_prompt=True)
-    finally:
-        await second.close()
+    first, second = runtimes
+    sub = await first.router.submit(Inbound(ANN, "chat-x", "!confirm go"))
+    await first.router.wait(sub.task_hash, 10, until_prompt=True)
+    await first.close()
+    assert await second.router.recover() == 1
+    await second.router.wait(sub.task_hash, 10, until_prompt=True)
 
 
 async def test_a_view_that_missed_the_end_of_a_task_asks_the_journal(
-    tmp_path: Path, database: str
+    runtimes: tuple[Runtime, Runtime],
 ) -> None:
     """Without Redis no event crosses instances: the second runtime's view of a task the
     first ran never hears it end, and finds out from the journal when asked again."""
-    first = await Runtime.start(settings_for(tmp_path / "one", "one", database))
-    second = await Runtime.start(settings_for(tmp_path / "two", "two", database))
-    try:
-        slow = await first.router.submit(Inbound(ANN, "chat-v", "!confirm go"))
-        await first.router.wait(slow.task_hash, 10, until_prompt=True)  # first owns chat-v
-        sub = await second.router.submit(Inbound(ANN, "chat-v", "hello"))
-        assert (await second.router.find(sub.task_hash)).status == "queued"  # a view
-        await first.router.answer("chat-v", slow.task_hash, ANN, approve=True)
-        await first.router.recover()  # the periodic check finds what second stored
-        done = await first.router.wait(sub.task_hash, 10)
-        assert done.reply == "echo: hello"
-        seen = await second.router.find(sub.task_hash)  # its end, as the archive has it
-        assert (seen.status, seen.reply) == ("done", "echo: hello")
-    finally:
-        await second.close()
-        await first.close()
+    first, second = runtimes
+    slow = await first.router.submit(Inbound(ANN, "chat-v", "!confirm go"))
+    await first.router.wait(slow.task_hash, 10, until_prompt=True)  # first owns chat-v
+    sub = await second.router.submit(Inbound(ANN, "chat-v", "hello"))
+    assert (await second.router.find(sub.task_hash)).status == "queued"  # a view
+    await first.router.answer("chat-v", slow.task_hash, ANN, approve=True)
+    await first.router.recover()  # the periodic check finds what second stored
+    done = await first.router.wait(sub.task_hash, 10)
+    assert done.reply == "echo: hello"
+    seen = await second.router.find(sub.task_hash)  # its end, as the archive has it
+    assert (seen.status, seen.reply) == ("done", "echo: hello")
 
 
 async def test_a_job_runs_on_the_instance_holding_its_lease(
