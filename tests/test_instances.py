@@ -232,3 +232,19 @@ async def test_an_update_delivered_to_two_webhook_instances_is_handled_once(
         await assert_answered_once(store, f"tg-{CHAT}", ["!confirm go", "after"])
     finally:
         await store.close()
+
+
+async def test_hostile_task_ids_on_a_shared_instance_get_clear_errors(cluster: Cluster) -> None:
+    """With several instances an unknown task is looked up in the shared journals: an id
+    with a NUL, a lone surrogate or 10,000 characters gets a 4xx, never a 500."""
+    gateway = await cluster.add()
+    route = gateway.url + "/v1/session/chat-h"
+    await cluster.send(gateway, "chat-h", "hello")
+    for hostile in ("%00", "%ED%A0%80", "a" * 10_000, "0" * 16 + "%00", "..%2F..%2Fetc"):
+        for method, path, body in (
+            ("GET", f"{route}/task/{hostile}", None),
+            ("POST", f"{route}/pending/{hostile}", {"approve": True}),
+            ("DELETE", f"{route}/task/{hostile}", None),
+        ):
+            async with cluster.http.request(method, path, json=body) as resp:
+                assert 400 <= resp.status < 500, (method, hostile[:20], resp.status)
