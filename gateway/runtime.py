@@ -130,6 +130,7 @@ class Runtime:
         bus = open_bus(settings.resolved_kv_url, bus_namespace(settings.resolved_database_url))
         authority = Authority(settings.admin_keys)
         crash = CrashPoints(settings.crash_at)
+        store.db.set_crash_points(crash)
         router = Router(
             settings,
             store,

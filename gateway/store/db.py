@@ -9,7 +9,9 @@ is fastest without blocking the event loop:
 - PostgreSQL: through the asyncpg engine with `run_sync`, which keeps the same function.
 
 SQLite allows one writer at a time per file. Inside a process every write goes to a single
-writer thread and starts with `BEGIN IMMEDIATE`, so it takes the write lock up front (a deferred
+writer thread, which commits the writes that arrive together as one transaction
+(`gateway.store.group_commit`), each caller answered once its batch is committed. A transaction
+starts with `BEGIN IMMEDIATE`, so it takes the write lock up front (a deferred
 transaction that tries to upgrade later can fail at once, whatever the busy timeout). Across
 processes the busy timeout waits for the other writer, and a write that still finds the database
 locked is retried, so "database is locked" never reaches a user.
@@ -40,7 +42,9 @@ from sqlmodel import Session
 from sqlmodel.ext.asyncio.session import AsyncSession
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
+from gateway.crash import CrashPoints
 from gateway.logs import get_logger
+from gateway.store.group_commit import GroupCommitWriter
 
 log = get_logger(__name__)
 
@@ -89,7 +93,7 @@ class Database:
             sync_url = f"sqlite:///{self.sqlite_path}"
             self._writer = _sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=1)
             self._reader = _sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS)
-            self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="agenvoy-db-write")
+            self._group = GroupCommitWriter(self._writer)
             self._read_threads = ThreadPoolExecutor(
                 SQLITE_READERS, thread_name_prefix="agenvoy-db-read"
             )
@@ -120,16 +124,21 @@ class Database:
         if self._async_engine is not None:
             await self._async_engine.dispose()
             return
-        for pool in (self._write_thread, self._read_threads):
-            await asyncio.to_thread(pool.shutdown, wait=True)
+        await asyncio.to_thread(self._group.close)
+        await asyncio.to_thread(self._read_threads.shutdown, wait=True)
         self._writer.dispose()
         self._reader.dispose()
+
+    def set_crash_points(self, crash: CrashPoints) -> None:
+        """Let a crash test stop the process in the middle of a group commit."""
+        if self._async_engine is None:
+            self._group.crash = crash
 
     async def migrate(self, revision: str = "head") -> None:
         """Bring the schema to `revision`. Safe to run by several processes at once."""
         if self._async_engine is None:
             async with self._sqlite_migration_lock():
-                await self._on_writer(partial(_migrate_sqlite, self._writer, revision))
+                await asyncio.to_thread(_migrate_sqlite, self._writer, revision)
         else:
             async with self._async_engine.connect() as conn:
                 lock = {"k": _PG_MIGRATION_LOCK}
@@ -175,8 +184,7 @@ class Database:
         async for attempt in _while_locked():
             with attempt:
                 if self._async_engine is None:
-                    call = partial(_write_then, self._writer, work, after_commit)
-                    return await self._on_writer(call)
+                    return await self._group.run(work, after_commit)
                 result = await self._async_work(work, commit=True)
                 if after_commit is not None:
                     await asyncio.to_thread(after_commit, result)
@@ -192,9 +200,6 @@ class Database:
                     return await loop.run_in_executor(self._read_threads, call)
                 return await self._async_work(work, commit=False)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    async def _on_writer(self, call: Callable[[], T]) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._write_thread, call)
 
     async def _async_work(self, work: Work[T], *, commit: bool) -> T:
         assert self._async_engine is not None
@@ -242,13 +247,6 @@ def _in_session(engine: Engine, work: Work[T], commit: bool = True) -> T:
 
 def _select_one(session: Session) -> None:
     session.connection().exec_driver_sql("SELECT 1").scalar_one()
-
-
-def _write_then(engine: Engine, work: Work[T], after_commit: Callable[[T], None] | None) -> T:
-    result = _in_session(engine, work)
-    if after_commit is not None:
-        after_commit(result)
-    return result
 
 
 def _while_locked() -> AsyncRetrying:

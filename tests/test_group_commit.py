@@ -1,0 +1,195 @@
+"""Group commit on SQLite: writes that arrive together share one transaction, a failing write
+fails only its caller, nobody hears back before the commit — and a gateway killed in the middle
+of a batch loses no message it acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from gateway_proc import Gateway, free_port
+from sqlmodel import Session
+from support import wait_until
+
+from gateway.settings import Settings
+from gateway.store.db import Database
+from gateway.store.sessions import SessionStore
+
+
+async def scratch_db(tmp_path: Path) -> Database:
+    db = await Database.open(f"sqlite:///{tmp_path / 'history.db'}")
+
+    def create(session: Session) -> None:
+        session.connection().exec_driver_sql("CREATE TABLE scratch (x INTEGER UNIQUE)")
+
+    await db.write(create)
+    return db
+
+
+class Gate:
+    """Holds the writer thread inside a write until the test lets it go."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    async def inside(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 10), "the held write never started"
+
+
+def insert(value: int, *, fail: bool = False, hold: Gate | None = None) -> Callable[[Session], int]:
+    def work(session: Session) -> int:
+        if hold is not None:
+            hold.entered.set()
+            assert hold.released.wait(10), "the test never let the first write go"
+        session.connection().exec_driver_sql(f"INSERT INTO scratch VALUES ({value})")
+        if fail:
+            raise ValueError(f"no {value}")
+        return value
+
+    return work
+
+
+async def values(db: Database) -> list[int]:
+    def work(session: Session) -> list[int]:
+        rows = session.connection().exec_driver_sql("SELECT x FROM scratch ORDER BY x")
+        return [int(row[0]) for row in rows]
+
+    return await db.read(work)
+
+
+async def test_writes_queued_together_commit_as_one_batch(tmp_path: Path) -> None:
+    db = await scratch_db(tmp_path)
+    try:
+        group = db._group
+        hold = Gate()
+        batches_before = group.batches
+        first = asyncio.ensure_future(db.write(insert(0, hold=hold)))
+        await hold.inside()
+        rest = [asyncio.ensure_future(db.write(insert(i))) for i in range(1, 6)]
+        failing = asyncio.ensure_future(db.write(insert(99, fail=True)))
+        duplicate = asyncio.ensure_future(db.write(insert(3)))  # breaks the UNIQUE constraint
+        await asyncio.sleep(0)
+        assert not any(f.done() for f in [first, *rest]), "answered before its commit"
+        hold.released.set()
+        assert await asyncio.wait_for(asyncio.gather(first, *rest), 10) == [0, 1, 2, 3, 4, 5]
+        with pytest.raises(ValueError, match="no 99"):
+            await asyncio.wait_for(failing, 10)
+        with pytest.raises(Exception, match="UNIQUE"):
+            await asyncio.wait_for(duplicate, 10)
+        # The held write alone, then everything that queued up behind it in one transaction.
+        assert group.batches - batches_before == 2
+        assert await values(db) == [0, 1, 2, 3, 4, 5]  # the failed ones left nothing
+    finally:
+        await db.close()
+
+
+async def test_after_commit_runs_only_for_committed_writes(tmp_path: Path) -> None:
+    db = await scratch_db(tmp_path)
+    try:
+        seen: list[int] = []
+        hold = Gate()
+        first = asyncio.ensure_future(db.write(insert(1, hold=hold), after_commit=seen.append))
+        await hold.inside()
+        ok = asyncio.ensure_future(db.write(insert(2), after_commit=seen.append))
+        bad = asyncio.ensure_future(db.write(insert(3, fail=True), after_commit=seen.append))
+        await asyncio.sleep(0)
+        hold.released.set()
+        await asyncio.wait_for(asyncio.gather(first, ok), 10)
+        with pytest.raises(ValueError):
+            await asyncio.wait_for(bad, 10)
+        assert seen == [1, 2]
+    finally:
+        await db.close()
+
+
+async def test_a_write_alone_that_fails_leaves_nothing(tmp_path: Path) -> None:
+    db = await scratch_db(tmp_path)
+    try:
+        with pytest.raises(ValueError):
+            await db.write(insert(7, fail=True))
+        await db.write(insert(8))
+        assert await values(db) == [8]
+    finally:
+        await db.close()
+
+
+# -- a real gateway killed in the middle of a batch --------------------------------------------
+
+SESSIONS = 12
+
+
+async def keep_sending(
+    http: aiohttp.ClientSession, url: str, sid: str, acknowledged: list[str]
+) -> None:
+    """Messages to one session until the gateway stops answering: each is acknowledged as
+    soon as it is stored (`wait: 0`), and the next goes once the task has ended."""
+    for n in range(500):
+        text = f"message {n} to {sid}"
+        try:
+            body = {"session_id": sid, "content": text, "wait": 0}
+            async with http.post(f"{url}/v1/send", json=body) as resp:
+                answer = await resp.json()
+                assert resp.status in (200, 202), f"unexpected answer {resp.status}: {answer}"
+            acknowledged.append(text)
+            task = f"{url}/v1/session/{sid}/task/{answer['task_hash']}?wait=20"
+            async with http.get(task) as resp:
+                assert resp.status == 200, await resp.text()
+        except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ContentTypeError):
+            return
+
+
+@pytest.mark.slow
+async def test_killed_mid_batch_loses_no_acknowledged_message(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    gateway = Gateway(home, free_port())
+    # Die in a batch of several writes after a few waves of messages have been acknowledged.
+    await gateway.start(AGENVOY_CRASH_AT="mid_batch:25")
+    acknowledged: list[str] = []
+    try:
+        timeout = aiohttp.ClientTimeout(total=20)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            sessions = []
+            for _ in range(SESSIONS):
+                async with http.post(f"{gateway.url}/v1/session", json={"prefix": "cli"}) as resp:
+                    sessions.append((await resp.json())["session_id"])
+            await asyncio.gather(
+                *(keep_sending(http, gateway.url, sid, acknowledged) for sid in sessions)
+            )
+        assert await gateway.died() == -9, "the gateway never reached the middle of a batch"
+        assert acknowledged, "nothing was acknowledged before the crash"
+
+        await gateway.start()
+        settings = Settings(home=home, _env_file=None)  # type: ignore[call-arg]
+        store = await SessionStore.open(settings)
+        try:
+
+            async def archived() -> dict[str, list[tuple[str, str]]]:
+                return {
+                    sid: [(m.role, m.content) for m in await store.recent_messages(sid, 1000)]
+                    for sid in sessions
+                }
+
+            async def all_answered() -> bool:
+                rows = [row for sid_rows in (await archived()).values() for row in sid_rows]
+                asked = {content for role, content in rows if role == "user"}
+                answered = {content for role, content in rows if role == "assistant"}
+                return all(f"echo: {text}" in answered for text in asked)
+
+            assert await wait_until(all_answered, 30), "an archived message was never answered"
+            rows = [row for sid_rows in (await archived()).values() for row in sid_rows]
+            users = [content for role, content in rows if role == "user"]
+            replies = [content for role, content in rows if role == "assistant"]
+            assert set(acknowledged) <= set(users), "an acknowledged message was lost"
+            assert len(users) == len(set(users)), "a message was archived twice"
+            assert len(replies) == len(set(replies)), "a message was answered twice"
+            assert await store.unfinished() == []
+        finally:
+            await store.close()
+        await gateway.stop()
+    finally:
+        await gateway.close()
