@@ -70,11 +70,8 @@ class RollingSummary:
                 return False
 
     async def _fold(self, session_id: str) -> bool:
-        current = await self.store.summary(session_id)
+        current, oldest_in_window = await self.store.fold_position(session_id, self.window)
         cursor = current.cursor if current else 0
-        oldest_in_window = await self.store.window_start_id(
-            session_id, self.window, after_id=cursor
-        )
         if not oldest_in_window:
             return False  # everything after the cursor still fits in the window
         due = [

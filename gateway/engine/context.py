@@ -100,11 +100,10 @@ async def load_context(
 ) -> RunContext:
     """The context of `task`: session settings and summary from SQL, window from its files."""
     files = store.files(task.session_id)
-    summary = await store.summary(task.session_id)
+    summary, row = await store.summary_and_settings(task.session_id)
     cursor = summary.cursor if summary else 0
     recent = await _window(task, files, window, after=cursor)
     context = RunContext(task, store, prompts, run_tool, recent)
-    row = await store.get(task.session_id)
     if row is not None:
         context.persona = row.persona
         context.model = row.model

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import delete, insert, update
+from sqlalchemy import bindparam, delete, insert, update
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select
 
@@ -37,28 +37,33 @@ class JournalRecord:
     prompt: dict[str, Any] | None = None
 
 
+# Built once: these run for every task, and building a statement costs more than running it.
+_INSERT_JOURNAL = insert(TaskJournalRow)
+_DELETE_JOURNAL = delete(TaskJournalRow).where(col(TaskJournalRow.task_hash) == bindparam("th"))
+_DELETE_ANSWERS = delete(PromptAnswerRow).where(col(PromptAnswerRow.task_hash) == bindparam("th"))
+
+
 def insert_journal(conn: Connection, record: JournalRecord) -> None:
-    conn.execute(
-        insert(TaskJournalRow).values(
-            task_hash=validate_hash(record.task_hash),
-            session_id=record.session_id,
-            origin=json.dumps(record.origin, ensure_ascii=False),
-            # PostgreSQL text cannot hold NUL; the archive keeps the same replacement.
-            text=record.text.replace("\x00", "\ufffd"),
-            user_message_id=record.user_message_id,
-            user_sent_at=record.user_sent_at,
-            submitted_at=record.submitted_at,
-            status=record.status,
-            steps=json.dumps(list(record.steps), ensure_ascii=False),
-            prompt=json.dumps(record.prompt, ensure_ascii=False) if record.prompt else "",
-            updated_at=now_ms(),
-        )
-    )
+    values = {
+        "task_hash": validate_hash(record.task_hash),
+        "session_id": record.session_id,
+        "origin": json.dumps(record.origin, ensure_ascii=False),
+        # PostgreSQL text cannot hold NUL; the archive keeps the same replacement.
+        "text": record.text.replace("\x00", "\ufffd"),
+        "user_message_id": record.user_message_id,
+        "user_sent_at": record.user_sent_at,
+        "submitted_at": record.submitted_at,
+        "status": record.status,
+        "steps": json.dumps(list(record.steps), ensure_ascii=False),
+        "prompt": json.dumps(record.prompt, ensure_ascii=False) if record.prompt else "",
+        "updated_at": now_ms(),
+    }
+    conn.execute(_INSERT_JOURNAL, values)
 
 
 def delete_journal(conn: Connection, task_hash: str) -> None:
-    conn.execute(delete(TaskJournalRow).where(col(TaskJournalRow.task_hash) == task_hash))
-    conn.execute(delete(PromptAnswerRow).where(col(PromptAnswerRow.task_hash) == task_hash))
+    conn.execute(_DELETE_JOURNAL, {"th": task_hash})
+    conn.execute(_DELETE_ANSWERS, {"th": task_hash})
 
 
 class JournalArchive(StoreBase):

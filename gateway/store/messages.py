@@ -4,8 +4,10 @@ order of its archive id."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sqlalchemy import bindparam, case, func, insert, update
 from sqlalchemy.engine import Connection
@@ -43,6 +45,11 @@ _TOUCH_SESSION = (
 _INSERT_MESSAGE = insert(MessageRow).returning(col(MessageRow.id))
 
 
+@functools.cache
+def _insert_keyed(dialect: str) -> Any:
+    return insert_ignoring(dialect, MessageRow).returning(col(MessageRow.id))
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     id: int
@@ -74,12 +81,8 @@ def insert_message(conn: Connection, message: StoredMessage, source_key: str = "
         message_id = conn.execute(_INSERT_MESSAGE, values).scalar_one()
         assert message_id is not None
         return int(message_id)
-    stmt = (
-        insert_ignoring(conn.dialect.name, MessageRow)
-        .values(**values, source_key=source_key)
-        .returning(col(MessageRow.id))
-    )
-    found = conn.execute(stmt).scalar_one_or_none()
+    values["source_key"] = source_key
+    found = conn.execute(_insert_keyed(conn.dialect.name), values).scalar_one_or_none()
     return int(found) if found is not None else None
 
 
@@ -182,7 +185,7 @@ class MessageArchive(StoreBase):
             if not touch_session(conn, session_id, at):
                 if not create_session:
                     raise UnknownSession(session_id)
-                conn.execute(new_row.values(id=session_id, created_at=at, updated_at=at))
+                conn.execute(new_row, {"id": session_id, "created_at": at, "updated_at": at})
             message_id = insert_message(conn, unfiled, source_key)
             if message_id is None:
                 return None

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, insert
+from sqlalchemy import ColumnElement, bindparam, insert
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
@@ -33,6 +33,13 @@ class RunRecord:
     tool_results: Sequence[dict[str, Any]] = field(default_factory=tuple)
 
 
+_ALREADY = select(ActionHistoryRow.id).where(
+    col(ActionHistoryRow.session_id) == bindparam("sid"),
+    col(ActionHistoryRow.task_hash) == bindparam("th"),
+)
+_INSERT_RUN = insert(ActionHistoryRow)
+
+
 def _the_run(session_id: str, task_hash: str) -> tuple[ColumnElement[bool], ...]:
     return (
         col(ActionHistoryRow.session_id) == session_id,
@@ -54,7 +61,6 @@ class RunArchive(StoreBase):
         validate_session_id(run.session_id)
         validate_hash(run.task_hash)
         at = now_ms()
-        already = select(ActionHistoryRow.id).where(*_the_run(run.session_id, run.task_hash))
         # PostgreSQL text cannot hold NUL; the archive keeps the same replacement everywhere.
         reply = reply.replace("\x00", "\ufffd")
         objective = run.objective.replace("\x00", "\ufffd")
@@ -67,22 +73,22 @@ class RunArchive(StoreBase):
         def work(session: Session) -> list[OutboxItem]:
             filed.clear()
             conn = session.connection()
-            if session.exec(already).first() is None:
+            already = conn.execute(_ALREADY, {"sid": run.session_id, "th": run.task_hash})
+            if already.first() is None:
                 if reply:
                     touch_session(conn, run.session_id, at)
                     reply_id = insert_message(conn, reply_message)
                     assert reply_id is not None
                     filed.append(replace(reply_message, id=reply_id))
-                conn.execute(
-                    insert(ActionHistoryRow).values(
-                        session_id=run.session_id,
-                        task_hash=run.task_hash,
-                        objective=objective,
-                        tool_results=json.dumps(list(run.tool_results), ensure_ascii=False),
-                        reply=reply,
-                        created_at=at,
-                    )
-                )
+                values = {
+                    "session_id": run.session_id,
+                    "task_hash": run.task_hash,
+                    "objective": objective,
+                    "tool_results": json.dumps(list(run.tool_results), ensure_ascii=False),
+                    "reply": reply,
+                    "created_at": at,
+                }
+                conn.execute(_INSERT_RUN, values)
             delete_journal(conn, run.task_hash)
             return [claim_in(session, dialect, entry) for entry in outbox]
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from typing import Final
 
-from sqlalchemy import delete
+from sqlalchemy import bindparam, delete
+from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select
 
 from gateway.ids import validate_session_id
@@ -20,7 +22,7 @@ from gateway.store.base import StoreBase
 from gateway.store.db import Database
 from gateway.store.files import SessionFiles, Summary
 from gateway.store.fslock import SessionDirectoryMissing
-from gateway.store.models import SessionSummaryRow
+from gateway.store.models import MessageRow, SessionRow, SessionSummaryRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,25 +31,57 @@ class SummaryState:
     reset_at: int  # the last message before the latest /reset: the window starts after it
 
 
+class _NoRow:
+    """The archive has no summary row for the session yet (not even an empty one)."""
+
+
+NO_ROW: Final = _NoRow()
+
+# Built once: read before every task and after it (is a fold due?).
+_LATEST = (
+    select(
+        SessionSummaryRow.summary,
+        SessionSummaryRow.cursor,
+        SessionSummaryRow.reset_at,
+        SessionSummaryRow.updated_at,
+    )
+    .where(col(SessionSummaryRow.session_id) == bindparam("sid"))
+    .order_by(col(SessionSummaryRow.id).desc())
+    .limit(1)
+)
+_WINDOW_START = (
+    select(MessageRow.id)
+    .where(col(MessageRow.session_id) == bindparam("sid"), col(MessageRow.id) > bindparam("after"))
+    .order_by(col(MessageRow.id).desc())
+    .offset(bindparam("skip"))
+    .limit(1)
+)
+
+
+def latest_state(conn: Connection, session_id: str) -> SummaryState | _NoRow | None:
+    """The archived summary of a session, None for the empty row (no summary yet), or NO_ROW."""
+    row = conn.execute(_LATEST, {"sid": session_id}).first()
+    if row is None:
+        return NO_ROW
+    text, cursor, reset_at, updated_at = row
+    if not updated_at and not cursor and not text:
+        return None  # the empty row left by the import below: no summary yet
+    return SummaryState(Summary(text, cursor, updated_at), reset_at)
+
+
+def window_start(conn: Connection, session_id: str, window: int, after_id: int) -> int:
+    """Id of the oldest of the newest `window` messages after `after_id`; 0 when fewer."""
+    params = {"sid": session_id, "after": after_id, "skip": max(window - 1, 0)}
+    return int(conn.execute(_WINDOW_START, params).scalar() or 0)
+
+
 async def summary_state(db: Database, files: SessionFiles, session_id: str) -> SummaryState | None:
     """The session's summary as the archive has it. The first time a session is asked for
     without a row, the summary its files hold (one written before summaries were archived)
     is moved into the archive — or an empty one, so later reads need no file."""
-    stmt = (
-        select(SessionSummaryRow)
-        .where(col(SessionSummaryRow.session_id) == session_id)
-        .order_by(col(SessionSummaryRow.id).desc())
-        .limit(1)
-    )
-
-    def work(session: Session) -> SessionSummaryRow | None:
-        return session.exec(stmt).first()
-
-    row = await db.read(work)
-    if row is not None:
-        if not row.updated_at and not row.cursor and not row.summary:
-            return None  # the empty row left by the import below: no summary yet
-        return SummaryState(Summary(row.summary, row.cursor, row.updated_at), row.reset_at)
+    archived = await db.read(lambda session: latest_state(session.connection(), session_id))
+    if not isinstance(archived, _NoRow):
+        return archived
     try:
         found = await asyncio.to_thread(files.read_summary)
     except FileNotFoundError:
@@ -85,6 +119,44 @@ class SummaryArchive(StoreBase):
     async def summary(self, session_id: str) -> Summary | None:
         state = await self.summary_state(session_id)
         return state.summary if state else None
+
+    async def fold_position(self, session_id: str, window: int) -> tuple[Summary | None, int]:
+        """The summary, and the id of the oldest message of the `window` newest after its
+        cursor (0 when fewer): whether a fold may be due, in one read."""
+        validate_session_id(session_id)
+
+        def work(session: Session) -> tuple[SummaryState | _NoRow | None, int]:
+            conn = session.connection()
+            state = latest_state(conn, session_id)
+            if isinstance(state, _NoRow):
+                return state, 0
+            cursor = state.summary.cursor if state else 0
+            return state, window_start(conn, session_id, window, cursor)
+
+        state, oldest = await self.db.read(work)
+        if isinstance(state, _NoRow):  # the first time: the files may hold one to move over
+            state = await self.summary_state(session_id)
+            cursor = state.summary.cursor if state else 0
+            oldest = await self.db.read(
+                lambda session: window_start(session.connection(), session_id, window, cursor)
+            )
+        return (state.summary if state else None), oldest
+
+    async def summary_and_settings(
+        self, session_id: str
+    ) -> tuple[Summary | None, SessionRow | None]:
+        """What a task's context reads from the archive: the summary and the session's row."""
+        validate_session_id(session_id)
+
+        def work(session: Session) -> tuple[SummaryState | _NoRow | None, SessionRow | None]:
+            return latest_state(session.connection(), session_id), session.get(
+                SessionRow, session_id
+            )
+
+        state, row = await self.db.read(work)
+        if isinstance(state, _NoRow):
+            state = await self.summary_state(session_id)
+        return (state.summary if state else None), row
 
     async def save_summary(self, session_id: str, summary: Summary, *, reset_at: int = -1) -> None:
         """Make `summary` the session's; `reset_at` (the last /reset) is kept unless given."""

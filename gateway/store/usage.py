@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import BigInteger, case, delete, func
+from sqlalchemy import BigInteger, case, delete, func, insert
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
@@ -16,6 +16,7 @@ from gateway.store.db import Database
 from gateway.store.models import UsageRow
 
 DAY_MS = 86_400_000
+_INSERT_USAGE = insert(UsageRow).returning(col(UsageRow.id))  # built once: one per model call
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,23 +47,22 @@ class ModelUsage:
 
 async def record_usage(db: Database, record: UsageRecord) -> int:
     validate_session_id(record.session_id)
-    row = UsageRow(
-        session_id=record.session_id,
-        model=record.model,
-        input=record.input,
-        output=record.output,
-        cache_read=record.cache_read,
-        cache_write=record.cache_write,
-        elapsed_ms=record.elapsed_ms,
-        tool_calls=json.dumps(list(record.tool_calls)),
-        send_at=record.send_at if record.send_at is not None else now_ms(),
-    )
+    values = {
+        "session_id": record.session_id,
+        "model": record.model,
+        "input": record.input,
+        "output": record.output,
+        "cache_read": record.cache_read,
+        "cache_write": record.cache_write,
+        "elapsed_ms": record.elapsed_ms,
+        "tool_calls": json.dumps(list(record.tool_calls)),
+        "send_at": record.send_at if record.send_at is not None else now_ms(),
+    }
 
     def work(session: Session) -> int:
-        session.add(row)
-        session.flush()
-        assert row.id is not None
-        return row.id
+        row_id = session.connection().execute(_INSERT_USAGE, values).scalar_one()
+        assert row_id is not None
+        return int(row_id)
 
     return await db.write(work)
 
