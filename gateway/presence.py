@@ -52,7 +52,8 @@ class Presence:
     """Running-task presence for one instance (`instance_id`) on a shared `KVStore`.
 
     Keys live `ttl` seconds and are refreshed every `refresh` seconds while held, so
-    `refresh` must be shorter than `ttl`.
+    `refresh` must be shorter than `ttl`. With a `grace`, a key is written only once the
+    block has lasted that long: a task that ends sooner costs no KV write at all.
     """
 
     def __init__(
@@ -62,6 +63,7 @@ class Presence:
         ttl: float = 60.0,
         refresh: float = 55.0,
         clock: Clock = SYSTEM_CLOCK,
+        grace: float = 0.0,
     ) -> None:
         if not instance_id:
             raise ValueError("instance_id must not be empty")
@@ -78,6 +80,7 @@ class Presence:
         self.ttl = ttl
         self.refresh = refresh
         self.clock = clock
+        self.grace = grace
         self._held: set[str] = set()
 
     @contextlib.asynccontextmanager
@@ -92,22 +95,34 @@ class Presence:
             },
             separators=(",", ":"),
         )
-        await self.kv.set(key, value, self.ttl)
-        self._held.add(key)
-        _log.debug("presence_held", session_id=session_id, task_hash=task_hash)
-        refresher = asyncio.create_task(
-            self._keep_alive(key, value), name=f"presence-refresh:{key}"
-        )
+        if self.grace > 0:
+            keeper = asyncio.create_task(self._mark_later(key, value), name=f"presence:{key}")
+        else:
+            await self.kv.set(key, value, self.ttl)
+            self._held.add(key)
+            _log.debug("presence_held", session_id=session_id, task_hash=task_hash)
+            keeper = asyncio.create_task(
+                self._keep_alive(key, value), name=f"presence-refresh:{key}"
+            )
         try:
             yield
         finally:
-            refresher.cancel()
+            keeper.cancel()
             try:
-                # Wait for the refresher to stop so it cannot re-create the key after the delete.
-                await asyncio.wait({refresher})
+                # Wait for the keeper to stop so it cannot re-create the key after the delete.
+                await asyncio.wait({keeper})
             finally:
-                self._held.discard(key)
-                await self._release(key)
+                if key in self._held:
+                    self._held.discard(key)
+                    await self._release(key)
+
+    async def _mark_later(self, key: str, value: str) -> None:
+        await self.clock.sleep(self.grace)
+        # Held before the write, so that a cancel in the middle of it still deletes the key.
+        self._held.add(key)
+        await self.kv.set(key, value, self.ttl)
+        _log.debug("presence_held", key=key)
+        await self._keep_alive(key, value)
 
     async def _keep_alive(self, key: str, value: str) -> None:
         while True:

@@ -111,6 +111,7 @@ class Runtime:
             settings.instance_id,
             ttl=settings.presence_ttl_seconds,
             refresh=settings.presence_refresh_seconds,
+            grace=settings.presence_grace_seconds,
             clock=clock,
         )
         cleared = await presence.clear_instance()

@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     instance_id: str = Field(default_factory=socket.gethostname)
     presence_ttl_seconds: float = 60.0
     presence_refresh_seconds: float = 55.0
+    # A task shows up as running once it has run this long: most replies come sooner, and
+    # they then cost no presence writes at all.
+    presence_grace_seconds: float = Field(0.5, ge=0)
 
     # For crash tests only: the process kills itself (SIGKILL) at this named step of a task's
     # life, e.g. "stored" or "tool_ran:2" (see gateway/crash.py). Never set it in production.

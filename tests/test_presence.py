@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from clock import FakeClock
 from support import wait_until
 
 from gateway.ids import InvalidHash, InvalidSessionId
@@ -363,3 +364,36 @@ async def test_clear_instance_after_a_crash(tmp_path: Path) -> None:
             assert await restarted.is_running("cli-child") is True
             assert await restarted.clear_instance() == 1
             assert await restarted.running_tasks() == [("cli-x", "keep")]
+
+
+# --------------------------------------------------------------------------- grace
+
+
+async def test_a_block_shorter_than_the_grace_writes_nothing(sqlite_kv: SqliteKV) -> None:
+    clock = FakeClock()
+    writes: list[str] = []
+    original = sqlite_kv.set
+
+    async def counting_set(key: str, value: str, ttl: float | None = None) -> None:
+        writes.append(key)
+        await original(key, value, ttl)
+
+    sqlite_kv.set = counting_set  # type: ignore[method-assign]
+    presence = Presence(sqlite_kv, "inst-a", ttl=30, refresh=10, clock=clock, grace=0.5)
+    async with presence.hold("cli-s1", "task1"):
+        await clock.until_sleeping(seconds=0.5)
+        assert await presence.is_running("cli-s1") is False
+    assert writes == []
+    assert clock.waiting() == []  # the grace timer went with the block
+
+
+async def test_a_block_outlasting_the_grace_shows_and_is_released(kv: KVStore) -> None:
+    clock = FakeClock()
+    presence = Presence(kv, "inst-a", ttl=30, refresh=10, clock=clock, grace=0.5)
+    async with presence.hold("cli-s1", "task1"):
+        await clock.until_sleeping(seconds=0.5)
+        await clock.advance(0.5)
+        assert await wait_until(lambda: presence.is_running("cli-s1"), WAIT)
+        await clock.until_sleeping(seconds=10)  # refreshed from then on
+    assert await presence.is_running("cli-s1") is False
+    assert await kv.get("action:cli-s1:task1") is None
