@@ -7,6 +7,7 @@ import contextlib
 
 from gateway.keyed_locks import KeyedLocks
 from gateway.settings import Settings
+from gateway.store.batching import SerialCalls
 from gateway.store.db import Database
 from gateway.store.files import SessionFiles, SessionsDir
 
@@ -30,6 +31,8 @@ class StoreBase:
         self._archiving = KeyedLocks()
         # Sessions whose history.json this process has checked against the archive.
         self._history_checked: set[str] = set()
+        # The audit trail's lines, a few per task: one thread, woken once per batch.
+        self.file_calls = SerialCalls("agenvoy-files")
 
     def files(self, session_id: str) -> SessionFiles:
         return self.dirs.get(session_id)

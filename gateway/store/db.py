@@ -182,25 +182,42 @@ class Database:
         `after_commit` runs once, off the event loop, after the commit succeeded; on SQLite it
         shares the writer thread's hand-off, which is most of the cost of a small write.
         """
+        try:
+            return await self._write_once(work, after_commit)
+        except OperationalError as exc:
+            if not _is_locked(exc):
+                raise
+        # Only a write that met another process's lock pays for the retry machinery.
         async for attempt in _while_locked():
             with attempt:
-                if self._async_engine is None:
-                    return await self._group.run(work, after_commit)
-                result = await self._async_work(work, commit=True)
-                if after_commit is not None:
-                    await asyncio.to_thread(after_commit, result)
-                return result
+                return await self._write_once(work, after_commit)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _write_once(self, work: Work[T], after_commit: Callable[[T], None] | None) -> T:
+        if self._async_engine is None:
+            return await self._group.run(work, after_commit)
+        result = await self._async_work(work, commit=True)
+        if after_commit is not None:
+            await asyncio.to_thread(after_commit, result)
+        return result
+
     async def read(self, work: Work[T]) -> T:
+        try:
+            return await self._read_once(work)
+        except OperationalError as exc:
+            if not _is_locked(exc):
+                raise
         async for attempt in _while_locked():
             with attempt:
-                if self._async_engine is None:
-                    loop = asyncio.get_running_loop()
-                    call = partial(_in_session, self._reader, work, commit=False)
-                    return await loop.run_in_executor(self._read_threads, call)
-                return await self._async_work(work, commit=False)
+                return await self._read_once(work)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _read_once(self, work: Work[T]) -> T:
+        if self._async_engine is None:
+            loop = asyncio.get_running_loop()
+            call = partial(_in_session, self._reader, work, commit=False)
+            return await loop.run_in_executor(self._read_threads, call)
+        return await self._async_work(work, commit=False)
 
     async def _async_work(self, work: Work[T], *, commit: bool) -> T:
         assert self._async_engine is not None

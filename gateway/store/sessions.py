@@ -11,6 +11,7 @@ import asyncio
 import json
 from collections.abc import Collection
 from dataclasses import dataclass
+from functools import partial
 
 from sqlalchemy import delete, func, update
 from sqlmodel import Session, col, select
@@ -48,6 +49,7 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
         return cls(settings, db)
 
     async def close(self) -> None:
+        await asyncio.to_thread(self.file_calls.close)
         await self.db.close()
 
     async def ensure(self, session_id: str, *, name: str = "") -> SessionRow:
@@ -217,6 +219,6 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
         task_hash: str = "",
     ) -> ActionRecord:
         log_file = self.files(session_id).action_log
-        return await asyncio.to_thread(
-            log_file.append, kind, body, window_hash=window_hash, task_hash=task_hash
+        return await self.file_calls.submit(
+            partial(log_file.append, kind, body, window_hash=window_hash, task_hash=task_hash)
         )

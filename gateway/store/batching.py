@@ -1,0 +1,109 @@
+"""A thread that takes calls in batches: whatever queued up while it was busy is handled in one
+go, and the event loop is woken once per batch rather than once per call.
+
+Handing a small blocking call to a thread costs more than the call when it goes through a
+thread pool: a pool's submit, a concurrent future and a wake-up of the loop each time. Here a
+call is a queue entry and an asyncio future; the thread settles a whole batch's futures in one
+callback on their loop. Calls run in the order they were queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Job(Generic[T]):
+    call: Callable[..., T]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[T]
+    after: Callable[[T], None] | None = None
+    result: Any = None
+    error: BaseException | None = field(default=None)
+
+
+class BatchThread:
+    """Subclasses say how a batch is handled (`handle`), setting each job's result or error."""
+
+    def __init__(self, name: str, max_batch: int) -> None:
+        self.max_batch = max_batch
+        self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    async def submit(self, call: Callable[..., T], after: Callable[[T], None] | None = None) -> T:
+        """Queue `call` and wait until its batch has been handled."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(Job(call, loop, future, after))
+        return await future
+
+    def close(self) -> None:
+        """Finish what is queued, then stop the thread (blocking: call it from a thread)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def handle(self, batch: list[Job[Any]]) -> None:
+        raise NotImplementedError
+
+    def _serve(self) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch: list[Job[Any]] = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    job = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if job is None:
+                    stopping = True
+                    break
+                batch.append(job)
+            self.handle(batch)
+            _answer(batch)
+
+
+class SerialCalls(BatchThread):
+    """Plain blocking calls (small file writes), one after another on one thread."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, max_batch=256)
+
+    def handle(self, batch: list[Job[Any]]) -> None:
+        for job in batch:
+            try:
+                job.result = job.call()
+            except Exception as exc:
+                job.error = exc
+
+
+def _answer(batch: list[Job[Any]]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[Job[Any]]] = {}
+    for job in batch:
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, jobs in by_loop.items():
+        # A closed loop has nobody waiting any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, jobs)
+
+
+def _settle(jobs: list[Job[Any]]) -> None:
+    for job in jobs:
+        if job.future.cancelled():
+            continue
+        if job.error is not None:
+            job.future.set_exception(job.error)
+        else:
+            job.future.set_result(job.result)
