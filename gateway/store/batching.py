@@ -52,7 +52,13 @@ class BatchThread:
             self._queue.put(None)
             self._thread.join()
 
-    def handle(self, batch: list[Job[Any]]) -> None:
+    def pass_on(self, jobs: list[Job[Any]]) -> None:
+        """Queue jobs another batch thread took in (it leaves answering them to this one)."""
+        for job in jobs:
+            self._queue.put(job)
+
+    def handle(self, batch: list[Job[Any]]) -> list[Job[Any]]:
+        """Handle a batch; returns the jobs to answer now (the others were passed on)."""
         raise NotImplementedError
 
     def _serve(self) -> None:
@@ -71,8 +77,7 @@ class BatchThread:
                     stopping = True
                     break
                 batch.append(job)
-            self.handle(batch)
-            _answer(batch)
+            _answer(self.handle(batch))
 
 
 class SerialCalls(BatchThread):
@@ -81,12 +86,29 @@ class SerialCalls(BatchThread):
     def __init__(self, name: str) -> None:
         super().__init__(name, max_batch=256)
 
-    def handle(self, batch: list[Job[Any]]) -> None:
+    def handle(self, batch: list[Job[Any]]) -> list[Job[Any]]:
         for job in batch:
             try:
                 job.result = job.call()
             except Exception as exc:
                 job.error = exc
+        return batch
+
+
+class AfterCommit(BatchThread):
+    """Runs the `after` of jobs whose work another thread committed, then answers them."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, max_batch=256)
+
+    def handle(self, batch: list[Job[Any]]) -> list[Job[Any]]:
+        for job in batch:
+            assert job.after is not None
+            try:
+                job.after(job.result)
+            except Exception as exc:
+                job.error = exc
+        return batch
 
 
 def _answer(batch: list[Job[Any]]) -> None:

@@ -16,12 +16,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
-from sqlalchemy.engine import Connection
-from sqlalchemy.orm.session import JoinTransactionMode
 from sqlmodel import Session
 
 from gateway.crash import NO_CRASH, CrashPoints
-from gateway.store.batching import BatchThread, Job
+from gateway.store.batching import AfterCommit, BatchThread, Job
 
 T = TypeVar("T")
 
@@ -36,7 +34,14 @@ class GroupCommitWriter(BatchThread):
         self.crash = crash
         self.batches = 0
         self.writes = 0
+        # The file work that follows a commit (history.json lines) runs on a thread of its own,
+        # so the next batch need not wait for it; its callers hear back once it is done.
+        self._after = AfterCommit("agenvoy-db-after")
         super().__init__("agenvoy-db-write", MAX_BATCH)
+
+    def close(self) -> None:
+        super().close()
+        self._after.close()
 
     async def run(
         self, work: Callable[[Session], T], after_commit: Callable[[T], None] | None = None
@@ -44,40 +49,43 @@ class GroupCommitWriter(BatchThread):
         """Run `work` in the next batch; returns once that batch is committed."""
         return await self.submit(work, after_commit)
 
-    def handle(self, batch: list[Job[Any]]) -> None:
-        try:
-            with self._engine.connect() as conn:
-                conn.begin()  # BEGIN IMMEDIATE (the engine's begin hook)
-                for index, job in enumerate(batch):
-                    self._run_one(conn, job, alone=len(batch) == 1)
-                    if index == 0 and len(batch) > 1:
-                        self.crash.reach("mid_batch")
-                if len(batch) == 1 and batch[0].error is not None:
-                    conn.rollback()
-                    return
-                conn.commit()
-        except Exception as exc:  # the begin or the commit failed: nothing of the batch stayed
-            for job in batch:
-                if job.error is None:
+    def handle(self, batch: list[Job[Any]]) -> list[Job[Any]]:
+        pending = batch
+        while pending:
+            try:
+                failed = self._attempt(pending)
+            except Exception as exc:  # the begin or the commit failed: nothing stayed
+                for job in pending:
                     job.error = exc
-            return
+                return batch
+            if failed is None:
+                break
+            # Rolled back: run the others again without the one that failed (a work may run
+            # more than once). Savepoints would spare this, but cost more than the rare retry.
+            pending = [job for job in pending if job is not failed]
         self.batches += 1
-        self.writes += len(batch)
-        for job in batch:
-            if job.error is None and job.after is not None:
-                try:
-                    job.after(job.result)
-                except Exception as exc:
-                    job.error = exc
+        self.writes += len(pending)
+        followed = [job for job in pending if job.after is not None]
+        self._after.pass_on(followed)
+        return [job for job in batch if job.error is not None or job.after is None]
 
-    @staticmethod
-    def _run_one(conn: Connection, job: Job[Any], *, alone: bool) -> None:
-        # Alone in its batch a work needs no savepoint: its failure rolls the whole
-        # transaction back. Otherwise the savepoint keeps the others' work when it fails.
-        mode: JoinTransactionMode = "rollback_only" if alone else "create_savepoint"
-        try:
-            with Session(bind=conn, join_transaction_mode=mode, expire_on_commit=False) as session:
-                job.result = job.call(session)
-                session.commit()
-        except Exception as exc:
-            job.error = exc
+    def _attempt(self, jobs: list[Job[Any]]) -> Job[Any] | None:
+        """Run `jobs` in one transaction and commit it; the first job that failed, if one did
+        (then nothing is committed)."""
+        with self._engine.connect() as conn:
+            conn.begin()  # BEGIN IMMEDIATE (the engine's begin hook)
+            # One session for the batch: the works' ORM objects are flushed after each, and the
+            # transaction is the connection's to commit or roll back.
+            with Session(bind=conn, join_transaction_mode="rollback_only") as session:
+                for index, job in enumerate(jobs):
+                    try:
+                        job.result = job.call(session)
+                        session.flush()
+                    except Exception as exc:
+                        job.error = exc
+                        conn.rollback()
+                        return job
+                    if index == 0 and len(jobs) > 1:
+                        self.crash.reach("mid_batch")
+            conn.commit()
+        return None
