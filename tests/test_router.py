@@ -126,6 +126,31 @@ async def test_sessions_run_concurrently(runtime: Runtime, clock: FakeClock) -> 
         assert await finished(router, s.task_hash) == "slept 1s"
 
 
+async def test_no_queue_notice_while_the_previous_reply_goes_out(runtime: Runtime) -> None:
+    """The task ahead has its reply recorded and is handing it to the platform: the next
+    message is not "queued" for its sender, who already has (or is getting) the answer."""
+    delivering = asyncio.Event()
+    release = asyncio.Event()
+
+    class SlowSink(RecordingSink):
+        async def deliver(self, origin: Origin, event: Event, progress: Progress) -> None:
+            if event.kind == "text":
+                delivering.set()
+                await release.wait()
+            await super().deliver(origin, event, progress)
+
+    sink = SlowSink()
+    runtime.router.register_sink("http", sink)
+    first = await runtime.router.submit(inbound("cli-w", "one"))
+    await asyncio.wait_for(delivering.wait(), 10)
+    second = await runtime.router.submit(inbound("cli-w", "two"))
+    assert second.position == 0
+    assert not [text for _, text in sink.notices if text.startswith("queued")]
+    release.set()
+    assert await finished(runtime.router, first.task_hash) == "echo: one"
+    assert await finished(runtime.router, second.task_hash) == "echo: two"
+
+
 async def test_queue_position_is_told_to_the_origin(runtime: Runtime, clock: FakeClock) -> None:
     sink = RecordingSink()
     runtime.router.register_sink("http", sink)

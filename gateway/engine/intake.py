@@ -72,6 +72,8 @@ class Intake:
                 )
                 if position is None:  # another instance runs the session: it takes the task
                     task.elsewhere = True
+                elif position:
+                    position -= self._answered_ahead(session_id)
         if command is not None and command.duplicate:
             return Submission(session_id, duplicate=True)
         if command is not None:
@@ -106,6 +108,12 @@ class Intake:
                 return None
             self.crash.reach("stored")
         return stored.id
+
+    def _answered_ahead(self, session_id: str) -> int:
+        """1 when the task running in the session has its answer recorded: a message arriving
+        while the previous reply goes out is not "queued" in any sense its sender would see."""
+        current = self.scheduler.current(session_id)
+        return 1 if current is not None and current.recorded else 0
 
     def _check_load(self, inbound: Inbound) -> None:
         limit = self.max_pending_per_sender

@@ -225,6 +225,7 @@ class Runner:
             outbox=[self.dispatch.outbox_entry(task, event)] if pushed else [],
         )
         self.crash.reach("recorded")
+        task.recorded = True
         await self.dispatch.emit(task, event, item=items[0] if items else None)
 
     async def finish_canceled(self, task: Task) -> None:

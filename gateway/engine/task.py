@@ -157,6 +157,8 @@ class Task:
     holds_slot: bool = False
     tool_results: list[dict[str, Any]] = field(default_factory=list)
     outbox_chunks: int = 0
+    # Its end is recorded (reply or error); what is left is delivery and bookkeeping.
+    recorded: bool = False
     # Stored here, run by another instance (which holds the session): this task is a view
     # of that one.
     elsewhere: bool = False
