@@ -614,6 +614,20 @@ async def test_on_get_updates_sees_each_call_before_its_answer(
     assert fake.pending_updates() == []
 
 
+async def test_on_answered_sees_each_call_once_it_has_its_status(
+    fake: FakeTelegram, bot: Bot
+) -> None:
+    seen: list[tuple[str, int | None, bool]] = []
+    fake.on_answered = lambda record: seen.append(
+        (record.method, record.status, record in fake.call_log)
+    )
+    await bot.send_message(1001, "hi")
+    fake.fail_next("sendMessage", 400, "Bad Request: chat not found")
+    with pytest.raises(BadRequest):
+        await bot.send_message(1001, "lost")
+    assert seen == [("sendMessage", 200, True), ("sendMessage", 400, True)]
+
+
 async def test_long_poll_wakes_on_injection(fake: FakeTelegram, bot: Bot) -> None:
     poll = asyncio.create_task(bot.get_updates(timeout=10, read_timeout=15))
     await fake.wait_until_polling(timeout=WAIT)

@@ -189,6 +189,10 @@ class RecordingServer(LocalServer, Generic[R]):
         self._handed_out: set[int] = set()
         self._failures: list[_Failure[R]] = []
         self._cond = asyncio.Condition()
+        # Called with each call's record once it is answered (status set, or dropped), before
+        # the answer goes out: for a caller that needs the moment of every call without a
+        # wait that scans the whole log, such as a benchmark timing thousands of them.
+        self.on_answered: Callable[[R], None] | None = None
 
     # -- test side -----------------------------------------------------------------------------
 
@@ -295,6 +299,8 @@ class RecordingServer(LocalServer, Generic[R]):
             record.status = response.status
             return response
         finally:
+            if self.on_answered is not None and record.answered:
+                self.on_answered(record)
             await self._notify()
 
     async def _wait_for(self, matches: Callable[[R], bool], timeout: float, what: str) -> R:  # noqa: ASYNC109
