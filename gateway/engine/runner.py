@@ -18,6 +18,7 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
+from gateway.clock import now_ms
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.context import load_context
 from gateway.engine.dispatch import Dispatch
@@ -111,18 +112,18 @@ class Runner:
         elif isinstance(step, ToolResult):
             await self._tool_finished(task, step)
         elif isinstance(step, Usage):
-            await record_usage(
-                self.store.db,
-                UsageRecord(
-                    sid,
-                    step.model,
-                    input=step.input,
-                    output=step.output,
-                    cache_read=step.cache_read,
-                    cache_write=step.cache_write,
-                    elapsed_ms=step.elapsed_ms,
-                    tool_calls=step.tool_calls,
-                ),
+            # Held until the next step: with the run when that is the end, else just before.
+            await self._record_usage(task)
+            task.usage = UsageRecord(
+                sid,
+                step.model,
+                input=step.input,
+                output=step.output,
+                cache_read=step.cache_read,
+                cache_write=step.cache_write,
+                elapsed_ms=step.elapsed_ms,
+                tool_calls=step.tool_calls,
+                send_at=now_ms(),
             )
         elif isinstance(step, Reply):
             task.reply = step.text
@@ -169,7 +170,14 @@ class Runner:
         await self._tool_finished(task, result)
         return result
 
+    async def _record_usage(self, task: Task) -> None:
+        """Record the usage the task holds, if any (a step other than the end follows)."""
+        if task.usage is not None:
+            record, task.usage = task.usage, None
+            await record_usage(self.store.db, record)
+
     async def _tool_started(self, task: Task, call: ToolCall) -> None:
+        await self._record_usage(task)
         task.journal.steps.append(ToolStarted(call.call_id, call.tool, call.args))
         await task.save_journal()
         await self.dispatch.emit(
@@ -218,8 +226,9 @@ class Runner:
         """The reply, the run and the outbox entry that carries `event`, in one transaction;
         then `event` goes out."""
         pushed = self.dispatch.pushed(task.origin)
+        usage = [task.usage] if task.usage is not None else []
         items = await self.store.finish_run(
-            RunRecord(task.session_id, task.task_hash, task.text, reply, task.tool_results),
+            RunRecord(task.session_id, task.task_hash, task.text, reply, task.tool_results, usage),
             reply,
             sender=self.agent.name,
             outbox=[self.dispatch.outbox_entry(task, event)] if pushed else [],
@@ -232,6 +241,7 @@ class Runner:
         if task.answer is not None and not task.answer.done():
             task.answer.cancel()
         task.prompt = task.answer = None
+        await self._record_usage(task)
         await self.dispatch.emit(
             task, CanceledEvent(session_id=task.session_id, by=task.canceled_by)
         )

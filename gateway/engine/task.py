@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from gateway.clock import Clock
 from gateway.engine.journal import Answer, Journal, PromptAsked, PromptKind
 from gateway.events import Attachment, Event, Origin
+from gateway.store.usage import UsageRecord
 
 if TYPE_CHECKING:
     from gateway.commands.registry import CommandReply
@@ -157,6 +158,8 @@ class Task:
     holds_slot: bool = False
     tool_results: list[dict[str, Any]] = field(default_factory=list)
     outbox_chunks: int = 0
+    # The last model call's usage, recorded with the step that follows it.
+    usage: UsageRecord | None = None
     # Its end is recorded (reply or error); what is left is delivery and bookkeeping.
     recorded: bool = False
     # Stored here, run by another instance (which holds the session): this task is a view

@@ -20,6 +20,7 @@ from gateway.store.journals import delete_journal
 from gateway.store.messages import StoredMessage, history_line, insert_message, touch_session
 from gateway.store.models import ActionHistoryRow, FileHistoryRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, claim_in
+from gateway.store.usage import UsageRecord, insert_usage
 
 log = get_logger(__name__)
 
@@ -31,6 +32,8 @@ class RunRecord:
     objective: str
     reply: str
     tool_results: Sequence[dict[str, Any]] = field(default_factory=tuple)
+    # Model calls not recorded yet (the last one's usage comes with the run).
+    usage: Sequence[UsageRecord] = field(default_factory=tuple)
 
 
 _ALREADY = select(ActionHistoryRow.id).where(
@@ -89,6 +92,8 @@ class RunArchive(StoreBase):
                     "created_at": at,
                 }
                 conn.execute(_INSERT_RUN, values)
+                for record in run.usage:
+                    insert_usage(conn, record)
             delete_journal(conn, run.task_hash)
             return [claim_in(session, dialect, entry) for entry in outbox]
 

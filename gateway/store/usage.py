@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import BigInteger, case, delete, func, insert
 from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Connection
 from sqlmodel import Session, col
 
 from gateway.clock import now_ms
@@ -45,9 +46,20 @@ class ModelUsage:
     output_tps: float
 
 
+def insert_usage(conn: Connection, record: UsageRecord) -> int:
+    """Add the usage row in the caller's transaction; returns its id."""
+    row_id = conn.execute(_INSERT_USAGE, _values(record)).scalar_one()
+    assert row_id is not None
+    return int(row_id)
+
+
 async def record_usage(db: Database, record: UsageRecord) -> int:
     validate_session_id(record.session_id)
-    values = {
+    return await db.write(lambda session: insert_usage(session.connection(), record))
+
+
+def _values(record: UsageRecord) -> dict[str, object]:
+    return {
         "session_id": record.session_id,
         "model": record.model,
         "input": record.input,
@@ -58,13 +70,6 @@ async def record_usage(db: Database, record: UsageRecord) -> int:
         "tool_calls": json.dumps(list(record.tool_calls)),
         "send_at": record.send_at if record.send_at is not None else now_ms(),
     }
-
-    def work(session: Session) -> int:
-        row_id = session.connection().execute(_INSERT_USAGE, values).scalar_one()
-        assert row_id is not None
-        return int(row_id)
-
-    return await db.write(work)
 
 
 async def usage_summary(
