@@ -6,8 +6,10 @@ before anything else sees it. Nothing in this module touches the filesystem.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
+import threading
 import uuid
 from enum import StrEnum
 from typing import Final
@@ -108,9 +110,36 @@ def _platform_key(value: int | str) -> str:
     return text
 
 
+class _RandomPool:
+    """Bytes from the operating system's random source, fetched a page at a time.
+
+    Ids are made on the event loop, where every system call lets the worker threads take the
+    interpreter; one call per page of ids instead of one per id keeps the loop running."""
+
+    PAGE = 4096
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._page = b""
+        self._at = 0
+        self._pid = 0
+
+    def take(self, size: int) -> bytes:
+        with self._lock:
+            # A forked child must not hand out its parent's remaining bytes.
+            if self._at + size > len(self._page) or self._pid != os.getpid():
+                self._page, self._at, self._pid = secrets.token_bytes(self.PAGE), 0, os.getpid()
+            chunk = self._page[self._at : self._at + size]
+            self._at += size
+            return chunk
+
+
+_RANDOM = _RandomPool()
+
+
 def new_task_hash() -> str:
-    return secrets.token_hex(8)
+    return _RANDOM.take(8).hex()
 
 
 def new_window_hash() -> str:
-    return secrets.token_hex(6)
+    return _RANDOM.take(6).hex()

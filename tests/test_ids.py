@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,3 +118,31 @@ def test_prefix_and_lifetime() -> None:
 def test_bad_hashes(value: str) -> None:
     with pytest.raises(ids.InvalidHash):
         ids.validate_hash(value)
+
+
+def test_task_hashes_are_distinct_across_many_pages() -> None:
+    from gateway.ids import new_task_hash, new_window_hash
+
+    hashes = [new_task_hash() for _ in range(5000)]  # ten pages of random bytes
+    windows = [new_window_hash() for _ in range(5000)]
+    assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in hashes)
+    assert all(re.fullmatch(r"[0-9a-f]{12}", w) for w in windows)
+    assert len(set(hashes)) == len(hashes)
+    assert len(set(windows)) == len(windows)
+
+
+def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
+    import os
+
+    from gateway.ids import new_task_hash
+
+    new_task_hash()  # the parent has a page in hand
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next id and leave at once
+        os.write(write, new_task_hash().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.waitpid(pid, 0)
+    assert child != new_task_hash()

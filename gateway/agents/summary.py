@@ -70,10 +70,12 @@ class RollingSummary:
                 return False
 
     async def _fold(self, session_id: str) -> bool:
-        current, oldest_in_window = await self.store.fold_position(session_id, self.window)
+        current, oldest_in_window, due_count = await self.store.fold_position(
+            session_id, self.window
+        )
         cursor = current.cursor if current else 0
-        if not oldest_in_window:
-            return False  # everything after the cursor still fits in the window
+        if min(due_count, MAX_FOLD) < self.batch:
+            return False  # seen in the window until a whole batch is due
         due = [
             m
             for m in await self.store.messages_after(session_id, cursor, limit=MAX_FOLD)

@@ -13,7 +13,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import bindparam, delete
+from sqlalchemy import bindparam, delete, func
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select
 
@@ -69,6 +69,13 @@ def latest_state(conn: Connection, session_id: str) -> SummaryState | _NoRow | N
     return SummaryState(Summary(text, cursor, updated_at), reset_at)
 
 
+_COUNT_BETWEEN = select(func.count()).where(
+    col(MessageRow.session_id) == bindparam("sid"),
+    col(MessageRow.id) > bindparam("after"),
+    col(MessageRow.id) < bindparam("before"),
+)
+
+
 def window_start(conn: Connection, session_id: str, window: int, after_id: int) -> int:
     """Id of the oldest of the newest `window` messages after `after_id`; 0 when fewer."""
     params = {"sid": session_id, "after": after_id, "skip": max(window - 1, 0)}
@@ -120,27 +127,32 @@ class SummaryArchive(StoreBase):
         state = await self.summary_state(session_id)
         return state.summary if state else None
 
-    async def fold_position(self, session_id: str, window: int) -> tuple[Summary | None, int]:
-        """The summary, and the id of the oldest message of the `window` newest after its
-        cursor (0 when fewer): whether a fold may be due, in one read."""
+    async def fold_position(self, session_id: str, window: int) -> tuple[Summary | None, int, int]:
+        """Whether a fold may be due, in one read: the summary, the id of the oldest message
+        of the `window` newest after its cursor (0 when fewer), and how many messages lie
+        between the cursor and that one (the ones a fold would take)."""
         validate_session_id(session_id)
 
-        def work(session: Session) -> tuple[SummaryState | _NoRow | None, int]:
+        def position(conn: Connection, cursor: int) -> tuple[int, int]:
+            oldest = window_start(conn, session_id, window, cursor)
+            if not oldest:
+                return 0, 0
+            params = {"sid": session_id, "after": cursor, "before": oldest}
+            return oldest, int(conn.execute(_COUNT_BETWEEN, params).scalar() or 0)
+
+        def work(session: Session) -> tuple[SummaryState | _NoRow | None, int, int]:
             conn = session.connection()
             state = latest_state(conn, session_id)
             if isinstance(state, _NoRow):
-                return state, 0
-            cursor = state.summary.cursor if state else 0
-            return state, window_start(conn, session_id, window, cursor)
+                return state, 0, 0
+            return state, *position(conn, state.summary.cursor if state else 0)
 
-        state, oldest = await self.db.read(work)
+        state, oldest, due = await self.db.read(work)
         if isinstance(state, _NoRow):  # the first time: the files may hold one to move over
             state = await self.summary_state(session_id)
             cursor = state.summary.cursor if state else 0
-            oldest = await self.db.read(
-                lambda session: window_start(session.connection(), session_id, window, cursor)
-            )
-        return (state.summary if state else None), oldest
+            oldest, due = await self.db.read(lambda session: position(session.connection(), cursor))
+        return (state.summary if state else None), oldest, due
 
     async def summary_and_settings(
         self, session_id: str
