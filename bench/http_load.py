@@ -1,6 +1,7 @@
 """Load on `POST /v1/send` with the offline agent, against a floor measured in the same run.
 
     .venv/bin/python bench/http_load.py [--messages N] [--sessions M] [--quick]
+        [--database sqlite|postgresql|both] [--json FILE]
 
 M client workers each own one session and send their share of N messages one after another
 (a session runs one task at a time, so this is the most a single chat can ask for), all
@@ -11,6 +12,18 @@ path (session + user message, usage, run + reply; HTTP callers read replies from
 so there is no outbox entry to record or mark) with the same pragmas, appends the same two
 history lines, and answers with the same JSON shape. The ratio ours/floor is the number to
 watch: absolute numbers swing with whatever else the shared machine is doing.
+
+`--database postgresql` runs the same load on PostgreSQL (AGENVOY_BENCH_PG_DSN, default
+postgresql://postgres@127.0.0.1:5432/test; the role must be allowed to create databases).
+Each server gets a database of its own, created for the run and dropped afterwards: ours is
+`agenvoy run` with AGENVOY_DATABASE_URL pointing at it and nothing else changed (one instance
+needs no Redis: its KV store stays the embedded SQLite file and its signals stay in-process,
+unless AGENVOY_KV_URL is set in the environment, which is passed on); the floor
+(`floor_server_pg.py`) is the same handler with one asyncpg pool, on a database given the
+gateway's schema by the gateway's migrations. `--database both` runs SQLite, then PostgreSQL.
+
+`--json FILE` writes `{"database", "ours", "floor", "ratios"}` (PostgreSQL adds `server`);
+with `both`, one such object under each database's name.
 """
 
 from __future__ import annotations
@@ -20,23 +33,33 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import socket
+import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 from asyncio.subprocess import Process
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import asyncpg  # type: ignore[import-untyped]
 
 from gateway.logs import configure_logging
+from gateway.settings import mask_url
 from gateway.store.db import Database
 
 EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
+PG_DSN = os.environ.get("AGENVOY_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 WRITES_PER_MESSAGE = 3
+# The PostgreSQL floor gets a connection for every session in flight, so that no message waits
+# for one, up to half of PostgreSQL's default max_connections (the server is shared).
+PG_FLOOR_POOL_MAX = 50
 
 
 def free_port() -> int:
@@ -102,7 +125,9 @@ async def stopped(proc: Process) -> None:
             await proc.wait()
 
 
-async def run_ours(root: Path, sessions: int, per_session: int) -> tuple[float, list[float]]:
+async def run_ours(
+    root: Path, sessions: int, per_session: int, database_url: str | None = None
+) -> tuple[float, list[float]]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     home = root / "ours"
@@ -113,6 +138,8 @@ async def run_ours(root: Path, sessions: int, per_session: int) -> tuple[float, 
         "AGENVOY_HTTP_PORT": str(port),
         "AGENVOY_LOG_LEVEL": "WARNING",
     }
+    if database_url is not None:
+        env["AGENVOY_DATABASE_URL"] = database_url
     proc = await serving([EXE, "run"], url, env, home)
     try:
         ids: list[str] = []
@@ -141,6 +168,69 @@ async def run_floor(root: Path, sessions: int, per_session: int) -> tuple[float,
         await stopped(proc)
 
 
+async def run_floor_pg(
+    root: Path, sessions: int, per_session: int, dsn: str
+) -> tuple[float, list[float]]:
+    db = await Database.open(dsn)  # the same schema and indexes, trigram index included
+    await db.close()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = Path(__file__).with_name("floor_server_pg.py")
+    history = root / "floor" / "sessions"
+    argv = [sys.executable, str(server), dsn, str(history), str(port), str(floor_pool(sessions))]
+    proc = await serving(argv, url, dict(os.environ), root)
+    try:
+        ids = [f"cli-floor{i}" for i in range(sessions)]
+        return await drive(url, ids, per_session)
+    finally:
+        await stopped(proc)
+
+
+def floor_pool(sessions: int) -> int:
+    return min(sessions, PG_FLOOR_POOL_MAX)
+
+
+@contextlib.asynccontextmanager
+async def fresh_pg_database(tag: str) -> AsyncIterator[str]:
+    """A database of its own for one server, dropped afterwards; yields its address."""
+    name = f"agenvoy_bench_http_{tag}_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(PG_DSN, timeout=10)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield f"{PG_DSN.rsplit('/', 1)[0]}/{name}"
+    finally:
+        admin = await asyncpg.connect(PG_DSN, timeout=10)
+        try:
+            # FORCE: a server killed after its time-out may have left connections behind.
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+async def pg_server() -> dict[str, str]:
+    """What the PostgreSQL numbers depend on, for the header and the JSON."""
+    try:
+        conn = await asyncpg.connect(PG_DSN, timeout=10)
+    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        # Before any server starts: a missing PostgreSQL is one line, not a traceback.
+        sys.exit(f"PostgreSQL not reachable at {mask_url(PG_DSN)} (AGENVOY_BENCH_PG_DSN): {exc}")
+    try:
+        version = await conn.fetchval("SHOW server_version")
+        sync = await conn.fetchval("SHOW synchronous_commit")
+    finally:
+        await conn.close()
+    kv = os.environ.get("AGENVOY_KV_URL", "")
+    return {
+        "version": str(version).split()[0],
+        "address": mask_url(PG_DSN).rsplit("/", 1)[0],
+        "synchronous_commit": str(sync),
+        "ours_kv": mask_url(kv) if kv else "embedded SQLite",
+    }
+
+
 def report(name: str, elapsed: float, latencies: list[float]) -> dict[str, float]:
     row = {
         "messages": len(latencies),
@@ -154,25 +244,7 @@ def report(name: str, elapsed: float, latencies: list[float]) -> dict[str, float
     return row
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=2000)
-    parser.add_argument("--sessions", type=int, default=20)
-    parser.add_argument("--quick", action="store_true", help="small run for a smoke check")
-    parser.add_argument("--json", type=Path, help="also write the numbers here")
-    args = parser.parse_args()
-    messages, sessions = (200, 10) if args.quick else (args.messages, args.sessions)
-    per_session = max(1, messages // sessions)
-    configure_logging("WARNING")
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        print(f"POST /v1/send load: {per_session * sessions} messages over {sessions} sessions")
-        print(f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}")
-        ours = report("ours (offline agent)", *await run_ours(root, sessions, per_session))
-        floor = report(
-            f"floor ({WRITES_PER_MESSAGE} commits, 1 connection)",
-            *await run_floor(root, sessions, per_session),
-        )
+def print_ratios(ours: dict[str, float], floor: dict[str, float]) -> dict[str, float]:
     ratios = {
         "throughput ours/floor": ours["per_second"] / floor["per_second"],
         "p50 ours/floor": ours["p50_ms"] / floor["p50_ms"],
@@ -180,8 +252,82 @@ async def main() -> None:
     }
     for name, value in ratios.items():
         print(f"   {name:<34}{value:>9.2f}")
+    return ratios
+
+
+async def load_sqlite(root: Path, sessions: int, per_session: int, header: bool) -> dict[str, Any]:
+    if header:
+        print(f"== SQLite {sqlite3.sqlite_version} (a fresh file per server) ==")
+    print(f"POST /v1/send load: {per_session * sessions} messages over {sessions} sessions")
+    print(f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}")
+    ours = report("ours (offline agent)", *await run_ours(root, sessions, per_session))
+    floor = report(
+        f"floor ({WRITES_PER_MESSAGE} commits, 1 connection)",
+        *await run_floor(root, sessions, per_session),
+    )
+    ratios = print_ratios(ours, floor)
+    return {"database": "sqlite", "ours": ours, "floor": floor, "ratios": ratios}
+
+
+async def load_postgresql(root: Path, sessions: int, per_session: int) -> dict[str, Any]:
+    server = await pg_server()
+    print(
+        f"== PostgreSQL {server['version']} at {server['address']} (a fresh database per "
+        f"server, synchronous_commit={server['synchronous_commit']}; "
+        f"ours' KV store: {server['ours_kv']}) =="
+    )
+    print(f"POST /v1/send load: {per_session * sessions} messages over {sessions} sessions")
+    print(f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}")
+    async with fresh_pg_database("ours") as url:
+        ours = report("ours (offline agent)", *await run_ours(root, sessions, per_session, url))
+    async with fresh_pg_database("floor") as url:
+        floor = report(
+            f"floor ({WRITES_PER_MESSAGE} commits, pool of {floor_pool(sessions)})",
+            *await run_floor_pg(root, sessions, per_session, url),
+        )
+    ratios = print_ratios(ours, floor)
+    return {
+        "database": "postgresql",
+        "server": server,
+        "floor_pool": floor_pool(sessions),
+        "ours": ours,
+        "floor": floor,
+        "ratios": ratios,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="small run for a smoke check")
+    parser.add_argument(
+        "--database",
+        choices=("sqlite", "postgresql", "both"),
+        default="sqlite",
+        help="the archive both servers write to (default: sqlite)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    args = parser.parse_args()
+    messages, sessions = (200, 10) if args.quick else (args.messages, args.sessions)
+    per_session = max(1, messages // sessions)
+    configure_logging("WARNING")
+    runs: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        if args.database in ("sqlite", "both"):
+            (root / "sqlite").mkdir()
+            runs["sqlite"] = await load_sqlite(
+                root / "sqlite", sessions, per_session, header=args.database == "both"
+            )
+        if args.database in ("postgresql", "both"):
+            (root / "postgresql").mkdir()
+            if runs:
+                print()
+            runs["postgresql"] = await load_postgresql(root / "postgresql", sessions, per_session)
     if args.json:
-        args.json.write_text(json.dumps({"ours": ours, "floor": floor, "ratios": ratios}, indent=2))
+        numbers = runs if len(runs) > 1 else next(iter(runs.values()))
+        args.json.write_text(json.dumps(numbers, indent=2))
 
 
 if __name__ == "__main__":
