@@ -1,7 +1,7 @@
 """The floor of `http_load.py`: what a well-built server does for one message at the least, in a
 process of its own — a bare aiohttp handler with one long-lived SQLite connection (the
-gateway's pragmas, opened once) that, per message, commits the same three transactions as the
-gateway's path (session + user message, usage, reply) and appends the two history.json lines
+gateway's pragmas, opened once) that, per message, commits the same two transactions as the
+gateway's path (session + user message; usage + reply) and appends the two history.json lines
 (the message and the reply), then answers with the same JSON shape.
 
     python bench/floor_server.py DB_PATH HISTORY_DIR PORT
@@ -28,6 +28,7 @@ from gateway.store.db import sqlite_pragmas
 USER = (
     "INSERT INTO messages (session_id, role, content, sender, send_at) VALUES (?, 'user', ?, '', ?)"
 )
+USAGE = "INSERT INTO usage (session_id, model, send_at) VALUES (?, 'floor', ?)"
 REPLY = (
     "INSERT INTO messages (session_id, role, content, sender, send_at) "
     "VALUES (?, 'assistant', ?, '', ?)"
@@ -54,8 +55,10 @@ class Floor:
                 ("INSERT INTO session (id) VALUES (?) ON CONFLICT DO NOTHING", (sid,)),
                 (USER, (sid, text, now)),
             ],
-            [("INSERT INTO usage (session_id, model, send_at) VALUES (?, 'floor', ?)", (sid, now))],
-            [(REPLY, (sid, f"echo: {text}", now))],
+            [
+                (USAGE, (sid, now)),
+                (REPLY, (sid, f"echo: {text}", now)),
+            ],
         ]
         history = self.history_dir / f"{sid}.jsonl"
         for number, statements in enumerate(transactions):
@@ -63,10 +66,10 @@ class Floor:
             for sql, params in statements:
                 self.conn.execute(sql, params)
             self.conn.execute("COMMIT")
-            if number != 1:  # the message, then the reply, each filed after its commit
-                role, content = ("user", text) if number == 0 else ("assistant", f"echo: {text}")
-                with history.open("a", encoding="utf-8") as out:
-                    out.write(json.dumps({"role": role, "content": content, "send_at": now}) + "\n")
+            # The message, then the reply, each filed after its commit.
+            role, content = ("user", text) if number == 0 else ("assistant", f"echo: {text}")
+            with history.open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"role": role, "content": content, "send_at": now}) + "\n")
 
     async def send(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -1,7 +1,7 @@
 """The PostgreSQL floor of `http_load.py --database postgresql`: the SQLite floor's work
 (`floor_server.py`) on PostgreSQL, in a process of its own — a bare aiohttp handler with one
-asyncpg pool that, per message, commits the same three transactions as the gateway's path
-(session + user message, usage, reply) and appends the two history.json lines (the message
+asyncpg pool that, per message, commits the same two transactions as the gateway's path
+(session + user message; usage + reply) and appends the two history.json lines (the message
 and the reply), then answers with the same JSON shape.
 
     python bench/floor_server_pg.py DSN HISTORY_DIR PORT [POOL_SIZE]
@@ -60,10 +60,9 @@ class Floor:
                 await conn.execute(SESSION, sid)
                 await conn.execute(USER, sid, text, now)
             self.file(sid, "user", text, now)
-            # A single statement outside a transaction block commits on its own, in one
-            # round trip.
-            await conn.execute(USAGE, sid, now)
-            await conn.execute(REPLY, sid, reply, now)
+            async with conn.transaction():
+                await conn.execute(USAGE, sid, now)
+                await conn.execute(REPLY, sid, reply, now)
             self.file(sid, "assistant", reply, now)
         return web.json_response({"session_id": sid, "status": "done", "text": reply})
 

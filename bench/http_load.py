@@ -8,7 +8,7 @@ M client workers each own one session and send their share of N messages one aft
 workers at once. Both servers run in processes of their own, this one only drives them: ours
 is `agenvoy run`; the floor (`floor_server.py`) is a bare aiohttp handler with one long-lived
 SQLite connection that does, per message, the same committed transactions as the gateway's
-path (session + user message, usage, run + reply; HTTP callers read replies from the gateway,
+path (session + user message; usage, run + reply; HTTP callers read replies from the gateway,
 so there is no outbox entry to record or mark) with the same pragmas, appends the same two
 history lines, and answers with the same JSON shape. The ratio ours/floor is the number to
 watch: absolute numbers swing with whatever else the shared machine is doing.
@@ -56,7 +56,7 @@ from gateway.store.db import Database
 EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
 PG_DSN = os.environ.get("AGENVOY_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
-WRITES_PER_MESSAGE = 3
+WRITES_PER_MESSAGE = 2
 # The PostgreSQL floor gets a connection for every session in flight, so that no message waits
 # for one, up to half of PostgreSQL's default max_connections (the server is shared).
 PG_FLOOR_POOL_MAX = 50

@@ -55,6 +55,7 @@ Work = Callable[[Session], T]
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 5000
 SQLITE_READERS = 4
+PG_POOL_SIZE = 20
 # Advisory-lock key shared by every instance migrating one PostgreSQL database.
 _PG_MIGRATION_LOCK = 0x616765_6E766F79
 
@@ -101,7 +102,11 @@ class Database:
         elif self.dialect == "postgresql":
             if parsed.drivername in ("postgresql", "postgres"):
                 parsed = parsed.set(drivername="postgresql+asyncpg")
-            self._async_engine = create_async_engine(parsed, pool_pre_ping=True)
+            # Enough connections for the sessions that run at once: past the pool, every
+            # checkout opened a new server backend (and lost its prepared statements).
+            self._async_engine = create_async_engine(
+                parsed, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_POOL_SIZE
+            )
         else:
             raise DatabaseError(
                 f"unsupported database {self.dialect!r}: use sqlite:///path/history.db "
