@@ -5,7 +5,9 @@
 
 M client workers each own one session and send their share of N messages one after another
 (a session runs one task at a time, so this is the most a single chat can ask for), all
-workers at once. Both servers run in processes of their own, this one only drives them: ours
+workers at once. Both servers run at the same time in processes of their own and take turns
+(ROUNDS each, alternating which goes first), so a noisy neighbour weighs on both alike; this
+process only drives them: ours
 is `agenvoy run`; the floor (`floor_server.py`) is a bare aiohttp handler with one long-lived
 SQLite connection that does, per message, the same committed transactions as the gateway's
 path (session + user message; usage, run + reply; HTTP callers read replies from the gateway,
@@ -57,6 +59,7 @@ EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
 PG_DSN = os.environ.get("AGENVOY_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 
 WRITES_PER_MESSAGE = 2
+ROUNDS = 4  # turns each side takes; the shares add up to the messages asked for
 # The PostgreSQL floor gets a connection for every session in flight, so that no message waits
 # for one, up to half of PostgreSQL's default max_connections (the server is shared).
 PG_FLOOR_POOL_MAX = 50
@@ -125,9 +128,13 @@ async def stopped(proc: Process) -> None:
             await proc.wait()
 
 
-async def run_ours(
-    root: Path, sessions: int, per_session: int, database_url: str | None = None
-) -> tuple[float, list[float]]:
+Target = tuple[str, list[str]]  # a server's address and the sessions to drive on it
+
+
+@contextlib.asynccontextmanager
+async def ours_server(
+    root: Path, sessions: int, database_url: str | None = None
+) -> AsyncIterator[Target]:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     home = root / "ours"
@@ -147,12 +154,13 @@ async def run_ours(
             for _ in range(sessions):
                 async with http.post(f"{url}/v1/session", json={"prefix": "cli"}) as resp:
                     ids.append((await resp.json())["session_id"])
-        return await drive(url, ids, per_session)
+        yield url, ids
     finally:
         await stopped(proc)
 
 
-async def run_floor(root: Path, sessions: int, per_session: int) -> tuple[float, list[float]]:
+@contextlib.asynccontextmanager
+async def floor_server(root: Path, sessions: int) -> AsyncIterator[Target]:
     path = root / "floor" / "history.db"
     db = await Database.open(f"sqlite:///{path}")  # the same schema and triggers
     await db.close()
@@ -162,15 +170,13 @@ async def run_floor(root: Path, sessions: int, per_session: int) -> tuple[float,
     argv = [sys.executable, str(server), str(path), str(root / "floor" / "sessions"), str(port)]
     proc = await serving(argv, url, dict(os.environ), root)
     try:
-        ids = [f"cli-floor{i}" for i in range(sessions)]
-        return await drive(url, ids, per_session)
+        yield url, [f"cli-floor{i}" for i in range(sessions)]
     finally:
         await stopped(proc)
 
 
-async def run_floor_pg(
-    root: Path, sessions: int, per_session: int, dsn: str
-) -> tuple[float, list[float]]:
+@contextlib.asynccontextmanager
+async def floor_server_pg(root: Path, sessions: int, dsn: str) -> AsyncIterator[Target]:
     db = await Database.open(dsn)  # the same schema and indexes, trigram index included
     await db.close()
     port = free_port()
@@ -180,10 +186,25 @@ async def run_floor_pg(
     argv = [sys.executable, str(server), dsn, str(history), str(port), str(floor_pool(sessions))]
     proc = await serving(argv, url, dict(os.environ), root)
     try:
-        ids = [f"cli-floor{i}" for i in range(sessions)]
-        return await drive(url, ids, per_session)
+        yield url, [f"cli-floor{i}" for i in range(sessions)]
     finally:
         await stopped(proc)
+
+
+async def alternate(
+    ours: Target, floor: Target, per_session: int, rounds: int
+) -> tuple[tuple[float, list[float]], tuple[float, list[float]]]:
+    """Drive both servers in turns (which one goes first alternates), so that whatever else
+    the machine does meanwhile weighs on both alike; returns each side's time and latencies."""
+    totals: dict[str, tuple[float, list[float]]] = {"ours": (0.0, []), "floor": (0.0, [])}
+    shares = [per_session // rounds + (1 if r < per_session % rounds else 0) for r in range(rounds)]
+    for number, share in enumerate(shares):
+        turn = [("ours", ours), ("floor", floor)]
+        for name, (url, ids) in turn if number % 2 == 0 else reversed(turn):
+            elapsed, latencies = await drive(url, ids, share)
+            spent, kept = totals[name]
+            totals[name] = (spent + elapsed, kept + latencies)
+    return totals["ours"], totals["floor"]
 
 
 def floor_pool(sessions: int) -> int:
@@ -260,11 +281,13 @@ async def load_sqlite(root: Path, sessions: int, per_session: int, header: bool)
         print(f"== SQLite {sqlite3.sqlite_version} (a fresh file per server) ==")
     print(f"POST /v1/send load: {per_session * sessions} messages over {sessions} sessions")
     print(f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}")
-    ours = report("ours (offline agent)", *await run_ours(root, sessions, per_session))
-    floor = report(
-        f"floor ({WRITES_PER_MESSAGE} commits, 1 connection)",
-        *await run_floor(root, sessions, per_session),
-    )
+    async with (
+        ours_server(root, sessions) as ours_at,
+        floor_server(root, sessions) as floor_at,
+    ):
+        ours_run, floor_run = await alternate(ours_at, floor_at, per_session, ROUNDS)
+    ours = report("ours (offline agent)", *ours_run)
+    floor = report(f"floor ({WRITES_PER_MESSAGE} commits, 1 connection)", *floor_run)
     ratios = print_ratios(ours, floor)
     return {"database": "sqlite", "ours": ours, "floor": floor, "ratios": ratios}
 
@@ -278,13 +301,17 @@ async def load_postgresql(root: Path, sessions: int, per_session: int) -> dict[s
     )
     print(f"POST /v1/send load: {per_session * sessions} messages over {sessions} sessions")
     print(f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}")
-    async with fresh_pg_database("ours") as url:
-        ours = report("ours (offline agent)", *await run_ours(root, sessions, per_session, url))
-    async with fresh_pg_database("floor") as url:
-        floor = report(
-            f"floor ({WRITES_PER_MESSAGE} commits, pool of {floor_pool(sessions)})",
-            *await run_floor_pg(root, sessions, per_session, url),
-        )
+    async with (
+        fresh_pg_database("ours") as ours_url,
+        fresh_pg_database("floor") as floor_url,
+        ours_server(root, sessions, ours_url) as ours_at,
+        floor_server_pg(root, sessions, floor_url) as floor_at,
+    ):
+        ours_run, floor_run = await alternate(ours_at, floor_at, per_session, ROUNDS)
+    ours = report("ours (offline agent)", *ours_run)
+    floor = report(
+        f"floor ({WRITES_PER_MESSAGE} commits, pool of {floor_pool(sessions)})", *floor_run
+    )
     ratios = print_ratios(ours, floor)
     return {
         "database": "postgresql",
