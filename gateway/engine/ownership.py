@@ -27,6 +27,10 @@ from gateway.store.sessions import SessionStore
 log = get_logger(__name__)
 
 JOURNAL = "journal"  # bus topic: a task was stored for {"session_id": ...}
+# An idle session's lease is kept this long before it is let go: a chat that writes again
+# soon pays no lease round trips and no check for journals stored elsewhere (another
+# instance that receives its message meanwhile signals this one, as for a busy session).
+LINGER_SECONDS = 2.0
 
 
 def lease_of(session_id: str) -> str:
@@ -60,6 +64,7 @@ class Ownership:
         self._locks = KeyedLocks()
         self._closing = False
         self._stopping: set[asyncio.Task[None]] = set()
+        self._lingering: dict[str, asyncio.Task[None]] = {}
         bus.on(JOURNAL, self._on_journal)
         leases.on_lost(self._on_lost)
 
@@ -96,8 +101,20 @@ class Ownership:
             await self.store.resync_history(session_id)
 
     async def idle(self, session_id: str) -> None:
-        """The session has nothing left to run here: let its lease go, unless a task was
-        stored for it meanwhile."""
+        """The session has nothing left to run here: let its lease go (with several instances
+        after a linger), unless a task was stored for it meanwhile."""
+        if not self.shared:
+            await self._let_go(session_id)
+        elif session_id not in self._lingering and not self._closing:
+            job = asyncio.create_task(self._let_go_later(session_id))
+            self._lingering[session_id] = job
+            job.add_done_callback(lambda _: self._lingering.pop(session_id, None))
+
+    async def _let_go_later(self, session_id: str) -> None:
+        await asyncio.sleep(LINGER_SECONDS)
+        await self._let_go(session_id)
+
+    async def _let_go(self, session_id: str) -> None:
         async with self._holding(session_id):
             if self._is_busy(session_id) or not self.leases.holds(lease_of(session_id)):
                 return
@@ -127,6 +144,12 @@ class Ownership:
         """Shutting down: after this instance let its leases go, tell the others that the
         sessions it ran (`had`) have journals to take up, so they need not wait."""
         self._closing = True
+        lingering = dict(self._lingering)
+        for job in lingering.values():
+            job.cancel()
+        await asyncio.gather(*lingering.values(), return_exceptions=True)
+        for session_id in lingering:
+            await self.leases.release(lease_of(session_id))
         for session_id in had:
             await self.leases.release(lease_of(session_id))
         if self.shared:
