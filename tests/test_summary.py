@@ -140,3 +140,38 @@ async def test_messages_are_folded_a_batch_at_a_time_and_seen_until_then(tmp_pat
         assert seen[-1] == ["m5", "echo: m5", "m6", "echo: m6"]
     finally:
         await rt.close()
+
+
+async def test_after_tasks_the_summary_folds_only_when_a_batch_may_be_due(tmp_path: Path) -> None:
+    """The runtime's own hook: called after a task only when the context read said a batch
+    may be due, and then it folds every message outside the window once."""
+    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    model = Recording()
+    rolling = RollingSummary(rt.store, model, window=4)
+    calls: list[str] = []
+
+    def hook(session_id: str) -> None:
+        calls.append(session_id)
+        rolling.schedule(session_id)
+
+    rt.router.after_task.clear()
+    rt.router.after_task.append(hook)
+    try:
+        sub = await rt.router.submit(Inbound(ANN, "cli-s", "message 0"))
+        await rt.router.wait(sub.task_hash, 10)
+        assert calls == []  # two messages in a four-message window: nothing can be due
+        for i in range(1, 6):
+            sub = await rt.router.submit(Inbound(ANN, "cli-s", f"message {i}"))
+            await rt.router.wait(sub.task_hash, 10)
+        ids = [m.id for m in await rt.store.messages_after("cli-s", 0)]
+
+        async def folded() -> bool:
+            # Everything outside the window but a last, incomplete batch (of 2): once, in order.
+            return model.folded in (ids[:-5], ids[:-4])
+
+        assert await wait_until(folded, 10), f"{model.folded} vs {ids}"
+        assert 0 < len(calls) < 6
+        await rolling.close()
+    finally:
+        await rt.close()

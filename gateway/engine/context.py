@@ -46,6 +46,8 @@ class RunContext:
         self.summary = ""
         self.reasoning = ""
         self.allowed_tools: frozenset[str] = frozenset()
+        # Whether the rolling summary may have a batch to fold once this task has ended.
+        self.fold_soon = False
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         answer = await self._prompts.ask(
@@ -100,7 +102,7 @@ async def load_context(
 ) -> RunContext:
     """The context of `task`: session settings and summary from SQL, window from its files."""
     files = store.files(task.session_id)
-    summary, row = await store.summary_and_settings(task.session_id)
+    summary, row, due = await store.summary_and_settings(task.session_id, window)
     cursor = summary.cursor if summary else 0
     recent = await _window(task, files, window, after=cursor)
     context = RunContext(task, store, prompts, run_tool, recent)
@@ -110,6 +112,8 @@ async def load_context(
         context.reasoning = row.reasoning
         context.allowed_tools = row.allowed_tools
     context.summary = summary.text if summary else ""
+    # This task adds its reply (its message is archived already): the window moves by one.
+    context.fold_soon = due + 1 >= fold_batch(window)
     return context
 
 

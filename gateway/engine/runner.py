@@ -63,8 +63,9 @@ class Runner:
         self.counters = counters
         self.window = window
         self.crash = crash
-        # Called with the session id after each task that finished with a reply (background
-        # work such as the rolling summary hooks in here, off the reply path).
+        # Called with the session id after a task that finished with a reply when its context
+        # said a summary fold may be due (the rolling summary hooks in here, off the reply
+        # path; it checks again before it folds).
         self.after_task: list[Callable[[str], None]] = []
 
     async def run(self, task: Task) -> None:
@@ -78,10 +79,12 @@ class Runner:
             log.info("task ended", session=task.session_id, task=task.task_hash, status=task.status)
 
     async def _run(self, task: Task) -> None:
+        fold_soon = False
         try:
             await task.set_status("running")
             # The journal written at submission already holds all a replay needs until a step.
             context = await load_context(task, self.store, self.prompts, self.run_tool, self.window)
+            fold_soon = context.fold_soon
             async with (
                 self.presence.hold(task.session_id, task.task_hash),
                 _closing(self.agent.run(context)) as steps,
@@ -101,7 +104,7 @@ class Runner:
             log.exception("task crashed", session=task.session_id, task=task.task_hash)
             await self._finish_error(task, f"internal error: {type(exc).__name__}")
             return
-        await self._finish_done(task)
+        await self._finish_done(task, fold_soon=fold_soon)
 
     async def _step(self, task: Task, step: Step) -> None:
         sid = task.session_id
@@ -205,15 +208,16 @@ class Runner:
 
     # -- the end ---------------------------------------------------------------------------
 
-    async def _finish_done(self, task: Task) -> None:
+    async def _finish_done(self, task: Task, *, fold_soon: bool) -> None:
         text_event = TextEvent(session_id=task.session_id, text=task.reply)
         await self._record_end(task, task.reply, text_event)
         await self.dispatch.emit(task, DoneEvent(session_id=task.session_id, text=task.reply))
         self.counters["tasks_done"] += 1
         await task.journal.close(recorded=True)  # before waiters hear of the end
         await task.set_status("done")
-        for hook in self.after_task:
-            hook(task.session_id)
+        if fold_soon:
+            for hook in self.after_task:
+                hook(task.session_id)
 
     async def _finish_error(self, task: Task, message: str) -> None:
         task.error = message

@@ -82,6 +82,16 @@ def window_start(conn: Connection, session_id: str, window: int, after_id: int) 
     return int(conn.execute(_WINDOW_START, params).scalar() or 0)
 
 
+def _fold_position(conn: Connection, session_id: str, window: int, cursor: int) -> tuple[int, int]:
+    """The oldest message of the window after `cursor` (0 when fewer), and how many lie between
+    the cursor and it: what a fold would take."""
+    oldest = window_start(conn, session_id, window, cursor)
+    if not oldest:
+        return 0, 0
+    params = {"sid": session_id, "after": cursor, "before": oldest}
+    return oldest, int(conn.execute(_COUNT_BETWEEN, params).scalar() or 0)
+
+
 async def summary_state(db: Database, files: SessionFiles, session_id: str) -> SummaryState | None:
     """The session's summary as the archive has it. The first time a session is asked for
     without a row, the summary its files hold (one written before summaries were archived)
@@ -134,11 +144,7 @@ class SummaryArchive(StoreBase):
         validate_session_id(session_id)
 
         def position(conn: Connection, cursor: int) -> tuple[int, int]:
-            oldest = window_start(conn, session_id, window, cursor)
-            if not oldest:
-                return 0, 0
-            params = {"sid": session_id, "after": cursor, "before": oldest}
-            return oldest, int(conn.execute(_COUNT_BETWEEN, params).scalar() or 0)
+            return _fold_position(conn, session_id, window, cursor)
 
         def work(session: Session) -> tuple[SummaryState | _NoRow | None, int, int]:
             conn = session.connection()
@@ -155,20 +161,25 @@ class SummaryArchive(StoreBase):
         return (state.summary if state else None), oldest, due
 
     async def summary_and_settings(
-        self, session_id: str
-    ) -> tuple[Summary | None, SessionRow | None]:
-        """What a task's context reads from the archive: the summary and the session's row."""
+        self, session_id: str, window: int = 0
+    ) -> tuple[Summary | None, SessionRow | None, int]:
+        """What a task's context reads from the archive: the summary, the session's row and
+        (given the `window`) how many messages a fold would take now — one read."""
         validate_session_id(session_id)
 
-        def work(session: Session) -> tuple[SummaryState | _NoRow | None, SessionRow | None]:
-            return latest_state(session.connection(), session_id), session.get(
-                SessionRow, session_id
-            )
+        def work(session: Session) -> tuple[SummaryState | _NoRow | None, SessionRow | None, int]:
+            conn = session.connection()
+            state = latest_state(conn, session_id)
+            due = 0
+            if window and not isinstance(state, _NoRow):
+                cursor = state.summary.cursor if state else 0
+                due = _fold_position(conn, session_id, window, cursor)[1]
+            return state, session.get(SessionRow, session_id), due
 
-        state, row = await self.db.read(work)
+        state, row, due = await self.db.read(work)
         if isinstance(state, _NoRow):
             state = await self.summary_state(session_id)
-        return (state.summary if state else None), row
+        return (state.summary if state else None), row, due
 
     async def save_summary(self, session_id: str, summary: Summary, *, reset_at: int = -1) -> None:
         """Make `summary` the session's; `reset_at` (the last /reset) is kept unless given."""
