@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,8 +38,9 @@ EMPTY: Final = b"[\n]\n"
 CLOSE: Final = b"\n]\n"
 _TRIM_TO: Final = 0.75
 TAIL_BLOCK: Final = 64 * 1024
-# How many recently filed ids an append remembers (a catch-up racing a late writer).
-RECENT_IDS: Final = 256
+# How many recently filed ids an append remembers (a catch-up racing a late writer). Kept in
+# a fixed array: thousands of sessions' files are cached, and an id set each adds up.
+RECENT_IDS: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +81,9 @@ class HistoryFile:
     def __init__(self, path: Path, max_bytes: int = 5 * 1024 * 1024) -> None:
         self.path = path
         self.max_bytes = max_bytes
-        # Archive ids this object appended lately, oldest first (an ordered set).
-        self._filed: dict[int, None] = {}
+        # Archive ids this object appended lately: a ring of RECENT_IDS, made on first use.
+        self._filed: array[int] | None = None
+        self._next_slot = 0
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -137,7 +140,8 @@ class HistoryFile:
         """Append `messages`, leaving out any this object filed lately: lines carry archive
         ids, and a message a catch-up filed is not filed again by its own late writer (both
         write through the store's one `HistoryFile` per session)."""
-        messages = [m for m in messages if not m.id or m.id not in self._filed]
+        filed = self._filed if self._filed is not None else ()
+        messages = [m for m in messages if not m.id or m.id not in filed]
         if not messages:
             return
         with dir_lock(self.path.parent):
@@ -146,9 +150,13 @@ class HistoryFile:
                 self._trim_locked()
         for message in messages:
             if message.id:
-                self._filed[message.id] = None
-        while len(self._filed) > RECENT_IDS:
-            del self._filed[next(iter(self._filed))]
+                self._remember(message.id)
+
+    def _remember(self, message_id: int) -> None:
+        if self._filed is None:
+            self._filed = array("q", bytes(8 * RECENT_IDS))
+        self._filed[self._next_slot] = message_id
+        self._next_slot = (self._next_slot + 1) % RECENT_IDS
 
     def replace(self, messages: Iterable[HistoryMessage]) -> None:
         with dir_lock(self.path.parent):
