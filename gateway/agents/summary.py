@@ -70,9 +70,8 @@ class RollingSummary:
                 return False
 
     async def _fold(self, session_id: str) -> bool:
-        current, oldest_in_window, due_count = await self.store.fold_position(
-            session_id, self.window
-        )
+        state, oldest_in_window, due_count = await self.store.fold_position(session_id, self.window)
+        current = state.summary if state else None
         cursor = current.cursor if current else 0
         if min(due_count, MAX_FOLD) < self.batch:
             return False  # seen in the window until a whole batch is due
@@ -84,6 +83,9 @@ class RollingSummary:
         if len(due) < self.batch:
             return False  # seen in the window until a whole batch is due
         text = await self.model.summarize(current.text if current else "", due)
-        await self.store.save_summary(session_id, Summary(text, due[-1].id, now_ms()))
+        reset_at = state.reset_at if state else 0
+        await self.store.save_summary(
+            session_id, Summary(text, due[-1].id, now_ms()), reset_at=reset_at
+        )
         log.info("summary advanced", session=session_id, folded=len(due), cursor=due[-1].id)
         return True

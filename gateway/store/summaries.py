@@ -137,10 +137,12 @@ class SummaryArchive(StoreBase):
         state = await self.summary_state(session_id)
         return state.summary if state else None
 
-    async def fold_position(self, session_id: str, window: int) -> tuple[Summary | None, int, int]:
-        """Whether a fold may be due, in one read: the summary, the id of the oldest message
-        of the `window` newest after its cursor (0 when fewer), and how many messages lie
-        between the cursor and that one (the ones a fold would take)."""
+    async def fold_position(
+        self, session_id: str, window: int
+    ) -> tuple[SummaryState | None, int, int]:
+        """Whether a fold may be due, in one read: the summary (and last /reset), the id of
+        the oldest message of the `window` newest after its cursor (0 when fewer), and how many
+        messages lie between the cursor and that one (the ones a fold would take)."""
         validate_session_id(session_id)
 
         def position(conn: Connection, cursor: int) -> tuple[int, int]:
@@ -158,7 +160,7 @@ class SummaryArchive(StoreBase):
             state = await self.summary_state(session_id)
             cursor = state.summary.cursor if state else 0
             oldest, due = await self.db.read(lambda session: position(session.connection(), cursor))
-        return (state.summary if state else None), oldest, due
+        return state, oldest, due
 
     async def summary_and_settings(
         self, session_id: str, window: int = 0
