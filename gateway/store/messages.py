@@ -21,7 +21,7 @@ from gateway.store.db import insert_ignoring
 from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.models import MessageRow, SessionRow
-from gateway.store.summaries import summary_state
+from gateway.store.summaries import NoSummaryRow, SummaryState, latest_state, summary_state
 
 log = get_logger(__name__)
 
@@ -232,18 +232,24 @@ class MessageArchive(StoreBase):
                 tail = await asyncio.to_thread(files.history.tail, HISTORY_RESYNC_TAIL)
             except FileNotFoundError:
                 return 0
-            state = await summary_state(self.db, files, session_id)
+            ids = [m.id for m in tail if m.id]
+            first = min(ids) if ids else 0
+            # Before every task of a shared session: ids only, and the summary, in one read;
+            # message bodies only when the two copies differ.
+            state, archived_ids = await self.db.read(
+                lambda session: _resync_view(session.connection(), session_id, first)
+            )
+            if isinstance(state, NoSummaryRow):
+                state = await summary_state(self.db, files, session_id)
             if state and any(m.id and m.id <= state.reset_at for m in tail):
                 # A /reset given on another instance: the window starts again after it.
                 await asyncio.to_thread(files.history.replace, [])
                 return await self._catch_up(session_id)
-            ids = [m.id for m in tail if m.id]
             if not ids:
                 return await self._catch_up(session_id)
-            first = min(ids)
-            archived = await self.messages_after(session_id, first - 1, limit=HISTORY_CATCH_UP)
-            if [m.id for m in archived] == [i for i in ids if i >= first]:
+            if archived_ids == [i for i in ids if i >= first]:
                 return 0
+            archived = await self.messages_after(session_id, first - 1, limit=HISTORY_CATCH_UP)
             missing = len({m.id for m in archived} - set(ids))
 
             def rewrite() -> None:
@@ -342,6 +348,26 @@ class MessageArchive(StoreBase):
             return [_stored(r) for r in session.exec(stmt).all()]
 
         return await self.db.read(work)
+
+
+_IDS_FROM = (
+    select(MessageRow.id)
+    .where(col(MessageRow.session_id) == bindparam("sid"), col(MessageRow.id) >= bindparam("first"))
+    .order_by(col(MessageRow.id))
+    .limit(HISTORY_CATCH_UP)
+)
+
+
+def _resync_view(
+    conn: Connection, session_id: str, first: int
+) -> tuple[SummaryState | NoSummaryRow | None, list[int]]:
+    """The session's summary and the ids of its archived messages from `first` on."""
+    state = latest_state(conn, session_id)
+    if not first:
+        return state, []
+    return state, [
+        int(i) for i in conn.execute(_IDS_FROM, {"sid": session_id, "first": first}).scalars()
+    ]
 
 
 def _stored(row: MessageRow) -> StoredMessage:

@@ -31,11 +31,12 @@ class SummaryState:
     reset_at: int  # the last message before the latest /reset: the window starts after it
 
 
-class _NoRow:
+class NoSummaryRow:
     """The archive has no summary row for the session yet (not even an empty one)."""
 
 
-NO_ROW: Final = _NoRow()
+NO_ROW: Final = NoSummaryRow()
+Archived = SummaryState | NoSummaryRow | None  # what the archive holds for a session
 
 # Built once: read before every task and after it (is a fold due?).
 _LATEST = (
@@ -58,7 +59,7 @@ _WINDOW_START = (
 )
 
 
-def latest_state(conn: Connection, session_id: str) -> SummaryState | _NoRow | None:
+def latest_state(conn: Connection, session_id: str) -> SummaryState | NoSummaryRow | None:
     """The archived summary of a session, None for the empty row (no summary yet), or NO_ROW."""
     row = conn.execute(_LATEST, {"sid": session_id}).first()
     if row is None:
@@ -97,7 +98,7 @@ async def summary_state(db: Database, files: SessionFiles, session_id: str) -> S
     without a row, the summary its files hold (one written before summaries were archived)
     is moved into the archive — or an empty one, so later reads need no file."""
     archived = await db.read(lambda session: latest_state(session.connection(), session_id))
-    if not isinstance(archived, _NoRow):
+    if not isinstance(archived, NoSummaryRow):
         return archived
     try:
         found = await asyncio.to_thread(files.read_summary)
@@ -148,15 +149,15 @@ class SummaryArchive(StoreBase):
         def position(conn: Connection, cursor: int) -> tuple[int, int]:
             return _fold_position(conn, session_id, window, cursor)
 
-        def work(session: Session) -> tuple[SummaryState | _NoRow | None, int, int]:
+        def work(session: Session) -> tuple[SummaryState | NoSummaryRow | None, int, int]:
             conn = session.connection()
             state = latest_state(conn, session_id)
-            if isinstance(state, _NoRow):
+            if isinstance(state, NoSummaryRow):
                 return state, 0, 0
             return state, *position(conn, state.summary.cursor if state else 0)
 
         state, oldest, due = await self.db.read(work)
-        if isinstance(state, _NoRow):  # the first time: the files may hold one to move over
+        if isinstance(state, NoSummaryRow):  # the first time: the files may hold one to move over
             state = await self.summary_state(session_id)
             cursor = state.summary.cursor if state else 0
             oldest, due = await self.db.read(lambda session: position(session.connection(), cursor))
@@ -169,17 +170,17 @@ class SummaryArchive(StoreBase):
         (given the `window`) how many messages a fold would take now — one read."""
         validate_session_id(session_id)
 
-        def work(session: Session) -> tuple[SummaryState | _NoRow | None, SessionRow | None, int]:
+        def work(session: Session) -> tuple[Archived, SessionRow | None, int]:
             conn = session.connection()
             state = latest_state(conn, session_id)
             due = 0
-            if window and not isinstance(state, _NoRow):
+            if window and not isinstance(state, NoSummaryRow):
                 cursor = state.summary.cursor if state else 0
                 due = _fold_position(conn, session_id, window, cursor)[1]
             return state, session.get(SessionRow, session_id), due
 
         state, row, due = await self.db.read(work)
-        if isinstance(state, _NoRow):
+        if isinstance(state, NoSummaryRow):
             state = await self.summary_state(session_id)
         return (state.summary if state else None), row, due
 
