@@ -17,6 +17,7 @@ import json
 import sqlite3
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from typing import Any
 from aiohttp import web
 
 from gateway.store.db import sqlite_pragmas
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 USER = (
     "INSERT INTO messages (session_id, role, content, sender, send_at) VALUES (?, 'user', ?, '', ?)"
@@ -82,8 +85,12 @@ def main() -> None:
     db_path, history_dir, port = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
     history_dir.mkdir(parents=True, exist_ok=True)
     floor = Floor(db_path, history_dir)
-    app = web.Application()
-    app.router.add_post("/v1/send", floor.send)
+    serve(web.Application(), floor.send, port)
+
+
+def serve(app: web.Application, send: Handler, port: int) -> None:
+    """Answer `POST /v1/send` with `send` and `GET /healthz`, on loopback, until stopped."""
+    app.router.add_post("/v1/send", send)
     app.router.add_get("/healthz", lambda _request: _ok())
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import asyncpg  # type: ignore[import-untyped]
 from aiohttp import web
+from floor_server import serve
 
 SESSION = "INSERT INTO session (id) VALUES ($1) ON CONFLICT DO NOTHING"
 USER = (
@@ -81,13 +82,7 @@ def main() -> None:
 
     app = web.Application()
     app.cleanup_ctx.append(pooled)
-    app.router.add_post("/v1/send", floor.send)
-    app.router.add_get("/healthz", lambda _request: _ok())
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
-
-
-async def _ok() -> web.Response:
-    return web.json_response({"status": "ok"})
+    serve(app, floor.send, port)
 
 
 if __name__ == "__main__":

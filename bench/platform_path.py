@@ -86,11 +86,27 @@ DISCORD_USERS = 1_200_000_000_000_000_000
 
 
 @contextlib.asynccontextmanager
+async def gateway_with(settings: Any, make_adapter: Any) -> AsyncIterator[None]:
+    """The gateway's runtime with one platform adapter, for the length of a `with` block."""
+    from gateway.runtime import Runtime
+
+    runtime = await Runtime.start(settings)
+    try:
+        adapter = make_adapter(runtime)
+        await adapter.start()
+        try:
+            yield
+        finally:
+            await adapter.stop()
+    finally:
+        await runtime.close()
+
+
+@contextlib.asynccontextmanager
 async def telegram_ours(spec: dict[str, str], *, limited: bool) -> AsyncIterator[None]:
     from telegram.ext import AIORateLimiter
 
     import adapters.telegram.adapter as telegram_adapter
-    from gateway.runtime import Runtime
     from gateway.settings import Settings
 
     if not limited:
@@ -104,16 +120,8 @@ async def telegram_ours(spec: dict[str, str], *, limited: bool) -> AsyncIterator
         telegram_api_url=spec["url"],
         _env_file=None,
     )  # type: ignore[call-arg]
-    runtime = await Runtime.start(settings)
-    try:
-        adapter = telegram_adapter.TelegramAdapter.build(runtime)
-        await adapter.start()
-        try:
-            yield
-        finally:
-            await adapter.stop()
-    finally:
-        await runtime.close()
+    async with gateway_with(settings, telegram_adapter.TelegramAdapter.build):
+        yield
 
 
 @contextlib.asynccontextmanager
@@ -155,7 +163,6 @@ async def telegram_floor(spec: dict[str, str]) -> AsyncIterator[None]:
 @contextlib.asynccontextmanager
 async def discord_ours(spec: dict[str, str]) -> AsyncIterator[None]:
     from adapters.discord import DiscordAdapter
-    from gateway.runtime import Runtime
     from gateway.settings import Settings
 
     settings = Settings(
@@ -166,16 +173,8 @@ async def discord_ours(spec: dict[str, str]) -> AsyncIterator[None]:
         discord_allow_dms=True,
         _env_file=None,
     )  # type: ignore[call-arg]
-    runtime = await Runtime.start(settings)
-    try:
-        adapter = DiscordAdapter(runtime)
-        await adapter.start()
-        try:
-            yield
-        finally:
-            await adapter.stop()
-    finally:
-        await runtime.close()
+    async with gateway_with(settings, DiscordAdapter):
+        yield
 
 
 @contextlib.asynccontextmanager
