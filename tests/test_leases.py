@@ -248,3 +248,25 @@ async def test_leadership_moves_when_the_leader_loses_its_connection(
     finally:
         await first.end()
         await second.end()
+
+
+async def test_an_idle_session_lease_lingers_then_goes_and_closing_lets_it_go(
+    runtimes: tuple[Runtime, Runtime],
+) -> None:
+    from gateway.engine.ownership import LINGER_SECONDS, lease_of
+
+    first, second = runtimes
+    sub = await first.router.submit(Inbound(ANN, "chat-l", "hello"))
+    assert (await first.router.wait(sub.task_hash, 10)).reply == "echo: hello"
+    # Idle, yet still first's for a moment: a chat that writes again soon pays nothing.
+    assert first.leases.holds(lease_of("chat-l"))
+    assert not await second.leases.acquire(lease_of("chat-l"))
+    # Then let go, so that any instance can run the session.
+    assert await wait_until(lambda: second.leases.acquire(lease_of("chat-l")), LINGER_SECONDS + 5)
+    await second.leases.release(lease_of("chat-l"))
+
+    sub = await first.router.submit(Inbound(ANN, "chat-l", "again"))
+    await first.router.wait(sub.task_hash, 10)
+    assert first.leases.holds(lease_of("chat-l"))  # lingering again
+    await first.close()  # shutting down does not wait out the linger
+    assert await second.leases.acquire(lease_of("chat-l"))

@@ -105,10 +105,16 @@ class Ownership:
         after a linger), unless a task was stored for it meanwhile."""
         if not self.shared:
             await self._let_go(session_id)
-        elif session_id not in self._lingering and not self._closing:
-            job = asyncio.create_task(self._let_go_later(session_id))
-            self._lingering[session_id] = job
-            job.add_done_callback(lambda _: self._lingering.pop(session_id, None))
+        elif not self._closing:
+            running = self._lingering.get(session_id)
+            if running is None or running.done():
+                job = asyncio.create_task(self._let_go_later(session_id))
+                self._lingering[session_id] = job
+                job.add_done_callback(lambda done: self._forget_linger(session_id, done))
+
+    def _forget_linger(self, session_id: str, job: asyncio.Task[None]) -> None:
+        if self._lingering.get(session_id) is job:
+            del self._lingering[session_id]
 
     async def _let_go_later(self, session_id: str) -> None:
         await asyncio.sleep(LINGER_SECONDS)

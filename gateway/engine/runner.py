@@ -238,6 +238,7 @@ class Runner:
             outbox=[self.dispatch.outbox_entry(task, event)] if pushed else [],
         )
         self.crash.reach("recorded")
+        task.usage = None  # went with the run
         task.recorded = True
         await self.dispatch.emit(task, event, item=items[0] if items else None)
 
