@@ -20,7 +20,8 @@ async def import_journal_files(store: SessionStore) -> int:
     A task whose run is recorded had finished: only its file is left to remove."""
     moved = 0
     in_archive = {record.task_hash for record in await store.unfinished()}
-    for sid in await asyncio.to_thread(store.dirs.list_ids):
+    # Most folders have no pending/ at all: find the few that do in one hand-off.
+    for sid in await asyncio.to_thread(store.dirs.ids_with_pending):
         files = store.files(sid)
         for task_hash, data in await asyncio.to_thread(_pending_of, files):
             if task_hash in in_archive:

@@ -109,6 +109,11 @@ class SessionsDir:
                     found.append(validate_session_id(entry.name))
         return sorted(found)
 
+    def ids_with_pending(self) -> list[str]:
+        """The sessions whose folder has a `pending/` folder: one pass over the root, a stat
+        per folder, no per-session objects (start-up runs it over every folder)."""
+        return [sid for sid in self.list_ids() if os.path.isdir(self.root / sid / PENDING_DIR)]
+
 
 class SessionFiles:
     def __init__(
