@@ -13,7 +13,7 @@ from watchfiles import Change, awatch
 
 from gateway.clock import SYSTEM_CLOCK, Clock, now_ms
 from gateway.engine.router import Router
-from gateway.ids import is_permanent, is_valid_session_id
+from gateway.ids import Prefix, is_permanent, is_valid_session_id
 from gateway.logs import get_logger
 from gateway.presence import PRESENCE_PREFIX, Presence
 from gateway.store.kv import ERROR_MEMORY_PREFIX, TOOL_CACHE_PREFIX, KVStore
@@ -50,30 +50,37 @@ class Reaper:
 
     async def run_once(self) -> list[str]:
         cutoff = now_ms() - int(self.idle_seconds * 1000)
-        reaped: list[str] = []
-        for info in await self.store.list_sessions():
-            sid = info.id
-            if is_permanent(sid) or info.updated_at > cutoff:
-                continue
-            if self.router.is_busy(sid) or await self.presence.is_running(sid):
-                continue
-            await self.store.delete(sid)
-            for prefix in SESSION_KEY_PREFIXES:
-                for key in await self.kv.scan(f"{prefix}{sid}:"):
-                    await self.kv.delete(key)
-            reaped.append(sid)
+        running = {sid for sid, _ in await self.presence.running_tasks()}
+        idle = [
+            sid
+            for sid in await self.store.idle_ids(Prefix.temp.value + "-", cutoff)
+            if not is_permanent(sid) and not self.router.is_busy(sid) and sid not in running
+        ]
+        reaped = await self.store.delete_many(idle)
+        await self._forget_keys(set(idle))
         # Directories without a row (a crash between mkdir and insert) are reaped by age too.
+        known = await self.store.existing_ids()
+        done = set(idle)
         for sid in await asyncio.to_thread(self.store.dirs.list_ids):
-            if is_permanent(sid) or sid in reaped:
+            if is_permanent(sid) or sid in done or sid in known or self.router.is_busy(sid):
                 continue
-            if await self.store.get(sid) is None and not self.router.is_busy(sid):
-                mtime = await asyncio.to_thread(_mtime_ms, self.store.dirs.path_of(sid))
-                if mtime is not None and mtime < cutoff:
-                    await asyncio.to_thread(self.store.dirs.delete, sid)
-                    reaped.append(sid)
+            mtime = await asyncio.to_thread(_mtime_ms, self.store.dirs.path_of(sid))
+            if mtime is not None and mtime < cutoff:
+                await asyncio.to_thread(self.store.dirs.delete, sid)
+                reaped.append(sid)
         if reaped:
-            log.info("reaped idle temp sessions", count=len(reaped), sessions=reaped)
+            log.info("reaped idle temp sessions", count=len(reaped), sessions=reaped[:20])
         return reaped
+
+    async def _forget_keys(self, sessions: set[str]) -> None:
+        """The reaped sessions' keys: one scan per key space, not one per session."""
+        if not sessions:
+            return
+        for prefix in SESSION_KEY_PREFIXES:
+            for key in await self.kv.scan(prefix):
+                sid = key[len(prefix) :].partition(":")[0]
+                if sid in sessions:
+                    await self.kv.delete(key)
 
 
 def _mtime_ms(path: Path) -> int | None:

@@ -325,6 +325,25 @@ async def test_delete_session_removes_rows_and_files(store: SessionStore) -> Non
     assert not store.dirs.path_of("temp-z").is_dir()
 
 
+async def test_many_sessions_deleted_in_chunks(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gateway.store import sessions as sessions_module
+
+    monkeypatch.setattr(sessions_module, "DELETE_CHUNK", 2)  # three chunks for five sessions
+    ids = [f"temp-many{i}" for i in range(5)]
+    for sid in ids:
+        await store.ensure(sid)
+        await store.append_message(sid, "user", f"note from {sid}")
+    await store.ensure("temp-stays")
+    gone = await store.delete_many([*ids, "temp-never-was"])
+    assert gone == ids
+    assert [await store.get(sid) for sid in ids] == [None] * 5
+    assert not any(store.dirs.path_of(sid).is_dir() for sid in ids)
+    assert await search_messages(store.db, "note from") == []
+    assert await store.get("temp-stays") is not None
+
+
 async def test_deleted_session_leaves_no_row_in_any_table(store: SessionStore) -> None:
     await populate(store, "temp-gone", "zebrafish")
     await populate(store, "cli-stays", "hedgehog")

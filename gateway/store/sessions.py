@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -30,6 +30,8 @@ from gateway.store.runs import RunArchive, RunRecord
 from gateway.store.summaries import SummaryArchive
 
 __all__ = ["RunRecord", "SessionInfo", "SessionStore", "StoredMessage", "UnknownSession"]
+
+DELETE_CHUNK = 500  # sessions per transaction when many go at once (the reaper)
 
 log = get_logger(__name__)
 
@@ -156,18 +158,44 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
         The full-text index follows the messages by itself: on SQLite the FTS5 table's
         triggers drop a deleted message's entry, and PostgreSQL's trigram index is an index.
         """
-        validate_session_id(session_id)
+        return bool(await self.delete_many([session_id]))
 
-        def work(session: Session) -> bool:
-            conn = session.connection()
-            for table in PER_SESSION_TABLES:
-                conn.execute(delete(table).where(table.c.session_id == session_id))
-            result = conn.execute(delete(SessionRow).where(col(SessionRow.id) == session_id))
-            return bool(result.rowcount)
+    async def delete_many(self, session_ids: Sequence[str]) -> list[str]:
+        """`delete` for many sessions at once: one transaction and one folder hand-off per
+        chunk of them. Returns the ids that had a row or a folder."""
+        ids = [validate_session_id(sid) for sid in session_ids]
+        gone: list[str] = []
+        for start in range(0, len(ids), DELETE_CHUNK):
+            chunk = ids[start : start + DELETE_CHUNK]
 
-        existed = await self.db.write(work)
-        removed = await asyncio.to_thread(self.dirs.delete, session_id)
-        return existed or removed
+            def work(session: Session, chunk: list[str] = chunk) -> set[str]:
+                conn = session.connection()
+                for table in PER_SESSION_TABLES:
+                    conn.execute(delete(table).where(table.c.session_id.in_(chunk)))
+                rows = conn.execute(select(SessionRow.id).where(col(SessionRow.id).in_(chunk)))
+                had = {str(sid) for sid in rows.scalars()}
+                conn.execute(delete(SessionRow).where(col(SessionRow.id).in_(chunk)))
+                return had
+
+            def remove_folders(chunk: list[str] = chunk) -> set[str]:
+                return {sid for sid in chunk if self.dirs.delete(sid)}
+
+            had = await self.db.write(work)
+            removed = await asyncio.to_thread(remove_folders)
+            gone += [sid for sid in chunk if sid in had or sid in removed]
+        return gone
+
+    async def idle_ids(self, prefix: str, before_ms: int) -> list[str]:
+        """Ids of the sessions with `prefix` not active since `before_ms`."""
+        stmt = select(SessionRow.id).where(
+            col(SessionRow.id).startswith(prefix, autoescape=True),
+            col(SessionRow.updated_at) <= before_ms,
+        )
+        return await self.db.read(lambda session: [str(i) for i in session.exec(stmt).all()])
+
+    async def existing_ids(self) -> set[str]:
+        stmt = select(SessionRow.id)
+        return await self.db.read(lambda session: {str(i) for i in session.exec(stmt).all()})
 
     async def rename(self, old: str, new: str) -> bool:
         """Carry a session over to a new id (a Telegram group that became a supergroup).
