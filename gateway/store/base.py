@@ -29,8 +29,6 @@ class StoreBase:
         )
         # Per session: a lock over "insert a message, then file it in history.json".
         self._archiving = KeyedLocks()
-        # Sessions whose history.json this process has checked against the archive.
-        self._history_checked: set[str] = set()
         # The audit trail's lines, a few per task: one thread, woken once per batch.
         self.file_calls = SerialCalls("agenvoy-files")
 

@@ -126,6 +126,9 @@ class SessionFiles:
         self.dir = directory
         self.history = HistoryFile(directory / HISTORY, max_bytes=history_max_bytes)
         self.action_log = ActionLog(directory / ACTION_LOG, max_bytes=action_log_max_bytes)
+        # history.json was checked against the archive by this process: kept here rather than
+        # in a set of every session ever written, so it goes when the cache lets this go.
+        self.history_checked = False
 
     def _require_dir(self) -> None:
         if not self.dir.is_dir():

@@ -217,7 +217,7 @@ class MessageArchive(StoreBase):
         shutdown cut between a commit and its line; returns how many were filed."""
         async with self._archive_turn(session_id):
             filed = await self._catch_up(session_id)
-            self._history_checked.add(session_id)
+            self.files(session_id).history_checked = True
             return filed
 
     async def resync_history(self, session_id: str) -> int:
@@ -257,15 +257,15 @@ class MessageArchive(StoreBase):
                 files.history.replace(kept + [history_line(m) for m in archived])
 
             await asyncio.to_thread(rewrite)
-            self._history_checked.add(session_id)
+            self.files(session_id).history_checked = True
             log.info("history.json brought in line with the archive", session=session_id)
             return missing
 
     async def _catch_up_once(self, session_id: str) -> None:
         """The first write of a session in this process checks its history.json first."""
-        if session_id not in self._history_checked:
+        if not self.files(session_id).history_checked:
             await self._catch_up(session_id)
-            self._history_checked.add(session_id)
+            self.files(session_id).history_checked = True
 
     async def _catch_up(self, session_id: str) -> int:
         files = self.files(session_id)
