@@ -47,6 +47,32 @@ async def test_per_session_tables_are_every_table_with_a_session_id(database_url
     assert in_db >= {"messages", "action_history", "file_history", "usage", "outbox"}
 
 
+async def test_every_per_session_table_has_an_index_leading_with_session_id(
+    database_url: str,
+) -> None:
+    """Deleting or renaming a session touches every per-session table by `session_id`: none
+    may need a scan of the whole table for it."""
+    db = await Database.open(database_url)
+    try:
+
+        def leading(session: Session) -> dict[str, set[str]]:
+            inspector = inspect(session.connection())
+            found: dict[str, set[str]] = {}
+            for table in PER_SESSION_TABLES:
+                firsts = {i["column_names"][0] for i in inspector.get_indexes(table.name)}
+                unique = inspector.get_unique_constraints(table.name)
+                firsts |= {u["column_names"][0] for u in unique}
+                primary = inspector.get_pk_constraint(table.name)["constrained_columns"]
+                firsts |= set(primary[:1])
+                found[table.name] = firsts
+            return found
+
+        firsts = await db.read(leading)
+    finally:
+        await db.close()
+    assert {t for t, cols in firsts.items() if "session_id" not in cols} == set()
+
+
 @pytest.mark.parametrize("url", ["sqlite:///relative.db", "sqlite+aiosqlite:///x.db"])
 async def test_sqlite_urls_of_either_driver_are_accepted(url: str, tmp_path: Path) -> None:
     db = await Database.open(url.replace(":///", f":///{tmp_path}/"))
