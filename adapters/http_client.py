@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import aiohttp
-from pydantic import ValidationError
 from yarl import URL
 
 from gateway.credentials import is_local_credential, local_token
@@ -222,5 +221,5 @@ def _parse_event(data: str) -> Event | None:
 
     try:
         return EVENT_ADAPTER.validate_python(json.loads(data))
-    except (ValueError, ValidationError):
+    except ValueError:  # pydantic's ValidationError included
         return None

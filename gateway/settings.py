@@ -14,6 +14,15 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gateway.client_settings import (
+    DEFAULT_HOME,
+    DEFAULT_HTTP_HOST,
+    DEFAULT_HTTP_PORT,
+    ENV_FILE,
+    ENV_PREFIX,
+    ClientSettings,
+)
+
 
 class LogFormat(StrEnum):
     console = "console"
@@ -27,13 +36,13 @@ class TelegramMode(StrEnum):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="AGENVOY_",
-        env_file=".env",
+        env_prefix=ENV_PREFIX.upper(),
+        env_file=ENV_FILE,
         env_file_encoding="utf-8",
         extra="ignore",
     )
 
-    home: Path = Field(default=Path("~/.config/agenvoy"))
+    home: Path = Field(default=Path(DEFAULT_HOME))
     database_url: str = ""
     kv_url: str = ""
     log_format: LogFormat = LogFormat.console
@@ -94,8 +103,8 @@ class Settings(BaseSettings):
     # in the session workspace. `model` picks its model too ("sonnet", "opus" or a full id).
     claude_code_bin: str = "claude"
 
-    http_host: str = "127.0.0.1"
-    http_port: int = 17989
+    http_host: str = DEFAULT_HTTP_HOST
+    http_port: int = DEFAULT_HTTP_PORT
     # Bearer token for the HTTP API, one identity (`http:api`); it or a token issued with
     # `agenvoy token add` is required when http_host is not a loopback address.
     api_token: SecretStr | None = None
@@ -224,6 +233,11 @@ class Settings(BaseSettings):
     @property
     def sessions_dir(self) -> Path:
         return self.home / "sessions"
+
+    def client(self) -> ClientSettings:
+        """What a client of this gateway needs of these settings."""
+        token = self.api_token.get_secret_value() if self.api_token else ""
+        return ClientSettings(self.home, self.http_host, self.http_port, token)
 
     @property
     def store_dir(self) -> Path:

@@ -24,13 +24,14 @@ from adapters.http_client import GatewayClient
 from adapters.terminal.app import ChatApp, ChatConfig
 from adapters.terminal.completion import CommandHint, Completer
 from adapters.terminal.history import InputHistory
-from adapters.terminal.launch import GatewayNotRunning, ensure_gateway, gateway_url
+from adapters.terminal.launch import GatewayNotRunning, ensure_gateway
 from adapters.terminal.link import STREAM_RETRY_SECONDS
 from adapters.terminal.picker import SessionPicker, SessionRow, short_id
 from adapters.terminal.widgets import MessageInput, PromptPanel
 from adapters.terminal.windows import claim_window
 from gateway.agents.offline import OfflineAgent
 from gateway.cli import app as cli_app
+from gateway.client_settings import read_client_settings
 from gateway.credentials import read_terminal_credential
 from gateway.ids import Prefix, new_session_id
 from gateway.runtime import Runtime
@@ -417,7 +418,7 @@ async def test_chat_without_a_gateway_says_how_to_start_one(
     monkeypatch.setenv("AGENVOY_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AGENVOY_HTTP_PORT", str(free_port()))
     with pytest.raises(GatewayNotRunning) as caught:
-        await ensure_gateway(Settings(_env_file=None), start=False)  # type: ignore[call-arg]
+        await ensure_gateway(read_client_settings(env_file=None), start=False)
     assert "agenvoy run" in str(caught.value) and "--start" in str(caught.value)
 
     result = await asyncio.to_thread(CliRunner().invoke, cli_app, ["chat"])
@@ -433,12 +434,12 @@ async def test_start_launches_a_gateway_in_the_background(
 
     monkeypatch.setenv("AGENVOY_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AGENVOY_HTTP_PORT", str(free_port()))
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = read_client_settings(env_file=None)
     started = await ensure_gateway(settings, start=True)
     assert started is not None
     try:
         assert await ensure_gateway(settings, start=False) is None  # now it answers
-        async with GatewayClient(gateway_url(settings)) as client:
+        async with GatewayClient(settings.gateway_url) as client:
             sid = await client.create_session()
         assert (settings.home / "sessions" / sid).is_dir()
         assert started.log_file == settings.home / "gateway.log"

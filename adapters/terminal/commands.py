@@ -30,13 +30,17 @@ def register(app: typer.Typer) -> None:
 
 def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:
     from adapters.http_client import GatewayClient, GatewayError, GatewayUnavailable
-    from adapters.terminal.launch import client_token, gateway_url
+    from adapters.terminal.launch import client_token
+    from gateway.client_settings import InvalidClientSettings, read_client_settings
 
-    settings = load_settings(logs=False)
+    try:
+        settings = read_client_settings()
+    except InvalidClientSettings as exc:
+        fail(f"invalid settings:\n{exc}", 2)
     token = client_token(settings)
 
     async def main() -> T:
-        async with GatewayClient(gateway_url(settings), token) as client:
+        async with GatewayClient(settings.gateway_url, token) as client:
             return await work(client)
 
     try:
@@ -59,16 +63,12 @@ def chat(
     Without --session it opens the session used last, or a new cli-* one.
     """
     from adapters.terminal.app import ChatApp, ChatConfig
-    from adapters.terminal.launch import (
-        GatewayNotRunning,
-        client_token,
-        ensure_gateway,
-        gateway_url,
-    )
+    from adapters.terminal.launch import GatewayNotRunning, client_token, ensure_gateway
 
     if session is not None:
         checked_id(session)
-    settings = load_settings()
+    # The whole settings, checked: a gateway started from here reads them too.
+    settings = load_settings().client()
     try:
         started = asyncio.run(ensure_gateway(settings, start=start))
     except (GatewayNotRunning, TimeoutError) as exc:
@@ -78,7 +78,7 @@ def chat(
             f"started the gateway in the background (pid {started.pid}, log: {started.log_file})"
         )
     config = ChatConfig(
-        base_url=gateway_url(settings),
+        base_url=settings.gateway_url,
         # Read once the gateway is up: a gateway started just now wrote the credential.
         token=client_token(settings),
         session_id=session,

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.http_client import GatewayClient
+from gateway.client_settings import ClientSettings
 from gateway.credentials import read_terminal_credential
-from gateway.settings import Settings
 
 START_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.2
@@ -26,15 +26,7 @@ class StartedGateway:
     log_file: Path
 
 
-def gateway_url(settings: Settings) -> str:
-    # A gateway bound to every interface is reached on loopback from the same machine.
-    host = "127.0.0.1" if settings.http_host in ("0.0.0.0", "::") else settings.http_host
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{settings.http_port}"
-
-
-def client_token(settings: Settings) -> str:
+def client_token(settings: ClientSettings) -> str:
     """What the local clients sign in with: the local credential the gateway wrote into the
     home, or, where it cannot be read (a gateway elsewhere), AGENVOY_API_TOKEN.
 
@@ -42,16 +34,16 @@ def client_token(settings: Settings) -> str:
     local = read_terminal_credential(settings.store_dir)
     if local:
         return local
-    return settings.api_token.get_secret_value() if settings.api_token else ""
+    return settings.api_token
 
 
-async def ensure_gateway(settings: Settings, *, start: bool) -> StartedGateway | None:
+async def ensure_gateway(settings: ClientSettings, *, start: bool) -> StartedGateway | None:
     """Check that a gateway answers; with `start`, launch one in the background if not.
 
     The background gateway inherits this process's environment and working directory, so it
     reads the same settings. Returns it, or None when a gateway was already running.
     """
-    url = gateway_url(settings)
+    url = settings.gateway_url
     async with GatewayClient(url) as client:
         if await client.healthy():
             return None
