@@ -259,7 +259,9 @@ def cleanup() -> None:
                 runtime.router,
                 settings.temp_idle_seconds,
             )
-            return await reaper.run_once()
+            reaped = await reaper.run_once()
+            await runtime.store.trash.settled()  # a one-shot command gives the disk space back
+            return reaped
         finally:
             await runtime.close()
 

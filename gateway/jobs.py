@@ -68,6 +68,8 @@ class Reaper:
             if mtime is not None and mtime < cutoff:
                 await asyncio.to_thread(self.store.dirs.delete, sid)
                 reaped.append(sid)
+        # Their files go in the background, with what a crash or a stop left in the trash.
+        self.store.trash.kick()
         if reaped:
             log.info("reaped idle temp sessions", count=len(reaped), sessions=reaped[:20])
         return reaped

@@ -121,6 +121,32 @@ async def test_orphan_temp_directory_is_reaped_by_age(runtime: Runtime) -> None:
     assert not orphan.exists()
 
 
+async def test_reaped_folders_are_emptied_in_the_background(
+    runtime: Runtime, tmp_path: Path
+) -> None:
+    dirs = runtime.store.dirs
+    for sid in ("temp-a", "temp-b"):
+        await runtime.store.ensure(sid)
+        (dirs.path_of(sid) / "workspace").mkdir()
+        (dirs.path_of(sid) / "workspace" / "big.bin").write_bytes(b"x" * 4096)
+        await age(runtime, sid, 2 * HOUR_MS)
+    # What a crash left mid-emptying, and a link planted in the trash: the link goes, never
+    # what it points at.
+    dirs.trash.mkdir(exist_ok=True)
+    (dirs.trash / "temp-crashed.0011").mkdir()
+    (dirs.trash / "temp-crashed.0011" / "history.json").write_text("[]")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    (dirs.trash / "temp-link.0022").symlink_to(outside)
+
+    assert sorted(await reaper_of(runtime).run_once()) == ["temp-a", "temp-b"]
+    assert not dirs.path_of("temp-a").exists()  # gone from the sessions at once
+    await asyncio.wait_for(runtime.store.trash.settled(), 10)
+    assert list(dirs.trash.iterdir()) == []
+    assert (outside / "keep.txt").read_text() == "mine"
+
+
 async def test_watcher_logs_new_sessions_from_another_process(runtime: Runtime) -> None:
     seen: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
     watcher = SessionWatcher(runtime.store, on_new=lambda sid, name: seen.put_nowait((sid, name)))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,23 @@ def test_writes_after_delete_never_resurrect(sessions: SessionsDir) -> None:
         files.action_log.append("user", "late")
     assert not files.dir.exists()
     assert sessions.list_ids() == []
+
+
+def test_delete_is_one_rename_and_the_trash_empties_later(sessions: SessionsDir) -> None:
+    for _ in range(2):  # the same id deleted twice before the trash is emptied
+        files = sessions.create("temp-twice")
+        (files.dir / "note.txt").write_text("x")
+        assert sessions.delete("temp-twice")
+        assert not files.dir.exists()
+    assert not sessions.delete("temp-twice")
+    assert sessions.list_ids() == []
+    assert len(list(sessions.trash.iterdir())) == 2
+    stop = threading.Event()
+    stop.set()
+    assert sessions.empty_trash(stop) == 0  # a stop before the first folder removes nothing
+    assert sessions.empty_trash() == 2
+    assert list(sessions.trash.iterdir()) == []
+    assert sessions.empty_trash() == 0
 
 
 def test_list_ids_ignores_foreign_entries(sessions: SessionsDir) -> None:

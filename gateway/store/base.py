@@ -10,6 +10,7 @@ from gateway.settings import Settings
 from gateway.store.batching import SerialCalls
 from gateway.store.db import Database
 from gateway.store.files import SessionFiles, SessionsDir
+from gateway.store.trash import TrashEmptier
 
 
 class UnknownSession(LookupError):
@@ -31,6 +32,8 @@ class StoreBase:
         self._archiving = KeyedLocks()
         # The audit trail's lines, a few per task: one thread, woken once per batch.
         self.file_calls = SerialCalls("agenvoy-files")
+        # Deleted sessions' folders, removed off the path of whoever deleted them.
+        self.trash = TrashEmptier(self.dirs)
 
     def files(self, session_id: str) -> SessionFiles:
         return self.dirs.get(session_id)

@@ -14,9 +14,10 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -35,6 +36,7 @@ SUMMARY_CURSOR: Final = ".summary_cursor"
 ACTION_LOG: Final = "action.log"
 CMD_HISTORY: Final = ".cmd_history"
 PENDING_DIR: Final = "pending"
+TRASH_DIR: Final = ".trash"  # in the sessions root; its dot keeps it from passing for a session
 RESUME_DIR: Final = ".claude_code"
 CMD_HISTORY_LIMIT: Final = 50
 KNOWN_SESSIONS: Final = 4096  # SessionFiles kept by SessionsDir.get
@@ -88,16 +90,54 @@ class SessionsDir:
         files.dir.mkdir(exist_ok=True, mode=0o700)
         return files
 
+    @property
+    def trash(self) -> Path:
+        return self.root / TRASH_DIR
+
     def delete(self, session_id: str) -> bool:
-        path = self.path_of(session_id)
-        if not path.is_dir():
-            return False
-        # Rename first so writers that take the lock after this see the directory gone at once.
-        graveyard = path.with_name(f".deleting-{path.name}-{os.getpid()}")
-        with dir_lock(path):
-            os.rename(path, graveyard)
-        shutil.rmtree(graveyard, ignore_errors=True)
-        return True
+        """Take the session's folder away: one rename into the trash, so writers that take its
+        lock after this find it gone at once. Its files stay on disk until `empty_trash`, which
+        the store runs in the background: a folder's files cost a unlink each, and a reaper
+        pass over thousands of sessions should not wait for them."""
+        return bool(self.delete_many([session_id]))
+
+    def delete_many(self, session_ids: Iterable[str]) -> set[str]:
+        """`delete` for many: the ids whose folder was there and went."""
+        gone: set[str] = set()
+        trash_ready = False
+        for session_id in session_ids:
+            path = self.path_of(session_id)
+            try:
+                with dir_lock(path):
+                    if not trash_ready:
+                        self.trash.mkdir(exist_ok=True, mode=0o700)
+                        trash_ready = True
+                    # The same id can be deleted again, re-created in between, before the
+                    # trash is emptied: each goes in under a name of its own.
+                    os.rename(path, self.trash / f"{path.name}.{secrets.token_hex(6)}")
+            except (SessionDirectoryMissing, NotADirectoryError):
+                continue
+            gone.add(session_id)
+        return gone
+
+    def empty_trash(self, stop: threading.Event | None = None) -> int:
+        """Remove what `delete` put in the trash (and what a crash left there), until `stop`
+        is set. Returns how many folders went."""
+        try:
+            entries = list(os.scandir(self.trash))
+        except FileNotFoundError:
+            return 0
+        removed = 0
+        for entry in entries:
+            if stop is not None and stop.is_set():
+                break
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:  # a link planted where a folder was: the link goes, never what it points at
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+            removed += 1
+        return removed
 
     def list_ids(self) -> list[str]:
         if not self.root.is_dir():

@@ -31,7 +31,9 @@ from gateway.store.summaries import SummaryArchive
 
 __all__ = ["RunRecord", "SessionInfo", "SessionStore", "StoredMessage", "UnknownSession"]
 
-DELETE_CHUNK = 500  # sessions per transaction when many go at once (the reaper)
+# Sessions per transaction when many go at once (the reaper): each commit is an fsync, and the
+# writer is held for the whole chunk. Under 999, the bound-parameter limit of older SQLite.
+DELETE_CHUNK = 900
 
 log = get_logger(__name__)
 
@@ -51,6 +53,7 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
         return cls(settings, db)
 
     async def close(self) -> None:
+        await self.trash.close()
         await asyncio.to_thread(self.file_calls.close)
         await self.db.close()
 
@@ -177,12 +180,10 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
                 conn.execute(delete(SessionRow).where(col(SessionRow.id).in_(chunk)))
                 return had
 
-            def remove_folders(chunk: list[str] = chunk) -> set[str]:
-                return {sid for sid in chunk if self.dirs.delete(sid)}
-
             had = await self.db.write(work)
-            removed = await asyncio.to_thread(remove_folders)
+            removed = await asyncio.to_thread(self.dirs.delete_many, chunk)
             gone += [sid for sid in chunk if sid in had or sid in removed]
+        self.trash.kick()
         return gone
 
     async def idle_ids(self, prefix: str, before_ms: int) -> list[str]:
