@@ -445,3 +445,45 @@ def test_api_key_is_read_from_anthropics_own_variable(monkeypatch: pytest.Monkey
     monkeypatch.setenv("AGENVOY_ANTHROPIC_API_KEY", "sk-ant-ours")
     key = Settings(_env_file=None).anthropic_api_key  # type: ignore[call-arg]
     assert key is not None and key.get_secret_value() == "sk-ant-ours"
+
+
+async def test_confirmation_answered_in_a_telegram_group(
+    fake: FakeAnthropic, tmp_path: Path
+) -> None:
+    from fakes.telegram import FakeTelegram
+    from telegram_rig import reply_in, running
+
+    async with FakeTelegram() as telegram:
+        options = {
+            "agent": "claude",
+            "anthropic_base_url": fake.url,
+            "anthropic_api_key": fake.api_key,
+            "anthropic_model": "claude-test",
+        }
+        async with running(telegram, tmp_path / "home", **options) as rig:
+            fake.script(
+                ToolUse([("toolu_g", "write_file", {"name": "todo.md", "content": "ship"})]),
+                Text("Saved the list."),
+            )
+            group = telegram.group(-300, "crew")
+            ann, bob = telegram.user(31, "Ann"), telegram.user(32, "Bob")
+            bot = telegram.bot_user["username"]
+            telegram.inject_message(group, ann, f"@{bot} save our todo list")
+            prompt = await telegram.wait_for_call(
+                "sendMessage", lambda p: "reply_markup" in p and p.get("chat_id") == -300, 10
+            )
+            assert "write_file" in prompt["text"]
+            buttons = prompt["reply_markup"]["inline_keyboard"][0]
+            approve = next(b for b in buttons if b["text"] == "Approve")
+            posted = telegram.sent_messages(-300)[-1]
+            telegram.inject_callback(bob, posted, approve["callback_data"])
+            refusal = await telegram.wait_for_call("answerCallbackQuery", timeout=10)
+            assert "Ann" in refusal["text"]  # only the requester (or an admin) may answer
+            assert len(fake.requests) == 1
+            telegram.inject_callback(ann, posted, approve["callback_data"])
+            await reply_in(telegram, -300, "Saved the list.")
+            workspace = rig.runtime.store.files("tg--300").dir / "workspace"
+            assert (workspace / "todo.md").read_text() == "ship"
+            turn = fake.requests[-1]["messages"][0]["content"]
+            assert turn[-1]["text"] == "Ann: save our todo list"
+            assert [r[5] for r in await usage_rows(rig.runtime)] == [["toolu_g"], []]
