@@ -375,13 +375,43 @@ async def test_a_window_opening_with_a_reply_starts_at_a_user_turn(
     fake: FakeAnthropic, tmp_path: Path
 ) -> None:
     rt = await start(fake, tmp_path / "h", history_window=1)
-    rt.router.after_task.clear()
+    rt.router.after_task.clear()  # the summary runs when the test says so
     try:
-        fake.script(Text("first answer"), Text("second answer"))
+        fake.script(Text("first answer"), Text("Ann asked."), Text("second answer"))
         await ask(rt.router, "cli-w1", "first question")
+        assert rt.summary is not None and await rt.summary.run("cli-w1")  # folds the question
         state = await ask(rt.router, "cli-w1", "second question")
         assert state.reply == "second answer"  # the fake refuses an opening assistant turn
-        assert [m["role"] for m in fake.requests[-1]["messages"]] == ["user"]
+        (turn,) = fake.requests[-1]["messages"]
+        assert [b["text"] for b in turn["content"]] == ["Ann: second question"]
+    finally:
+        await rt.close()
+
+
+async def test_a_long_conversation_reads_its_messages_from_the_cache(
+    fake: FakeAnthropic, tmp_path: Path
+) -> None:
+    """Past the window, the conversation's start moves only when a batch is folded: every
+    call between two folds reads the whole previous prompt from the cache."""
+    rt = await start(fake, tmp_path / "h", history_window=8)
+    rt.router.after_task.clear()  # folds happen when the test says so, after each turn
+    assert rt.summary is not None
+    try:
+        fake.script(*[Text("fine thanks")] * 40)
+        folded_after: list[bool] = []
+        calls: list[int] = []  # the index of each turn's request
+        for turn in range(16):
+            await ask(rt.router, "cli-long", f"message number {turn}")
+            calls.append(len(fake.requests) - 1)
+            folded_after.append(await rt.summary.run("cli-long"))
+        uses = [fake.cache_uses[i] for i in calls]
+        assert all("tools" in fake.requests[i] for i in calls)  # not summary calls
+        for turn in range(1, 16):
+            before, after = uses[turn - 1], uses[turn]
+            if not folded_after[turn - 1]:
+                assert after.read == before.read + before.written > 0, turn
+        folds = sum(folded_after[:-1])
+        assert 0 < folds <= 8  # folds come in batches, not every turn
     finally:
         await rt.close()
 

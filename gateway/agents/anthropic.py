@@ -60,8 +60,13 @@ def system_blocks(ctx: AgentContext) -> list[dict[str, Any]]:
     return blocks
 
 
-def conversation(ctx: AgentContext, window: int) -> list[dict[str, Any]]:
+def conversation(ctx: AgentContext) -> list[dict[str, Any]]:
     """The window and the new message as alternating turns of text blocks.
+
+    The window is the context's history whole: the recent messages and, before them, those
+    the summary has not folded yet. It is not cut to the last `history_window` messages: its
+    start then moves only when a batch is folded, so between folds each call's conversation
+    starts with the previous call's, and is read from the cache.
 
     Messages in a row from one side (several people talking before the model answers) share
     one turn, a block each. Every turn is a list of blocks, as on the call that had it last:
@@ -77,7 +82,7 @@ def conversation(ctx: AgentContext, window: int) -> list[dict[str, Any]]:
         elif turns or role == "user":  # the conversation must open with a user turn
             turns.append({"role": role, "content": [{"type": "text", "text": text}]})
 
-    for message in list(ctx.history)[-window:]:
+    for message in ctx.history:
         if message.role == "assistant":
             add("assistant", message.content)
         else:
@@ -168,7 +173,7 @@ class AnthropicAgent:
         reasoning = ctx.reasoning or self.settings.reasoning
         system = system_blocks(ctx)
         tools = tool_definitions(self.tools)
-        messages = conversation(ctx, self.settings.history_window)
+        messages = conversation(ctx)
         for _ in range(self.settings.max_tool_iterations):
             body = self.request(model, system, messages, tools=tools, reasoning=reasoning)
             turn = Turn()
