@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from clock import FakeClock
-from fakes.anthropic import Cut, Error, FakeAnthropic, StreamError, Text, ToolUse
+from fakes.anthropic import Cut, Error, FakeAnthropic, Slow, StreamError, Text, ToolUse
 from sqlalchemy import text
 from sqlmodel import Session
 
@@ -331,6 +331,24 @@ async def test_bad_request_is_a_clear_error_and_not_retried(
     assert state.status == "error"
     assert "invalid_request_error" in state.error and "prompt is too long" in state.error
     assert len(fake.requests) == 1
+
+
+async def test_an_error_event_that_is_not_transient_ends_the_task(
+    fake: FakeAnthropic, runtime: Runtime
+) -> None:
+    fake.script(StreamError("invalid_request_error", "tool input schema is invalid"))
+    state = await ask(runtime.router, "cli-e", "hi")
+    assert state.status == "error" and "tool input schema is invalid" in state.error
+    assert len(fake.requests) == 1
+
+
+async def test_cancel_does_not_wait_for_a_slow_model(fake: FakeAnthropic, runtime: Runtime) -> None:
+    fake.script(Slow(60, Text("never seen")))
+    sub = await runtime.router.submit(Inbound(ANN, "cli-slow", "think hard"))
+    await fake.wait_for_request()
+    assert await runtime.router.cancel("cli-slow", sub.task_hash, by="Ann")
+    state = await runtime.router.wait(sub.task_hash, 5)
+    assert state.status == "canceled"
 
 
 async def test_rejected_key(fake: FakeAnthropic, tmp_path: Path) -> None:
