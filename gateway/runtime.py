@@ -32,7 +32,7 @@ from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
 
-AGENTS = ("offline", "openai", "claude-code")
+AGENTS = ("offline", "openai", "claude", "claude-code")
 
 
 class UnknownAgent(ValueError):
@@ -49,6 +49,10 @@ def build_agent(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Agent:
         from gateway.agents.openai import OpenAIAgent
 
         return OpenAIAgent(settings, clock)
+    if name == "claude":
+        from gateway.agents.anthropic import AnthropicAgent
+
+        return AnthropicAgent(settings, clock)
     if name == "claude-code":
         from gateway.agents.claude_code import ClaudeCodeAgent, ClaudeCodeUnavailable
 

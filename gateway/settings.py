@@ -11,7 +11,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gateway.client_settings import (
@@ -40,6 +40,8 @@ class Settings(BaseSettings):
         env_file=ENV_FILE,
         env_file_encoding="utf-8",
         extra="ignore",
+        # Fields with an alias (a second environment name) are still given by name in code.
+        populate_by_name=True,
     )
 
     home: Path = Field(default=Path(DEFAULT_HOME))
@@ -65,7 +67,8 @@ class Settings(BaseSettings):
     action_log_max_bytes: int = 10 * 1024 * 1024
     usage_retention_days: int = 28
 
-    # The agent that answers: "offline" (deterministic, no network), "openai" or "claude-code".
+    # The agent that answers: "offline" (deterministic, no network), "openai", "claude" or
+    # "claude-code".
     agent: str = "offline"
     # Who may answer any prompt and run admin-only commands, as platform:user-id pairs,
     # e.g. "discord:123,telegram:456".
@@ -92,7 +95,7 @@ class Settings(BaseSettings):
     openai_base_url: str = "https://api.openai.com/v1"
     openai_api_key: SecretStr | None = None
     model: str = "gpt-4o-mini"
-    # Model for rolling summaries; empty = the same as `model`.
+    # Model for rolling summaries; empty = the agent's model (`model`, `anthropic_model`).
     summary_model: str = ""
     max_tool_iterations: int = 32
     # Default reasoning effort for models that support it (low|medium|high); empty = the
@@ -102,6 +105,17 @@ class Settings(BaseSettings):
     # The claude-code agent: the Claude Code CLI (a name on PATH or a path), run once per task
     # in the session workspace. `model` picks its model too ("sonnet", "opus" or a full id).
     claude_code_bin: str = "claude"
+    # The claude agent: the Anthropic Messages API. The key is also read from
+    # ANTHROPIC_API_KEY, the name Anthropic's own tools use, when the AGENVOY_ one is unset.
+    anthropic_base_url: str = "https://api.anthropic.com"
+    anthropic_api_key: SecretStr | None = Field(
+        None, validation_alias=AliasChoices("AGENVOY_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY")
+    )
+    anthropic_model: str = "claude-sonnet-4-5"
+    # Tokens the answer itself may take; a reasoning level's thinking budget comes on top.
+    anthropic_max_tokens: int = 8192
+    # Seconds a call may go without a byte from the API (it sends pings while it works).
+    anthropic_timeout_seconds: float = 120.0
 
     http_host: str = DEFAULT_HTTP_HOST
     http_port: int = DEFAULT_HTTP_PORT
@@ -218,6 +232,8 @@ class Settings(BaseSettings):
         "cleanup_interval_seconds",
         "http_idle_timeout_seconds",
         "http_body_timeout_seconds",
+        "anthropic_max_tokens",
+        "anthropic_timeout_seconds",
         mode="after",
     )
     @classmethod

@@ -29,11 +29,10 @@ from gateway.agents.base import (
     Delta,
     Reply,
     Step,
-    ToolCall,
     ToolResult,
     Usage,
 )
-from gateway.agents.tools import BUILTIN_TOOLS, Tool, ToolFailed
+from gateway.agents.tools import BUILTIN_TOOLS, Tool, call_tool, result_text
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
 from gateway.settings import Settings
@@ -183,9 +182,7 @@ class OpenAIAgent:
                     {
                         "role": "tool",
                         "tool_call_id": call["id"],
-                        "content": result.result
-                        if result.status == "ok"
-                        else f"error ({result.status}): {result.result}",
+                        "content": result_text(result),
                     }
                 )
         raise AgentFailed(
@@ -194,26 +191,13 @@ class OpenAIAgent:
 
     async def _call_tool(self, ctx: AgentContext, call: dict[str, Any]) -> ToolResult:
         name, call_id = call["name"], call["id"]
-        tool = self.tools.get(name)
         try:
             args = json.loads(call["arguments"] or "{}")
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as exc:
             return ToolResult(call_id, name, "error", f"invalid arguments: {exc}")
-        if tool is None:
-            return ToolResult(call_id, name, "error", f"there is no tool named {name!r}")
-        if tool.needs_confirmation and not await ctx.confirm(name, args):
-            return ToolResult(call_id, name, "denied", "the user denied this action")
-
-        async def execute() -> str:
-            try:
-                return await tool.run(ctx, args)
-            except ToolFailed as exc:
-                raise RuntimeError(str(exc)) from exc
-
-        journaled = ToolCall(call_id, name, args, idempotent=tool.idempotent)
-        return await ctx.run_tool(journaled, execute)
+        return await call_tool(ctx, self.tools, call_id, name, args)
 
     async def _complete(
         self,

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from gateway.agents.base import AgentContext
+from gateway.agents.base import AgentContext, ToolCall, ToolResult
 from gateway.agents.workspace import Workspace, WorkspaceError, file_parts
 
 MAX_READ_BYTES = 256 * 1024
@@ -44,6 +44,32 @@ class Tool:
                 "parameters": self.parameters,
             },
         }
+
+
+async def call_tool(
+    ctx: AgentContext, tools: Mapping[str, Tool], call_id: str, name: str, args: dict[str, Any]
+) -> ToolResult:
+    """Run one call a model asked for: confirmed where the tool says so, then through the
+    router (journaled, run once). Every agent with tools goes through here, so confirmations
+    and journaling cannot differ between providers."""
+    tool = tools.get(name)
+    if tool is None:
+        return ToolResult(call_id, name, "error", f"there is no tool named {name!r}")
+    if tool.needs_confirmation and not await ctx.confirm(name, args):
+        return ToolResult(call_id, name, "denied", "the user denied this action")
+
+    async def execute() -> str:
+        try:
+            return await tool.run(ctx, args)
+        except ToolFailed as exc:
+            raise RuntimeError(str(exc)) from exc
+
+    return await ctx.run_tool(ToolCall(call_id, name, args, idempotent=tool.idempotent), execute)
+
+
+def result_text(result: ToolResult) -> str:
+    """What the model reads of a tool's result."""
+    return result.result if result.status == "ok" else f"error ({result.status}): {result.result}"
 
 
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
