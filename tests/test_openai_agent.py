@@ -450,6 +450,23 @@ def test_anthropic_style_usage_counts_cache_writes_as_input() -> None:
     assert (odd.input, odd.cache_read) == (0, 0)  # nonsense from a provider is not a crash
 
 
+async def test_messages_not_folded_yet_stay_in_sight(fake: FakeOpenAI, tmp_path: Path) -> None:
+    # A window of 4 folds 2 at a time: until a pair has left the window, the model still
+    # sees it next to the window, not neither in the window nor in the summary.
+    rt = await start(fake, tmp_path / "h", history_window=4)
+    rt.router.after_task.clear()  # no fold runs: everything past the window is unfolded
+    try:
+        fake.script(*(Text(f"answer {n}") for n in range(4)))
+        for n in range(3):
+            await ask(rt.router, "cli-w", f"question {n}")
+        await ask(rt.router, "cli-w", "question 3")
+        contents = [m["content"] for m in fake.requests[-1]["messages"][1:]]
+        assert contents[0] == "Ann: question 0"  # six messages back: outside the window of 4
+        assert len(contents) == 7
+    finally:
+        await rt.close()
+
+
 async def test_window_is_read_from_history_json(fake: FakeOpenAI, runtime: Runtime) -> None:
     fake.script(Text("first answer"), Text("second answer"))
     await ask(runtime.router, "cli-h", "first question")

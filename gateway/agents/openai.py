@@ -134,8 +134,9 @@ class OpenAIAgent:
                     "content": f"Summary of the earlier conversation:\n{ctx.summary}",
                 }
             )
-        window = list(ctx.history)[-self.settings.history_window :]
-        for message in window:
+        # The context bounds the history already: the window, and before it what the summary
+        # has not folded yet. Cutting it here would hide those until their fold.
+        for message in ctx.history:
             if message.role == "assistant":
                 messages.append({"role": "assistant", "content": message.content})
             else:
