@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     # and this many waiting or running: one client cannot take every slot or flood a queue.
     max_running_per_sender: int = 4
     max_pending_per_sender: int = 100
+    # Messages one session may have waiting behind its running task; past it, a message is
+    # refused with a clear reply (a busy group chat cannot pile up hours of work).
+    max_queued_per_session: int = 100
     max_message_chars: int = 16_000
     # Messages of recent history handed to the agent with each new message.
     history_window: int = 24
@@ -224,6 +227,7 @@ class Settings(BaseSettings):
         "max_concurrent_tasks",
         "max_running_per_sender",
         "max_pending_per_sender",
+        "max_queued_per_session",
         "max_message_chars",
         "history_window",
         "temp_idle_seconds",

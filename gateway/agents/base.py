@@ -61,6 +61,15 @@ class AgentFailed(Exception):
     """The run cannot produce a reply; the message is shown to the user."""
 
 
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message that reached a run while it ran (`AgentContext.steering`)."""
+
+    sender: str
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+
+
 class AgentContext(Protocol):
     session_id: str
     task_hash: str
@@ -88,6 +97,12 @@ class AgentContext(Protocol):
         ...
 
     async def record_file_version(self, directory: str, name: str, content: str) -> None: ...
+
+    async def steering(self) -> list[NewMessage]:
+        """Messages sent to the session since the run began that it should take in now, as
+        new user turns (the `steer` queue mode); empty otherwise. An agent asks between its
+        steps; what it never asks for runs as a follow-up."""
+        ...
 
     async def search_history(self, query: str) -> list[dict[str, object]]:
         """Full-text search of this session's archive, newest first."""

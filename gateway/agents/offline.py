@@ -8,7 +8,9 @@ a contract (README, "The offline agent"):
 - `!ask <question>`     → ask_user; `answer: <answer>` or `answer: (none)` on timeout
 - `!write <name> <text>`→ `write_file` into the session workspace after confirmation;
                           `wrote <name> (<n> bytes)`
-- `!sleep <seconds>`    → cancellable wait, one text_delta per second; `slept <seconds>s`
+- `!sleep <seconds>`    → cancellable wait, one text_delta per second; `slept <seconds>s`,
+                          and `; took in: <text> | …` for messages it was handed meanwhile
+                          (the `steer` queue mode; it asks once a second)
 - `!fail`               → ends the run with an error
 """
 
@@ -76,7 +78,7 @@ class OfflineAgent:
         if command == "!write":
             return self._write(ctx, rest)
         if command == "!sleep":
-            return self._sleep(rest)
+            return self._sleep(ctx, rest)
         if command == "!fail":
             return self._fail()
         return self._echo(ctx.text)
@@ -127,17 +129,19 @@ class OfflineAgent:
             return
         yield Reply(f"wrote {name} ({len(data)} bytes)")
 
-    async def _sleep(self, rest: str) -> AsyncIterator[Step]:
+    async def _sleep(self, ctx: AgentContext, rest: str) -> AsyncIterator[Step]:
         try:
             seconds = int(rest)
         except ValueError:
             raise AgentFailed(f"!sleep needs a whole number of seconds, not {rest!r}") from None
         if not 0 <= seconds <= MAX_SLEEP_SECONDS:
             raise AgentFailed(f"!sleep takes 0 to {MAX_SLEEP_SECONDS} seconds")
+        taken: list[str] = []
         for second in range(1, seconds + 1):
             await self.clock.sleep(1)  # the wait itself is what this command is for
             yield Delta(f"{second}s ")
-        yield Reply(f"slept {seconds}s")
+            taken += [message.text for message in await ctx.steering()]
+        yield Reply(f"slept {seconds}s" + (f"; took in: {' | '.join(taken)}" if taken else ""))
 
     async def _fail(self) -> AsyncIterator[Step]:
         raise AgentFailed("the offline agent was asked to fail (!fail)")

@@ -186,6 +186,9 @@ class OpenAIAgent:
                         "content": result_text(result),
                     }
                 )
+            # What was sent meanwhile (the `steer` queue mode) comes in as new user turns.
+            for new in await ctx.steering():
+                messages.append({"role": "user", "content": f"{new.sender or 'user'}: {new.text}"})
         raise AgentFailed(
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"
         )

@@ -7,7 +7,12 @@ from gateway.clock import Clock
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
 from gateway.engine.router import Router
 from gateway.ids import Prefix, new_session_id
-from gateway.session_settings import SessionSettings, SettingsChange, SettingsRefused
+from gateway.session_settings import (
+    QUEUE_MODES,
+    SessionSettings,
+    SettingsChange,
+    SettingsRefused,
+)
 from gateway.store.sessions import SessionStore
 
 
@@ -85,6 +90,17 @@ class BuiltinCommands:
             )
         )
 
+        add(
+            Command(
+                "queue",
+                "what messages sent during a run do; alone: the mode",
+                Access.shared_admin,
+                self.queue,
+                usage="<followup|collect|steer|interrupt>",
+                reads_without_args=True,
+            )
+        )
+
     async def help(self, call: CommandCall) -> CommandReply:
         return CommandReply(call.name, self.registry.help_text())
 
@@ -98,6 +114,7 @@ class BuiltinCommands:
             f"queued: {self.router.queue_length(sid)}",
             f"model: {(row.model if row else '') or self.agent_name}",
             f"reasoning: {(row.reasoning if row else '') or 'default'}",
+            f"queue mode: {row.queue_mode if row else 'followup'}",
         ]
         return CommandReply(call.name, "\n".join(lines))
 
@@ -136,6 +153,18 @@ class BuiltinCommands:
             return CommandReply(name, str(exc), ok=False)
         shown = call.args.lower() if name == "reasoning" else call.args
         return CommandReply(name, f"{name} set to: {shown}")
+
+    async def queue(self, call: CommandCall) -> CommandReply:
+        sid = call.session_id
+        if not call.args:
+            row = await self.store.get(sid)
+            mode = row.queue_mode if row else "followup"
+            return CommandReply(call.name, f"queue: {mode}: {QUEUE_MODES.get(mode, '?')}")
+        try:
+            mode = await self.settings.set_queue_mode(sid, call.origin, call.args)
+        except SettingsRefused as exc:
+            return CommandReply(call.name, str(exc), ok=False)
+        return CommandReply(call.name, f"queue set to {mode}: {QUEUE_MODES[mode]}")
 
     async def allow(self, call: CommandCall) -> CommandReply:
         sid, name = call.session_id, call.name

@@ -31,6 +31,7 @@ from gateway.engine.order import Turn
 from gateway.engine.outbox import Courier
 from gateway.engine.ownership import Ownership
 from gateway.engine.prompts import PromptNotFound, Prompts
+from gateway.engine.queue_modes import QueueModes
 from gateway.engine.recovery import import_journal_files
 from gateway.engine.relay import Relay
 from gateway.engine.runner import Runner
@@ -119,6 +120,8 @@ class Router:
             cancel_here=self._cancel_here,
         )
         self._dispatch.published = self._relay.publish
+        self._queue_modes = QueueModes(store, self._scheduler, self._dispatch, self._tasks, crash)
+        self._scheduler.gather = self._queue_modes.gather
         if self._ownership.shared:  # each reply sent by one instance, even seen by several
             self.courier.claimant = settings.instance_id
             self.courier.claim_seconds = 2 * settings.lease_ttl_seconds
@@ -131,6 +134,7 @@ class Router:
             self.counters,
             settings.history_window,
             crash,
+            steer=self._queue_modes.steer,
         )
         self._intake = Intake(
             store,
@@ -143,6 +147,8 @@ class Router:
             crash,
             settings.max_pending_per_sender,
             accepting=self._takeover.accepting,
+            queue_modes=self._queue_modes,
+            max_queued_per_session=settings.max_queued_per_session,
         )
 
     # -- wiring ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from gateway.agents.base import (
 )
 from gateway.clock import now_ms
 from gateway.crash import NO_CRASH, CrashPoints
-from gateway.engine.context import load_context
+from gateway.engine.context import Steer, load_context
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import ToolFinished, ToolStarted
 from gateway.engine.prompts import Prompts
@@ -54,6 +54,8 @@ class Runner:
         counters: dict[str, int],
         window: int,
         crash: CrashPoints = NO_CRASH,
+        *,
+        steer: Steer | None = None,
     ) -> None:
         self.store = store
         self.agent = agent
@@ -63,6 +65,7 @@ class Runner:
         self.counters = counters
         self.window = window
         self.crash = crash
+        self.steer = steer
         # Called with the session id after a task that finished with a reply when its context
         # said a summary fold may be due (the rolling summary hooks in here, off the reply
         # path; it checks again before it folds).
@@ -83,7 +86,9 @@ class Runner:
         try:
             await task.set_status("running")
             # The journal written at submission already holds all a replay needs until a step.
-            context = await load_context(task, self.store, self.prompts, self.run_tool, self.window)
+            context = await load_context(
+                task, self.store, self.prompts, self.run_tool, self.window, steer=self.steer
+            )
             fold_soon = context.fold_soon
             async with (
                 self.presence.hold(task.session_id, task.task_hash),
