@@ -285,20 +285,30 @@ async def test_another_session_never_hits(fake: FakeOpenAI, gw: Gateway) -> None
     assert await gw.keys(TOOL_CACHE_PREFIX, one) and await gw.keys(TOOL_CACHE_PREFIX, other)
 
 
-async def test_failures_are_not_cached_and_ttl_zero_is_off(
-    fake: FakeOpenAI, kv_url: str, tmp_path: Path
-) -> None:
-    g = await openai_gateway(
-        fake, tmp_path / "off", kv_url, tool_cache_seconds=0, error_memory_seconds=0
-    )
+async def test_failures_are_never_cached(fake: FakeOpenAI, kv_url: str, tmp_path: Path) -> None:
+    g = await openai_gateway(fake, tmp_path / "no-errmem", kv_url, error_memory_seconds=0)
     try:
         sid = g.session()
         for _ in range(2):
             failed = await call(g, fake, sid, "read_file", {"name": "nothing.txt"})
             assert failed == "error (error): RuntimeError: no file 'nothing.txt' in the workspace"
+        assert g.runs["read_file"] == 2
+        assert list(await g.keys(TOOL_CACHE_PREFIX, sid)) == [
+            f"{TOOL_CACHE_PREFIX}{sid}:@generation"
+        ]
+    finally:
+        await g.close()
+
+
+async def test_zero_seconds_turns_both_off(fake: FakeOpenAI, kv_url: str, tmp_path: Path) -> None:
+    g = await openai_gateway(
+        fake, tmp_path / "off", kv_url, tool_cache_seconds=0, error_memory_seconds=0
+    )
+    try:
+        sid = g.session()
         await g.put_file(sid, "here.txt", "here")
-        for _ in range(2):
-            await call(g, fake, sid, "read_file", {"name": "here.txt"})
+        for name in ("here.txt", "here.txt", "gone.txt", "gone.txt"):
+            await call(g, fake, sid, "read_file", {"name": name})
         assert g.runs["read_file"] == 4
         assert await g.keys(TOOL_CACHE_PREFIX, sid) == {}
         assert await g.keys(ERROR_MEMORY_PREFIX, sid) == {}
