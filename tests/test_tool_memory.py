@@ -247,6 +247,18 @@ async def test_a_change_behind_the_gateways_back_misses(fake: FakeOpenAI, gw: Ga
     assert gw.runs == {"read_file": 2, "list_files": 3}
 
 
+async def test_a_folder_swapped_for_a_link_misses(fake: FakeOpenAI, gw: Gateway) -> None:
+    sid = gw.session()
+    await gw.put_file(sid, "docs/b.txt", "inside")
+    assert await call(gw, fake, sid, "read_file", {"name": "docs/b.txt"}) == "inside"
+    docs = gw.workspace(sid) / "docs"
+    docs.rename(gw.workspace(sid) / "real")
+    docs.symlink_to("real", target_is_directory=True)  # the same file, now through a link
+    refused = await call(gw, fake, sid, "read_file", {"name": "docs/b.txt"})
+    assert "is a link" in refused or "not a folder" in refused
+    assert gw.runs["read_file"] == 2
+
+
 async def test_search_history_is_cached_until_the_archive_moves(
     fake: FakeOpenAI, gw: Gateway
 ) -> None:

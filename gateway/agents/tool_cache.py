@@ -183,20 +183,29 @@ def _identity(info: os.stat_result) -> str:
 
 
 def _file_fingerprint(workspace: Path, name: object) -> str | None:
-    """The named file as the filesystem has it now ("-" for none). Links are not followed;
-    what a link points to is never read by the tools, so it need not be fingerprinted."""
+    """The named file, and each folder on the way to it, as the filesystem has them now: a
+    folder swapped for a link to the same place changes it too (the tool refuses links)."""
     try:
         parts = file_parts(name)
     except WorkspaceError:
         return "invalid"
-    try:
-        info = os.lstat(workspace.joinpath(*parts))
-    except FileNotFoundError:
-        return "-"
-    except OSError as exc:
-        return f"error:{exc.errno}"
-    kind = "f" if stat.S_ISREG(info.st_mode) else "o"
-    return f"{kind}.{info.st_nlink}.{_identity(info)}"
+    seen = []
+    path = workspace
+    for part in ("", *parts):
+        path = path / part if part else path
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            seen.append("-")
+            break
+        except OSError as exc:
+            seen.append(f"error:{exc.errno}")
+            break
+        kind = "d" if stat.S_ISDIR(info.st_mode) else "f" if stat.S_ISREG(info.st_mode) else "o"
+        seen.append(f"{kind}.{info.st_nlink}.{_identity(info)}")
+        if kind != "d":
+            break
+    return "/".join(seen)
 
 
 def _folders_fingerprint(workspace: Path) -> str | None:
