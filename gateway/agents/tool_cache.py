@@ -7,7 +7,8 @@ arguments as canonical JSON and the *version of what the call reads*:
   the gateway's tools do (a token, not a counter: nobody has to read it to replace it, and a
   lost token is replaced by a new one, never by an old value that could revive old entries);
 - for `list_files`, the identity and modification time of every folder of the workspace, and
-  for `read_file`, the identity, size, modification and change time of the file: files
+  for `read_file`, the identity, size, modification and change time of the file and of each
+  folder on the way to it: files
   changed by other means — an attachment saved there, an agent's own shell, or a session that
   moved to an instance with a workspace of its own — miss as well. The change time cannot be
   set back by hand, and a write replaces the file (a new inode), so a lookup does not depend
