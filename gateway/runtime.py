@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from gateway.adapter import HttpRoute
 from gateway.agents.base import Agent
 from gateway.agents.summary import RollingSummary, Summarizes
+from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
 from gateway.bus import Bus, open_bus
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -86,6 +87,7 @@ class Runtime:
     crash: CrashPoints
     leases: Leases
     bus: Bus
+    tool_memory: ToolMemory
     summary: RollingSummary | None = None
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
@@ -136,6 +138,7 @@ class Runtime:
         authority = Authority(settings.admin_keys)
         crash = CrashPoints(settings.crash_at)
         store.db.set_crash_points(crash)
+        tool_memory = ToolMemory.open(kv, settings, clock)
         router = Router(
             settings,
             store,
@@ -146,6 +149,7 @@ class Runtime:
             crash=crash,
             leases=leases,
             bus=bus,
+            tool_memory=tool_memory,
         )
         session_settings = SessionSettings(
             store,
@@ -154,7 +158,9 @@ class Runtime:
             known_tools=getattr(agent, "tool_names", None),
         )
         commands = CommandRegistry(authority)
-        BuiltinCommands(commands, router, store, session_settings, agent.name, clock).register()
+        BuiltinCommands(
+            commands, router, store, session_settings, agent.name, clock, tool_memory
+        ).register()
         router.commands = commands.run
         commands.first_delivery = store.first_delivery
         await bus.start()
@@ -176,6 +182,7 @@ class Runtime:
             crash,
             leases,
             bus,
+            tool_memory,
             summary,
         )
 

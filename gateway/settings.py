@@ -93,6 +93,12 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = 15.0
     temp_idle_seconds: float = 1800.0
     cleanup_interval_seconds: float = 1800.0
+    # How long a read-only tool's result (list_files, read_file, search_history) is served
+    # from the session's tool cache while nothing it read has changed; 0 turns the cache off.
+    tool_cache_seconds: float = Field(300.0, ge=0)
+    # How long a failed tool call is remembered, so that the agent is told about the failure
+    # before it repeats the same call; 0 turns the error memory off.
+    error_memory_seconds: float = Field(3600.0, ge=0)
 
     # The openai agent: any OpenAI-compatible chat-completions endpoint.
     openai_base_url: str = "https://api.openai.com/v1"

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.events import Attachment, Origin
 from gateway.store.sessions import StoredMessage
+
+if TYPE_CHECKING:
+    from gateway.agents.tool_memory import ToolMemory
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,8 @@ class AgentContext(Protocol):
     summary: str  # the rolling summary of older messages, "" for none
     reasoning: str  # the session's reasoning level ("low", "medium", "high"), "" for the default
     allowed_tools: frozenset[str]  # tools the session runs without confirmation (`/allow`)
+    # The session's tool cache and error memory (`tools.call_tool`); None: calls run bare.
+    tool_memory: ToolMemory | None
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         """Ask the user who started the run to approve a tool call; False when denied/expired."""
@@ -106,6 +111,10 @@ class AgentContext(Protocol):
 
     async def search_history(self, query: str) -> list[dict[str, object]]:
         """Full-text search of this session's archive, newest first."""
+        ...
+
+    async def latest_message_id(self) -> int:
+        """Id of the session's newest archived message (0 for none): what its archive is at."""
         ...
 
     async def read_resume_state(

@@ -12,11 +12,15 @@ a contract (README, "The offline agent"):
                           and `; took in: <text> | …` for messages it was handed meanwhile
                           (the `steer` queue mode; it asks once a second)
 - `!fail`               → ends the run with an error
+- `!tool <name> <json>` → a test hook: the built-in tool `name` with the JSON object as its
+                          arguments, run the way a model's call is (`tools.call_tool`: error
+                          memory, confirmation, journal, tool cache); `<name>: <result>`
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 
 from gateway.agents.base import (
@@ -28,6 +32,7 @@ from gateway.agents.base import (
     ToolCall,
     Usage,
 )
+from gateway.agents.tools import BUILTIN_TOOLS, call_tool, result_text
 from gateway.agents.workspace import Workspace
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store.sessions import StoredMessage
@@ -42,7 +47,7 @@ def _words(text: str) -> int:
 
 class OfflineAgent:
     name = "offline"
-    tool_names = frozenset({"demo_action", "write_file"})
+    tool_names = frozenset({"demo_action", *BUILTIN_TOOLS})
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
@@ -81,6 +86,8 @@ class OfflineAgent:
             return self._sleep(ctx, rest)
         if command == "!fail":
             return self._fail()
+        if command == "!tool":
+            return self._tool(ctx, rest)
         return self._echo(ctx.text)
 
     async def _echo(self, text: str) -> AsyncIterator[Step]:
@@ -128,6 +135,18 @@ class OfflineAgent:
             yield Reply(f"write {name} failed: {result.status} {result.result}".rstrip())
             return
         yield Reply(f"wrote {name} ({len(data)} bytes)")
+
+    async def _tool(self, ctx: AgentContext, rest: str) -> AsyncIterator[Step]:
+        name, _, raw = rest.partition(" ")
+        try:
+            args = json.loads(raw or "{}")
+        except ValueError:
+            args = None
+        if not name or not isinstance(args, dict):
+            yield Reply("refused: !tool <name> <JSON object of arguments>")
+            return
+        result = await call_tool(ctx, BUILTIN_TOOLS, f"{ctx.task_hash}-1", name, args)
+        yield Reply(f"{name}: {result_text(result)}")
 
     async def _sleep(self, ctx: AgentContext, rest: str) -> AsyncIterator[Step]:
         try:

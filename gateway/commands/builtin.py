@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Access
 from gateway.clock import Clock
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
 from gateway.engine.router import Router
 from gateway.ids import Prefix, new_session_id
+from gateway.logs import get_logger
 from gateway.session_settings import (
     QUEUE_MODES,
     SessionSettings,
@@ -14,6 +16,8 @@ from gateway.session_settings import (
     SettingsRefused,
 )
 from gateway.store.sessions import SessionStore
+
+log = get_logger(__name__)
 
 
 class BuiltinCommands:
@@ -25,6 +29,7 @@ class BuiltinCommands:
         settings: SessionSettings,
         agent_name: str,
         clock: Clock,
+        tool_memory: ToolMemory | None = None,
     ) -> None:
         self.registry = registry
         self.router = router
@@ -32,6 +37,7 @@ class BuiltinCommands:
         self.settings = settings
         self.agent_name = agent_name
         self.clock = clock
+        self.tool_memory = tool_memory
 
     def register(self) -> None:
         add = self.registry.add
@@ -46,6 +52,16 @@ class BuiltinCommands:
                 self.reset,
             )
         )
+        if self.tool_memory is not None:
+            # Like /reset, it changes what the agent knows for everyone in a shared chat.
+            add(
+                Command(
+                    "forget",
+                    "forget failed tool calls and cached tool results",
+                    Access.shared_admin,
+                    self.forget,
+                )
+            )
         add(
             Command(
                 "new",
@@ -132,6 +148,21 @@ class BuiltinCommands:
         last = await self.store.last_message_id(sid)
         await self.store.reset_conversation(sid, last, self.clock.now_ms())
         return CommandReply(call.name, "conversation window and summary cleared")
+
+    async def forget(self, call: CommandCall) -> CommandReply:
+        assert self.tool_memory is not None  # registered only with one
+        try:
+            failures, _cache_keys = await self.tool_memory.forget(call.session_id)
+        except Exception:
+            log.warning("forget failed", session=call.session_id, exc_info=True)
+            return CommandReply(
+                call.name, "the memory store cannot be reached; try again", ok=False
+            )
+        return CommandReply(
+            call.name,
+            f"forgot {failures} failed tool call{'' if failures == 1 else 's'} "
+            "and cleared the tool cache",
+        )
 
     async def new(self, call: CommandCall) -> CommandReply:
         fresh = new_session_id(Prefix.cli)

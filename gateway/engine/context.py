@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.agents.base import NewMessage, ToolCall, ToolResult
 from gateway.agents.summary import fold_batch
+from gateway.agents.tool_memory import ToolMemory
 from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
 from gateway.store.files import SessionFiles
@@ -31,6 +32,7 @@ class RunContext:
         prompts: Prompts,
         run_tool: RunTool,
         history: Sequence[StoredMessage],
+        tool_memory: ToolMemory | None = None,
         steer: Steer | None = None,
     ) -> None:
         self._task = task
@@ -50,6 +52,7 @@ class RunContext:
         self.summary = ""
         self.reasoning = ""
         self.allowed_tools: frozenset[str] = frozenset()
+        self.tool_memory = tool_memory
         # Whether the rolling summary may have a batch to fold once this task has ended.
         self.fold_soon = False
 
@@ -87,6 +90,9 @@ class RunContext:
             for h in hits
         ]
 
+    async def latest_message_id(self) -> int:
+        return await self._store.last_message_id(self.session_id)
+
     async def record_file_version(self, directory: str, name: str, content: str) -> None:
         await self._store.record_file_version(
             self.session_id, self.task_hash, directory, name, content
@@ -115,6 +121,7 @@ async def load_context(
     prompts: Prompts,
     run_tool: RunTool,
     window: int,
+    tool_memory: ToolMemory | None = None,
     *,
     steer: Steer | None = None,
 ) -> RunContext:
@@ -123,7 +130,7 @@ async def load_context(
     summary, row, due = await store.summary_and_settings(task.session_id, window)
     cursor = summary.cursor if summary else 0
     recent = await _window(task, files, window, after=cursor)
-    context = RunContext(task, store, prompts, run_tool, recent, steer)
+    context = RunContext(task, store, prompts, run_tool, recent, tool_memory, steer)
     if row is not None:
         context.persona = row.persona
         context.model = row.model

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 
 from gateway.adapter import Sink
 from gateway.agents.base import Agent
+from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
 from gateway.bus import Bus, LocalBus
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -73,6 +74,7 @@ class Router:
         crash: CrashPoints = NO_CRASH,
         leases: Leases | None = None,
         bus: Bus | None = None,
+        tool_memory: ToolMemory | None = None,
     ) -> None:
         self._store = store
         self._presence = presence
@@ -134,6 +136,7 @@ class Router:
             self.counters,
             settings.history_window,
             crash,
+            tool_memory,
             steer=self._queue_modes.steer,
         )
         self._intake = Intake(

@@ -18,6 +18,7 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
+from gateway.agents.tool_memory import ToolMemory
 from gateway.clock import now_ms
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.context import Steer, load_context
@@ -54,10 +55,12 @@ class Runner:
         counters: dict[str, int],
         window: int,
         crash: CrashPoints = NO_CRASH,
+        tool_memory: ToolMemory | None = None,
         *,
         steer: Steer | None = None,
     ) -> None:
         self.store = store
+        self.tool_memory = tool_memory
         self.agent = agent
         self.presence = presence
         self.dispatch = dispatch
@@ -87,7 +90,13 @@ class Runner:
             await task.set_status("running")
             # The journal written at submission already holds all a replay needs until a step.
             context = await load_context(
-                task, self.store, self.prompts, self.run_tool, self.window, steer=self.steer
+                task,
+                self.store,
+                self.prompts,
+                self.run_tool,
+                self.window,
+                self.tool_memory,
+                steer=self.steer,
             )
             fold_soon = context.fold_soon
             async with (
