@@ -79,7 +79,7 @@ class Reaper:
         if not sessions:
             return
         for prefix in SESSION_KEY_PREFIXES:
-            for key in await self.kv.scan(prefix):
+            for key in await self.kv.keys(prefix):
                 sid = key[len(prefix) :].partition(":")[0]
                 if sid in sessions:
                     await self.kv.delete(key)

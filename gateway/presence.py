@@ -156,7 +156,7 @@ class Presence:
         if session_id is not None:
             prefix += validate_session_id(session_id) + ":"
         found = []
-        for key in await self.kv.scan(prefix):
+        for key in await self.kv.keys(prefix):
             parsed = _parse_key(key)
             if parsed is not None:
                 found.append(parsed)

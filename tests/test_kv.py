@@ -15,8 +15,9 @@ from gateway.store.kv import KVStore, RedisKV, SqliteKV, open_kv, sqlite_path_fr
 
 WORKER = Path(__file__).with_name("kv_worker.py")
 # Redis keeps time on its server, so its expiry is waited out for real: TTLs stay short.
-SHORT_TTL = 0.05
-LONG_TTL = 0.5
+# Long enough that a loaded machine reads a key back before Redis expires it.
+SHORT_TTL = 0.3
+LONG_TTL = 3.0
 
 
 @pytest.fixture
@@ -153,6 +154,9 @@ async def test_scan_prefix_is_literal(kv: KVStore) -> None:
     assert set(await kv.scan("p:")) == {k for k in keys if k.startswith("p:")}
     assert set(await kv.scan("")) == set(keys)
     assert await kv.scan("nothing:") == {}
+    # keys() finds the same keys as scan(), without reading their values.
+    for prefix in ("p:a_", "p:a%", "p:a*", "p:a[", "p:", "", "nothing:"):
+        assert await kv.keys(prefix) == sorted(await kv.scan(prefix)), prefix
 
 
 async def test_scan_excludes_expired_keys(kv: KVStore, clock: FakeClock) -> None:
@@ -161,6 +165,7 @@ async def test_scan_excludes_expired_keys(kv: KVStore, clock: FakeClock) -> None
     assert await kv.scan("s:") == {"s:live": "1", "s:short": "2"}
     assert await run_out(kv, clock, "s:short", SHORT_TTL)
     assert await kv.scan("s:") == {"s:live": "1"}
+    assert await kv.keys("s:") == ["s:live"]
 
 
 async def test_scan_prefix_ending_in_highest_code_points(kv: KVStore) -> None:

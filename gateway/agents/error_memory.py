@@ -118,7 +118,7 @@ class ErrorMemory:
     async def clear(self, session_id: str) -> int:
         """Forget every failure of the session; how many there were."""
         removed = 0
-        for key in await self.kv.scan(f"{ERROR_MEMORY_PREFIX}{session_id}:"):
+        for key in await self.kv.keys(f"{ERROR_MEMORY_PREFIX}{session_id}:"):
             removed += await self.kv.delete(key)
         return removed
 

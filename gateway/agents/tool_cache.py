@@ -165,7 +165,7 @@ class ToolCache:
     async def clear(self, session_id: str) -> int:
         """Drop every entry of the session (and its generation); how many went."""
         removed = 0
-        for key in await self.kv.scan(f"{TOOL_CACHE_PREFIX}{session_id}:"):
+        for key in await self.kv.keys(f"{TOOL_CACHE_PREFIX}{session_id}:"):
             removed += await self.kv.delete(key)
         return removed
 

@@ -44,6 +44,11 @@ class KVStore(ABC):
     async def scan(self, prefix: str) -> dict[str, str]:
         """Every live key starting with `prefix` (taken literally, no wildcards) and its value."""
 
+    async def keys(self, prefix: str) -> list[str]:
+        """The live keys starting with `prefix`, without their values: for finding what to
+        delete among keys that may hold large values (cached tool results)."""
+        return sorted(await self.scan(prefix))
+
     @abstractmethod
     async def expire(self, key: str, ttl: float) -> bool:
         """Make a live `key` expire `ttl` seconds from now; False if it is missing or expired."""

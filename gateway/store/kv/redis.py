@@ -72,16 +72,21 @@ class RedisKV(KVStore):
         removed: int = await self._redis.delete(self._prefix + key)
         return removed > 0
 
-    async def scan(self, prefix: str) -> dict[str, str]:
-        full_prefix = self._prefix + prefix
-        pattern = _glob_escape(full_prefix) + "*"
-        keys: list[str] = []
+    async def _full_keys(self, prefix: str) -> list[str]:
+        pattern = _glob_escape(self._prefix + prefix) + "*"
+        keys: set[str] = set()  # SCAN may return a key more than once
         async for key in self._redis.scan_iter(match=pattern, count=_SCAN_BATCH):
             text = _text(key)
             if text is not None:
-                keys.append(text)
+                keys.add(text)
+        return sorted(keys)
+
+    async def keys(self, prefix: str) -> list[str]:
+        return [key[len(self._prefix) :] for key in await self._full_keys(prefix)]
+
+    async def scan(self, prefix: str) -> dict[str, str]:
         found: dict[str, str] = {}
-        unique = sorted(set(keys))  # SCAN may return a key more than once
+        unique = await self._full_keys(prefix)
         for start in range(0, len(unique), _SCAN_BATCH):
             batch = unique[start : start + _SCAN_BATCH]
             values = await self._redis.mget(batch)

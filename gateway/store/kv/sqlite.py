@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -151,22 +151,28 @@ class SqliteKV(KVStore):
         return any(row[0] is None or row[0] > now for row in rows)
 
     async def scan(self, prefix: str) -> dict[str, str]:
+        rows = await self._live("key, value", prefix)
+        return {row[0]: row[1] for row in rows}
+
+    async def keys(self, prefix: str) -> list[str]:
+        return [row[0] for row in await self._live("key", prefix)]
+
+    async def _live(self, columns: str, prefix: str) -> Iterable[sqlite3.Row]:
         now = self._now()
         upper = _prefix_upper_bound(prefix)
         if upper is None:
             sql = (
-                "SELECT key, value FROM kv WHERE key >= ? "
+                f"SELECT {columns} FROM kv WHERE key >= ? "
                 "AND (expires_at IS NULL OR expires_at > ?) ORDER BY key"
             )
             params: tuple[object, ...] = (prefix, now)
         else:
             sql = (
-                "SELECT key, value FROM kv WHERE key >= ? AND key < ? "
+                f"SELECT {columns} FROM kv WHERE key >= ? AND key < ? "
                 "AND (expires_at IS NULL OR expires_at > ?) ORDER BY key"
             )
             params = (prefix, upper, now)
-        rows = await self._run(lambda: self._conn.execute_fetchall(sql, params))
-        return {row[0]: row[1] for row in rows}
+        return await self._run(lambda: self._conn.execute_fetchall(sql, params))
 
     async def expire(self, key: str, ttl: float) -> bool:
         check_ttl(ttl)
