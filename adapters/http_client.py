@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -32,9 +32,28 @@ class GatewayRestarting(GatewayUnavailable):
 
 
 class GatewayError(RuntimeError):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(f"{message} ({status} {code})")
         self.status, self.code = status, code
+        self.headers: Mapping[str, str] = headers or {}
+
+    @property
+    def restarting_task(self) -> tuple[str, str] | None:
+        """(session id, task hash) of the task a shutdown cut this request off from: ask for
+        it again once the gateway is back."""
+        if self.status != 503 or self.code != "restarting":
+            return None
+        session, task = self.headers.get("X-Agenvoy-Session"), self.headers.get("X-Agenvoy-Task")
+        return (session, task) if session and task else None
+
+    @property
+    def retry_after(self) -> float:
+        try:
+            return max(0.0, float(self.headers.get("Retry-After", "1")))
+        except ValueError:
+            return 1.0
 
 
 @dataclass
@@ -82,7 +101,9 @@ class GatewayClient:
             ) from exc
         if resp.status >= 400:
             error = (data or {}).get("error", {})
-            raise GatewayError(resp.status, error.get("code", "?"), error.get("message", ""))
+            raise GatewayError(
+                resp.status, error.get("code", "?"), error.get("message", ""), resp.headers
+            )
         return Reply(resp.status, data or {})
 
     async def send(

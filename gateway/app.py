@@ -85,6 +85,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         stack.enter_context(database_lock(settings.resolved_database_url))
         runtime = await Runtime.start(settings)
         stack.push_async_callback(runtime.close)
+        runtime.router.expect_recovery()
         for adapter in build_adapters(runtime):
             await adapter.start()
             stack.push_async_callback(adapter.stop)

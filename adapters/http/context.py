@@ -89,6 +89,11 @@ class Context:
             state = await self.router.find(task_hash)
         except TaskNotFound:
             state = None
+        if state is None and self.router.taking_up:
+            # Perhaps a task the previous life of this gateway left unfinished: it is taken
+            # up before the gateway says it is ready.
+            message = "the gateway is starting and has not taken up unfinished tasks yet"
+            raise ApiError(503, "starting", message, {"Retry-After": "1"})
         if state is None or state.session_id != session_id:
             shown = task_hash if len(task_hash) <= 64 else task_hash[:64] + "…"
             raise ApiError(404, "not_found", f"no task {shown} in session {session_id}")

@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
@@ -18,7 +19,7 @@ import typer
 from gateway.cli_support import checked_id, fail, load_settings, printable
 
 if TYPE_CHECKING:
-    from adapters.http_client import GatewayClient
+    from adapters.http_client import GatewayClient, Reply
 
 T = TypeVar("T")
 
@@ -120,7 +121,9 @@ def send(
         checked_id(session)
 
     async def work(client: GatewayClient) -> int:
-        reply = await client.send(text, session_id=session, persist=persist, wait=wait)
+        reply = await _across_restarts(
+            client, lambda: client.send(text, session_id=session, persist=persist, wait=wait), wait
+        )
         body = reply.body
         while reply.status == 202 and body.get("pending"):
             prompt = body["pending"]
@@ -134,7 +137,8 @@ def send(
                 approve=answer.get("approve"),
                 text=answer.get("answer"),
             )
-            reply = await client.task(body["session_id"], body["task_hash"], wait)
+            follow = partial(client.task, body["session_id"], body["task_hash"], wait)
+            reply = await _across_restarts(client, follow, wait)
             body = reply.body
         if "command" in body:
             typer.echo(printable(str(body.get("text", "")), body=""))
@@ -151,6 +155,44 @@ def send(
     code = _client_call(work)
     if code:
         raise typer.Exit(code)
+
+
+async def _across_restarts(
+    client: GatewayClient, call: Callable[[], Awaitable[Reply]], within: float
+) -> Reply:
+    """`call()`; when the gateway shuts down before its task ends (503 `restarting`, naming the
+    task), the task is asked for again once the gateway is back, for up to `within` seconds.
+    The task was stored before the gateway acknowledged it: a restart resumes it."""
+    from adapters.http_client import GatewayError, GatewayUnavailable
+
+    try:
+        return await call()
+    except GatewayError as exc:
+        cut = exc.restarting_task
+        if cut is None:
+            raise
+        pause = exc.retry_after
+    # Only a command that got this far pays for the retry machinery's import.
+    from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
+
+    def down(exc: BaseException) -> bool:
+        if isinstance(exc, GatewayError):  # shutting down, or back but not ready yet
+            return exc.restarting_task is not None or (exc.status, exc.code) == (503, "starting")
+        return isinstance(exc, GatewayUnavailable)
+
+    session_id, task_hash = cut
+    typer.secho("the gateway is restarting; waiting for it to answer", err=True)
+    await asyncio.sleep(pause)
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(down),
+        stop=stop_after_delay(within),
+        wait=wait_exponential(multiplier=0.2, max=2),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await client.task(session_id, task_hash, within)
+    raise AssertionError("unreachable")  # pragma: no cover  (reraise=True ends the loop)
 
 
 def pending(

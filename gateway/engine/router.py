@@ -81,6 +81,9 @@ class Router:
         self._authority = authority or Authority(settings.admin_keys)
         self._clock = clock
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        # From `expect_recovery` until `recover(at_start=True)` has run, a task this instance
+        # does not know may be one a previous life left unfinished (front-ends say "ask again").
+        self.taking_up = False
         self._tasks = TaskTable(store)
         self._dispatch = Dispatch(store, self.counters, clock)
         self._scheduler: Scheduler[Task] = Scheduler(
@@ -346,6 +349,11 @@ class Router:
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def expect_recovery(self) -> None:
+        """Front-ends start before `recover(at_start=True)` runs: until it has, a task not
+        known here may still be taken up."""
+        self.taking_up = True
+
     async def recover(self, *, at_start: bool = False) -> int:
         """Take up the tasks nobody runs: those that died with a process (this one's previous
         life, or another instance whose leases lapsed) and those another instance stored and
@@ -362,6 +370,8 @@ class Router:
             taken += await self._ownership.adopt(session_id)
         if taken:
             log.info("resuming tasks left unfinished", count=taken)
+        if at_start:
+            self.taking_up = False
         return taken
 
     async def close(self) -> None:
