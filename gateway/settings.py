@@ -199,6 +199,18 @@ class Settings(BaseSettings):
                 )
         return self
 
+    @field_validator("admins", mode="after")
+    @classmethod
+    def _no_anonymous_admin(cls, value: str) -> str:
+        # Every caller without a token is http:anonymous: as an admin it would make anyone who
+        # reaches the API one.
+        if "http:anonymous" in {k.strip() for k in value.split(",")}:
+            raise ValueError(
+                "AGENVOY_ADMINS may not list http:anonymous (every caller without a token); "
+                "issue a token with `agenvoy token add NAME` and list http:NAME"
+            )
+        return value
+
     @property
     def telegram_allowed_chat_ids(self) -> frozenset[int]:
         chats = (c.strip() for c in self.telegram_allowed_chats.split(","))

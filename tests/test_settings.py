@@ -103,3 +103,11 @@ def test_cli_doctor_and_errors(tmp_path: Path) -> None:
     assert broken.returncode == 1 and "FAIL  KV store" in broken.stdout
     assert bad.returncode == 2 and "invalid session id" in bad.stderr
     assert missing.returncode == 1 and "no such session: cli-none" in missing.stderr
+
+
+def test_anonymous_callers_cannot_be_admins() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="may not list http:anonymous"):
+        Settings(admins="telegram:1, http:anonymous", _env_file=None)  # type: ignore[call-arg]
+    assert Settings(admins="http:alice", _env_file=None).admin_keys == {"http:alice"}  # type: ignore[call-arg]
