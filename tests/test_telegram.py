@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,28 @@ async def test_private_chat_gets_an_echo(rig: Rig) -> None:
     assert [(m.role, m.content, m.sender) for m in messages] == [
         ("user", "hello bot", "Ann"),
         ("assistant", "echo: hello bot", "offline"),
+    ]
+
+
+async def test_an_edited_message_is_kept_as_context_not_answered_again(rig: Rig) -> None:
+    ann = rig.fake.user(11, "Ann")
+    chat = rig.fake.private_chat(11)
+    update = rig.fake.inject_message(chat, ann, "hello bot")
+    await reply_in(rig.fake, 11, "echo: hello bot")
+    edit = copy.deepcopy(update["message"])
+    edit |= {"text": "hello bot, how are you", "edit_date": edit["date"] + 5}
+    rig.fake.inject_update({"edited_message": edit})
+    # A reply to the edit would come before the next message's: a session answers in order.
+    rig.fake.inject_message(chat, ann, "next")
+    await reply_in(rig.fake, 11, "echo: next")
+    assert [m["text"] for m in rig.fake.sent_messages(11)] == ["echo: hello bot", "echo: next"]
+    messages = await rig.runtime.store.recent_messages("tg-11")
+    assert [(m.role, m.content) for m in messages] == [
+        ("user", "hello bot"),
+        ("assistant", "echo: hello bot"),
+        ("user", "(edited) hello bot, how are you"),
+        ("user", "next"),
+        ("assistant", "echo: next"),
     ]
 
 

@@ -56,6 +56,8 @@ UPDATES: Final = (Update.MESSAGE, Update.EDITED_MESSAGE, Update.CALLBACK_QUERY)
 # In front of a part sent again after a crash that may have come after Telegram took it: the
 # Bot API cannot say whether it did, so the copy says it may be one (README, "Telegram").
 REPEAT_MARK: Final = "↻ "
+# In front of the new text of an edited message, kept as context (see `on_message`).
+EDITED_MARK: Final = "(edited) "
 
 TelegramApplication = Application[Any, Any, Any, Any, Any, Any]
 
@@ -242,13 +244,16 @@ class TelegramAdapter(ChatAdapter):
             return
         for_bot, text = addressed(message, self.bot_id, self.bot_username)
         replied = message.reply_to_message
+        # An edit (a typo fixed, a line added) is kept as context, not answered again: a second
+        # reply to a question already answered is not what the one who edited it asked for.
+        edited = update.edited_message is not None
         await self.arrive(
             Arrival(
                 origin,
                 telegram_session_id(chat_id, thread),
-                text,
-                addressed=chat.type == ChatType.PRIVATE or for_bot,
-                downloads=downloads(message, self._fetch),
+                f"{EDITED_MARK}{text}" if edited else text,
+                addressed=not edited and (chat.type == ChatType.PRIVATE or for_bot),
+                downloads=() if edited else downloads(message, self._fetch),
                 replied_to=_posted(replied) if replied is not None else None,
                 source_key=f"telegram:{self.bot_id}:{update.update_id}",
             )
