@@ -18,13 +18,13 @@ from typing import Any
 import aiohttp
 from tenacity import (
     AsyncRetrying,
-    RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
     wait_exponential_jitter,
 )
 
 from gateway.agents.base import AgentFailed, Usage
+from gateway.agents.retries import Retryable, retry_after, wait_for_server
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
 
@@ -36,12 +36,6 @@ ATTEMPTS = 4
 # ("overloaded"), as Anthropic documents them.
 RETRY_STATUSES = frozenset({408, 409, 429})
 RETRY_EVENT_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
-
-
-class Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 @dataclass
@@ -255,7 +249,7 @@ async def _refused(resp: aiohttp.ClientResponse) -> None:
     except (ValueError, AttributeError):
         etype, message = "", raw[:300]
     if resp.status in RETRY_STATUSES or resp.status >= 500:
-        raise Retryable(f"HTTP {resp.status} {etype}".strip(), _retry_after(resp.headers))
+        raise Retryable(f"HTTP {resp.status} {etype}".strip(), retry_after(resp.headers))
     if resp.status == 401:
         raise AgentFailed(
             f"the Anthropic API rejected the API key (AGENVOY_ANTHROPIC_API_KEY): {message}"
@@ -285,20 +279,5 @@ async def _events(content: aiohttp.StreamReader) -> AsyncIterator[dict[str, Any]
             yield event
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    try:
-        return max(0.0, float(headers.get("retry-after", "")))
-    except ValueError:
-        return None
-
-
-_backoff = wait_exponential_jitter(initial=1, max=20)
-
-
-def _wait_for_server(state: RetryCallState) -> float:
-    """Honour retry-after when the API sent one; otherwise back off exponentially."""
-    outcome = state.outcome
-    exc = outcome.exception() if outcome is not None else None
-    if isinstance(exc, Retryable) and exc.retry_after is not None:
-        return min(exc.retry_after, 60.0)
-    return float(_backoff(state))
+# Between tries when the API named no wait of its own.
+_wait_for_server = wait_for_server(wait_exponential_jitter(initial=1, max=20))

@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 from tenacity import (
     AsyncRetrying,
-    RetryCallState,
     retry_if_exception,
     stop_after_attempt,
     wait_exponential_jitter,
@@ -32,6 +31,7 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
+from gateway.agents.retries import Retryable, retry_after, wait_for_server
 from gateway.agents.tools import BUILTIN_TOOLS, Tool, call_tool, result_text
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
@@ -63,12 +63,6 @@ def system_prompt(ctx: AgentContext) -> str:
         system.append(f"Persona: {ctx.persona}")
     system.append(FORMATTING.get(ctx.origin.platform, ""))
     return "\n\n".join(system)
-
-
-class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 @dataclass
@@ -225,7 +219,7 @@ class OpenAIAgent:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         url = f"{self.base_url}/chat/completions"
         retrying = AsyncRetrying(
-            retry=retry_if_exception(lambda e: isinstance(e, _Retryable)),
+            retry=retry_if_exception(lambda e: isinstance(e, Retryable)),
             stop=stop_after_attempt(4),
             wait=_wait_for_server,
             sleep=self.clock.sleep,
@@ -242,7 +236,7 @@ class OpenAIAgent:
                         if len(produced) > len(shown):
                             yield produced[len(shown) :]
                             shown = produced
-        except _Retryable as exc:
+        except Retryable as exc:
             raise AgentFailed(f"the model is not available right now ({exc})") from exc
 
     async def _stream(
@@ -257,7 +251,7 @@ class OpenAIAgent:
                         "the model provider rejected the API key (AGENVOY_OPENAI_API_KEY)"
                     )
                 if resp.status == 429 or resp.status >= 500:
-                    raise _Retryable(f"HTTP {resp.status}", _retry_after(resp.headers))
+                    raise Retryable(f"HTTP {resp.status}", retry_after(resp.headers))
                 if resp.status >= 400:
                     detail = (await resp.text())[:300]
                     raise AgentFailed(f"the model refused the request: HTTP {resp.status} {detail}")
@@ -278,10 +272,10 @@ class OpenAIAgent:
                     if delta:
                         yield delta
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise _Retryable(f"cannot reach {self.base_url}: {type(exc).__name__}", None) from exc
+            raise Retryable(f"cannot reach {self.base_url}: {type(exc).__name__}", None) from exc
         if not into.finished:
             # Ended without a finish reason: cut off, not complete, whatever the text says.
-            raise _Retryable("the answer was cut off mid-stream", None)
+            raise Retryable("the answer was cut off mid-stream", None)
 
 
 def _absorb(chunk: dict[str, Any], into: _Completion) -> str:
@@ -344,20 +338,5 @@ def _usage(model: str, usage: dict[str, Any], elapsed_ms: int, call_ids: list[st
     )
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    try:
-        return float(headers.get("Retry-After", ""))
-    except ValueError:
-        return None
-
-
-_backoff = wait_exponential_jitter(multiplier=0.5, max=20)
-
-
-def _wait_for_server(state: RetryCallState) -> float:
-    """Honour Retry-After when the server sent one; otherwise back off exponentially."""
-    outcome = state.outcome
-    exc = outcome.exception() if outcome is not None else None
-    if isinstance(exc, _Retryable) and exc.retry_after is not None:
-        return min(exc.retry_after, 60.0)
-    return float(_backoff(state))
+# Between tries when the server named no wait of its own.
+_wait_for_server = wait_for_server(wait_exponential_jitter(multiplier=0.5, max=20))
