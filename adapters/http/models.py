@@ -247,3 +247,4 @@ class PathParameters(BaseModel):
 
     sid: SessionId
     task_hash: str
+    schedule_id: int = Field(ge=1, description="A schedule's number, as its session lists it.")
