@@ -368,3 +368,16 @@ async def test_a_session_deleted_takes_its_schedules_with_it(runtime: Runtime) -
     assert await runtime.schedules.of_session("cli-gone") == []
     assert len(await runtime.schedules.of_session("cli-stays")) == 1
     assert await table.counts(runtime.store.db) == {"cli-stays": 1}
+
+
+async def test_a_schedule_moves_on_only_from_the_due_time_it_had(
+    runtime: Runtime, clock: FakeClock
+) -> None:
+    """An instance that read the schedule before another moved it on cannot move it back."""
+    await command(runtime, ANN, "cli-stale", "/schedule every 1h x")
+    [made] = await runtime.schedules.of_session("cli-stale")
+    db, first = runtime.store.db, made.next_due_at
+    assert await table.advance(db, made.id, first, first + 3_600_000, fired_at=first)
+    assert not await table.advance(db, made.id, first, first + 60_000, fired_at=None)
+    [now] = await runtime.schedules.of_session("cli-stale")
+    assert (now.next_due_at, now.last_fired_at) == (first + 3_600_000, first)
