@@ -4,6 +4,7 @@ included), and what a missed due time does — all on a clock the test moves."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,9 @@ from typing import Any
 
 import pytest
 from clock import START_MS, FakeClock
+from typer.testing import CliRunner
 
+from gateway.cli import app as cli_app
 from gateway.crash import CrashPoints
 from gateway.events import Inbound, Origin
 from gateway.runtime import Runtime
@@ -381,3 +384,23 @@ async def test_a_schedule_moves_on_only_from_the_due_time_it_had(
     assert not await table.advance(db, made.id, first, first + 60_000, fired_at=None)
     [now] = await runtime.schedules.of_session("cli-stale")
     assert (now.next_due_at, now.last_fired_at) == (first + 3_600_000, first)
+
+
+async def test_agenvoy_sessions_shows_how_many_schedules_a_session_has(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    runtime = await start(home, clock)
+    try:
+        await command(runtime, ANN, "cli-busy", "/schedule every 1h a")
+        await command(runtime, ANN, "cli-busy", "/schedule @daily b")
+        await command(runtime, ANN, "cli-idle", "/status")
+        await runtime.store.ensure("cli-idle")
+    finally:
+        await runtime.close()
+    monkeypatch.setenv("AGENVOY_HOME", str(home))
+    result = await asyncio.to_thread(CliRunner().invoke, cli_app, ["sessions"])
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line for line in result.output.splitlines() if "msgs" in line}
+    assert lines["cli-busy"].endswith("0 msgs  2 scheduled")
+    assert lines["cli-idle"].endswith("0 msgs")
