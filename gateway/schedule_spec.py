@@ -31,6 +31,8 @@ _MACROS: Final = {
     "@annually": "0 0 1 1 *",
 }
 CRON_FIELDS: Final = 5
+MAX_SPEC_CHARS: Final = 200  # what the table keeps
+MAX_SHOWN: Final = 64  # of a refused name, in the message saying so
 HOW: Final = "five cron fields (`0 9 * * *`), a macro (`@daily`) or an interval (`every 30m`)"
 
 
@@ -62,6 +64,8 @@ class Spec:
 def parse_spec(text: str) -> Spec:
     """A spec as `/schedule` and the HTTP API take it; raises BadSchedule."""
     stripped = " ".join(text.split())
+    if len(stripped) > MAX_SPEC_CHARS:
+        raise BadSchedule(f"a spec is at most {MAX_SPEC_CHARS} characters")
     interval = _INTERVAL.fullmatch(stripped)
     if interval is not None:
         count, unit = int(interval.group(1)), interval.group(2).lower()
@@ -89,7 +93,8 @@ def parse_zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise BadSchedule(f"unknown time zone {name!r} (e.g. UTC, Europe/Paris)") from None
+        shown = name if len(name) <= MAX_SHOWN else name[:MAX_SHOWN] + "…"
+        raise BadSchedule(f"unknown time zone {shown!r} (e.g. UTC, Europe/Paris)") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +123,8 @@ def parse_args(args: str) -> ScheduleArgs:
                 rest = rest.lstrip()
             zone = value
         else:
-            raise BadSchedule(f"unknown option {option!r}; options: --skip-missed, --tz ZONE")
+            shown = option if len(option) <= MAX_SHOWN else option[:MAX_SHOWN] + "…"
+            raise BadSchedule(f"unknown option {shown!r}; options: --skip-missed, --tz ZONE")
     words = rest.split(maxsplit=CRON_FIELDS)
     if not words:
         raise BadSchedule(f"usage: /schedule [--skip-missed] [--tz ZONE] <when> <prompt>; {HOW}")

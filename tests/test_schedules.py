@@ -73,6 +73,7 @@ def test_cron_specs_are_read_in_their_time_zone() -> None:
         ("every often", "a number and m, h or d"),
         ("@sometimes", "not a schedule"),
         ("0 0 30 2 *", "not a cron expression"),
+        (",".join(["1"] * 120) + " * * * *", "at most 200 characters"),
     ],
 )
 def test_a_bad_spec_says_what_is_wrong(spec: str, says: str) -> None:
