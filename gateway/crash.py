@@ -21,6 +21,7 @@ STEPS: Final = frozenset(
         "received",  # an adapter has the message, nothing stored yet
         "stored",  # message and journal committed, nothing acknowledged yet
         "mid_batch",  # a group commit ran part of its batch's writes; none is committed
+        "collected",  # waiting tasks were collected into the newest: their journals are gone
         "tool_started",  # the journal says the tool started; it has not run
         "tool_ran",  # the tool ran; its result is not journaled yet
         "answered",  # an answer is journaled; the one who gave it has not heard back

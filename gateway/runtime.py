@@ -14,6 +14,7 @@ from sqlalchemy.engine import make_url
 from gateway.adapter import HttpRoute
 from gateway.agents.base import Agent
 from gateway.agents.summary import RollingSummary, Summarizes
+from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
 from gateway.bus import Bus, open_bus
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -88,6 +89,7 @@ class Runtime:
     crash: CrashPoints
     leases: Leases
     bus: Bus
+    tool_memory: ToolMemory
     schedules: Schedules
     summary: RollingSummary | None = None
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
@@ -139,6 +141,7 @@ class Runtime:
         authority = Authority(settings.admin_keys)
         crash = CrashPoints(settings.crash_at)
         store.db.set_crash_points(crash)
+        tool_memory = ToolMemory.open(kv, settings, clock)
         router = Router(
             settings,
             store,
@@ -149,6 +152,7 @@ class Runtime:
             crash=crash,
             leases=leases,
             bus=bus,
+            tool_memory=tool_memory,
         )
         session_settings = SessionSettings(
             store,
@@ -157,7 +161,9 @@ class Runtime:
             known_tools=getattr(agent, "tool_names", None),
         )
         commands = CommandRegistry(authority)
-        BuiltinCommands(commands, router, store, session_settings, agent.name, clock).register()
+        BuiltinCommands(
+            commands, router, store, session_settings, agent.name, clock, tool_memory
+        ).register()
         schedules = Schedules(
             store,
             router,
@@ -192,6 +198,7 @@ class Runtime:
             crash,
             leases,
             bus,
+            tool_memory,
             schedules,
             summary,
         )

@@ -1,4 +1,5 @@
-"""A session's own settings — name, persona, model, reasoning level, tools that run unasked —
+"""A session's own settings — name, persona, model, reasoning level, tools that run unasked,
+what a message arriving during a run does —
 checked and changed in one place, for the slash commands and `PUT /v1/session/{sid}` alike.
 
 Renaming is for anyone who may use the session; what changes the agent's behaviour for
@@ -19,6 +20,13 @@ from gateway.store.sessions import SessionStore
 from gateway.text import UnstorableText, check_storable
 
 REASONING_LEVELS: Final = ("low", "medium", "high")
+# What a message that arrives while the session runs a task does (`/queue`):
+QUEUE_MODES: Final = {
+    "followup": "runs as its own task after the running one",
+    "collect": "waits; all that arrived during a run are answered together, in one task",
+    "steer": "goes to the running task at its next step (agents that can take it)",
+    "interrupt": "cancels the running task and what waits, and is answered at once",
+}
 TOOL_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 MAX_NAME_CHARS: Final = 200
 MAX_ALLOWED_TOOLS: Final = 64
@@ -108,6 +116,18 @@ class SessionSettings:
             raise SettingsRefused(f"{tool!r} is not a tool name")
         await self.store.ensure(session_id)
         return await self.store.set_tool_allowed(session_id, tool, allowed)
+
+    async def set_queue_mode(self, session_id: str, who: Origin, mode: str) -> str:
+        """Change what messages arriving during a run do here; returns the mode set."""
+        self.authority.require_configure(who, session_id, "the queue mode")
+        chosen = mode.strip().lower()
+        if chosen not in QUEUE_MODES:
+            raise SettingsRefused(
+                f"unknown queue mode {mode!r}; use one of: {', '.join(QUEUE_MODES)}"
+            )
+        await self.store.ensure(session_id)
+        await self.store.set_queue_mode(session_id, chosen)
+        return chosen
 
     def check_tool(self, tool: str) -> None:
         if not TOOL_NAME.fullmatch(tool):

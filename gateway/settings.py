@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     # and this many waiting or running: one client cannot take every slot or flood a queue.
     max_running_per_sender: int = 4
     max_pending_per_sender: int = 100
+    # Messages one session may have waiting behind its running task; past it, a message is
+    # refused with a clear reply (a busy group chat cannot pile up hours of work).
+    max_queued_per_session: int = 100
     max_message_chars: int = 16_000
     # Messages of recent history handed to the agent with each new message.
     history_window: int = 24
@@ -95,6 +98,12 @@ class Settings(BaseSettings):
     # spec is read in when its schedule names none.
     schedule_check_seconds: float = 10.0
     schedule_timezone: str = "UTC"
+    # How long a read-only tool's result (list_files, read_file, search_history) is served
+    # from the session's tool cache while nothing it read has changed; 0 turns the cache off.
+    tool_cache_seconds: float = Field(300.0, ge=0)
+    # How long a failed tool call is remembered, so that the agent is told about the failure
+    # before it repeats the same call; 0 turns the error memory off.
+    error_memory_seconds: float = Field(3600.0, ge=0)
 
     # The openai agent: any OpenAI-compatible chat-completions endpoint.
     openai_base_url: str = "https://api.openai.com/v1"
@@ -238,6 +247,7 @@ class Settings(BaseSettings):
         "max_concurrent_tasks",
         "max_running_per_sender",
         "max_pending_per_sender",
+        "max_queued_per_session",
         "max_message_chars",
         "history_window",
         "temp_idle_seconds",

@@ -1029,6 +1029,27 @@ async def test_delete_cancels_running_task(server: Server) -> None:
     assert not server.runtime.store.files(sid).dir.exists()
 
 
+async def test_delete_forgets_the_sessions_tool_memory(server: Server) -> None:
+    """And /metrics counts the tool cache's hits and misses."""
+    kv = server.runtime.kv
+    sid = None
+    for content in ("!tool list_files {}", "!tool list_files {}", '!tool read_file {"name": "n"}'):
+        body: dict[str, Any] = {"content": content, "persist": True}
+        if sid is not None:
+            body["session_id"] = sid
+        status, sent = await server.call("POST", "/v1/send", json_body=body)
+        assert status == 200 and sent["status"] == "done", sent
+        sid = sent["session_id"]
+    async with server.client.get(server.url("/metrics")) as resp:
+        text = await resp.text()
+    assert 'agenvoy_tool_cache_lookups_total{result="hit",tool="list_files"} 1.0' in text
+    assert 'agenvoy_tool_cache_lookups_total{result="miss",tool="list_files"} 1.0' in text
+    assert await kv.scan(f"toolcache:{sid}:") and await kv.scan(f"errmem:{sid}:")
+    assert await server.call("DELETE", f"/v1/session/{sid}") == (200, {"deleted": True})
+    assert await kv.scan(f"toolcache:{sid}:") == {}
+    assert await kv.scan(f"errmem:{sid}:") == {}
+
+
 # -- metrics ---------------------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from gateway.store.history_file import HistoryMessage
 from gateway.store.usage import usage_summary
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann")
+BOB = Origin("http", sender_id="bob", sender_name="Bob")
 
 
 @pytest.fixture
@@ -162,6 +163,29 @@ async def test_write_file_needs_confirmation(fake: FakeOpenAI, runtime: Runtime)
     assert state.reply == "Fine, I left it." and target.exists()
     denied = [m for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
     assert denied[-1]["content"].startswith("error (denied)")
+
+
+async def test_steer_gives_the_model_what_was_sent_during_a_tool(
+    fake: FakeOpenAI, runtime: Runtime
+) -> None:
+    router = runtime.router
+    assert (await router.submit(Inbound(ANN, "cli-st", "/queue steer"))).command is not None
+    fake.script(
+        ToolCalls([("w1", "write_file", {"name": "plan.md", "content": "step 1"})]),
+        Text("Written, and noted."),
+    )
+    sub = await router.submit(Inbound(ANN, "cli-st", "write the plan"))
+    state = await router.wait(sub.task_hash, 15, until_prompt=True)
+    assert state.prompt is not None
+    late = await router.submit(Inbound(BOB, "cli-st", "call it plan-v1"))
+    await router.answer("cli-st", sub.task_hash, ANN, approve=True)
+    assert (await router.wait(sub.task_hash, 15)).reply == "Written, and noted."
+    # The next model call had the tool's result, then Bob's message as a user turn.
+    after_tool = fake.requests[-1]["messages"][-2:]
+    assert after_tool[0]["role"] == "tool"
+    assert after_tool[1] == {"role": "user", "content": "Bob: call it plan-v1"}
+    view = router.task(late.task_hash)
+    assert (view.status, view.collected_into) == ("collected", sub.task_hash)
 
 
 async def test_paths_outside_the_workspace_are_refused(fake: FakeOpenAI, runtime: Runtime) -> None:
@@ -448,6 +472,23 @@ def test_anthropic_style_usage_counts_cache_writes_as_input() -> None:
     assert usage.tool_calls == ("c1",)
     odd = _usage("m", {"prompt_tokens": "many", "prompt_tokens_details": None}, 0, [])
     assert (odd.input, odd.cache_read) == (0, 0)  # nonsense from a provider is not a crash
+
+
+async def test_messages_not_folded_yet_stay_in_sight(fake: FakeOpenAI, tmp_path: Path) -> None:
+    # A window of 4 folds 2 at a time: until a pair has left the window, the model still
+    # sees it next to the window, not neither in the window nor in the summary.
+    rt = await start(fake, tmp_path / "h", history_window=4)
+    rt.router.after_task.clear()  # no fold runs: everything past the window is unfolded
+    try:
+        fake.script(*(Text(f"answer {n}") for n in range(4)))
+        for n in range(3):
+            await ask(rt.router, "cli-w", f"question {n}")
+        await ask(rt.router, "cli-w", "question 3")
+        contents = [m["content"] for m in fake.requests[-1]["messages"][1:]]
+        assert contents[0] == "Ann: question 0"  # six messages back: outside the window of 4
+        assert len(contents) == 7
+    finally:
+        await rt.close()
 
 
 async def test_window_is_read_from_history_json(fake: FakeOpenAI, runtime: Runtime) -> None:

@@ -40,7 +40,7 @@ class Context:
         self.router = runtime.router
         self.store = runtime.store
         self.settings = runtime.settings
-        self.metrics = HttpMetrics(runtime.router)
+        self.metrics = HttpMetrics(runtime.router, runtime.tool_memory.cache)
         self.keepalive_seconds = keepalive_seconds
         self.closing = asyncio.Event()
         # Handed in: it is made from the route table, whose handlers import this module.

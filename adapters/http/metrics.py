@@ -1,5 +1,5 @@
 """Prometheus metrics of one app: request durations and responses per route, the router's
-load and counters, and the log streams open now.
+load and counters, the tool cache's hits and misses, and the log streams open now.
 
 Each app has its own registry, so that several apps in one process (tests) keep apart.
 """
@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gateway.agents.tool_cache import ToolCache
 from gateway.engine.router import Router
 
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -51,8 +52,25 @@ class RouterCollector(Collector):
             yield CounterMetricFamily(f"agenvoy_{key}_total", f"Router counter {key}.", value=value)
 
 
+class ToolCacheCollector(Collector):
+    """Tool cache lookups by tool and result, counted in this process."""
+
+    def __init__(self, cache: ToolCache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "agenvoy_tool_cache_lookups",
+            "Read-only tool calls looked up in the tool cache, by tool and hit or miss.",
+            labels=["tool", "result"],
+        )
+        for (tool, result), count in sorted(self._cache.lookups.items()):
+            family.add_metric([tool, result], count)
+        yield family
+
+
 class HttpMetrics:
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, tool_cache: ToolCache | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.durations = Histogram(
             "agenvoy_http_request_duration_seconds",
@@ -73,6 +91,8 @@ class HttpMetrics:
             registry=self.registry,
         )
         self.registry.register(RouterCollector(router))
+        if tool_cache is not None:
+            self.registry.register(ToolCacheCollector(tool_cache))
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

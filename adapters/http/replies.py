@@ -114,6 +114,8 @@ class TaskView(Reply):
     error: str
     pending: Prompt | None
     events: list[Event]
+    # With status "collected": the task that answers this message together with others.
+    collected_into: str = ""
 
     @classmethod
     def of(cls, view: engine.TaskView) -> TaskView:
@@ -125,6 +127,7 @@ class TaskView(Reply):
             error=view.error,
             pending=Prompt.of(view.prompt) if view.prompt is not None else None,
             events=list(view.events),
+            collected_into=view.collected_into,
         )
 
 
@@ -137,6 +140,8 @@ class SendFinished(Reply):
     text: str
     error: str
     events: list[Event]
+    # With status "collected": the task that answers this message together with others.
+    collected_into: str = ""
 
 
 class CommandResult(Reply):

@@ -60,6 +60,7 @@ async def send(call: Call) -> Reply | web.StreamResponse:
             text=state.reply,
             error=state.error,
             events=list(state.events),
+            collected_into=state.collected_into,
         )
     if state.prompt is not None:
         pending = Prompt.of(state.prompt)

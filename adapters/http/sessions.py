@@ -114,6 +114,11 @@ async def delete_session(call: Call) -> Deleted:
         await ctx.router.wait(running.task_hash, DELETE_GRACE_SECONDS)
     if not await ctx.store.delete(session_id):
         raise no_session(session_id)
+    try:
+        # A chat's id comes back with its next message: it must not find this one's memory.
+        await ctx.runtime.tool_memory.forget(session_id)
+    except Exception:
+        log.warning("tool memory of a deleted session kept", session=session_id, exc_info=True)
     log.info("session deleted over http", session=session_id, by=origin.sender_key)
     return Deleted()
 

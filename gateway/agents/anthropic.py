@@ -200,6 +200,10 @@ class AnthropicAgent:
                 if result.status != "ok":
                     block["is_error"] = True
                 results.append(block)
+            # What was sent meanwhile (the `steer` queue mode) joins the same user turn, after
+            # the results: the API wants user and assistant turns to alternate.
+            for new in await ctx.steering():
+                results.append({"type": "text", "text": f"{new.sender or 'user'}: {new.text}"})
             messages.append({"role": "user", "content": results})
         raise AgentFailed(
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"

@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.events import Attachment, Origin
 from gateway.store.sessions import StoredMessage
+
+if TYPE_CHECKING:
+    from gateway.agents.tool_memory import ToolMemory
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,15 @@ class AgentFailed(Exception):
     """The run cannot produce a reply; the message is shown to the user."""
 
 
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message that reached a run while it ran (`AgentContext.steering`)."""
+
+    sender: str
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+
+
 class AgentContext(Protocol):
     session_id: str
     task_hash: str
@@ -74,6 +86,8 @@ class AgentContext(Protocol):
     summary: str  # the rolling summary of older messages, "" for none
     reasoning: str  # the session's reasoning level ("low", "medium", "high"), "" for the default
     allowed_tools: frozenset[str]  # tools the session runs without confirmation (`/allow`)
+    # The session's tool cache and error memory (`tools.call_tool`); None: calls run bare.
+    tool_memory: ToolMemory | None
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         """Ask the user who started the run to approve a tool call; False when denied/expired."""
@@ -89,8 +103,18 @@ class AgentContext(Protocol):
 
     async def record_file_version(self, directory: str, name: str, content: str) -> None: ...
 
+    async def steering(self) -> list[NewMessage]:
+        """Messages sent to the session since the run began that it should take in now, as
+        new user turns (the `steer` queue mode); empty otherwise. An agent asks between its
+        steps; what it never asks for runs as a follow-up."""
+        ...
+
     async def search_history(self, query: str) -> list[dict[str, object]]:
         """Full-text search of this session's archive, newest first."""
+        ...
+
+    async def latest_message_id(self) -> int:
+        """Id of the session's newest archived message (0 for none): what its archive is at."""
         ...
 
     async def read_resume_state(

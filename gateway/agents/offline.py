@@ -8,13 +8,19 @@ a contract (README, "The offline agent"):
 - `!ask <question>`     → ask_user; `answer: <answer>` or `answer: (none)` on timeout
 - `!write <name> <text>`→ `write_file` into the session workspace after confirmation;
                           `wrote <name> (<n> bytes)`
-- `!sleep <seconds>`    → cancellable wait, one text_delta per second; `slept <seconds>s`
+- `!sleep <seconds>`    → cancellable wait, one text_delta per second; `slept <seconds>s`,
+                          and `; took in: <text> | …` for messages it was handed meanwhile
+                          (the `steer` queue mode; it asks once a second)
 - `!fail`               → ends the run with an error
+- `!tool <name> <json>` → a test hook: the built-in tool `name` with the JSON object as its
+                          arguments, run the way a model's call is (`tools.call_tool`: error
+                          memory, confirmation, journal, tool cache); `<name>: <result>`
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Sequence
 
 from gateway.agents.base import (
@@ -26,6 +32,7 @@ from gateway.agents.base import (
     ToolCall,
     Usage,
 )
+from gateway.agents.tools import BUILTIN_TOOLS, call_tool, result_text
 from gateway.agents.workspace import Workspace
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.store.sessions import StoredMessage
@@ -40,7 +47,7 @@ def _words(text: str) -> int:
 
 class OfflineAgent:
     name = "offline"
-    tool_names = frozenset({"demo_action", "write_file"})
+    tool_names = frozenset({"demo_action", *BUILTIN_TOOLS})
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
@@ -76,9 +83,11 @@ class OfflineAgent:
         if command == "!write":
             return self._write(ctx, rest)
         if command == "!sleep":
-            return self._sleep(rest)
+            return self._sleep(ctx, rest)
         if command == "!fail":
             return self._fail()
+        if command == "!tool":
+            return self._tool(ctx, rest)
         return self._echo(ctx.text)
 
     async def _echo(self, text: str) -> AsyncIterator[Step]:
@@ -127,17 +136,31 @@ class OfflineAgent:
             return
         yield Reply(f"wrote {name} ({len(data)} bytes)")
 
-    async def _sleep(self, rest: str) -> AsyncIterator[Step]:
+    async def _tool(self, ctx: AgentContext, rest: str) -> AsyncIterator[Step]:
+        name, _, raw = rest.partition(" ")
+        try:
+            args = json.loads(raw or "{}")
+        except ValueError:
+            args = None
+        if not name or not isinstance(args, dict):
+            yield Reply("refused: !tool <name> <JSON object of arguments>")
+            return
+        result = await call_tool(ctx, BUILTIN_TOOLS, f"{ctx.task_hash}-1", name, args)
+        yield Reply(f"{name}: {result_text(result)}")
+
+    async def _sleep(self, ctx: AgentContext, rest: str) -> AsyncIterator[Step]:
         try:
             seconds = int(rest)
         except ValueError:
             raise AgentFailed(f"!sleep needs a whole number of seconds, not {rest!r}") from None
         if not 0 <= seconds <= MAX_SLEEP_SECONDS:
             raise AgentFailed(f"!sleep takes 0 to {MAX_SLEEP_SECONDS} seconds")
+        taken: list[str] = []
         for second in range(1, seconds + 1):
             await self.clock.sleep(1)  # the wait itself is what this command is for
             yield Delta(f"{second}s ")
-        yield Reply(f"slept {seconds}s")
+            taken += [message.text for message in await ctx.steering()]
+        yield Reply(f"slept {seconds}s" + (f"; took in: {' | '.join(taken)}" if taken else ""))
 
     async def _fail(self) -> AsyncIterator[Step]:
         raise AgentFailed("the offline agent was asked to fail (!fail)")

@@ -134,8 +134,9 @@ class OpenAIAgent:
                     "content": f"Summary of the earlier conversation:\n{ctx.summary}",
                 }
             )
-        window = list(ctx.history)[-self.settings.history_window :]
-        for message in window:
+        # The context bounds the history already: the window, and before it what the summary
+        # has not folded yet. Cutting it here would hide those until their fold.
+        for message in ctx.history:
             if message.role == "assistant":
                 messages.append({"role": "assistant", "content": message.content})
             else:
@@ -185,6 +186,9 @@ class OpenAIAgent:
                         "content": result_text(result),
                     }
                 )
+            # What was sent meanwhile (the `steer` queue mode) comes in as new user turns.
+            for new in await ctx.steering():
+                messages.append({"role": "user", "content": f"{new.sender or 'user'}: {new.text}"})
         raise AgentFailed(
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"
         )

@@ -1,4 +1,5 @@
-"""The built-in tools an agent can call, each with a JSON schema and a confirmation flag.
+"""The built-in tools an agent can call, each with a JSON schema and a confirmation flag, and
+`call_tool`, the one way an agent runs them.
 
 File tools work inside the session's workspace folder only, through `workspace.Workspace`: a
 name that would leave it (absolute, `..`) is refused, and no link in it is ever followed.
@@ -14,6 +15,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from gateway.agents.base import AgentContext, ToolCall, ToolResult
+from gateway.agents.error_memory import RepeatedFailure
+from gateway.agents.tool_cache import Reads, canonical_args
+from gateway.agents.tool_memory import ToolMemory
 from gateway.agents.workspace import Workspace, WorkspaceError, file_parts
 
 MAX_READ_BYTES = 256 * 1024
@@ -34,6 +38,12 @@ class Tool:
     run: Callable[[AgentContext, dict[str, Any]], Awaitable[str]]
     # The same call run twice has the effect of running it once (see ToolCall.idempotent).
     idempotent: bool = True
+    # What the result depends on: its version keys the tool cache and dates a failure.
+    reads: Reads = Reads.nothing
+    # Only reads, so its result may come from the tool cache.
+    cached: bool = False
+    # Writes or deletes workspace files: cached reads of the workspace are stale after it.
+    changes_workspace: bool = False
 
     def schema(self) -> dict[str, Any]:
         return {
@@ -49,22 +59,93 @@ class Tool:
 async def call_tool(
     ctx: AgentContext, tools: Mapping[str, Tool], call_id: str, name: str, args: dict[str, Any]
 ) -> ToolResult:
-    """Run one call a model asked for: confirmed where the tool says so, then through the
-    router (journaled, run once). Every agent with tools goes through here, so confirmations
-    and journaling cannot differ between providers."""
+    """Run one call a model asked for: told of an earlier failure of the same call, confirmed
+    where the tool says so, then through the router (journaled, run once), from the tool
+    cache when it holds the result. Every agent with tools goes through here, so none of it
+    can differ between providers."""
     tool = tools.get(name)
     if tool is None:
         return ToolResult(call_id, name, "error", f"there is no tool named {name!r}")
+    call = ToolCall(call_id, name, args, idempotent=tool.idempotent)
+    memory = ctx.tool_memory
+    key = canonical_args(args, tool.reads)
+    failed_before = False
+    if memory is not None and memory.errors.enabled:
+        failure = await memory.errors.recall(ctx.session_id, name, key)
+        failed_before = failure is not None
+        if failure is not None:
+            version = await _version(ctx, memory, tool, args)
+            this_call = f"{ctx.task_hash}/{call_id}"
+            if memory.errors.refuses(failure, version, this_call):
+                await memory.errors.refused(ctx.session_id, name, key, failure, this_call)
+                told = memory.errors.refusal(failure)
+
+                async def refuse() -> str:
+                    raise RepeatedFailure(told)
+
+                return await ctx.run_tool(call, refuse)
     if tool.needs_confirmation and not await ctx.confirm(name, args):
         return ToolResult(call_id, name, "denied", "the user denied this action")
 
     async def execute() -> str:
-        try:
-            return await tool.run(ctx, args)
-        except ToolFailed as exc:
-            raise RuntimeError(str(exc)) from exc
+        if memory is None:
+            return await _run(ctx, tool, args)
+        return await _run_remembered(ctx, memory, tool, args, key, failed_before=failed_before)
 
-    return await ctx.run_tool(ToolCall(call_id, name, args, idempotent=tool.idempotent), execute)
+    return await ctx.run_tool(call, execute)
+
+
+async def _run(ctx: AgentContext, tool: Tool, args: dict[str, Any]) -> str:
+    try:
+        return await tool.run(ctx, args)
+    except ToolFailed as exc:
+        raise RuntimeError(str(exc)) from exc
+
+
+async def _run_remembered(
+    ctx: AgentContext,
+    memory: ToolMemory,
+    tool: Tool,
+    args: dict[str, Any],
+    key: str,
+    *,
+    failed_before: bool,
+) -> str:
+    """`_run`, served from the tool cache or filling it; a failure remembered, a success
+    forgetting an earlier one."""
+    sid, cache, errors = ctx.session_id, memory.cache, memory.errors
+    version = None
+    if tool.cached and cache.enabled:
+        version = await _version(ctx, memory, tool, args)
+        if version is not None:
+            hit = await cache.get(sid, tool.name, key, version)
+            if hit is not None:
+                return hit
+    try:
+        result = await _run(ctx, tool, args)
+    except Exception as exc:
+        if tool.changes_workspace:
+            await cache.workspace_changed(sid)  # it may have got halfway
+        if errors.enabled:
+            # Dated after the failure: a repeat finds the same version unless something moved.
+            after = await _version(ctx, memory, tool, args)
+            await errors.remember(sid, tool.name, key, f"{type(exc).__name__}: {exc}", after)
+        raise
+    if tool.changes_workspace:
+        await cache.workspace_changed(sid)
+    if failed_before:
+        await errors.forget(sid, tool.name, key)
+    if version is not None:
+        await cache.put(sid, tool.name, key, version, result)
+    return result
+
+
+async def _version(
+    ctx: AgentContext, memory: ToolMemory, tool: Tool, args: dict[str, Any]
+) -> str | None:
+    return await memory.cache.version(
+        ctx.session_id, tool.reads, ctx.workspace, args, ctx.latest_message_id
+    )
 
 
 def result_text(result: ToolResult) -> str:
@@ -175,6 +256,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             _object({}, []),
             False,
             _list_files,
+            reads=Reads.workspace,
+            cached=True,
         ),
         Tool(
             "read_file",
@@ -182,6 +265,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             _object(_NAME, ["name"]),
             False,
             _read_file,
+            reads=Reads.file,
+            cached=True,
         ),
         Tool(
             "write_file",
@@ -189,6 +274,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             _object({**_NAME, "content": {"type": "string"}}, ["name", "content"]),
             True,
             _write_file,
+            reads=Reads.file,
+            changes_workspace=True,
         ),
         Tool(
             "delete_file",
@@ -198,6 +285,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             _delete_file,
             # A second run finds the file gone and says so: the agent is told it was cut off.
             idempotent=False,
+            reads=Reads.file,
+            changes_workspace=True,
         ),
         Tool(
             "search_history",
@@ -205,6 +294,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             _object({"query": {"type": "string"}}, ["query"]),
             False,
             _search_history,
+            reads=Reads.history,
+            cached=True,
         ),
         Tool(
             "ask_user",

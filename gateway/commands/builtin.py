@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Access
 from gateway.clock import Clock
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
 from gateway.engine.router import Router
 from gateway.ids import Prefix, new_session_id
-from gateway.session_settings import SessionSettings, SettingsChange, SettingsRefused
+from gateway.logs import get_logger
+from gateway.session_settings import (
+    QUEUE_MODES,
+    SessionSettings,
+    SettingsChange,
+    SettingsRefused,
+)
 from gateway.store.sessions import SessionStore
+
+log = get_logger(__name__)
 
 
 class BuiltinCommands:
@@ -20,6 +29,7 @@ class BuiltinCommands:
         settings: SessionSettings,
         agent_name: str,
         clock: Clock,
+        tool_memory: ToolMemory | None = None,
     ) -> None:
         self.registry = registry
         self.router = router
@@ -27,6 +37,7 @@ class BuiltinCommands:
         self.settings = settings
         self.agent_name = agent_name
         self.clock = clock
+        self.tool_memory = tool_memory
 
     def register(self) -> None:
         add = self.registry.add
@@ -41,6 +52,16 @@ class BuiltinCommands:
                 self.reset,
             )
         )
+        if self.tool_memory is not None:
+            # Like /reset, it changes what the agent knows for everyone in a shared chat.
+            add(
+                Command(
+                    "forget",
+                    "forget failed tool calls and cached tool results",
+                    Access.shared_admin,
+                    self.forget,
+                )
+            )
         add(
             Command(
                 "new",
@@ -85,6 +106,17 @@ class BuiltinCommands:
             )
         )
 
+        add(
+            Command(
+                "queue",
+                "what messages sent during a run do; alone: the mode",
+                Access.shared_admin,
+                self.queue,
+                usage="<followup|collect|steer|interrupt>",
+                reads_without_args=True,
+            )
+        )
+
     async def help(self, call: CommandCall) -> CommandReply:
         return CommandReply(call.name, self.registry.help_text())
 
@@ -98,6 +130,7 @@ class BuiltinCommands:
             f"queued: {self.router.queue_length(sid)}",
             f"model: {(row.model if row else '') or self.agent_name}",
             f"reasoning: {(row.reasoning if row else '') or 'default'}",
+            f"queue mode: {row.queue_mode if row else 'followup'}",
         ]
         return CommandReply(call.name, "\n".join(lines))
 
@@ -115,6 +148,21 @@ class BuiltinCommands:
         last = await self.store.last_message_id(sid)
         await self.store.reset_conversation(sid, last, self.clock.now_ms())
         return CommandReply(call.name, "conversation window and summary cleared")
+
+    async def forget(self, call: CommandCall) -> CommandReply:
+        assert self.tool_memory is not None  # registered only with one
+        try:
+            failures, _cache_keys = await self.tool_memory.forget(call.session_id)
+        except Exception:
+            log.warning("forget failed", session=call.session_id, exc_info=True)
+            return CommandReply(
+                call.name, "the memory store cannot be reached; try again", ok=False
+            )
+        return CommandReply(
+            call.name,
+            f"forgot {failures} failed tool call{'' if failures == 1 else 's'} "
+            "and cleared the tool cache",
+        )
 
     async def new(self, call: CommandCall) -> CommandReply:
         fresh = new_session_id(Prefix.cli)
@@ -136,6 +184,18 @@ class BuiltinCommands:
             return CommandReply(name, str(exc), ok=False)
         shown = call.args.lower() if name == "reasoning" else call.args
         return CommandReply(name, f"{name} set to: {shown}")
+
+    async def queue(self, call: CommandCall) -> CommandReply:
+        sid = call.session_id
+        if not call.args:
+            row = await self.store.get(sid)
+            mode = row.queue_mode if row else "followup"
+            return CommandReply(call.name, f"queue: {mode}: {QUEUE_MODES.get(mode, '?')}")
+        try:
+            mode = await self.settings.set_queue_mode(sid, call.origin, call.args)
+        except SettingsRefused as exc:
+            return CommandReply(call.name, str(exc), ok=False)
+        return CommandReply(call.name, f"queue set to {mode}: {QUEUE_MODES[mode]}")
 
     async def allow(self, call: CommandCall) -> CommandReply:
         sid, name = call.session_id, call.name

@@ -7,8 +7,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from gateway.agents.base import ToolCall, ToolResult
+from gateway.agents.base import NewMessage, ToolCall, ToolResult
 from gateway.agents.summary import fold_batch
+from gateway.agents.tool_memory import ToolMemory
 from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
 from gateway.store.files import SessionFiles
@@ -17,6 +18,8 @@ from gateway.store.search import search_messages
 from gateway.store.sessions import SessionStore, StoredMessage
 
 RunTool = Callable[[Task, ToolCall, Callable[[], Awaitable[str]]], Awaitable[ToolResult]]
+# Hands a running task the messages waiting behind it (the `steer` queue mode).
+Steer = Callable[[Task], Awaitable[list[Task]]]
 
 
 class RunContext:
@@ -29,11 +32,14 @@ class RunContext:
         prompts: Prompts,
         run_tool: RunTool,
         history: Sequence[StoredMessage],
+        tool_memory: ToolMemory | None = None,
+        steer: Steer | None = None,
     ) -> None:
         self._task = task
         self._store = store
         self._prompts = prompts
         self._run_tool = run_tool
+        self._steer = steer
         self.session_id = task.session_id
         self.task_hash = task.task_hash
         self.origin = task.origin
@@ -46,6 +52,7 @@ class RunContext:
         self.summary = ""
         self.reasoning = ""
         self.allowed_tools: frozenset[str] = frozenset()
+        self.tool_memory = tool_memory
         # Whether the rolling summary may have a batch to fold once this task has ended.
         self.fold_soon = False
 
@@ -62,6 +69,14 @@ class RunContext:
     async def run_tool(self, call: ToolCall, execute: Callable[[], Awaitable[str]]) -> ToolResult:
         return await self._run_tool(self._task, call, execute)
 
+    async def steering(self) -> list[NewMessage]:
+        """Messages sent to the session since this run began, now this run's to answer (the
+        `steer` queue mode); empty in every other mode."""
+        if self._steer is None:
+            return []
+        taken = await self._steer(self._task)
+        return [NewMessage(t.origin.sender_name, t.text, tuple(t.attachments)) for t in taken]
+
     async def search_history(self, query: str) -> list[dict[str, object]]:
         hits = await search_messages(self._store.db, query, session_id=self.session_id)
         return [
@@ -74,6 +89,9 @@ class RunContext:
             }
             for h in hits
         ]
+
+    async def latest_message_id(self) -> int:
+        return await self._store.last_message_id(self.session_id)
 
     async def record_file_version(self, directory: str, name: str, content: str) -> None:
         await self._store.record_file_version(
@@ -98,14 +116,21 @@ class RunContext:
 
 
 async def load_context(
-    task: Task, store: SessionStore, prompts: Prompts, run_tool: RunTool, window: int
+    task: Task,
+    store: SessionStore,
+    prompts: Prompts,
+    run_tool: RunTool,
+    window: int,
+    tool_memory: ToolMemory | None = None,
+    *,
+    steer: Steer | None = None,
 ) -> RunContext:
     """The context of `task`: session settings and summary from SQL, window from its files."""
     files = store.files(task.session_id)
     summary, row, due = await store.summary_and_settings(task.session_id, window)
     cursor = summary.cursor if summary else 0
     recent = await _window(task, files, window, after=cursor)
-    context = RunContext(task, store, prompts, run_tool, recent)
+    context = RunContext(task, store, prompts, run_tool, recent, tool_memory, steer)
     if row is not None:
         context.persona = row.persona
         context.model = row.model

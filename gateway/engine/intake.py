@@ -12,8 +12,9 @@ from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.order import Turn, Turns
 from gateway.engine.ownership import Ownership
+from gateway.engine.queue_modes import QueueModes
 from gateway.engine.scheduler import Scheduler
-from gateway.engine.task import MessageTooLong, Submission, Task, TooManyTasks
+from gateway.engine.task import MessageTooLong, QueueFull, Submission, Task, TooManyTasks
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Inbound, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
@@ -39,6 +40,8 @@ class Intake:
         max_pending_per_sender: int | None = None,
         *,
         accepting: set[str] | None = None,
+        queue_modes: QueueModes | None = None,
+        max_queued_per_session: int | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
@@ -55,6 +58,8 @@ class Intake:
         self.accepting: set[str] = accepting if accepting is not None else set()
         # Gateway commands, answered before the agent sees a text (set by the runtime).
         self.commands: CommandRunner | None = None
+        self.queue_modes = queue_modes
+        self.max_queued_per_session = max_queued_per_session
 
     async def submit(self, inbound: Inbound, turn: Turn | None = None) -> Submission:
         session_id = validate_session_id(inbound.session_id)
@@ -82,6 +87,9 @@ class Intake:
         # The user event reaches the origin (a typing indicator) outside the turn: the next
         # message need not wait for a platform call.
         await self.dispatch.deliver(task, event)
+        modes = self.queue_modes
+        if position and modes is not None and await modes.interrupt_for(task):
+            position = 0  # what was ahead is canceled, and says so
         if position:
             await self.dispatch.notice(inbound.origin, f"queued ({position} ahead)")
         return Submission(session_id, task.task_hash, position or 0)
@@ -119,6 +127,9 @@ class Intake:
         limit = self.max_pending_per_sender
         if limit is not None and self.scheduler.tasks_of(inbound.origin.sender_key) >= limit:
             raise TooManyTasks(limit)
+        cap = self.max_queued_per_session
+        if cap is not None and len(self.scheduler.queued(inbound.session_id)) >= cap:
+            raise QueueFull(cap)
 
     def check_text(self, text: str) -> None:
         if len(text) > self.max_chars:

@@ -121,6 +121,11 @@ class Replay:
         self._prompts = [s for s in self._steps if isinstance(s, PromptAsked)]
         self._prompts_seen = 0
 
+    @property
+    def empty(self) -> bool:
+        """Nothing was recorded: the task never got to a step."""
+        return not self._steps
+
     def tool(self, call_id: str) -> list[ToolStarted | ToolFinished]:
         """What was recorded of the tool call `call_id`, in order (empty if never started)."""
         return [

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 
 from gateway.adapter import Sink
 from gateway.agents.base import Agent
+from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
 from gateway.bus import Bus, LocalBus
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -31,6 +32,7 @@ from gateway.engine.order import Turn
 from gateway.engine.outbox import Courier
 from gateway.engine.ownership import Ownership
 from gateway.engine.prompts import PromptNotFound, Prompts
+from gateway.engine.queue_modes import QueueModes
 from gateway.engine.recovery import import_journal_files
 from gateway.engine.relay import Relay
 from gateway.engine.runner import Runner
@@ -72,6 +74,7 @@ class Router:
         crash: CrashPoints = NO_CRASH,
         leases: Leases | None = None,
         bus: Bus | None = None,
+        tool_memory: ToolMemory | None = None,
     ) -> None:
         self._store = store
         self._presence = presence
@@ -119,6 +122,8 @@ class Router:
             cancel_here=self._cancel_here,
         )
         self._dispatch.published = self._relay.publish
+        self._queue_modes = QueueModes(store, self._scheduler, self._dispatch, self._tasks, crash)
+        self._scheduler.gather = self._queue_modes.gather
         if self._ownership.shared:  # each reply sent by one instance, even seen by several
             self.courier.claimant = settings.instance_id
             self.courier.claim_seconds = 2 * settings.lease_ttl_seconds
@@ -131,6 +136,8 @@ class Router:
             self.counters,
             settings.history_window,
             crash,
+            tool_memory,
+            steer=self._queue_modes.steer,
         )
         self._intake = Intake(
             store,
@@ -143,6 +150,8 @@ class Router:
             crash,
             settings.max_pending_per_sender,
             accepting=self._takeover.accepting,
+            queue_modes=self._queue_modes,
+            max_queued_per_session=settings.max_queued_per_session,
         )
 
     # -- wiring ----------------------------------------------------------------------------

@@ -18,9 +18,10 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
+from gateway.agents.tool_memory import ToolMemory
 from gateway.clock import now_ms
 from gateway.crash import NO_CRASH, CrashPoints
-from gateway.engine.context import load_context
+from gateway.engine.context import Steer, load_context
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import ToolFinished, ToolStarted
 from gateway.engine.prompts import Prompts
@@ -54,8 +55,12 @@ class Runner:
         counters: dict[str, int],
         window: int,
         crash: CrashPoints = NO_CRASH,
+        tool_memory: ToolMemory | None = None,
+        *,
+        steer: Steer | None = None,
     ) -> None:
         self.store = store
+        self.tool_memory = tool_memory
         self.agent = agent
         self.presence = presence
         self.dispatch = dispatch
@@ -63,6 +68,7 @@ class Runner:
         self.counters = counters
         self.window = window
         self.crash = crash
+        self.steer = steer
         # Called with the session id after a task that finished with a reply when its context
         # said a summary fold may be due (the rolling summary hooks in here, off the reply
         # path; it checks again before it folds).
@@ -83,7 +89,15 @@ class Runner:
         try:
             await task.set_status("running")
             # The journal written at submission already holds all a replay needs until a step.
-            context = await load_context(task, self.store, self.prompts, self.run_tool, self.window)
+            context = await load_context(
+                task,
+                self.store,
+                self.prompts,
+                self.run_tool,
+                self.window,
+                self.tool_memory,
+                steer=self.steer,
+            )
             fold_soon = context.fold_soon
             async with (
                 self.presence.hold(task.session_id, task.task_hash),

@@ -75,6 +75,9 @@ class Scheduler(Generic[J]):
         # instances stored for it), and once its queue is empty (to let it go).
         self.before_next: Callable[[str], Awaitable[None]] | None = None
         self.on_idle: Callable[[str], Awaitable[None]] | None = None
+        # Called with a session id and its queue when several tasks wait there, before the
+        # next is picked: it may take some out (the `collect` queue mode).
+        self.gather: Callable[[str, list[J]], Awaitable[None]] | None = None
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -117,6 +120,16 @@ class Scheduler(Generic[J]):
         """How many tasks of `sender` are queued or running."""
         state = self._senders.get(sender)
         return state.tasks if state else 0
+
+    def take_out(self, task: J) -> bool:
+        """Take a queued task off its queue without ending it (its caller ends it); False
+        when it is not queued any more."""
+        lane = self._lanes.get(task.session_id)
+        if lane is None or task not in lane.waiting:
+            return False
+        lane.waiting.remove(task)
+        self._left(task)
+        return True
 
     # -- cancel and shutdown ---------------------------------------------------------------
 
@@ -216,6 +229,8 @@ class Scheduler(Generic[J]):
     async def _next(self, session_id: str, lane: _Lane[J]) -> J | None:
         if self.before_next is not None and not self._closing:
             await self.before_next(session_id)
+        if self.gather is not None and len(lane.waiting) > 1 and not self._closing:
+            await self.gather(session_id, list(lane.waiting))
         return await self._take_slots(lane)
 
     async def _drain(self, session_id: str, lane: _Lane[J]) -> None:

@@ -20,8 +20,12 @@ from gateway.store.usage import UsageRecord
 if TYPE_CHECKING:
     from gateway.commands.registry import CommandReply
 
-TaskStatus = Literal["queued", "running", "waiting", "done", "error", "canceled", "interrupted"]
-FINISHED: frozenset[str] = frozenset({"done", "error", "canceled", "interrupted"})
+TaskStatus = Literal[
+    "queued", "running", "waiting", "done", "error", "canceled", "interrupted", "collected"
+]
+# "collected": answered by another task of its session, which took this message in with its
+# own (the `collect` and `steer` queue modes); `collected_into` names that task.
+FINISHED: frozenset[str] = frozenset({"done", "error", "canceled", "interrupted", "collected"})
 
 
 class MessageTooLong(ValueError):
@@ -41,6 +45,18 @@ class TooManyTasks(RuntimeError):
         super().__init__(
             f"too many requests: you have {limit} tasks waiting or running; "
             "send more once some are answered"
+        )
+        self.limit = limit
+
+
+class QueueFull(TooManyTasks):
+    """The session has as many tasks waiting as one session may; nothing was stored."""
+
+    def __init__(self, limit: int) -> None:
+        RuntimeError.__init__(
+            self,
+            f"this conversation has {limit} messages waiting for the bot already; "
+            "send more once some are answered",
         )
         self.limit = limit
 
@@ -116,6 +132,7 @@ class TaskView:
     error: str
     prompt: Prompt | None
     events: tuple[Event, ...]
+    collected_into: str = ""
 
     @property
     def finished(self) -> bool:
@@ -129,6 +146,7 @@ class TaskView:
             "text": self.reply,
             "error": self.error,
             "pending": self.prompt.to_json() if self.prompt else None,
+            "collected_into": self.collected_into,
         }
 
 
@@ -165,6 +183,7 @@ class Task:
     # Stored here, run by another instance (which holds the session): this task is a view
     # of that one.
     elsewhere: bool = False
+    collected_into: str = ""
 
     @property
     def finished(self) -> bool:
@@ -241,4 +260,5 @@ class Task:
             error=self.error,
             prompt=self.prompt,
             events=tuple(self.events),
+            collected_into=self.collected_into,
         )

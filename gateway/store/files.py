@@ -200,10 +200,13 @@ class SessionFiles:
     def write_summary(self, summary: Summary) -> None:
         # The summary goes first: a crash between the two leaves the cursor behind, which only
         # means some messages are folded in again, never that some are skipped.
+        # Both files copy the archive's summary row, which is what every reader takes once it
+        # exists: they need to be whole, not durable.
         self._require_dir()
         body = {"summary": summary.text, "cursor": summary.cursor, "updated_at": summary.updated_at}
-        atomic_write(self.dir / SUMMARY, json.dumps(body, ensure_ascii=False).encode())
-        atomic_write(self.dir / SUMMARY_CURSOR, f"{summary.cursor}\n".encode())
+        data = json.dumps(body, ensure_ascii=False).encode()
+        atomic_write(self.dir / SUMMARY, data, durable=False)
+        atomic_write(self.dir / SUMMARY_CURSOR, f"{summary.cursor}\n".encode(), durable=False)
 
     def reset_conversation(self, last_message_id: int, at: int) -> None:
         """Empty the conversation window and the summary; the SQL archive keeps all.

@@ -32,9 +32,12 @@ def dir_lock(directory: Path) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` so readers see the old or the new file, never a mix.
 
+    With `durable`, the new file is on disk when this returns. Without, a crash may leave the
+    old one (or, after a power cut, an empty one): for copies of what the archive keeps,
+    which are rewritten from it, the fsyncs cost more than they protect.
     The parent directory must exist: it is never created here.
     """
     if not path.parent.is_dir():
@@ -43,14 +46,16 @@ def atomic_write(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(directory: Path) -> None:

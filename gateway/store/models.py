@@ -41,6 +41,12 @@ class SessionRow(SQLModel, table=True):
         return value if isinstance(value, dict) else {}
 
     @property
+    def queue_mode(self) -> str:
+        """What a message arriving during a run does here (`/queue`); "followup" by default."""
+        mode = self.options.get("queue_mode", "")
+        return mode if isinstance(mode, str) and mode else "followup"
+
+    @property
     def allowed_tools(self) -> frozenset[str]:
         """Tools that run without asking for confirmation in this session (`/allow <tool>`)."""
         tools = self.options.get("allowed_tools", [])

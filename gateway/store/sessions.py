@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, update
 from sqlmodel import Session, col, select
@@ -36,6 +37,15 @@ __all__ = ["RunRecord", "SessionInfo", "SessionStore", "StoredMessage", "Unknown
 DELETE_CHUNK = 900
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
+
+
+def _with_option(row: SessionRow, key: str, value: Any) -> str:
+    """The row's `settings` JSON with one option changed."""
+    options = row.options
+    options[key] = value
+    return json.dumps(options, ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,21 +129,32 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
     async def set_tool_allowed(self, session_id: str, tool: str, allowed: bool) -> frozenset[str]:
         """Add a tool to (or take it off) the session's allow-list; returns the new list."""
 
-        def work(session: Session) -> frozenset[str]:
-            row = session.get(SessionRow, validate_session_id(session_id))
-            if row is None:
-                raise UnknownSession(session_id)
+        def change(row: SessionRow) -> frozenset[str]:
             tools = set(row.allowed_tools)
             if allowed:
                 tools.add(tool)
             else:
                 tools.discard(tool)
-            options = row.options
-            options["allowed_tools"] = sorted(tools)
-            row.settings = json.dumps(options, ensure_ascii=False)
+            row.settings = _with_option(row, "allowed_tools", sorted(tools))
+            return frozenset(tools)
+
+        return await self._change_row(session_id, change)
+
+    async def set_queue_mode(self, session_id: str, mode: str) -> None:
+        def change(row: SessionRow) -> None:
+            row.settings = _with_option(row, "queue_mode", mode)
+
+        await self._change_row(session_id, change)
+
+    async def _change_row(self, session_id: str, change: Callable[[SessionRow], T]) -> T:
+        def work(session: Session) -> T:
+            row = session.get(SessionRow, validate_session_id(session_id))
+            if row is None:
+                raise UnknownSession(session_id)
+            result = change(row)
             row.updated_at = now_ms()
             session.add(row)
-            return frozenset(tools)
+            return result
 
         return await self.db.write(work)
 

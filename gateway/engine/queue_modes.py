@@ -1,0 +1,109 @@
+"""What a message that arrives while its session runs a task does: the session's queue mode
+(`/queue`, kept with its settings).
+
+- `followup` (the default): it waits for a task of its own, after the running one.
+- `collect`: it waits; when the running task ends, one task answers everything that waited:
+  the newest message's, which sees the others in its window (they were archived before it, in
+  order). The others end as "collected" into it. Their journals go before it runs: after a
+  crash in between, the newest replays and still sees them; before, the queue is collected
+  again on the next start.
+- `steer`: the running task takes it at its next step, when its agent asks
+  (`AgentContext.steering`); an agent that never asks leaves it to run as a follow-up.
+- `interrupt`: the running task and those waiting are canceled; the newest is answered next.
+
+Only tasks that have not started are collected or steered: one replaying a step it took
+before a crash (a tool, a prompt) keeps its own run. The mode is read only when it matters (a
+busy session), so a message to an idle session costs no extra read.
+"""
+
+from __future__ import annotations
+
+from gateway.crash import NO_CRASH, CrashPoints
+from gateway.engine.dispatch import Dispatch
+from gateway.engine.scheduler import Scheduler
+from gateway.engine.task import Task
+from gateway.engine.tasks import TaskTable
+from gateway.logs import get_logger
+from gateway.store.sessions import SessionStore
+
+log = get_logger(__name__)
+
+INTERRUPTED_BY = "a newer message"
+
+
+class QueueModes:
+    def __init__(
+        self,
+        store: SessionStore,
+        scheduler: Scheduler[Task],
+        dispatch: Dispatch,
+        tasks: TaskTable,
+        crash: CrashPoints = NO_CRASH,
+    ) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.dispatch = dispatch
+        self.tasks = tasks
+        self.crash = crash
+
+    async def mode(self, session_id: str) -> str:
+        row = await self.store.get(session_id)
+        return row.queue_mode if row is not None else "followup"
+
+    async def gather(self, session_id: str, waiting: list[Task]) -> None:
+        """Before the next task of a session with several waiting: in `collect` mode, the
+        newest takes the others in."""
+        if not all(_fresh(task) for task in waiting):
+            return
+        if await self.mode(session_id) != "collect":
+            return
+        newest = waiting[-1]
+        taken = [task for task in waiting[:-1] if self.scheduler.take_out(task)]
+        for task in taken:
+            await self._collected(task, into=newest)
+        self.crash.reach("collected")
+        if taken:
+            await self.dispatch.notice(newest.origin, f"collected {len(taken) + 1} messages")
+
+    async def steer(self, running: Task) -> list[Task]:
+        """The tasks waiting behind `running` that it takes in now (`steer` mode), in order."""
+        waiting = [task for task in self.scheduler.queued(running.session_id) if _fresh(task)]
+        if not waiting or await self.mode(running.session_id) != "steer":
+            return []
+        taken = [task for task in waiting if self.scheduler.take_out(task)]
+        for task in taken:
+            await self._collected(task, into=running)
+        return taken
+
+    async def interrupt_for(self, newest: Task) -> bool:
+        """In `interrupt` mode, cancel what runs or waits ahead of `newest`; whether it did."""
+        sid = newest.session_id
+        if await self.mode(sid) != "interrupt":
+            return False
+        ahead = [task for task in self.scheduler.queued(sid) if task is not newest]
+        running = self.scheduler.current(sid)
+        if running is not None and running is not newest:
+            ahead.append(running)
+        for task in ahead:
+            if not task.finished:
+                task.canceled_by = INTERRUPTED_BY
+                await self.scheduler.cancel(task)
+        return bool(ahead)
+
+    async def _collected(self, task: Task, *, into: Task) -> None:
+        task.collected_into = into.task_hash
+        await task.journal.close(recorded=False)  # its message is answered by `into`
+        await task.set_status("collected")
+        self.tasks.ended(task)
+        log.info(
+            "message collected", session=task.session_id, task=task.task_hash, into=into.task_hash
+        )
+
+
+def _fresh(task: Task) -> bool:
+    return (
+        task.status == "queued"
+        and not task.elsewhere
+        and task.journal.replay.empty
+        and task.prompt is None
+    )
