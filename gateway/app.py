@@ -117,6 +117,12 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
             name="usage retention",
             clock=runtime.clock,
         ),
+        every(
+            settings.schedule_check_seconds,
+            partial(if_leading, leases, "job:schedules", runtime.schedules.fire_due),
+            name="schedules",
+            clock=runtime.clock,
+        ),
         SessionWatcher(runtime.store).run(),
         every(
             _recovery_interval(runtime),

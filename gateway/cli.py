@@ -25,7 +25,7 @@ from gateway.cli_support import checked_id, fail, load_settings, printable
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
 
 if TYPE_CHECKING:
-    from gateway.store.sessions import SessionStore
+    from gateway.store.sessions import SessionInfo, SessionStore
 
 app = typer.Typer(
     help="agenvoy-gateway: one agent runtime behind Discord, Telegram, HTTP and a terminal.",
@@ -69,8 +69,15 @@ def _when(ms: int) -> str:
 
 
 def sessions() -> None:
-    """List sessions grouped by prefix, with name, last activity and message count."""
-    infos = _with_store(lambda store: store.list_sessions())
+    """List sessions grouped by prefix, with name, last activity, message count and how many
+    schedules each has."""
+
+    async def work(store: SessionStore) -> tuple[list[SessionInfo], dict[str, int]]:
+        from gateway.store.schedules import counts
+
+        return await store.list_sessions(), await counts(store.db)
+
+    infos, scheduled = _with_store(work)
     if not infos:
         typer.echo("no sessions yet")
         return
@@ -82,6 +89,7 @@ def sessions() -> None:
             typer.echo(
                 f"  {info.id:<48} {printable(info.name or '-'):<20} {_when(info.updated_at):<17} "
                 f"{info.message_count:>6} msgs"
+                + (f"  {scheduled[info.id]} scheduled" if info.id in scheduled else "")
             )
 
 

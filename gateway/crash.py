@@ -27,6 +27,7 @@ STEPS: Final = frozenset(
         "answered",  # an answer is journaled; the one who gave it has not heard back
         "recorded",  # the reply and the run are committed; nothing is delivered yet
         "part_sent",  # the platform accepted a part of a reply; the outbox does not know yet
+        "scheduled",  # a schedule's task is stored; the schedule is not moved on yet
     }
 )
 

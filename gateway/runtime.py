@@ -20,12 +20,14 @@ from gateway.bus import Bus, open_bus
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.registry import CommandRegistry
+from gateway.commands.schedules import ScheduleCommands
 from gateway.crash import CrashPoints
 from gateway.engine.router import Router
 from gateway.health import Readiness, ReadinessProbe, answers
 from gateway.leases import Leases, open_leases
 from gateway.logs import get_logger
 from gateway.presence import Presence
+from gateway.schedules import SCHEDULE_PLATFORM, Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
 from gateway.store.kv import KVStore, open_kv
@@ -88,6 +90,7 @@ class Runtime:
     leases: Leases
     bus: Bus
     tool_memory: ToolMemory
+    schedules: Schedules
     summary: RollingSummary | None = None
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
@@ -161,6 +164,19 @@ class Runtime:
         BuiltinCommands(
             commands, router, store, session_settings, agent.name, clock, tool_memory
         ).register()
+        schedules = Schedules(
+            store,
+            router,
+            authority,
+            clock,
+            default_timezone=settings.schedule_timezone,
+            max_chars=settings.max_message_chars,
+            check_seconds=settings.schedule_check_seconds,
+            crash=crash,
+        )
+        # Scheduled tasks of sessions no chat holds are read like any task of their session.
+        router.register_pulled(SCHEDULE_PLATFORM)
+        ScheduleCommands(commands, schedules).register()
         router.commands = commands.run
         commands.first_delivery = store.first_delivery
         await bus.start()
@@ -183,6 +199,7 @@ class Runtime:
             leases,
             bus,
             tool_memory,
+            schedules,
             summary,
         )
 

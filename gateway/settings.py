@@ -10,6 +10,7 @@ import socket
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -93,6 +94,10 @@ class Settings(BaseSettings):
     lease_ttl_seconds: float = 15.0
     temp_idle_seconds: float = 1800.0
     cleanup_interval_seconds: float = 1800.0
+    # Schedules (`/schedule`): how often due ones are looked for, and the time zone a cron
+    # spec is read in when its schedule names none.
+    schedule_check_seconds: float = 10.0
+    schedule_timezone: str = "UTC"
     # How long a read-only tool's result (list_files, read_file, search_history) is served
     # from the session's tool cache while nothing it read has changed; 0 turns the cache off.
     tool_cache_seconds: float = Field(300.0, ge=0)
@@ -231,6 +236,15 @@ class Settings(BaseSettings):
     def _default_instance(cls, value: str) -> str:
         return value.strip() or socket.gethostname()
 
+    @field_validator("schedule_timezone", mode="after")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            raise ValueError(f"unknown time zone {value!r} (e.g. UTC, Europe/Paris)") from None
+        return value
+
     @field_validator("log_level", mode="after")
     @classmethod
     def _known_level(cls, value: str) -> str:
@@ -252,6 +266,7 @@ class Settings(BaseSettings):
         "recovery_interval_seconds",
         "lease_ttl_seconds",
         "cleanup_interval_seconds",
+        "schedule_check_seconds",
         "http_idle_timeout_seconds",
         "http_body_timeout_seconds",
         "anthropic_max_tokens",

@@ -10,11 +10,12 @@ from __future__ import annotations
 from sqlalchemy import inspect, text
 from sqlmodel import Session, col, select
 
+from gateway.store import schedules
 from gateway.store.db import Database
 from gateway.store.files import Summary
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
-from gateway.store.models import PER_SESSION_TABLES, OutboxRow
+from gateway.store.models import PER_SESSION_TABLES, OutboxRow, ScheduleRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, outbox_item
 from gateway.store.sessions import RunRecord, SessionStore
 from gateway.store.usage import UsageRecord, record_usage
@@ -53,6 +54,8 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
     # Its prompt answered on some instance.
     await store.claim_answer(session_id, waiting, 0, {"approved": True, "by": "ann"})
     await record_usage(store.db, UsageRecord(session_id, "model-a", input=3, output=5))
+    schedule = ScheduleRow(session_id=session_id, spec="every 1h", prompt=f"count {marker}s")
+    await schedules.add(store.db, schedule)
 
 
 async def rows_of(db: Database, session_id: str, *, marker: str) -> dict[str, int]:

@@ -9,7 +9,15 @@ from sqlmodel import Session, SQLModel
 from gateway.store.db import Database
 from gateway.store.models import PER_SESSION_TABLES
 
-TABLES = ["session", "messages", "action_history", "file_history", "usage", "outbox"]
+TABLES = [
+    "session",
+    "messages",
+    "action_history",
+    "file_history",
+    "usage",
+    "outbox",
+    "schedule",
+]
 
 
 async def test_models_match_the_migrated_schema(database_url: str) -> None:

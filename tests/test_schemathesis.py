@@ -23,6 +23,7 @@ pytestmark = pytest.mark.schemathesis
 SCHEMATHESIS = shutil.which("schemathesis") or str(Path(sys.executable).parent / "schemathesis")
 EXAMPLES = 20
 TOKEN = "schemathesis-token"
+CONFIG = Path(__file__).with_name("schemathesis.toml")
 
 
 @pytest.fixture(params=["anonymous", "token"])
@@ -67,6 +68,8 @@ def test_the_api_matches_its_document(gateway: tuple[str, list[str]], tmp_path: 
     run = subprocess.run(
         [
             SCHEMATHESIS,
+            "--config-file",
+            str(CONFIG),
             "run",
             f"{url}/openapi.json",
             *headers,

@@ -211,7 +211,12 @@ class TaskQuery(Query):
 
 
 class SearchQuery(Query):
-    q: str = Field(min_length=1, description="Search terms.")
+    q: str = Field(
+        min_length=1,
+        description="Search terms.",
+        # Only documented: `_storable` refuses a NUL with its own code (bad_text).
+        json_schema_extra={"pattern": "^[^\u0000]*$"},
+    )
     session_id: SessionId | None = Field(None, description="Only this session.")
     limit: int = Field(SEARCH_DEFAULT, ge=1, le=MAX_PAGE, description="Page size.")
     offset: int = Field(0, ge=0, le=SEARCH_MAX_OFFSET, description="Results to skip.")
@@ -247,3 +252,4 @@ class PathParameters(BaseModel):
 
     sid: SessionId
     task_hash: str
+    schedule_id: int = Field(ge=1, description="A schedule's number, as its session lists it.")

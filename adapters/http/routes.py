@@ -55,6 +55,15 @@ from adapters.http.replies import (
     UsageList,
 )
 from adapters.http.route import Route
+from adapters.http.schedules import (
+    ScheduleList,
+    ScheduleRequest,
+    ScheduleView,
+    Unscheduled,
+    create_schedule,
+    delete_schedule,
+    list_schedules,
+)
 from adapters.http.send import send
 from adapters.http.sessions import (
     add_input,
@@ -136,6 +145,38 @@ ROUTES: Final[tuple[Route, ...]] = (
         body=AddInputRequest,
         replies={200: Inputs},
         errors=(400, 404, 413),
+    ),
+    # -- schedules
+    Route(
+        "GET",
+        f"{SESSION}/schedules",
+        list_schedules,
+        "The session's scheduled prompts",
+        replies={200: ScheduleList},
+        errors=(400, 404),
+    ),
+    Route(
+        "POST",
+        f"{SESSION}/schedules",
+        create_schedule,
+        "Schedule a prompt to run in the session at each due time",
+        body=ScheduleRequest,
+        caller=True,
+        access=Access.shared_admin,
+        checked_by="the schedules: admins only in shared chats",
+        replies={201: ScheduleView},
+        errors=(400, 404, 413),
+    ),
+    Route(
+        "DELETE",
+        f"{SESSION}/schedules/{{schedule_id}}",
+        delete_schedule,
+        "Remove a schedule of the session",
+        caller=True,
+        access=Access.shared_admin,
+        checked_by="the schedules: admins only in shared chats",
+        replies={200: Unscheduled},
+        errors=(400, 404),
     ),
     # -- sending
     Route(

@@ -189,6 +189,25 @@ class CommandOnceRow(SQLModel, table=True):
     handled_at: int = Field(default=0, sa_type=BigInteger)
 
 
+class ScheduleRow(SQLModel, table=True):
+    """A prompt that runs as a task of its session at each due time (`/schedule`)."""
+
+    __tablename__ = "schedule"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=140)
+    spec: str = Field(max_length=200)  # "every 30m", or five cron fields
+    prompt: str = Field(sa_column=Column(Text, nullable=False))
+    timezone: str = Field(default="UTC", max_length=64)  # what a cron spec's hours mean
+    # A due time missed while no gateway ran: "once" runs it once on start, "skip" drops it.
+    misfire: str = Field(default="once", max_length=8)
+    created_by_id: str = Field(default="", max_length=200)  # `platform:sender id`
+    created_by_name: str = Field(default="", max_length=200)
+    created_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
+    next_due_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
+    last_fired_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms, 0 before the first
+
+
 # Every table whose rows belong to one session, known by its `session_id` column: what deleting
 # or renaming a session covers, besides the `session` row itself. Derived rather than listed,
 # so a new table is covered the day its model is written (test_schema checks that the migrated

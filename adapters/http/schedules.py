@@ -1,0 +1,111 @@
+"""A session's schedules: list, make, remove — what `/schedules`, `/schedule` and `/unschedule`
+do, with the same rule (gateway/schedules.py checks it: admins only in shared chats)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import Field
+
+from adapters.http.errors import ApiError, bad
+from adapters.http.models import NonBlank, RequestBody, SessionId
+from adapters.http.replies import Reply, UnixMs
+from adapters.http.route import Call
+from gateway.schedule_spec import BadSchedule
+from gateway.schedules import NewSchedule, ScheduleNotFound
+from gateway.store.schedules import Schedule
+
+# Past any id the archive hands out, short of what an SQL integer holds.
+MAX_SCHEDULE_ID: Final = 10**12
+
+
+class ScheduleRequest(RequestBody):
+    spec: Annotated[NonBlank, Field(max_length=200)] = Field(
+        description="Five cron fields (`0 9 * * 1-5`), a macro (`@daily`) or `every 30m`.",
+        examples=["0 9 * * *", "every 30m"],
+    )
+    prompt: NonBlank = Field(description="What runs as a task of the session at each due time.")
+    skip_missed: bool = Field(
+        False, description="Drop a due time missed while no gateway ran (default: run it once)."
+    )
+    timezone: str | None = Field(
+        None, max_length=64, description="IANA zone a cron spec is read in; default: the setting."
+    )
+
+
+class ScheduleView(Reply):
+    """A scheduled prompt of the session."""
+
+    id: int
+    session_id: SessionId
+    spec: str
+    prompt: str
+    timezone: str
+    misfire: Literal["once", "skip"]
+    created_by: str = Field(description="`platform:sender id` of whoever made it.")
+    created_by_name: str
+    created_at: UnixMs
+    next_due_at: UnixMs
+    last_fired_at: UnixMs = Field(description="0 until it has fired.")
+
+
+class ScheduleList(Reply):
+    """The session's schedules, oldest first."""
+
+    schedules: list[ScheduleView]
+
+
+class Unscheduled(Reply):
+    """The schedule is gone."""
+
+    removed: Literal[True] = True
+
+
+def _view(schedule: Schedule) -> ScheduleView:
+    return ScheduleView(
+        id=schedule.id,
+        session_id=schedule.session_id,
+        spec=schedule.spec,
+        prompt=schedule.prompt,
+        timezone=schedule.timezone,
+        misfire="skip" if schedule.skip_missed else "once",
+        created_by=schedule.created_by_id,
+        created_by_name=schedule.created_by_name,
+        created_at=schedule.created_at,
+        next_due_at=schedule.next_due_at,
+        last_fired_at=schedule.last_fired_at,
+    )
+
+
+async def list_schedules(call: Call) -> ScheduleList:
+    await call.ctx.require_session(call.session_id)
+    found = await call.ctx.runtime.schedules.of_session(call.session_id)
+    return ScheduleList(schedules=[_view(s) for s in found])
+
+
+async def create_schedule(call: Call) -> ScheduleView:
+    """The prompt runs as a task of the session at each due time; its reply goes where the
+    session is (its Telegram chat, its Discord channel; the session's readers otherwise)."""
+    body = await call.body(ScheduleRequest)
+    limit = call.ctx.settings.max_message_chars
+    if len(body.prompt) > limit:
+        raise ApiError(413, "too_long", f"the prompt is longer than {limit} chars")
+    await call.ctx.require_session(call.session_id)
+    new = NewSchedule(body.spec, body.prompt, body.skip_missed, body.timezone)
+    try:
+        made = await call.ctx.runtime.schedules.create(call.session_id, call.origin(), new)
+    except BadSchedule as exc:
+        bad(str(exc))
+    return _view(made)
+
+
+async def delete_schedule(call: Call) -> Unscheduled:
+    await call.ctx.require_session(call.session_id)
+    raw = call.request.match_info["schedule_id"]
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_SCHEDULE_ID:
+        raise ApiError(404, "not_found", "no such schedule in this session")
+    try:
+        await call.ctx.runtime.schedules.remove(call.session_id, call.origin(), int(raw))
+    except ScheduleNotFound as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+    return Unscheduled()

@@ -1,0 +1,115 @@
+"""The `schedule` table: each session's scheduled prompts and when each is due next.
+
+Moving a schedule on is a conditional update (`next_due_at` still the due time the caller
+fired): two instances, or an instance and its own previous life, never both move one due time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from sqlalchemy import func, update
+from sqlmodel import Session, col, delete, select
+
+from gateway.store.db import Database
+from gateway.store.models import ScheduleRow
+
+# Due schedules taken per round of the firing job; the rest come in the next round.
+DUE_BATCH: Final = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    id: int
+    session_id: str
+    spec: str
+    prompt: str
+    timezone: str
+    misfire: str  # "once" | "skip"
+    created_by_id: str
+    created_by_name: str
+    created_at: int
+    next_due_at: int
+    last_fired_at: int
+
+    @property
+    def skip_missed(self) -> bool:
+        return self.misfire == "skip"
+
+    def source_key(self, due_ms: int) -> str:
+        """The message key of this schedule's firing at `due_ms`: one message per due time.
+        The creation time tells apart a schedule whose id a database hands out again."""
+        return f"schedule:{self.id}:{self.created_at}:{due_ms}"
+
+
+def _of(row: ScheduleRow) -> Schedule:
+    assert row.id is not None
+    return Schedule(
+        row.id,
+        row.session_id,
+        row.spec,
+        row.prompt,
+        row.timezone,
+        row.misfire,
+        row.created_by_id,
+        row.created_by_name,
+        row.created_at,
+        row.next_due_at,
+        row.last_fired_at,
+    )
+
+
+async def add(db: Database, row: ScheduleRow) -> Schedule:
+    def work(session: Session) -> Schedule:
+        session.add(row)
+        session.flush()
+        return _of(row)
+
+    return await db.write(work)
+
+
+async def of_session(db: Database, session_id: str) -> list[Schedule]:
+    stmt = select(ScheduleRow).where(col(ScheduleRow.session_id) == session_id)
+    stmt = stmt.order_by(col(ScheduleRow.id))
+    return await db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
+
+
+async def remove(db: Database, session_id: str, schedule_id: int) -> bool:
+    stmt = delete(ScheduleRow).where(
+        col(ScheduleRow.id) == schedule_id, col(ScheduleRow.session_id) == session_id
+    )
+    return await db.write(lambda session: bool(session.connection().execute(stmt).rowcount))
+
+
+async def due(db: Database, now_ms: int, limit: int = DUE_BATCH) -> list[Schedule]:
+    """Schedules due at `now_ms`, the longest overdue first."""
+    stmt = (
+        select(ScheduleRow)
+        .where(col(ScheduleRow.next_due_at) <= now_ms)
+        .order_by(col(ScheduleRow.next_due_at), col(ScheduleRow.id))
+        .limit(limit)
+    )
+    return await db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
+
+
+async def advance(
+    db: Database, schedule_id: int, from_due: int, to_due: int, *, fired_at: int | None
+) -> bool:
+    """Move the schedule from due time `from_due` to `to_due` (and note when it fired, if
+    it did); False when someone moved it (or removed it) first."""
+    values: dict[str, int] = {"next_due_at": to_due}
+    if fired_at is not None:
+        values["last_fired_at"] = fired_at
+    stmt = (
+        update(ScheduleRow)
+        .where(col(ScheduleRow.id) == schedule_id, col(ScheduleRow.next_due_at) == from_due)
+        .values(**values)
+    )
+    return await db.write(lambda session: bool(session.connection().execute(stmt).rowcount))
+
+
+async def counts(db: Database) -> dict[str, int]:
+    """How many schedules each session has (sessions without any left out)."""
+    stmt = select(ScheduleRow.session_id, func.count()).group_by(col(ScheduleRow.session_id))
+    return await db.read(lambda session: {str(s): int(n) for s, n in session.exec(stmt).all()})
