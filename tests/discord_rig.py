@@ -65,11 +65,13 @@ async def stop_rig(rig: Rig) -> None:
     await rig.runtime.close()
 
 
-async def reply_in(fake: FakeDiscord, channel: int, contains: str) -> dict[str, Any]:
+async def reply_in(
+    fake: FakeDiscord, channel: int, contains: str, within: float = 10
+) -> dict[str, Any]:
     return await fake.wait_for_call(
         f"POST /channels/{channel}/messages",
         lambda body: contains in str(body.get("content", "")),
-        timeout=10,
+        timeout=within,
     )
 
 

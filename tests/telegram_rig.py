@@ -75,11 +75,13 @@ def sent_to(fake: FakeTelegram, chat_id: int) -> list[str]:
     return [m.get("text", "") for m in fake.sent_messages(chat_id)]
 
 
-async def reply_in(fake: FakeTelegram, chat_id: int, contains: str) -> dict[str, Any]:
+async def reply_in(
+    fake: FakeTelegram, chat_id: int, contains: str, within: float = 10
+) -> dict[str, Any]:
     return await fake.wait_for_call(
         "sendMessage",
         lambda p: p.get("chat_id") == chat_id and contains in str(p.get("text", "")),
-        timeout=10,
+        timeout=within,
     )
 
 

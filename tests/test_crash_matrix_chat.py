@@ -36,6 +36,9 @@ from gateway.store.sessions import SessionStore
 pytestmark = pytest.mark.slow
 
 CHAT = 301
+# Four gateways restart at once here (and with PostgreSQL, on a shared machine): a reply
+# after a restart may take longer than the rigs' usual wait. Only a failure waits it out.
+AFTER_RESTART = 30.0
 
 
 async def archive_of(home: Path, env: dict[str, str], session_id: str) -> list[tuple[str, str]]:
@@ -111,7 +114,7 @@ async def telegram_says(
         fake.inject_message(fake.private_chat(CHAT), fake.user(CHAT, "Ann"), text)
         assert await gateway.died() == -9
         await gateway.start()
-        await telegram_reply_in(fake, CHAT, expected[-1])
+        await telegram_reply_in(fake, CHAT, expected[-1], AFTER_RESTART)
         await gateway.stop()
         assert sent_to(fake, CHAT) == expected
     archived = await archive_of(home, env, f"tg-{CHAT}")
@@ -129,7 +132,7 @@ async def telegram_approval_stands(home: Path, env: dict[str, str]) -> None:
         fake.inject_callback(ann, prompt, approve)
         assert await gateway.died() == -9  # the approval is journaled, not yet acknowledged
         await gateway.start()
-        await telegram_reply_in(fake, CHAT, "approved: launch")
+        await telegram_reply_in(fake, CHAT, "approved: launch", AFTER_RESTART)
         await gateway.stop()
         prompts = [m for m in fake.sent_messages(CHAT) if m.get("reply_markup")]
         assert len(prompts) == 1  # not asked again
@@ -189,7 +192,7 @@ async def discord_says(home: Path, env: dict[str, str], step: str) -> None:
         fake.inject_message(GENERAL, DISCORD_ANN, "hello", mentions_bot=True)
         assert await gateway.died() == -9
         await gateway.start()
-        await discord_reply_in(fake, GENERAL, "echo: hello")
+        await discord_reply_in(fake, GENERAL, "echo: hello", AFTER_RESTART)
         await gateway.stop()
         # A part sent again after a crash carries the same nonce: Discord keeps one message.
         assert [c for c in discord_contents(fake, GENERAL) if c] == ["echo: hello"]
@@ -206,7 +209,7 @@ async def discord_approval_stands(home: Path, env: dict[str, str]) -> None:
         fake.inject_component(DISCORD_ANN, prompt, approve)
         assert await gateway.died() == -9
         await gateway.start()
-        await discord_reply_in(fake, GENERAL, "approved: launch")
+        await discord_reply_in(fake, GENERAL, "approved: launch", AFTER_RESTART)
         await gateway.stop()
         prompts = [m for m in fake.sent_messages(GENERAL) if m.get("components")]
         assert len(prompts) == 1  # not asked again
