@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway.agents.anthropic_stream import MessagesClient, Turn, usage_row
 from gateway.agents.base import AgentContext, AgentFailed, Delta, Reply, Step, ToolResult
+from gateway.agents.images import Pictures, pictures_of
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
 from gateway.agents.tools import BUILTIN_TOOLS, Tool, call_tool, result_text
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -60,7 +61,7 @@ def system_blocks(ctx: AgentContext) -> list[dict[str, Any]]:
     return blocks
 
 
-def conversation(ctx: AgentContext) -> list[dict[str, Any]]:
+def conversation(ctx: AgentContext, pictures: Pictures | None = None) -> list[dict[str, Any]]:
     """The window and the new message as alternating turns of text blocks.
 
     The window is the context's history whole: the recent messages and, before them, those
@@ -88,7 +89,21 @@ def conversation(ctx: AgentContext) -> list[dict[str, Any]]:
         else:
             add("user", f"{message.sender or 'user'}: {message.content}")
     sender = ctx.origin.sender_name or ctx.origin.sender_id or "user"
-    add("user", f"{sender}: {ctx.text}")
+    pictures = pictures or Pictures()
+    add("user", pictures.text_with_notes(f"{sender}: {ctx.text}"))
+    # The new message's images follow its text in its turn. On the next turn that message is
+    # text only (`images`), so the cached prefix ends before it; the images are paid once.
+    for picture in pictures.shown:
+        turns[-1]["content"].append(
+            {
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": picture.media_type,
+                    "data": picture.base64,
+                },
+            }
+        )
     return turns
 
 
@@ -173,7 +188,8 @@ class AnthropicAgent:
         reasoning = ctx.reasoning or self.settings.reasoning
         system = system_blocks(ctx)
         tools = tool_definitions(self.tools)
-        messages = conversation(ctx)
+        shown = await pictures_of(ctx.attachments, ctx.workspace, self.settings, model)
+        messages = conversation(ctx, shown)
         for _ in range(self.settings.max_tool_iterations):
             body = self.request(model, system, messages, tools=tools, reasoning=reasoning)
             turn = Turn()

@@ -32,6 +32,7 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
+from gateway.agents.images import Pictures, pictures_of
 from gateway.agents.tools import BUILTIN_TOOLS, Tool, call_tool, result_text
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
@@ -150,6 +151,8 @@ class OpenAIAgent:
         model = ctx.model or self.settings.model
         reasoning = ctx.reasoning or self.settings.reasoning
         messages = self.context_messages(ctx)
+        shown = await pictures_of(ctx.attachments, ctx.workspace, self.settings, model)
+        messages[-1] = with_pictures(messages[-1], shown)
         schemas = [tool.schema() for tool in self.tools.values()]
         for _ in range(self.settings.max_tool_iterations):
             completion = _Completion()
@@ -282,6 +285,17 @@ class OpenAIAgent:
         if not into.finished:
             # Ended without a finish reason: cut off, not complete, whatever the text says.
             raise _Retryable("the answer was cut off mid-stream", None)
+
+
+def with_pictures(message: dict[str, Any], pictures: Pictures) -> dict[str, Any]:
+    """The new message with its images as `image_url` parts (data URLs, which every
+    OpenAI-compatible vision endpoint takes), and a line for each image that is not shown."""
+    text = pictures.text_with_notes(str(message["content"]))
+    if not pictures.shown:
+        return {**message, "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": p.data_url}} for p in pictures.shown]
+    return {**message, "content": parts}
 
 
 def _absorb(chunk: dict[str, Any], into: _Completion) -> str:
