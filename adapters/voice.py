@@ -78,8 +78,7 @@ async def transcribe(settings: Settings, attachment: Attachment, data: bytes) ->
             http.post(url, data=form, headers=headers) as resp,
         ):
             if resp.status >= 400:
-                detail = (await resp.text())[:200]
-                raise TranscriptionFailed(f"HTTP {resp.status} {detail}".strip())
+                raise TranscriptionFailed(f"HTTP {resp.status}{await _reason(resp)}")
             body = await resp.json(content_type=None)
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         raise TranscriptionFailed(f"the endpoint did not answer ({type(exc).__name__})") from exc
@@ -89,3 +88,13 @@ async def transcribe(settings: Settings, attachment: Attachment, data: bytes) ->
     # A JSON answer can carry lone surrogates, which the archive cannot store.
     text = text.encode("utf-8", "replace").decode("utf-8").strip()
     return text or "(nothing was said)"
+
+
+async def _reason(resp: aiohttp.ClientResponse) -> str:
+    """The error message of a refusal, as OpenAI-compatible servers put it, for the note."""
+    try:
+        body = await resp.json(content_type=None)
+        message = body["error"]["message"]
+    except (ValueError, KeyError, TypeError, aiohttp.ClientError):
+        return ""
+    return f": {str(message)[:200]}" if message else ""

@@ -20,10 +20,11 @@ from fakes.discord import FakeDiscord, point_discord_py_at
 from fakes.openai import Error, FakeOpenAI, Text, transcript_of
 from fakes.telegram import FakeTelegram
 from PIL import Image
-from telegram_rig import reply_in, running
+from telegram_rig import Rig, reply_in, running
 
 from gateway.agents.images import Unreadable, prepare
 from gateway.store.search import search_messages
+from gateway.store.sessions import StoredMessage
 
 
 @pytest.fixture
@@ -76,6 +77,10 @@ def last_text(request: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(p["text"] for p in content if p.get("type") == "text")
+
+
+async def first_message(rig: Rig, session_id: str) -> StoredMessage:
+    return (await rig.runtime.store.recent_messages(session_id))[0]
 
 
 def decoded(data_url: str) -> tuple[str, Image.Image]:
@@ -220,7 +225,7 @@ async def test_voice_note_transcript_is_archived_searchable_and_sent(
         [upload] = model.transcriptions
         assert upload["model"] == "whisper-1" and upload["file"] == b"OggS opus bytes"
         assert upload["type"] == "audio/ogg"
-        [stored, _] = await rig.runtime.store.recent_messages("tg-307")
+        stored = await first_message(rig, "tg-307")
         line = "[voice note transcript, "
         assert line in stored.content and "please water the ficus on tuesday" in stored.content
         hits = await search_messages(rig.runtime.store.db, "ficus", session_id="tg-307")
@@ -239,9 +244,9 @@ async def test_failed_transcription_keeps_the_message_with_a_note(
             telegram.private_chat(308), telegram.user(308, "Ann"), "listen", voice=b"OggS x"
         )
         await reply_in(telegram, 308, "no words")
-        [stored, _] = await rig.runtime.store.recent_messages("tg-308")
+        stored = await first_message(rig, "tg-308")
     assert stored.content.startswith("listen\n[attachment: ")
-    assert "could not be transcribed: HTTP 500" in stored.content
+    assert "could not be transcribed: HTTP 500: the transcriber fell over" in stored.content
     assert "voice.ogg" in stored.content
     assert "could not be transcribed" in last_text(model.requests[-1])
     assert transcript_of(b"OggS x") not in stored.content
@@ -250,20 +255,23 @@ async def test_failed_transcription_keeps_the_message_with_a_note(
 async def test_no_transcription_unless_a_model_is_set(
     telegram: FakeTelegram, model: FakeOpenAI, tmp_path: Path
 ) -> None:
-    async with running(telegram, tmp_path / "home", **openai_options(model)):
+    async with running(telegram, tmp_path / "home", **openai_options(model)) as rig:
         model.script(Text("ok"))
         telegram.inject_message(
             telegram.private_chat(309), telegram.user(309, "Ann"), "hi", voice=b"OggS y"
         )
         await reply_in(telegram, 309, "ok")
+        stored = await first_message(rig, "tg-309")
     assert model.transcriptions == []
+    assert "voice.ogg" in stored.content and "[voice note" not in stored.content
 
 
 def test_image_too_heavy_in_bytes_is_reencoded_to_fit() -> None:
     data = picture(300, 300, noise=True)
-    assert len(data) > 100_000
-    shown = prepare("noise.png", data, 1568, 100_000)
-    assert len(shown.data) <= 100_000 and shown.media_type == "image/jpeg"
+    assert len(data) > 30_000
+    shown = prepare("noise.png", data, 1568, 30_000)
+    assert len(shown.data) <= 30_000 and shown.media_type == "image/jpeg"
+    assert shown.width < 300  # even as a JPEG it had to be made smaller
 
 
 def test_decompression_bomb_is_refused_before_decoding() -> None:
@@ -276,3 +284,9 @@ def test_decompression_bomb_is_refused_before_decoding() -> None:
 def test_unsupported_type_is_converted_to_png() -> None:
     shown = prepare("scan.bmp", picture(50, 40, "BMP"), 1568, 3_000_000)
     assert shown.media_type == "image/png" and (shown.width, shown.height) == (50, 40)
+
+
+def test_image_cut_short_is_refused() -> None:
+    whole = picture(200, 200, noise=True)
+    with pytest.raises(Unreadable, match="not a picture this gateway can decode"):
+        prepare("cut.png", whole[: len(whole) // 2], 1568, 3_000_000)
