@@ -290,3 +290,23 @@ def test_image_cut_short_is_refused() -> None:
     whole = picture(200, 200, noise=True)
     with pytest.raises(Unreadable, match="not a picture this gateway can decode"):
         prepare("cut.png", whole[: len(whole) // 2], 1568, 3_000_000)
+
+
+async def test_discord_voice_message_is_transcribed(model: FakeOpenAI, tmp_path: Path) -> None:
+    options = openai_options(model, transcribe_model="whisper-1")
+    async with FakeDiscord() as discord_fake:
+        discord_fake.dm_channel(DM, DISCORD_ANN)
+        with point_discord_py_at(discord_fake):
+            async with discord_running(discord_fake, tmp_path / "home", **options) as rig:
+                model.script(Text("got it"))
+                discord_fake.inject_message(
+                    DM,
+                    DISCORD_ANN,
+                    "",
+                    guild_id=None,
+                    attachments=[("voice-message.ogg", b"OggS discord", "audio/ogg")],
+                )
+                await discord_reply_in(discord_fake, DM, "got it")
+                stored = (await rig.runtime.store.recent_messages(f"dc-{DM}"))[0]
+    assert "[voice note transcript, " in stored.content
+    assert transcript_of(b"OggS discord") in stored.content
