@@ -310,3 +310,22 @@ async def test_discord_voice_message_is_transcribed(model: FakeOpenAI, tmp_path:
                 stored = (await rig.runtime.store.recent_messages(f"dc-{DM}"))[0]
     assert "[voice note transcript, " in stored.content
     assert transcript_of(b"OggS discord") in stored.content
+
+
+async def test_telegram_audio_file_is_transcribed(
+    telegram: FakeTelegram, model: FakeOpenAI, tmp_path: Path
+) -> None:
+    options = openai_options(model, transcribe_model="whisper-1")
+    async with running(telegram, tmp_path / "home", **options) as rig:
+        model.script(Text("minutes noted"))
+        telegram.inject_message(
+            telegram.private_chat(310),
+            telegram.user(310, "Ann"),
+            "meeting",
+            audio=("meeting.mp3", b"ID3 mp3 bytes", "audio/mpeg"),
+        )
+        await reply_in(telegram, 310, "minutes noted")
+        stored = await first_message(rig, "tg-310")
+    [upload] = model.transcriptions
+    assert upload["filename"].endswith("meeting.mp3") and upload["type"] == "audio/mpeg"
+    assert transcript_of(b"ID3 mp3 bytes") in stored.content
