@@ -17,12 +17,15 @@ from discord_rig import running as discord_running
 from fakes.anthropic import FakeAnthropic
 from fakes.anthropic import Text as ClaudeText
 from fakes.discord import FakeDiscord, point_discord_py_at
-from fakes.openai import Error, FakeOpenAI, Text, transcript_of
+from fakes.openai import Error, FakeOpenAI, Text, ToolCalls, transcript_of
 from fakes.telegram import FakeTelegram
 from PIL import Image
 from telegram_rig import Rig, reply_in, running
 
 from gateway.agents.images import Unreadable, prepare
+from gateway.events import Attachment, Inbound, Origin
+from gateway.runtime import Runtime
+from gateway.settings import Settings
 from gateway.store.search import search_messages
 from gateway.store.sessions import StoredMessage
 
@@ -329,3 +332,30 @@ async def test_telegram_audio_file_is_transcribed(
     [upload] = model.transcriptions
     assert upload["filename"].endswith("meeting.mp3") and upload["type"] == "audio/mpeg"
     assert transcript_of(b"ID3 mp3 bytes") in stored.content
+
+
+async def test_image_sent_while_a_tool_waits_is_shown_when_steered(
+    model: FakeOpenAI, tmp_path: Path
+) -> None:
+    settings = Settings(_env_file=None, home=tmp_path / "home", **openai_options(model))  # type: ignore[call-arg]
+    runtime = await Runtime.start(settings)
+    ann = Origin("http", sender_id="ann", sender_name="Ann")
+    try:
+        router, sid = runtime.router, "cli-steer-image"
+        await router.submit(Inbound(ann, sid, "/queue steer"))
+        model.script(
+            ToolCalls([("w1", "write_file", {"name": "plan.md", "content": "x"})]), Text("ok")
+        )
+        sub = await router.submit(Inbound(ann, sid, "write the plan"))
+        await router.wait(sub.task_hash, 15, until_prompt=True)
+        folder = runtime.store.files(sid).dir / "workspace" / "attachments"
+        folder.mkdir(parents=True)
+        (folder / "late.png").write_bytes(picture(12, 8))
+        late = Attachment("late.png", "image/png", 10, "workspace/attachments/late.png")
+        await router.submit(Inbound(ann, sid, "and this", (late,)))
+        await router.answer(sid, sub.task_hash, ann, approve=True)
+        assert (await router.wait(sub.task_hash, 15)).reply == "ok"
+    finally:
+        await runtime.close()
+    [part] = image_parts(model.requests[-1])
+    assert decoded(part["image_url"]["url"])[1].size == (12, 8)

@@ -191,7 +191,9 @@ class OpenAIAgent:
                 )
             # What was sent meanwhile (the `steer` queue mode) comes in as new user turns.
             for new in await ctx.steering():
-                messages.append({"role": "user", "content": f"{new.sender or 'user'}: {new.text}"})
+                turn = {"role": "user", "content": f"{new.sender or 'user'}: {new.text}"}
+                shown = await pictures_of(new.attachments, ctx.workspace, self.settings, model)
+                messages.append(with_pictures(turn, shown))
         raise AgentFailed(
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"
         )
