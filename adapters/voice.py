@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import aiohttp
 
+from adapters.attachments import Staged
 from gateway.events import Attachment
 from gateway.logs import get_logger
 from gateway.settings import Settings
@@ -32,6 +33,15 @@ class TranscriptionFailed(Exception):
 
 def is_audio(attachment: Attachment) -> bool:
     return attachment.mime.startswith("audio/")
+
+
+async def with_transcripts(settings: Settings, text: str, staged: Staged) -> str:
+    """`text` and the transcripts of the message's voice notes, when transcribing is on."""
+    audio = [(a, staged.data_of(a)) for a in staged.attachments if is_audio(a)]
+    if not audio:
+        return text
+    lines = await transcript_lines(settings, audio, settings.max_message_chars - len(text) - 1)
+    return "\n".join([text, *lines])
 
 
 async def transcript_lines(

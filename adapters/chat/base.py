@@ -27,7 +27,7 @@ from adapters.attachments import Download, Staged, describe, stage_downloads
 from adapters.chat.previews import PreviewNotes
 from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
-from adapters.voice import is_audio, transcript_lines
+from adapters.voice import with_transcripts
 from gateway.adapter import HttpRoute, Progress
 from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import (
@@ -157,7 +157,7 @@ class ChatAdapter(ABC):
                 if staged.attachments:
                     described = describe(staged.attachments)
                     text = f"{text}\n{described}" if text else described
-                    text = await self.with_transcripts(text, staged)
+                    text = await with_transcripts(self.runtime.settings, text, staged)
                 self.check_text(text)
                 await staged.keep()
                 if not text:
@@ -180,15 +180,6 @@ class ChatAdapter(ABC):
             except (MessageTooLong, UnstorableText, TooManyTasks) as exc:
                 await staged.drop()
                 await self.say(arrival.origin, f"⚠️ {exc}")
-
-    async def with_transcripts(self, text: str, staged: Staged) -> str:
-        """`text` and the transcripts of the message's voice notes, when transcribing is on."""
-        audio = [(a, staged.data_of(a)) for a in staged.attachments if is_audio(a)]
-        if not audio:
-            return text
-        room = self.runtime.settings.max_message_chars - len(text) - 1
-        lines = await transcript_lines(self.runtime.settings, audio, room)
-        return "\n".join([text, *lines])
 
     def check_text(self, text: str) -> None:
         """Refuse what the intake would refuse, before anything is written for the message."""
