@@ -139,6 +139,9 @@ class CreateSessionRequest(RequestBody):
         return "cli" if value == "" else value
 
 
+BASE64_PATTERN: Final = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
 def _base64(value: str) -> str:
     try:
         base64.b64decode(value, validate=True)
@@ -156,7 +159,11 @@ class Upload(RequestBody):
     )
     data: Annotated[
         str,
-        Field(description="The file's bytes, base64 (the whole body is at most 1 MiB)."),
+        Field(
+            description="The file's bytes, base64 (the whole body is at most 1 MiB).",
+            # Only documented here: `_base64` checks it, with a message that says what is wrong.
+            json_schema_extra={"pattern": BASE64_PATTERN},
+        ),
         AfterValidator(_base64),
     ]
 
