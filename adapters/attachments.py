@@ -46,6 +46,11 @@ class Staged:
         self.attachments.append(attachment)
         self._fetched.append((f"{ATTACHMENTS}/{attachment.name}", data))
 
+    def data_of(self, attachment: Attachment) -> bytes | None:
+        """The fetched bytes of one of the attachments; None when it was not fetched."""
+        wanted = f"{ATTACHMENTS}/{attachment.name}"
+        return next((data for name, data in self._fetched if name == wanted), None)
+
     async def keep(self) -> None:
         """Write every fetched file into the workspace."""
         fetched, self._fetched = self._fetched, []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import getpass
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -175,9 +175,14 @@ class GatewayClient:
         reply = await self.call("POST", path, {"entry": entry})
         return [str(e) for e in reply.body.get("inputs", [])]
 
-    async def submit(self, session_id: str, content: str) -> dict[str, Any]:
-        """Hand a message to the session without waiting; events follow on `events()`."""
-        body = {"content": content, "session_id": session_id, "wait": 0}
+    async def submit(
+        self, session_id: str, content: str, attachments: Sequence[dict[str, str]] = ()
+    ) -> dict[str, Any]:
+        """Hand a message to the session without waiting; events follow on `events()`.
+        `attachments`: `{"name", "mime", "data"}` each, the data base64 (`Upload`)."""
+        body: dict[str, Any] = {"content": content, "session_id": session_id, "wait": 0}
+        if attachments:
+            body["attachments"] = list(attachments)
         return (await self.call("POST", "/v1/send", body)).body
 
     async def cancel(self, session_id: str, task_hash: str) -> bool:

@@ -131,6 +131,20 @@ class Settings(BaseSettings):
     # Seconds a call may go without a byte from the API (it sends pings while it works).
     anthropic_timeout_seconds: float = 120.0
 
+    # Images a message brings are shown to the model (openai and claude agents) unless this is
+    # off; then, as for a model matched by `text_only_models`, it reads a line describing them.
+    vision: bool = True
+    # Models that take no images, comma-separated names or shell-style patterns ("llama3*").
+    text_only_models: str = ""
+    # An image is scaled down until its longest side and its encoded size fit these: the
+    # Anthropic API scales anything past 1,568 px itself and refuses more than 5 MB of base64
+    # (3.75 MB of image); OpenAI-compatible endpoints take as much.
+    image_max_side: int = Field(1568, ge=64)
+    image_max_bytes: int = Field(3_932_160, ge=16_384)
+    # Voice notes and audio files are transcribed with this model through the openai settings'
+    # endpoint (`/audio/transcriptions`, e.g. whisper-1); empty = not transcribed.
+    transcribe_model: str = ""
+
     http_host: str = DEFAULT_HTTP_HOST
     http_port: int = DEFAULT_HTTP_PORT
     # Bearer token for the HTTP API, one identity (`http:api`); it or a token issued with

@@ -27,6 +27,7 @@ from adapters.attachments import Download, Staged, describe, stage_downloads
 from adapters.chat.previews import PreviewNotes
 from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
+from adapters.voice import with_transcripts
 from gateway.adapter import HttpRoute, Progress
 from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import (
@@ -156,6 +157,7 @@ class ChatAdapter(ABC):
                 if staged.attachments:
                     described = describe(staged.attachments)
                     text = f"{text}\n{described}" if text else described
+                    text = await with_transcripts(self.runtime.settings, text, staged)
                 self.check_text(text)
                 await staged.keep()
                 if not text:

@@ -11,6 +11,8 @@ ignored.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -26,6 +28,9 @@ from gateway.session_settings import (
 from gateway.store.search import MAX_PAGE
 
 MAX_WAIT_SECONDS: Final = 300.0
+MAX_UPLOADS: Final = 8
+# A request body is at most 1 MiB (`app.MAX_BODY_BYTES`), which bounds a file's size already.
+MAX_UPLOAD_BYTES: Final = 1024 * 1024
 HISTORY_DEFAULT: Final = 50
 HISTORY_MAX: Final = 500
 LOG_TAIL_DEFAULT: Final = 100
@@ -134,8 +139,42 @@ class CreateSessionRequest(RequestBody):
         return "cli" if value == "" else value
 
 
+BASE64_PATTERN: Final = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+
+
+def _base64(value: str) -> str:
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise PydanticCustomError("bad_base64", "is not base64") from None
+    return value
+
+
+class Upload(RequestBody):
+    """A file that comes with a message; saved in the session's `workspace/attachments/`."""
+
+    name: Annotated[NonBlank, Field(max_length=MAX_NAME_CHARS)]
+    mime: str = Field(
+        "application/octet-stream", max_length=100, pattern=r"^[A-Za-z0-9.+-]+/[A-Za-z0-9.+-]+$"
+    )
+    data: Annotated[
+        str,
+        Field(
+            description="The file's bytes, base64 (the whole body is at most 1 MiB).",
+            # Only documented here: `_base64` checks it, with a message that says what is wrong.
+            json_schema_extra={"pattern": BASE64_PATTERN},
+        ),
+        AfterValidator(_base64),
+    ]
+
+
 class SendRequest(RequestBody):
     content: NonBlank
+    attachments: list[Upload] = Field(
+        default_factory=list,
+        max_length=MAX_UPLOADS,
+        description="Files for the agent: images are shown to vision models, audio transcribed.",
+    )
     session_id: SessionId | None = None
     persist: bool = Field(
         False, description="Without session_id: a new chat-* session instead of temp-*."

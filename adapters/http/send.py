@@ -4,11 +4,14 @@ for a gateway command, or as the task's event stream."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import secrets
 
 from aiohttp import web
 
-from adapters.http.models import SendRequest
+from adapters.attachments import Download, describe, stage_downloads
+from adapters.http.models import MAX_UPLOAD_BYTES, SendRequest, Upload
 from adapters.http.replies import (
     CommandResult,
     Prompt,
@@ -19,6 +22,7 @@ from adapters.http.replies import (
 )
 from adapters.http.route import Call
 from adapters.http.sse import StreamClosed
+from adapters.voice import with_transcripts
 from gateway.engine.task import Submission
 from gateway.events import Event, Inbound, event_to_json
 from gateway.ids import Prefix, new_session_id, validate_session_id
@@ -39,7 +43,10 @@ async def send(call: Call) -> Reply | web.StreamResponse:
         session_id = new_session_id(Prefix.chat if body.persist else Prefix.temp)
     ctx = call.ctx
     ctx.runtime.crash.reach("received")
-    submission = await ctx.router.submit(Inbound(call.origin(), session_id, body.content))
+    if body.attachments:
+        submission = await submit_with_files(call, session_id, body)
+    else:
+        submission = await ctx.router.submit(Inbound(call.origin(), session_id, body.content))
     if submission.command is not None:
         command = submission.command
         return CommandResult(
@@ -66,6 +73,38 @@ async def send(call: Call) -> Reply | web.StreamResponse:
         pending = Prompt.of(state.prompt)
         return SendPending(session_id=sid, task_hash=task_hash, status=status, pending=pending)
     return SendAccepted(session_id=sid, task_hash=task_hash, status=status)
+
+
+async def submit_with_files(call: Call, session_id: str, body: SendRequest) -> Submission:
+    """Submit a message with its files, saved in the session's workspace once the message
+    passed the intake's checks, as the chat adapters do: described in its text (and voice
+    notes transcribed), images shown to a vision model."""
+    ctx = call.ctx
+    router = ctx.router
+    with router.take_turn(session_id) as turn:
+        router.check_text(body.content)  # before a file is written for it
+        downloads = [_download(upload) for upload in body.attachments]
+        staged = await stage_downloads(ctx.store, session_id, downloads, MAX_UPLOAD_BYTES, ())
+        try:
+            text = f"{body.content}\n{describe(staged.attachments)}"
+            text = await with_transcripts(ctx.settings, text, staged)
+            router.check_text(text)
+            await staged.keep()
+            inbound = Inbound(call.origin(), session_id, text, staged.attachments)
+            return await router.submit(inbound, turn=turn)
+        except Exception:
+            await staged.drop()
+            raise
+
+
+def _download(upload: Upload) -> Download:
+    data = base64.b64decode(upload.data)
+
+    async def fetch() -> bytes:
+        return data
+
+    # A prefix of its own keeps a file from replacing an earlier one of the same name.
+    return Download(f"{secrets.token_hex(4)}_{upload.name}", upload.mime, len(data), fetch)
 
 
 async def stream_task(call: Call, submission: Submission) -> web.StreamResponse:

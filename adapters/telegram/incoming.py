@@ -40,7 +40,7 @@ def addressed(message: Message, bot_id: int, username: str) -> tuple[bool, str]:
 
 def downloads(message: Message, fetch: Callable[[str], Awaitable[bytes]]) -> list[Download]:
     """The files of a message (`fetch` takes a file id): a document, the largest size of a
-    photo, a voice note."""
+    photo, a voice note, an audio file."""
     found: list[tuple[Any, str, str]] = []
     if message.document is not None:
         doc = message.document
@@ -51,6 +51,9 @@ def downloads(message: Message, fetch: Callable[[str], Awaitable[bytes]]) -> lis
         found.append((message.photo[-1], "photo.jpg", "image/jpeg"))
     if message.voice is not None:
         found.append((message.voice, "voice.ogg", message.voice.mime_type or "audio/ogg"))
+    if message.audio is not None:
+        sound = message.audio
+        found.append((sound, sound.file_name or "audio", sound.mime_type or "audio/mpeg"))
     return [
         Download(
             f"{media.file_unique_id}_{name}",

@@ -14,6 +14,7 @@ from textual.widgets import Footer, Header, Markdown
 
 from adapters.http_client import GatewayError, GatewayUnavailable
 from adapters.terminal import last_session
+from adapters.terminal.attach import Attached, AttachRefused
 from adapters.terminal.completion import Completer
 from adapters.terminal.conversation import Conversation, TaskView
 from adapters.terminal.history import InputHistory
@@ -74,6 +75,7 @@ class ChatApp(App[None]):
         self.completer = Completer(WINDOW_COMMANDS)
         self.link = GatewayLink(config.base_url, config.token, config.sender, clock)
         self.listed_prompts: list[dict[str, Any]] = []  # the last /pending list, numbered
+        self.attached = Attached()  # `/attach`: files for the next message
 
     @property
     def live(self) -> asyncio.Event:
@@ -211,6 +213,7 @@ class ChatApp(App[None]):
             "/deny": self._cmd_deny,
             "/answer": self._cmd_answer,
             "/cancel": self._cmd_cancel,
+            "/attach": self._cmd_attach,
             "/help": self._cmd_help,
         }
         if name == "/quit":
@@ -220,11 +223,25 @@ class ChatApp(App[None]):
         if handler is not None:
             await handler(args)
             return
-        reply = await self.link.submit(self.session_id, text)
+        # A gateway command takes no files: they wait for the next message.
+        files = [] if stripped.startswith("/") else self.attached.take()
+        try:
+            reply = await self.link.submit(self.session_id, text, files)
+        except (GatewayUnavailable, GatewayError):
+            self.attached.give_back(files)
+            raise
         if "command" in reply:
             await self.conversation.add(Markdown(str(reply.get("text", "")), classes="note"))
         elif reply.get("task_hash"):
             self.conversation.view(str(reply["task_hash"]), mine=True)
+
+    async def _cmd_attach(self, path: str) -> None:
+        try:
+            line = await self.attached.add(path)
+        except AttachRefused as exc:
+            await self.conversation.error(str(exc))
+            return
+        await self.conversation.add(Markdown(line, classes="note"))
 
     async def _cmd_help(self, _args: str) -> None:
         await self.conversation.add(Markdown(help_text(self.completer), classes="note"))

@@ -9,6 +9,7 @@ again after a switch, a restart, or a window that closed.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from adapters.http_client import (
@@ -103,7 +104,9 @@ class GatewayLink:
             self._lost = False
             listener.connection_back()
 
-    async def submit(self, session_id: str, text: str) -> dict[str, Any]:
+    async def submit(
+        self, session_id: str, text: str, attachments: Sequence[dict[str, str]] = ()
+    ) -> dict[str, Any]:
         """Hand `text` to the session once its stream is live (its task's events follow there)."""
         try:
             await self._clock.wait_for(self.live.wait(), LIVE_TIMEOUT_SECONDS)
@@ -111,7 +114,7 @@ class GatewayLink:
             raise GatewayUnavailable(
                 "not connected to the gateway; the message was not sent (Up brings it back)"
             ) from None
-        return await self.client.submit(session_id, text)
+        return await self.client.submit(session_id, text, attachments)
 
     async def open_prompts(self, session_id: str) -> list[OpenPrompt]:
         """The prompts of this window waiting in `session_id`, to be asked (again)."""

@@ -12,6 +12,7 @@ CLIENT_HELP = """**Window commands**
 - `/pending`: prompts waiting for you in any session; `/approve N`, `/deny N`,
   `/answer N text` answer one of them
 - `/cancel`: cancel the running task started from this window
+- `/attach PATH`: send a file (an image, a voice note…) with your next message
 - `/quit` or Ctrl+Q: leave (tasks go on in the gateway)
 
 Enter sends; Ctrl+J adds a line; Up and Down walk your input history; Tab completes a
@@ -26,6 +27,7 @@ WINDOW_COMMANDS = (
     CommandHint("deny", "deny prompt N of the /pending list", "N"),
     CommandHint("answer", "answer question N of the /pending list", "N <text>"),
     CommandHint("cancel", "cancel the task this window started"),
+    CommandHint("attach", "send a file with your next message", "PATH"),
     CommandHint("help", "this help"),
     CommandHint("quit", "leave (tasks go on in the gateway)"),
 )

@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway.agents.anthropic_stream import MessagesClient, Turn, usage_row
 from gateway.agents.base import AgentContext, AgentFailed, Delta, Reply, Step, ToolResult
+from gateway.agents.images import Picture, Pictures, pictures_of
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
 from gateway.agents.tools import BUILTIN_TOOLS, Tool, call_tool, result_text
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -60,7 +61,7 @@ def system_blocks(ctx: AgentContext) -> list[dict[str, Any]]:
     return blocks
 
 
-def conversation(ctx: AgentContext) -> list[dict[str, Any]]:
+def conversation(ctx: AgentContext, pictures: Pictures | None = None) -> list[dict[str, Any]]:
     """The window and the new message as alternating turns of text blocks.
 
     The window is the context's history whole: the recent messages and, before them, those
@@ -88,8 +89,17 @@ def conversation(ctx: AgentContext) -> list[dict[str, Any]]:
         else:
             add("user", f"{message.sender or 'user'}: {message.content}")
     sender = ctx.origin.sender_name or ctx.origin.sender_id or "user"
-    add("user", f"{sender}: {ctx.text}")
+    pictures = pictures or Pictures()
+    add("user", pictures.text_with_notes(f"{sender}: {ctx.text}"))
+    # The new message's images follow its text in its turn. On the next turn that message is
+    # text only (`images`), so the cached prefix ends before it; the images are paid once.
+    turns[-1]["content"] += map(image_block, pictures.shown)
     return turns
+
+
+def image_block(picture: Picture) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": picture.media_type, "data": picture.base64}
+    return {"type": "image", "source": source}
 
 
 def with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -173,7 +183,8 @@ class AnthropicAgent:
         reasoning = ctx.reasoning or self.settings.reasoning
         system = system_blocks(ctx)
         tools = tool_definitions(self.tools)
-        messages = conversation(ctx)
+        shown = await pictures_of(ctx.attachments, ctx.workspace, self.settings, model)
+        messages = conversation(ctx, shown)
         for _ in range(self.settings.max_tool_iterations):
             body = self.request(model, system, messages, tools=tools, reasoning=reasoning)
             turn = Turn()
@@ -203,7 +214,9 @@ class AnthropicAgent:
             # What was sent meanwhile (the `steer` queue mode) joins the same user turn, after
             # the results: the API wants user and assistant turns to alternate.
             for new in await ctx.steering():
-                results.append({"type": "text", "text": f"{new.sender or 'user'}: {new.text}"})
+                shown = await pictures_of(new.attachments, ctx.workspace, self.settings, model)
+                text = shown.text_with_notes(f"{new.sender or 'user'}: {new.text}")
+                results += [{"type": "text", "text": text}, *map(image_block, shown.shown)]
             messages.append({"role": "user", "content": results})
         raise AgentFailed(
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"

@@ -31,6 +31,7 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
+from gateway.agents.images import Pictures, pictures_of
 from gateway.agents.retries import Retryable, retry_after, wait_for_server
 from gateway.agents.tools import BUILTIN_TOOLS, Tool, call_tool, result_text
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -144,6 +145,8 @@ class OpenAIAgent:
         model = ctx.model or self.settings.model
         reasoning = ctx.reasoning or self.settings.reasoning
         messages = self.context_messages(ctx)
+        shown = await pictures_of(ctx.attachments, ctx.workspace, self.settings, model)
+        messages[-1] = with_pictures(messages[-1], shown)
         schemas = [tool.schema() for tool in self.tools.values()]
         for _ in range(self.settings.max_tool_iterations):
             completion = _Completion()
@@ -182,7 +185,9 @@ class OpenAIAgent:
                 )
             # What was sent meanwhile (the `steer` queue mode) comes in as new user turns.
             for new in await ctx.steering():
-                messages.append({"role": "user", "content": f"{new.sender or 'user'}: {new.text}"})
+                turn = {"role": "user", "content": f"{new.sender or 'user'}: {new.text}"}
+                shown = await pictures_of(new.attachments, ctx.workspace, self.settings, model)
+                messages.append(with_pictures(turn, shown))
         raise AgentFailed(
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"
         )
@@ -276,6 +281,17 @@ class OpenAIAgent:
         if not into.finished:
             # Ended without a finish reason: cut off, not complete, whatever the text says.
             raise Retryable("the answer was cut off mid-stream", None)
+
+
+def with_pictures(message: dict[str, Any], pictures: Pictures) -> dict[str, Any]:
+    """The new message with its images as `image_url` parts (data URLs, which every
+    OpenAI-compatible vision endpoint takes), and a line for each image that is not shown."""
+    text = pictures.text_with_notes(str(message["content"]))
+    if not pictures.shown:
+        return {**message, "content": text}
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": p.data_url}} for p in pictures.shown]
+    return {**message, "content": parts}
 
 
 def _absorb(chunk: dict[str, Any], into: _Completion) -> str:

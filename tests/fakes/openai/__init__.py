@@ -6,7 +6,9 @@ Point a client at it with::
         fake.script(Text("hello"), ToolCalls([("call_1", "read_file", {"name": "a.txt"})]))
         client = SomeClient(base_url=fake.url, api_key=fake.api_key)
 
-The server listens on 127.0.0.1 on a free port and serves ``POST /v1/chat/completions``.
+The server listens on 127.0.0.1 on a free port and serves ``POST /v1/chat/completions``
+and ``POST /v1/audio/transcriptions`` (multipart; answers ``transcript_of(data)`` or what
+``script_transcripts`` queued; uploads are kept in ``transcriptions``).
 Replies come from a script the test queues with :meth:`FakeOpenAI.script`, one reply per
 request, in arrival order; once the script runs out every request gets
 ``Text("(no scripted reply)")``. Both the plain JSON answer and the ``stream: true``
@@ -17,7 +19,7 @@ waits for one. Requests with a wrong or missing key get a 401 and are not record
 ``drop_next(CHAT_ROUTE)`` closes the connection of the next request before the script is
 consulted.
 
-Not simulated: models other than echoing the requested name, ``n > 1``, logprobs, images,
+Not simulated: models other than echoing the requested name, ``n > 1``, logprobs, looking at images,
 the Responses API and real tokenisation (tokens are counted as whitespace-separated words).
 
 Modules: ``replies`` (the script entries), ``answers`` (error bodies, messages, usage, the
@@ -25,7 +27,7 @@ event stream) and ``server`` (``FakeOpenAI``).
 """
 
 from .replies import Cut, Error, Malformed, Reply, Slow, Text, ToolCalls
-from .server import CHAT_ROUTE, NO_SCRIPTED_REPLY, FakeOpenAI
+from .server import CHAT_ROUTE, NO_SCRIPTED_REPLY, FakeOpenAI, transcript_of
 
 __all__ = [
     "CHAT_ROUTE",
@@ -38,4 +40,5 @@ __all__ = [
     "Slow",
     "Text",
     "ToolCalls",
+    "transcript_of",
 ]

@@ -7,7 +7,7 @@ import itertools
 import time
 from collections import deque
 
-from aiohttp import web
+from aiohttp import BodyPartReader, web
 
 from ..base import DEFAULT_TIMEOUT, JSON, BodyPredicate, CallRecord, RecordingServer
 from .answers import cut, json_error, message, stream, usage
@@ -27,10 +27,15 @@ class FakeOpenAI(RecordingServer[CallRecord]):
         self.api_key = api_key
         self._script: deque[Reply] = deque()
         self._ids = itertools.count(1)
+        # ``/v1/audio/transcriptions``: each upload as received (model, file name, type,
+        # bytes), and the answers queued for the next uploads (text, or an ``Error``).
+        self.transcriptions: list[JSON] = []
+        self._transcripts: deque[str | Error] = deque()
 
     def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle_chat)
+        app.router.add_post("/v1/audio/transcriptions", self._handle_transcription)
         return app
 
     @property
@@ -82,6 +87,11 @@ class FakeOpenAI(RecordingServer[CallRecord]):
             lambda record: predicate(record.data), timeout, "matching chat completion request"
         )
         return record.data
+
+    def script_transcripts(self, *answers: str | Error) -> None:
+        """Queue transcription answers; without one, an upload is transcribed as
+        ``transcript_of(data)``."""
+        self._transcripts.extend(answers)
 
     # -- request handling ----------------------------------------------------------------------
 
@@ -146,3 +156,30 @@ class FakeOpenAI(RecordingServer[CallRecord]):
                 "usage": usage(body, reply),
             }
         )
+
+    async def _handle_transcription(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization", "") != f"Bearer {self.api_key}":
+            return json_error(401, "Incorrect API key provided", code="invalid_api_key")
+        if not request.content_type.startswith("multipart/"):
+            return json_error(400, "The request must be multipart/form-data.")
+        fields: JSON = {}
+        async for part in await request.multipart():
+            if isinstance(part, BodyPartReader):
+                if part.name == "file":
+                    data = await part.read()
+                    fields.update(filename=part.filename, type=part.headers.get("Content-Type"))
+                    fields["file"] = bytes(data)
+                else:
+                    fields[str(part.name)] = await part.text()
+        if "file" not in fields or not fields.get("model"):
+            return json_error(400, "Missing required parameters: 'file' and 'model'.")
+        self.transcriptions.append(fields)
+        answer = self._transcripts.popleft() if self._transcripts else None
+        if isinstance(answer, Error):
+            return json_error(answer.status, answer.message, type_=answer.type, code=answer.code)
+        return web.json_response({"text": answer or transcript_of(fields["file"])})
+
+
+def transcript_of(data: bytes) -> str:
+    """What the fake hears in an upload nobody scripted: deterministic, and tied to it."""
+    return f"spoken words of {len(data)} bytes"

@@ -94,6 +94,7 @@ class TelegramUpdates(TelegramFiles):
         document: JSON | tuple[str, bytes] | tuple[str, bytes, str] | None = None,
         photo: bytes | list[JSON] | None = None,
         voice: bytes | None = None,
+        audio: tuple[str, bytes, str] | None = None,
         migrate_to_chat_id: int | None = None,
     ) -> JSON:
         """Queue a ``message`` update from ``user`` in ``chat`` and return the update.
@@ -103,7 +104,8 @@ class TelegramUpdates(TelegramFiles):
         entity for every ``@username``. ``reply_to`` is a message (or update) dict or a
         message id in the same chat. ``document`` is a ``Document`` dict or
         ``(file_name, data[, mime_type])``; ``photo`` is raw bytes or a list of ``PhotoSize``;
-        ``voice`` is the bytes of an OGG/Opus voice note.
+        ``voice`` is the bytes of an OGG/Opus voice note; ``audio`` an audio file
+        ``(file_name, data, mime_type)``.
         Byte contents are registered so ``getFile`` and the download route serve them.
         ``migrate_to_chat_id`` makes the service message of a group upgraded to a supergroup;
         later sends to the old id then fail with ``migrate_to_chat_id`` like the real API.
@@ -127,7 +129,7 @@ class TelegramUpdates(TelegramFiles):
         files: list[StoredFile] = []
         if migrate_to_chat_id is not None:
             message["migrate_to_chat_id"] = migrate_to_chat_id
-        elif document is not None or photo is not None or voice is not None:
+        elif any(media is not None for media in (document, photo, voice, audio)):
             if document is not None:
                 message["document"] = self._document_object(document, files)
             if photo is not None:
@@ -142,6 +144,18 @@ class TelegramUpdates(TelegramFiles):
                     "mime_type": "audio/ogg",
                     "file_size": len(voice),
                 }
+            if audio is not None:
+                file_name, data, mime_type = audio
+                stored = self._new_file(data, f"music/{file_name}")
+                files.append(stored)
+                message["audio"] = {
+                    "file_id": stored.file_id,
+                    "file_unique_id": stored.file_unique_id,
+                    "duration": 3,
+                    "file_name": file_name,
+                    "mime_type": mime_type,
+                    "file_size": len(data),
+                }
             if text:
                 message["caption"] = text
                 caption_entities = auto_entities(text) if entities is None else entities
@@ -154,7 +168,8 @@ class TelegramUpdates(TelegramFiles):
                 message["entities"] = text_entities
         else:
             raise ValueError(
-                "a message needs text, a document, a photo, a voice note or migrate_to_chat_id"
+                "a message needs text, a document, a photo, a voice note, audio "
+                "or migrate_to_chat_id"
             )
         update = self._validated_update({"message": message})
         for stored in files:
