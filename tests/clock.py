@@ -111,3 +111,17 @@ class FakeClock(Clock):
                 await asyncio.sleep(0)
         self._elapsed = target
         await asyncio.sleep(0)
+
+    async def past_backoffs(self, work: Awaitable[T], *, under: float, within: float = 15) -> T:
+        """Await `work`, moving time past every sleep due in less than `under` seconds (retry
+        backoffs, not a presence refresher) as soon as one starts."""
+
+        async def move_time() -> None:
+            while True:
+                await self.advance(await self.next_sleep(under=under, within=30))
+
+        mover = asyncio.create_task(move_time())
+        try:
+            return await asyncio.wait_for(work, within)
+        finally:
+            mover.cancel()

@@ -3,7 +3,6 @@ server on 127.0.0.1."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -82,19 +81,11 @@ async def ask_through_backoffs(rt: Runtime, clock: FakeClock, sid: str, message:
     """`ask`, with the clock moved past every retry backoff as soon as the agent sleeps."""
     sub = await rt.router.submit(Inbound(ANN, sid, message))
 
-    async def move_time() -> None:
-        while True:
-            await clock.advance(await clock.next_sleep(under=BACKOFF_UNDER, within=30))
-
     async def until_done() -> None:
         async for _event in rt.router.stream(sub.task_hash):
             pass
 
-    mover = asyncio.create_task(move_time())
-    try:
-        await asyncio.wait_for(until_done(), 15)
-    finally:
-        mover.cancel()
+    await clock.past_backoffs(until_done(), under=BACKOFF_UNDER)
     return rt.router.task(sub.task_hash)
 
 
