@@ -20,6 +20,7 @@ from adapters.http.replies import OpenApiDocument
 from adapters.http.routes import ROUTES
 from adapters.http.server import ApiRunner
 from adapters.http.sse import KEEPALIVE_SECONDS
+from adapters.mcp.endpoint import MCP_PATH, McpEndpoint
 from gateway.adapter import HttpRoute
 from gateway.credentials import Credentials
 from gateway.logs import get_logger
@@ -81,6 +82,10 @@ def build_app(
             app.router.add_route(route.method, route.path, handler)
     for extra in contributed:
         app.router.add_route(extra.method, extra.path, extra.handler)
+    mcp = McpEndpoint(ctx)
+    # Stateless: no event stream to open (GET) and no session to end (DELETE).
+    app.router.add_post(MCP_PATH, mcp.handle)
+    app.on_cleanup.append(mcp.close)
     return app
 
 
