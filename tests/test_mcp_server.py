@@ -16,9 +16,11 @@ from typing import Any
 
 import httpx2
 import pytest
+from clock import FakeClock
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from support import wait_until
 from test_http import Server, bearer, serving
 
 TOOLS = {
@@ -229,3 +231,21 @@ async def test_stdio_relay_answers_garbage_and_keeps_going(server: Server) -> No
     errors = sorted(a["error"]["code"] for a in answers if "error" in a)
     assert errors == [-32700, -32600]
     assert [a for a in answers if a.get("id") == 7] == [{"jsonrpc": "2.0", "id": 7, "result": {}}]
+
+
+async def test_a_shutdown_answers_a_waiting_send_with_where_to_ask_again(tmp_path: Path) -> None:
+    clock = FakeClock()  # `!sleep` never ends unless the test moves the clock
+    async with serving(tmp_path, clock) as srv, mcp_client(srv, bearer("ann")) as ann:
+        sending = asyncio.create_task(call(ann, "send_message", content="!sleep 60"))
+
+        async def running() -> bool:
+            return any(
+                srv.runtime.router.running_task(s.id)
+                for s in await srv.runtime.store.list_sessions()
+            )
+
+        assert await wait_until(running, within=10)
+        await srv.runner.shutdown()
+        failed, said = await asyncio.wait_for(sending, 10)
+    assert failed and said.startswith("restarting:"), said
+    assert "call get_task with session_id temp-" in said

@@ -16,6 +16,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters.http.context import Context
+from adapters.http.errors import ApiError
 from adapters.http.models import (
     HISTORY_DEFAULT,
     HISTORY_MAX,
@@ -164,10 +165,19 @@ async def _send_message(
         return CommandResult(
             session_id=submission.session_id, command=command.name, ok=command.ok, text=command.text
         )
-    state = await ctx.until_closing(
-        ctx.router.wait(submission.task_hash, args.wait, until_prompt=True),
-        ctx.farewell(submission.session_id, submission.task_hash),
-    )
+    try:
+        state = await ctx.until_closing(
+            ctx.router.wait(submission.task_hash, args.wait, until_prompt=True),
+            ctx.farewell(submission.session_id, submission.task_hash),
+        )
+    except ApiError as exc:
+        if exc.code != "restarting":
+            raise
+        again = (
+            f"get_task with session_id {submission.session_id} and task_hash {submission.task_hash}"
+        )
+        message = f"the gateway is restarting; the task goes on: call {again} once it is back"
+        raise ApiError(503, "restarting", message) from None
     return TaskOutcome(
         session_id=state.session_id,
         task_hash=state.task_hash,
