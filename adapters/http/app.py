@@ -21,6 +21,7 @@ from adapters.http.routes import ROUTES
 from adapters.http.server import ApiRunner
 from adapters.http.sse import KEEPALIVE_SECONDS
 from adapters.mcp.endpoint import MCP_PATH, McpEndpoint
+from adapters.web.app import CONSOLE_PREFIX, build_console
 from gateway.adapter import HttpRoute
 from gateway.credentials import Credentials
 from gateway.logs import get_logger
@@ -65,8 +66,9 @@ def build_app(
     )
     for platform in CLIENT_PLATFORMS:
         runtime.router.register_pulled(platform)
-    guard = Guard(runtime.settings, host, contributed_paths)
-    authenticate = Authenticate(credentials, frozenset(open_paths))
+    guard = Guard(runtime.settings, host, contributed_paths, forms_under=CONSOLE_PREFIX)
+    # The console signs its viewers in itself, with a cookie (adapters/web/auth.py).
+    authenticate = Authenticate(credentials, frozenset(open_paths), open_prefix=CONSOLE_PREFIX)
     app = web.Application(
         middlewares=[ctx.metrics.measure, errors, guard.check, authenticate.check],
         client_max_size=MAX_BODY_BYTES,
@@ -86,6 +88,7 @@ def build_app(
     # Stateless: no event stream to open (GET) and no session to end (DELETE).
     app.router.add_post(MCP_PATH, mcp.handle)
     app.on_cleanup.append(mcp.close)
+    app.add_subapp(CONSOLE_PREFIX, build_console(ctx, credentials))
     return app
 
 
