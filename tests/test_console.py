@@ -19,12 +19,13 @@ from discord_rig import ANN, GENERAL, GUILD, reply_in
 from discord_rig import running as discord_running
 from fakes.discord import FakeDiscord, point_discord_py_at, text_channel
 from fakes.telegram import FakeTelegram
-from support import skip_or_fail
+from support import skip_or_fail, wait_until
 from telegram_rig import running as telegram_running
 from test_http import USERS, write_tokens
 
 from adapters.http import start_http
 from gateway.runtime import Runtime
+from gateway.store.usage import DAY_MS, UsageRecord, record_usage
 
 DOCS = Path(__file__).parents[1] / "docs"
 WAIT_MS = 15_000
@@ -180,3 +181,101 @@ async def test_sign_in_defences(browser: Any, tmp_path: Path) -> None:
         await phone.goto(f"{base}/ui/session/chat-abc")
         width = await phone.evaluate("document.documentElement.scrollWidth")
         assert width <= 375, width
+
+
+async def test_search_usage_charts_and_health(browser: Any, tmp_path: Path) -> None:
+    home = with_tokens(tmp_path / "home")
+    async with (
+        FakeTelegram() as fake,
+        telegram_running(fake, home) as rig,
+        console(rig.runtime) as base,
+    ):
+        runtime = rig.runtime
+        await runtime.store.ensure("chat-notes")
+        fake.inject_message(fake.private_chat(31), fake.user(31, "Cy"), "the quarterly forecast")
+        now = runtime.clock.now_ms()
+        for days_ago, model, output in ((0, "gpt-a", 300), (3, "gpt-a", 100), (1, "claude-b", 50)):
+            record = UsageRecord(
+                "chat-notes",
+                model,
+                input=10,
+                output=output,
+                elapsed_ms=1000,
+                send_at=now - days_ago * DAY_MS,
+            )
+            await record_usage(runtime.store.db, record)
+        page = await sign_in(browser, base, "ann")
+
+        await page.get_by_role("link", name="Search").click()
+        await page.get_by_label("Words").fill("forecast")
+        await page.get_by_role("button", name="Search").click()
+        hit = page.locator(".results li.user", has_text="the quarterly forecast")
+        await hit.wait_for(timeout=WAIT_MS)
+        assert "tg-31" in await hit.inner_text()
+
+        await page.get_by_role("link", name="Usage").click()
+        charts = page.locator('svg.chart[role="img"]')
+        # One chart per model (the offline agent's replies count too), and the output speed.
+        labels = {
+            await charts.nth(i).get_attribute("aria-label") for i in range(await charts.count())
+        }
+        assert labels == {
+            "Tokens per day of gpt-a",
+            "Tokens per day of claude-b",
+            "Tokens per day of offline",
+            "Output tokens per second per day",
+        }
+        assert await page.locator('svg[aria-label="Tokens per day of gpt-a"] rect').count() == 4
+        assert "300" in await page.locator("table.per-day").inner_text()
+        await page.screenshot(**shoot("usage"))
+
+        await page.get_by_role("link", name="Health").click()
+        checks = await page.locator("table.health").inner_text()
+        assert "database\tok" in checks and "telegram" in checks, checks
+
+
+async def test_settings_and_cancel_follow_the_rule(browser: Any, tmp_path: Path) -> None:
+    home = with_tokens(tmp_path / "home")
+    async with (
+        FakeTelegram() as fake,
+        telegram_running(fake, home, admins="http:root") as rig,
+        console(rig.runtime) as base,
+    ):
+        group = fake.group(-300, "ops")
+        fake.inject_message(group, fake.user(41, "Di"), f"@{fake.bot_user['username']} !sleep 60")
+        sid = "tg--300"
+
+        async def started() -> bool:
+            return rig.runtime.router.running_task(sid) is not None
+
+        assert await wait_until(started, within=10)
+        ann = await sign_in(browser, base, "ann")
+        await ann.goto(f"{base}/ui/session/{sid}")
+        # Not hers to cancel, nor to change the agent of a shared chat: she may only rename it.
+        assert await ann.get_by_role("button", name="Cancel").count() == 0
+        await ann.locator("summary", has_text="Settings").click()
+        assert await ann.get_by_label("Model").count() == 0
+        await ann.get_by_label("Name").fill("ops room")
+        await ann.get_by_role("button", name="Save").click()
+        await ann.get_by_role("heading", name="ops room").wait_for(timeout=WAIT_MS)
+
+        root = await sign_in(browser, base, "root")
+        await root.goto(f"{base}/ui/session/{sid}")
+        await root.locator("summary", has_text="Settings").click()
+        await root.get_by_label("Model").fill("gpt-ops")
+        await root.get_by_label("Reasoning").select_option("high")
+        await root.get_by_role("button", name="Save").click()
+        await root.get_by_text("model gpt-ops").wait_for(timeout=WAIT_MS)
+        row = await rig.runtime.store.get(sid)
+        assert row is not None and (row.name, row.model, row.reasoning) == (
+            "ops room",
+            "gpt-ops",
+            "high",
+        )
+
+        await root.get_by_role("button", name="Cancel").click()
+
+        async def stopped() -> bool:
+            return rig.runtime.router.running_task(sid) is None
+
+        assert await wait_until(stopped, within=10)

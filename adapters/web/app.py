@@ -17,6 +17,7 @@ from adapters.http.context import Context
 from adapters.http.errors import known_error
 from adapters.web.auth import ConsoleAuth
 from adapters.web.live import LiveEvents
+from adapters.web.overview import Overview
 from adapters.web.pages import Pages
 from gateway.credentials import Credentials
 
@@ -63,6 +64,7 @@ def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     auth = ConsoleAuth(credentials)
     pages = Pages(ctx, auth, _templates())
     live = LiveEvents(ctx, auth)
+    overview = Overview(ctx, pages)
     console = web.Application(middlewares=[_html_errors(pages)])
     console.router.add_get("/", pages.sessions)
     console.router.add_get("/login", pages.login_form)
@@ -71,7 +73,12 @@ def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     console.router.add_get("/session/{sid}", pages.session)
     console.router.add_post("/session/{sid}/send", pages.send)
     console.router.add_get("/session/{sid}/events", live.stream)
+    console.router.add_post("/session/{sid}/cancel/{task}", pages.cancel)
+    console.router.add_post("/session/{sid}/settings", pages.configure)
     console.router.add_get("/approvals", pages.approvals)
+    console.router.add_get("/search", overview.search)
+    console.router.add_get("/usage", overview.usage)
+    console.router.add_get("/health", overview.health)
     console.router.add_post("/answer", pages.answer)
     console.router.add_static("/static", _HERE / "static")
     return console

@@ -17,6 +17,7 @@ from adapters.web.auth import ConsoleAuth, SignInNeeded, Viewer, forget, remembe
 from gateway.events import Inbound
 from gateway.ids import Prefix, prefix_of, validate_hash, validate_session_id
 from gateway.logs import get_logger
+from gateway.session_settings import REASONING_LEVELS, SettingsChange, SettingsRefused
 
 log = get_logger(__name__)
 
@@ -125,6 +126,10 @@ class Pages:
             prompts=mine,
             running=running,
             may_configure=self.ctx.runtime.authority.may_configure(viewer.origin(), sid),
+            may_cancel=running is not None
+            and self.ctx.runtime.authority.may_act_for(viewer.origin(), running.origin),
+            known_tools=sorted(self.ctx.runtime.session_settings.known_tools or ()),
+            reasoning_levels=REASONING_LEVELS,
         )
 
     async def send(self, request: web.Request) -> web.Response:
@@ -135,6 +140,35 @@ class Pages:
         text = str(form.get("content", "")).replace("\r\n", "\n")
         if text.strip():
             await self.ctx.router.submit(Inbound(viewer.origin(), sid, text))
+        raise web.HTTPSeeOther(f"/ui/session/{sid}")
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        """Only the task's requester, or an admin (the router checks)."""
+        viewer = await self.viewer(request)
+        sid = validate_session_id(request.match_info["sid"])
+        self.auth.check_form(request, viewer, await request.post())
+        task = validate_hash(request.match_info["task"])
+        await self.ctx.router.cancel_for(viewer.origin(), sid, task)
+        raise web.HTTPSeeOther(f"/ui/session/{sid}")
+
+    async def configure(self, request: web.Request) -> web.Response:
+        """The fields the form sent; in dc-* and tg-* only admins may change more than the
+        name (the session settings check)."""
+        viewer = await self.viewer(request)
+        sid = validate_session_id(request.match_info["sid"])
+        form = await request.post()
+        self.auth.check_form(request, viewer, form)
+        fields = {
+            name: str(form[name]).strip()
+            for name in ("name", "persona", "model", "reasoning")
+            if name in form
+        }
+        tools = [str(tool) for tool in form.getall("allowed_tools", [])]
+        change = SettingsChange(**fields, allowed_tools=tools if "tools_shown" in form else None)
+        try:
+            await self.ctx.runtime.session_settings.change(sid, viewer.origin(), change)
+        except SettingsRefused as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
         raise web.HTTPSeeOther(f"/ui/session/{sid}")
 
     # -- approvals -----------------------------------------------------------------------------
