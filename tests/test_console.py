@@ -6,12 +6,16 @@ Screenshots go to docs/ when AGENVOY_SCREENSHOTS=1 (how the README's pictures ar
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import html
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import pytest
@@ -21,7 +25,7 @@ from fakes.discord import FakeDiscord, point_discord_py_at, text_channel
 from fakes.telegram import FakeTelegram
 from support import skip_or_fail, wait_until
 from telegram_rig import running as telegram_running
-from test_http import USERS, write_tokens
+from test_http import USERS, bearer, serving, write_tokens
 
 from adapters.http import start_http
 from gateway.runtime import Runtime
@@ -113,6 +117,13 @@ async def test_a_telegram_chat_appears_and_a_reply_streams(browser: Any, tmp_pat
         await page.screenshot(**shoot("session"))
         stored = [m.content for m in await rig.runtime.store.recent_messages("tg--100")]
         assert stored[-2:] == ["!sleep 3", "slept 3s"]
+
+        # A question the task asks shows up on the page as it is asked, answerable there.
+        await page.get_by_label("Message").fill("!ask which colour?")
+        await page.get_by_role("button", name="Send").click()
+        await page.get_by_label("Answer", exact=True).fill("blue")
+        await page.get_by_role("button", name="Answer").click()
+        await page.locator(".message.assistant", has_text="answer: blue").wait_for(timeout=WAIT_MS)
 
 
 @pytest.fixture
@@ -279,3 +290,56 @@ async def test_settings_and_cancel_follow_the_rule(browser: Any, tmp_path: Path)
             return rig.runtime.router.running_task(sid) is None
 
         assert await wait_until(stopped, within=10)
+
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+)
+
+
+async def test_attachments_are_links_served_safely(tmp_path: Path) -> None:
+    async with serving(tmp_path) as srv:
+        files = [
+            {"name": "dot.png", "mime": "image/png", "data": base64.b64encode(PNG).decode()},
+            {
+                "name": "page.png",
+                "mime": "image/png",
+                "data": base64.b64encode(b"<script>alert(1)</script>").decode(),
+            },
+        ]
+        body = {"content": "two files", "persist": True, "attachments": files}
+        status, sent = await srv.call("POST", "/v1/send", json_body=body, headers=bearer("ann"))
+        assert status == 200, sent
+        sid = sent["session_id"]
+        workspace = srv.runtime.store.files(sid).dir / "workspace"
+        (workspace / "attachments" / "escape.png").symlink_to(tmp_path / "home" / ".store")
+        jar = aiohttp.CookieJar(unsafe=True)  # cookies for 127.0.0.1
+        async with aiohttp.ClientSession(base_url=str(srv.url("")), cookie_jar=jar) as browser:
+            async with browser.post("/ui/login", data={"token": "agv_test-bob"}) as resp:
+                assert resp.status == 200 and resp.url.path == "/ui/"
+            async with browser.get(f"/ui/session/{sid}") as resp:
+                page = await resp.text()
+            links = set(re.findall(r'class="attachment" href="([^"]+)"', page))
+            assert len(links) == 2, page
+            shown = {}
+            for link in links:
+                async with browser.get(html.unescape(link)) as resp:
+                    assert resp.status == 200
+                    shown[resp.content_type] = resp.headers["Content-Disposition"].split(";")[0]
+                    assert resp.headers["X-Content-Type-Options"] == "nosniff"
+            # The bytes decide: the page posing as a picture is only ever a download.
+            assert shown == {"image/png": "inline", "application/octet-stream": "attachment"}
+            for path, expected in (
+                ("workspace/attachments/escape.png", 400),
+                ("../chat.json", 400),
+                ("workspace/../../chat.json", 400),
+                ("workspace/attachments/none.png", 404),
+            ):
+                url = f"/ui/session/{sid}/file?path={quote(path)}"
+                async with browser.get(url) as resp:
+                    assert resp.status == expected, (path, resp.status)
+        async with aiohttp.ClientSession(base_url=str(srv.url(""))) as stranger:
+            url = f"/ui/session/{sid}/file?path=attachments"
+            async with stranger.get(url, allow_redirects=False) as resp:
+                assert resp.status == 303 and resp.headers["Location"] == "/ui/login"

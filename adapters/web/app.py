@@ -16,6 +16,7 @@ from aiohttp.typedefs import Handler, Middleware
 from adapters.http.context import Context
 from adapters.http.errors import known_error
 from adapters.web.auth import ConsoleAuth
+from adapters.web.files import Files, with_attachment_links
 from adapters.web.live import LiveEvents
 from adapters.web.overview import Overview
 from adapters.web.pages import Pages
@@ -37,6 +38,7 @@ def _templates() -> jinja2.Environment:
         for path in (_HERE / "static").iterdir()
     }
     env.globals["static"] = lambda name: f"{CONSOLE_PREFIX}/static/{name}?v={versions[name]}"
+    env.filters["with_attachment_links"] = with_attachment_links
     return env
 
 
@@ -73,6 +75,7 @@ def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     console.router.add_get("/session/{sid}", pages.session)
     console.router.add_post("/session/{sid}/send", pages.send)
     console.router.add_get("/session/{sid}/events", live.stream)
+    console.router.add_get("/session/{sid}/file", Files(pages).serve)
     console.router.add_post("/session/{sid}/cancel/{task}", pages.cancel)
     console.router.add_post("/session/{sid}/settings", pages.configure)
     console.router.add_get("/approvals", pages.approvals)

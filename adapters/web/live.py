@@ -3,6 +3,8 @@ script shows of a running task (text as it streams, tool calls and results, prom
 
 from __future__ import annotations
 
+import json
+
 from aiohttp import web
 
 from adapters.http.context import Context
@@ -10,6 +12,14 @@ from adapters.http.sse import StreamClosed
 from adapters.web.auth import ConsoleAuth, SignInNeeded
 from gateway.events import event_to_json
 from gateway.ids import validate_session_id
+
+
+async def session_state(ctx: Context, session_id: str) -> str:
+    """What a session page shows that events change: its running task and open prompts."""
+    running = ctx.router.running_task(session_id)
+    prompts = await ctx.router.open_prompts(session_id)
+    task = running.task_hash if running is not None else "-"
+    return f"{task}/{','.join(sorted(p.task_hash for p in prompts))}"
 
 
 class LiveEvents:
@@ -29,7 +39,9 @@ class LiveEvents:
         with ctx.router.subscribe(sid) as sub:
             try:
                 await stream.start()
-                await stream.comment("live")
+                # What changed between the page's rendering and this subscription is in no
+                # event: the page compares this with what it was rendered from.
+                await stream.frame("state", json.dumps(await session_state(ctx, sid)))
                 while True:
                     event = await stream.receive(sub.get)
                     await stream.frame(event.kind, event_to_json(event))

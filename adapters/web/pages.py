@@ -14,6 +14,7 @@ from aiohttp import web
 from adapters.http.context import Context
 from adapters.http.prompts import answerable
 from adapters.web.auth import ConsoleAuth, SignInNeeded, Viewer, forget, remember
+from adapters.web.live import session_state
 from gateway.events import Inbound
 from gateway.ids import Prefix, prefix_of, validate_hash, validate_session_id
 from gateway.logs import get_logger
@@ -61,6 +62,10 @@ class Pages:
         return self.render("login.html", None, error="")
 
     async def login(self, request: web.Request) -> web.Response:
+        # Signing someone in from another site (to their own token) is refused as well.
+        origin = request.headers.get("Origin")
+        if origin is not None and origin != f"{request.scheme}://{request.host}":
+            raise web.HTTPForbidden(text="this form was sent from another site")
         form = await request.post()
         token = str(form.get("token", "")).strip()
         identity = await self.auth.sign_in(token)
@@ -130,6 +135,7 @@ class Pages:
             and self.ctx.runtime.authority.may_act_for(viewer.origin(), running.origin),
             known_tools=sorted(self.ctx.runtime.session_settings.known_tools or ()),
             reasoning_levels=REASONING_LEVELS,
+            state=await session_state(self.ctx, sid),
         )
 
     async def send(self, request: web.Request) -> web.Response:

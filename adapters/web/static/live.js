@@ -33,6 +33,10 @@
   }
 
   var source = new EventSource(live.dataset.events);
+  source.addEventListener("state", function (e) {
+    // Something happened between rendering this page and following it.
+    if (JSON.parse(e.data) !== live.dataset.state) { source.close(); refresh(); }
+  });
   source.addEventListener("text_delta", function (e) {
     var event = JSON.parse(e.data);
     if (!current) { current = line("streaming", ""); }
