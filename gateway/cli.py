@@ -83,14 +83,28 @@ def sessions() -> None:
         return
     order = {p: i for i, p in enumerate(Prefix)}
     infos.sort(key=lambda s: (order[prefix_of(s.id)], -s.updated_at))
-    for prefix, group in groupby(infos, key=lambda s: prefix_of(s.id)):
+    # A subagent's session is listed under the session whose task started it.
+    listed = {info.id for info in infos}
+    children: dict[str, list[SessionInfo]] = {}
+    for info in infos:
+        if info.parent in listed:
+            children.setdefault(info.parent, []).append(info)
+    tops = [info for info in infos if info.parent not in listed]
+
+    def line(info: SessionInfo, depth: int) -> None:
+        sid = ("  " * depth + ("↳ " if depth else "") + info.id).ljust(48)
+        typer.echo(
+            f"  {sid} {printable(info.name or '-'):<20} {_when(info.updated_at):<17} "
+            f"{info.message_count:>6} msgs"
+            + (f"  {scheduled[info.id]} scheduled" if info.id in scheduled else "")
+        )
+        for child in children.get(info.id, ()):
+            line(child, depth + 1)
+
+    for prefix, group in groupby(tops, key=lambda s: prefix_of(s.id)):
         typer.secho(f"{prefix}-*", bold=True)
         for info in group:
-            typer.echo(
-                f"  {info.id:<48} {printable(info.name or '-'):<20} {_when(info.updated_at):<17} "
-                f"{info.message_count:>6} msgs"
-                + (f"  {scheduled[info.id]} scheduled" if info.id in scheduled else "")
-            )
+            line(info, 0)
 
 
 def show(

@@ -56,6 +56,14 @@ class Reaper:
             for sid in await self.store.idle_ids(Prefix.temp.value + "-", cutoff)
             if not is_permanent(sid) and not self.router.is_busy(sid) and sid not in running
         ]
+        # A subagent's session stays while the task that started it runs.
+        parents = await self.store.parents(idle)
+        idle = [
+            sid
+            for sid in idle
+            if sid not in parents
+            or not (self.router.is_busy(parents[sid]) or parents[sid] in running)
+        ]
         reaped = await self.store.delete_many(idle)
         await self._forget_keys(set(idle))
         # Directories without a row (a crash between mkdir and insert) are reaped by age too.

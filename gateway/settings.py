@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     # Messages one session may have waiting behind its running task; past it, a message is
     # refused with a clear reply (a busy group chat cannot pile up hours of work).
     max_queued_per_session: int = 100
+    # Subagents (`delegate`): how deep they may nest (0: none at all) and how many one task may
+    # start, so a model cannot fan out without end.
+    max_subagent_depth: int = Field(2, ge=0, le=10)
+    max_subagents_per_task: int = Field(4, ge=0, le=100)
     max_message_chars: int = 16_000
     # Messages of recent history handed to the agent with each new message.
     history_window: int = 24

@@ -217,6 +217,9 @@ class SessionSummary(Reply):
     updated_at: UnixMs
     message_count: int
     running: bool
+    parent: str = Field(
+        "", description="For a subagent's temp-* session: the session whose task started it."
+    )
 
 
 class SessionList(Reply):

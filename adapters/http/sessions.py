@@ -51,6 +51,7 @@ async def list_sessions(call: Call) -> SessionList:
                 updated_at=info.updated_at,
                 message_count=info.message_count,
                 running=router.running_task(info.id) is not None,
+                parent=info.parent,
             )
             for info in await call.ctx.store.list_sessions()
             if prefix is None or info.id.startswith(f"{prefix}-")

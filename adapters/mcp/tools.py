@@ -130,6 +130,7 @@ async def _list_sessions(ctx: Context, who: Origin, args: ListSessionsArgs) -> S
                 updated_at=info.updated_at,
                 message_count=info.message_count,
                 running=ctx.router.running_task(info.id) is not None,
+                parent=info.parent,
             )
             for info in await ctx.store.list_sessions()
             if prefix is None or info.id.startswith(f"{prefix}-")

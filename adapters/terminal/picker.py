@@ -23,6 +23,7 @@ class SessionRow:
     name: str
     updated_at: int  # Unix ms
     running: bool
+    parent: str = ""  # the session whose task started this subagent session
 
     @property
     def prefix(self) -> str:
@@ -35,6 +36,7 @@ class SessionRow:
             name=str(data.get("name") or ""),
             updated_at=int(data.get("updated_at") or 0),
             running=bool(data.get("running")),
+            parent=str(data.get("parent") or ""),
         )
 
 
@@ -55,8 +57,20 @@ def when(ms: int, now: datetime | None = None) -> str:
 
 
 def ordered(rows: Sequence[SessionRow], current: str) -> list[SessionRow]:
-    """The current session first, then the most recently active."""
-    return sorted(rows, key=lambda r: (r.session_id != current, -r.updated_at, r.session_id))
+    """The current session first, then the most recently active; a subagent's session right
+    under the session that started it, when that one is listed."""
+    listed = {r.session_id for r in rows}
+    order = sorted(rows, key=lambda r: (r.session_id != current, -r.updated_at, r.session_id))
+    children: dict[str, list[SessionRow]] = {}
+    for row in order:
+        if row.parent in listed and row.session_id != current:
+            children.setdefault(row.parent, []).append(row)
+    placed = {c.session_id for group in children.values() for c in group}
+
+    def family(row: SessionRow) -> list[SessionRow]:
+        return [row, *(d for c in children.get(row.session_id, ()) for d in family(c))]
+
+    return [r for row in order if row.session_id not in placed for r in family(row)]
 
 
 def visible_groups(rows: Sequence[SessionRow]) -> list[str]:
@@ -84,7 +98,7 @@ class SessionPicker(ModalScreen[str | None]):
         shown = [
             r
             for r in self.sessions
-            if self.show_temp or r.prefix != "temp" or r.session_id == self.current
+            if self.show_temp or r.prefix != "temp" or r.session_id == self.current or r.parent
         ]
         return ordered(shown, self.current)
 
@@ -113,6 +127,8 @@ class SessionPicker(ModalScreen[str | None]):
         running = "● running" if row.running else ""
         name = row.name if len(row.name) <= 24 else row.name[:23] + "…"
         sid = short_id(row.session_id)
+        if row.parent:  # shown under the session that started it
+            sid = f"↳ {sid}"
         return f"{mark} {sid:<16} {name:<24} {when(row.updated_at):>10}  {running}"
 
     def on_mount(self) -> None:

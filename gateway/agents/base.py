@@ -64,6 +64,11 @@ class AgentFailed(Exception):
     """The run cannot produce a reply; the message is shown to the user."""
 
 
+class SubagentRefused(Exception):
+    """No subagent was started (`AgentContext.delegate`); the message says which limit was
+    reached."""
+
+
 @dataclass(frozen=True, slots=True)
 class NewMessage:
     """A message that reached a run while it ran (`AgentContext.steering`)."""
@@ -107,6 +112,12 @@ class AgentContext(Protocol):
         """Messages sent to the session since the run began that it should take in now, as
         new user turns (the `steer` queue mode); empty otherwise. An agent asks between its
         steps; what it never asks for runs as a follow-up."""
+        ...
+
+    async def delegate(self, text: str, key: str = "") -> str:
+        """Run `text` as a sub-task in a new temp-* session (its own conversation, this run's
+        persona, tools and workspace) and return its final answer. `key` names the sub-task
+        the same way in a replay (the tool call's id). Raises SubagentRefused at a limit."""
         ...
 
     async def search_history(self, query: str) -> list[dict[str, object]]:

@@ -15,6 +15,8 @@ a contract (README, "The offline agent"):
 - `!tool <name> <json>` → a test hook: the built-in tool `name` with the JSON object as its
                           arguments, run the way a model's call is (`tools.call_tool`: error
                           memory, confirmation, journal, tool cache); `<name>: <result>`
+- `!delegate <task>`    → <task> run by a subagent (a new temp-* session); `delegated: <its
+                          reply>`, or `refused: …` at the depth or per-task limit
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from gateway.agents.base import (
     Delta,
     Reply,
     Step,
+    SubagentRefused,
     ToolCall,
     Usage,
 )
@@ -88,7 +91,17 @@ class OfflineAgent:
             return self._fail()
         if command == "!tool":
             return self._tool(ctx, rest)
+        if command == "!delegate":
+            return self._delegate(ctx, rest)
         return self._echo(ctx.text)
+
+    async def _delegate(self, ctx: AgentContext, task: str) -> AsyncIterator[Step]:
+        try:
+            answer = await ctx.delegate(task or "?")
+        except SubagentRefused as exc:
+            yield Reply(f"refused: {exc}")
+            return
+        yield Reply(f"delegated: {answer}")
 
     async def _echo(self, text: str) -> AsyncIterator[Step]:
         yield Reply(f"echo: {text}")

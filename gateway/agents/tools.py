@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from gateway.agents.base import AgentContext, ToolCall, ToolResult
+from gateway.agents.base import AgentContext, SubagentRefused, ToolCall, ToolResult
 from gateway.agents.error_memory import RepeatedFailure
 from gateway.agents.tool_cache import Reads, canonical_args
 from gateway.agents.tool_memory import ToolMemory
@@ -23,6 +24,8 @@ from gateway.agents.workspace import Workspace, WorkspaceError, file_parts
 MAX_READ_BYTES = 256 * 1024
 
 T = TypeVar("T")
+# The id of the tool call being run, for a tool that names what it starts after it (delegate).
+CURRENT_CALL: ContextVar[str] = ContextVar("agenvoy_current_tool_call", default="")
 
 
 class ToolFailed(Exception):
@@ -88,6 +91,7 @@ async def call_tool(
         return ToolResult(call_id, name, "denied", "the user denied this action")
 
     async def execute() -> str:
+        CURRENT_CALL.set(call_id)  # this task's own context: no other call sees it
         if memory is None:
             return await _run(ctx, tool, args)
         return await _run_remembered(ctx, memory, tool, args, key, failed_before=failed_before)
@@ -234,6 +238,16 @@ async def _ask_user(ctx: AgentContext, args: dict[str, Any]) -> str:
     return answer if answer is not None else "(no answer)"
 
 
+async def _delegate(ctx: AgentContext, args: dict[str, Any]) -> str:
+    task = args.get("task")
+    if not isinstance(task, str) or not task.strip():
+        raise ToolFailed("task (a non-empty string) is required")
+    try:
+        return await ctx.delegate(task, CURRENT_CALL.get())
+    except SubagentRefused as exc:
+        raise ToolFailed(str(exc)) from None
+
+
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
@@ -309,6 +323,19 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             ),
             False,
             _ask_user,
+        ),
+        Tool(
+            "delegate",
+            "Hand a self-contained sub-task to a subagent and wait for its answer. The subagent "
+            "starts a conversation of its own with only the task you give it (say everything "
+            "it needs), has your tools and workspace, and answers with its result.",
+            _object(
+                {"task": {"type": "string", "description": "what the subagent must do"}}, ["task"]
+            ),
+            False,
+            _delegate,
+            # Run again after a crash, the same call finds the same subagent and its progress.
+            idempotent=True,
         ),
     ]
 }

@@ -4,10 +4,11 @@ window, and the ways back into the engine (prompts, journaled tools, the archive
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from gateway.agents.base import NewMessage, ToolCall, ToolResult
+from gateway.agents.base import NewMessage, SubagentRefused, ToolCall, ToolResult
 from gateway.agents.summary import fold_batch
 from gateway.agents.tool_memory import ToolMemory
 from gateway.engine.prompts import Prompts
@@ -22,6 +23,12 @@ RunTool = Callable[[Task, ToolCall, Callable[[], Awaitable[str]]], Awaitable[Too
 Steer = Callable[[Task], Awaitable[list[Task]]]
 
 
+class Subagents(Protocol):
+    """Runs sub-tasks for a run (gateway/engine/subagents.py)."""
+
+    async def run(self, parent: RunContext, text: str, key: str = "") -> str: ...
+
+
 class RunContext:
     """The `AgentContext` of one task."""
 
@@ -34,8 +41,16 @@ class RunContext:
         history: Sequence[StoredMessage],
         tool_memory: ToolMemory | None = None,
         steer: Steer | None = None,
+        subagents: Subagents | None = None,
     ) -> None:
         self._task = task
+        self._subagents = subagents
+        # Subagents (gateway/engine/subagents.py): this run's depth (0: a task's own run), the
+        # task's own run, how many it started, and what is held until the task ends.
+        self.depth = 0
+        self.root: RunContext = self
+        self.delegations = 0
+        self.cleanup = contextlib.AsyncExitStack()
         self._store = store
         self._prompts = prompts
         self._run_tool = run_tool
@@ -76,6 +91,12 @@ class RunContext:
             return []
         taken = await self._steer(self._task)
         return [NewMessage(t.origin.sender_name, t.text, tuple(t.attachments)) for t in taken]
+
+    async def delegate(self, text: str, key: str = "") -> str:
+        """Run `text` as a sub-task in a new temp-* session and answer with its reply."""
+        if self._subagents is None:
+            raise SubagentRefused("subagents are not available here")
+        return await self._subagents.run(self, text, key)
 
     async def search_history(self, query: str) -> list[dict[str, object]]:
         hits = await search_messages(self._store.db, query, session_id=self.session_id)
@@ -124,13 +145,14 @@ async def load_context(
     tool_memory: ToolMemory | None = None,
     *,
     steer: Steer | None = None,
+    subagents: Subagents | None = None,
 ) -> RunContext:
     """The context of `task`: session settings and summary from SQL, window from its files."""
     files = store.files(task.session_id)
     summary, row, due = await store.summary_and_settings(task.session_id, window)
     cursor = summary.cursor if summary else 0
     recent = await _window(task, files, window, after=cursor)
-    context = RunContext(task, store, prompts, run_tool, recent, tool_memory, steer)
+    context = RunContext(task, store, prompts, run_tool, recent, tool_memory, steer, subagents)
     if row is not None:
         context.persona = row.persona
         context.model = row.model

@@ -141,6 +141,7 @@ class Router:
             crash,
             tool_memory,
             steer=self._queue_modes.steer,
+            subagent_limits=(settings.max_subagent_depth, settings.max_subagents_per_task),
         )
         self._intake = Intake(
             store,

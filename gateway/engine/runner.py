@@ -25,6 +25,7 @@ from gateway.engine.context import Steer, load_context
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import ToolFinished, ToolStarted
 from gateway.engine.prompts import Prompts
+from gateway.engine.subagents import Subagents
 from gateway.engine.task import Task
 from gateway.events import (
     CanceledEvent,
@@ -58,8 +59,13 @@ class Runner:
         tool_memory: ToolMemory | None = None,
         *,
         steer: Steer | None = None,
+        subagent_limits: tuple[int, int] = (0, 0),
     ) -> None:
         self.store = store
+        depth, per_task = subagent_limits
+        self.subagents = Subagents(
+            store, agent, presence, dispatch.offer, max_depth=depth, max_per_task=per_task
+        )
         self.tool_memory = tool_memory
         self.agent = agent
         self.presence = presence
@@ -85,6 +91,12 @@ class Runner:
             log.info("task ended", session=task.session_id, task=task.task_hash, status=task.status)
 
     async def _run(self, task: Task) -> None:
+        async with contextlib.AsyncExitStack() as held:
+            await self._run_held(task, held)
+
+    async def _run_held(self, task: Task, held: contextlib.AsyncExitStack) -> None:
+        """`_run`, with what the run holds until the task ends (its subagents' sessions)
+        released by `held`."""
         fold_soon = False
         try:
             await task.set_status("running")
@@ -97,7 +109,9 @@ class Runner:
                 self.window,
                 self.tool_memory,
                 steer=self.steer,
+                subagents=self.subagents,
             )
+            held.push_async_exit(context.cleanup)
             fold_soon = context.fold_soon
             async with (
                 self.presence.hold(task.session_id, task.task_hash),
@@ -141,6 +155,7 @@ class Runner:
                 elapsed_ms=step.elapsed_ms,
                 tool_calls=step.tool_calls,
                 send_at=now_ms(),
+                task_hash=task.task_hash,
             )
         elif isinstance(step, Reply):
             task.reply = step.text

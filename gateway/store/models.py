@@ -47,6 +47,16 @@ class SessionRow(SQLModel, table=True):
         return mode if isinstance(mode, str) and mode else "followup"
 
     @property
+    def parent(self) -> tuple[str, str] | None:
+        """(session, task) that started this subagent session, if it is one."""
+        link = self.options.get("parent")
+        if isinstance(link, dict):
+            session, task = link.get("session"), link.get("task")
+            if isinstance(session, str) and isinstance(task, str):
+                return session, task
+        return None
+
+    @property
     def allowed_tools(self) -> frozenset[str]:
         """Tools that run without asking for confirmation in this session (`/allow <tool>`)."""
         tools = self.options.get("allowed_tools", [])
@@ -109,6 +119,8 @@ class UsageRow(SQLModel, table=True):
     elapsed_ms: int = Field(default=0, sa_type=BigInteger)
     tool_calls: str = "[]"  # JSON list of the tool-call ids in that reply
     send_at: int = Field(default=0, sa_type=BigInteger)
+    # The task the call was made for: a subagent's name the parent task that started it.
+    task_hash: str = Field(default="", max_length=32)
 
 
 class OutboxRow(SQLModel, table=True):

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, func, update
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
@@ -54,6 +55,14 @@ class SessionInfo:
     name: str
     updated_at: int
     message_count: int
+    parent: str = ""  # the session whose task started this subagent session
+
+
+def _parent_of(settings: str) -> str:
+    if '"parent"' not in settings:  # most sessions: no JSON to decode
+        return ""
+    link = SessionRow(id="-", settings=settings).parent
+    return link[0] if link else ""
 
 
 class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, SummaryArchive):
@@ -140,6 +149,30 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
 
         return await self._change_row(session_id, change)
 
+    async def adopt(
+        self,
+        session_id: str,
+        *,
+        parent_session: str,
+        parent_task: str,
+        persona: str,
+        model: str,
+        reasoning: str,
+        allowed_tools: frozenset[str],
+    ) -> None:
+        """Make `session_id` a subagent session of `parent_task`, with its parent's agent."""
+        await self.ensure(session_id)
+
+        def change(row: SessionRow) -> None:
+            row.role = row.rule = persona
+            row.model, row.reasoning = model, reasoning
+            options = row.options
+            options["parent"] = {"session": parent_session, "task": parent_task}
+            options["allowed_tools"] = sorted(allowed_tools)
+            row.settings = json.dumps(options, ensure_ascii=False)
+
+        await self._change_row(session_id, change)
+
     async def set_queue_mode(self, session_id: str, mode: str) -> None:
         def change(row: SessionRow) -> None:
             row.settings = _with_option(row, "queue_mode", mode)
@@ -164,15 +197,25 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
             .group_by(MessageRow.session_id)
             .subquery()
         )
+        # Five columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
         stmt = (
-            select(SessionRow.id, SessionRow.name, SessionRow.updated_at, counts.c.n)
+            sa_select(
+                col(SessionRow.id),
+                col(SessionRow.name),
+                col(SessionRow.updated_at),
+                counts.c.n,
+                col(SessionRow.settings),
+            )
             .outerjoin(counts, counts.c.session_id == SessionRow.id)
             .order_by(col(SessionRow.updated_at).desc())
         )
 
         def work(session: Session) -> list[SessionInfo]:
-            rows = session.exec(stmt).all()
-            return [SessionInfo(sid, name, updated, int(n or 0)) for sid, name, updated, n in rows]
+            rows = session.connection().execute(stmt).all()
+            return [
+                SessionInfo(sid, name, updated, int(n or 0), _parent_of(settings))
+                for sid, name, updated, n, settings in rows
+            ]
 
         return await self.db.read(work)
 
@@ -214,6 +257,25 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
             col(SessionRow.updated_at) <= before_ms,
         )
         return await self.db.read(lambda session: [str(i) for i in session.exec(stmt).all()])
+
+    async def parents(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The parent session of each of `session_ids` that is a subagent's."""
+        ids = list(session_ids)
+
+        def work(session: Session) -> dict[str, str]:
+            found: dict[str, str] = {}
+            for start in range(0, len(ids), DELETE_CHUNK):
+                stmt = select(SessionRow.id, SessionRow.settings).where(
+                    col(SessionRow.id).in_(ids[start : start + DELETE_CHUNK]),
+                    col(SessionRow.settings).contains('"parent"'),
+                )
+                for sid, settings in session.exec(stmt).all():
+                    parent = _parent_of(settings)
+                    if parent:
+                        found[sid] = parent
+            return found
+
+        return await self.db.read(work) if ids else {}
 
     async def existing_ids(self) -> set[str]:
         stmt = select(SessionRow.id)

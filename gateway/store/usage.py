@@ -32,6 +32,7 @@ class UsageRecord:
     elapsed_ms: int = 0
     tool_calls: Sequence[str] = field(default_factory=tuple)
     send_at: int | None = None
+    task_hash: str = ""  # the task it was spent for (a subagent's: its parent task)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,7 @@ def _values(record: UsageRecord) -> dict[str, object]:
         "elapsed_ms": record.elapsed_ms,
         "tool_calls": json.dumps(list(record.tool_calls)),
         "send_at": record.send_at if record.send_at is not None else now_ms(),
+        "task_hash": record.task_hash,
     }
 
 
