@@ -119,6 +119,10 @@ class Settings(BaseSettings):
     # The claude-code agent: the Claude Code CLI (a name on PATH or a path), run once per task
     # in the session workspace. `model` picks its model too ("sonnet", "opus" or a full id).
     claude_code_bin: str = "claude"
+    # More variables of the gateway's environment the CLI gets, comma-separated names (or
+    # prefixes ending in `*`, e.g. `AWS_*` for Bedrock). It gets only the basics (PATH, HOME,
+    # locale, proxies, certificates) and its own ANTHROPIC_* / CLAUDE_* settings otherwise.
+    claude_code_env: str = ""
     # The claude agent: the Anthropic Messages API. The key is also read from
     # ANTHROPIC_API_KEY, the name Anthropic's own tools use, when the AGENVOY_ one is unset.
     anthropic_base_url: str = "https://api.anthropic.com"

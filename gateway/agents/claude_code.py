@@ -10,8 +10,12 @@ A task resumes the CLI session that saw the conversation so far and sends it onl
 window and the new message. The process itself is `claude_process`, what it prints
 `claude_stream`.
 
-Rolling summaries are one more CLI call each, with the summary model, one turn (no tool use)
-and an empty scratch directory; a fresh start sends the summary ahead of the window.
+A tool call the CLI wants permission for is asked in the chat that started the task
+(`claude_permissions`); the CLI sees only the environment it needs (`cli_environment`).
+
+Rolling summaries are one more CLI call each, with the summary model, no tools at all, one
+turn, no transcript kept and an empty scratch directory; a fresh start sends the summary ahead
+of the window.
 
 A changed persona or model gives another resume file, hence a fresh start. A resume the CLI
 refuses (its session was deleted, or lives on another machine) is retried once fresh, provided
@@ -29,7 +33,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 
 from gateway.agents.base import AgentContext, AgentFailed, Reply, Step
-from gateway.agents.claude_process import CliProcess
+from gateway.agents.claude_permission_server import PROMPT_TOOL
+from gateway.agents.claude_permissions import PermissionBridge, PermissionRequest, cli_mcp_config
+from gateway.agents.claude_process import CliProcess, cli_environment
 from gateway.agents.claude_resume import ResumeState, fingerprint
 from gateway.agents.claude_stream import CliRun, parse_line
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
@@ -80,6 +86,9 @@ class ClaudeCodeAgent:
         self.binary = os.path.abspath(found)
         # Times the grace periods of the CLI process and a run's elapsed time.
         self.clock = clock
+        key = settings.anthropic_api_key
+        self._api_key = key.get_secret_value() if key else None
+        self._env_names = [n.strip() for n in settings.claude_code_env.split(",") if n.strip()]
 
     async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
         model = ctx.model or self.settings.model
@@ -127,9 +136,15 @@ class ClaudeCodeAgent:
     ) -> AsyncGenerator[Step, None]:
         """One CLI process for the task, fresh or resuming; what it produced lands in `run`."""
         args = self._task_args(ctx, run.model, system, resume)
-        async with contextlib.aclosing(self._run_cli(args, ctx.workspace, prompt, run)) as steps:
-            async for step in steps:
-                yield step
+        async with await PermissionBridge.open() as bridge:
+            config = await bridge.write_config(cli_mcp_config(bridge.mcp_server()))
+            # Only this run's servers: none from the workspace or the CLI's user settings.
+            args += ["--mcp-config", str(config), "--strict-mcp-config"]
+            args += ["--permission-prompt-tool", PROMPT_TOOL]
+            run_cli = self._run_cli(args, ctx.workspace, prompt, run, bridge, ctx)
+            async with contextlib.aclosing(run_cli) as steps:
+                async for step in steps:
+                    yield step
 
     def _task_args(
         self, ctx: AgentContext, model: str, system: str, resume: str | None
@@ -140,8 +155,10 @@ class ClaudeCodeAgent:
         if ctx.allowed_tools:
             # `/allow <tool>` maps onto the CLI's own permission list (e.g. `Bash`, `Edit`).
             args += ["--allowedTools", ",".join(sorted(ctx.allowed_tools))]
-        if ctx.reasoning:
-            args += ["--effort", ctx.reasoning]
+        # The session's level, else the gateway's default (AGENVOY_REASONING).
+        effort = ctx.reasoning or self.settings.reasoning
+        if effort:
+            args += ["--effort", effort]
         return args
 
     def _base_args(self, model: str, system: str) -> list[str]:
@@ -162,8 +179,16 @@ class ClaudeCodeAgent:
         model = self.settings.summary_model or self.settings.model
         lines = "\n".join(_line(m) for m in messages)
         prompt = f"Summary so far:\n{previous or '(none yet)'}\n\nNew messages:\n{lines}"
-        # One turn: the answer is the summary, there is no room for tool use.
-        args = [*self._base_args(model, SUMMARY_INSTRUCTIONS), "--max-turns", "1"]
+        # No tools and one turn: the answer is the summary. No transcript either: nobody
+        # resumes a summary, so a folder per summary would only pile up.
+        args = [
+            *self._base_args(model, SUMMARY_INSTRUCTIONS),
+            "--tools",
+            "",
+            "--max-turns",
+            "1",
+            "--no-session-persistence",
+        ]
         # An empty directory of its own: a summary has no business with any workspace.
         cwd = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="agenvoy-summary-"))
         run = CliRun(model)
@@ -180,29 +205,77 @@ class ClaudeCodeAgent:
         return run.reply
 
     async def _run_cli(
-        self, args: list[str], cwd: Path, prompt: str, run: CliRun
+        self,
+        args: list[str],
+        cwd: Path,
+        prompt: str,
+        run: CliRun,
+        bridge: PermissionBridge | None = None,
+        ctx: AgentContext | None = None,
     ) -> AsyncGenerator[Step, None]:
         try:
-            process = await CliProcess.start(args, cwd, prompt, self.clock)
+            env = cli_environment(os.environ, api_key=self._api_key, extra=self._env_names)
+            process = await CliProcess.start(args, cwd, prompt, self.clock, env)
         except OSError as exc:
             raise AgentFailed(
                 f"cannot start the Claude Code CLI {self.binary} (AGENVOY_CLAUDE_CODE_BIN): {exc}"
             ) from exc
         started = self.clock.monotonic()
-        async with process:
-            while (line := await process.next_line()) is not None:
-                event = parse_line(line)
+        async with process, _Waiting(process, bridge) as waiting:
+            while (got := await waiting.next()) is not None:
+                if isinstance(got, PermissionRequest):
+                    assert ctx is not None
+                    # Asked in the task's own flow, like any tool's confirmation.
+                    got.answer.set_result(await ctx.confirm(got.tool, got.args))
+                    continue
+                event = parse_line(got)
                 if event is None:
                     continue
                 elapsed_ms = int((self.clock.monotonic() - started) * 1000)
                 for step in run.absorb(event, elapsed_ms=elapsed_ms):
                     yield step
-                if event.get("type") == "result":
+                if event.get("type") == "result" and not run.more_to_come:
                     # The last event. Reading on to EOF could hang on a pipe that a command the
                     # CLI left running in the background still holds open.
                     break
             code = await process.exited()
         run.ended(code, process.stderr_tail())
+        elapsed_ms = int((self.clock.monotonic() - started) * 1000)
+        for usage in run.usage(elapsed_ms):
+            yield usage
+
+
+class _Waiting:
+    """The CLI's next stdout line or its next permission request, whichever comes first."""
+
+    def __init__(self, process: CliProcess, bridge: PermissionBridge | None) -> None:
+        self._process = process
+        self._bridge = bridge
+        self._line: asyncio.Task[bytes | None] | None = None
+        self._request: asyncio.Task[PermissionRequest] | None = None
+
+    async def __aenter__(self) -> _Waiting:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        pending = [t for t in (self._line, self._request) if t is not None]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    async def next(self) -> bytes | PermissionRequest | None:
+        """A line (None once stdout ended) or a request; a request goes first."""
+        if self._line is None:
+            self._line = asyncio.ensure_future(self._process.next_line())
+        if self._bridge is not None and self._request is None:
+            self._request = asyncio.ensure_future(self._bridge.requests.get())
+        waited = {t for t in (self._line, self._request) if t is not None}
+        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+        if self._request is not None and self._request.done():
+            request, self._request = self._request.result(), None
+            return request
+        line, self._line = self._line.result(), None
+        return line
 
 
 def _line(message: StoredMessage) -> str:
