@@ -31,11 +31,17 @@ import shutil
 import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from gateway.agents.base import AgentContext, AgentFailed, Reply, Step
 from gateway.agents.claude_permission_server import PROMPT_TOOL
 from gateway.agents.claude_permissions import PermissionBridge, PermissionRequest, cli_mcp_config
-from gateway.agents.claude_process import CliProcess, cli_environment
+from gateway.agents.claude_process import (
+    DRAIN_SECONDS,
+    EXIT_GRACE_SECONDS,
+    CliProcess,
+    cli_environment,
+)
 from gateway.agents.claude_resume import ResumeState, fingerprint
 from gateway.agents.claude_stream import CliRun, parse_line
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
@@ -45,6 +51,8 @@ from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
 log = get_logger(__name__)
+
+FIRST = asyncio.FIRST_COMPLETED
 
 
 class ClaudeCodeUnavailable(ValueError):
@@ -234,10 +242,11 @@ class ClaudeCodeAgent:
                 elapsed_ms = int((self.clock.monotonic() - started) * 1000)
                 for step in run.absorb(event, elapsed_ms=elapsed_ms):
                     yield step
-                if event.get("type") == "result" and not run.more_to_come:
-                    # The last event. Reading on to EOF could hang on a pipe that a command the
-                    # CLI left running in the background still holds open.
-                    break
+                if event.get("type") == "result":
+                    # Often the last event, not always: a background subagent's report brings
+                    # another turn and result. So reading goes on until the CLI exits, not to
+                    # EOF, which a command it left running in the background may hold off.
+                    waiting.answered = True
             code = await process.exited()
         run.ended(code, process.stderr_tail())
         elapsed_ms = int((self.clock.monotonic() - started) * 1000)
@@ -246,19 +255,24 @@ class ClaudeCodeAgent:
 
 
 class _Waiting:
-    """The CLI's next stdout line or its next permission request, whichever comes first."""
+    """The CLI's next stdout line or its next permission request, whichever comes first.
+
+    Once the CLI answered (`answered`), its output ends when it exits (what it wrote before
+    is still read) or after `EXIT_GRACE_SECONDS` of silence (it is stopped on the way out)."""
 
     def __init__(self, process: CliProcess, bridge: PermissionBridge | None) -> None:
         self._process = process
         self._bridge = bridge
         self._line: asyncio.Task[bytes | None] | None = None
         self._request: asyncio.Task[PermissionRequest] | None = None
+        self._exit: asyncio.Task[int] | None = None
+        self.answered = False
 
     async def __aenter__(self) -> _Waiting:
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        pending = [t for t in (self._line, self._request) if t is not None]
+        pending = [t for t in (self._line, self._request, self._exit) if t is not None]
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -269,11 +283,26 @@ class _Waiting:
             self._line = asyncio.ensure_future(self._process.next_line())
         if self._bridge is not None and self._request is None:
             self._request = asyncio.ensure_future(self._bridge.requests.get())
-        waited = {t for t in (self._line, self._request) if t is not None}
-        await asyncio.wait(waited, return_when=asyncio.FIRST_COMPLETED)
+        waited: set[asyncio.Future[Any]] = {self._line}
+        if self._request is not None:
+            waited.add(self._request)
+        if self.answered:
+            if self._exit is None:
+                self._exit = asyncio.ensure_future(self._process.wait())
+            waited.add(self._exit)
+            done, _ = await asyncio.wait(waited, timeout=EXIT_GRACE_SECONDS, return_when=FIRST)
+            if not done:
+                return None  # silent since its answer
+        else:
+            await asyncio.wait(waited, return_when=FIRST)
         if self._request is not None and self._request.done():
             request, self._request = self._request.result(), None
             return request
+        if not self._line.done():
+            # Exited: what it wrote before is in the pipe already.
+            await asyncio.wait({self._line}, timeout=DRAIN_SECONDS)
+            if not self._line.done():
+                return None
         line, self._line = self._line.result(), None
         return line
 

@@ -30,6 +30,8 @@ log = get_logger(__name__)
 KILL_GRACE_SECONDS = 3.0
 # How long the CLI may take to exit once its output ended (it closes MCP servers, saves state).
 EXIT_GRACE_SECONDS = 10.0
+# How long output already written may take to be read once the CLI exited.
+DRAIN_SECONDS = 1.0
 # How long stderr may stay open after the CLI exited (a command it left running may hold it).
 STDERR_GRACE_SECONDS = 1.0
 # Longest stream-json line read; a tool result holding a whole file makes for long lines.
@@ -153,6 +155,10 @@ class CliProcess:
                 log.warning("skipped an overlong line from the Claude Code CLI")
                 continue
             return line or None
+
+    async def wait(self) -> int:
+        """The exit status, once the CLI exits (however long that takes)."""
+        return await self._proc.wait()
 
     async def exited(self) -> int | None:
         """The exit status, once the CLI exits by itself; None when it did not within the grace

@@ -52,17 +52,11 @@ class CliRun:
     reply: str = ""
     tool_names: dict[str, str] = field(default_factory=dict)
     call_ids: list[str] = field(default_factory=list)
-    result: dict[str, Any] | None = None  # the last result
-    # Subagents the CLI runs in the background: their end brings another turn and result.
-    background: set[str] = field(default_factory=set)
+    result: dict[str, Any] | None = None  # the last result (a background subagent's report
+    # brings another turn, hence another result)
     synthetic: list[str] = field(default_factory=list)  # the CLI's own error texts
     denials: list[dict[str, Any]] = field(default_factory=list)  # tools it refused to run
     failure: str = ""
-
-    @property
-    def more_to_come(self) -> bool:
-        """Whether the CLI goes on after its last result (a background subagent is running)."""
-        return bool(self.background)
 
     def absorb(self, event: dict[str, Any], *, elapsed_ms: int) -> list[Step]:
         """The steps one event stands for; `elapsed_ms` is the run's time so far."""
