@@ -190,7 +190,7 @@ def main() -> int:
     if resume is not None and resume in refused:
         text = "API Error: 400 messages.1.content.0: unexpected `tool_use_id`"
         emit(assistant({"type": "text", "text": text}, "<synthetic>"))
-        emit(result(session_id, text, {}, [], is_error=True, api_error_status=400))
+        emit(result(session_id, text, Spend(session_id), [], is_error=True, api_error_status=400))
         return 1
     if "!garbage" in prompt:
         emit("this is not json")
@@ -220,8 +220,10 @@ def main() -> int:
             }
         )
         return 1
+    spend = Spend(session_id)
     if "!maxturns" in prompt:
-        emit(result(session_id, None, usage(model, 10, 5), [], subtype="error_max_turns"))
+        spend.add(model, 10, 5)
+        emit(result(session_id, None, spend, [], subtype="error_max_turns"))
         return 0
 
     if "--effort" in options:
@@ -265,18 +267,18 @@ def main() -> int:
             emit(tool_result(call_id, shown, is_error=False))
 
     last = prompt.strip().splitlines()[-1] if prompt.strip() else ""
-    spent = usage(model, 10, 5, read=100, written=40)
+    spend.add(model, 10, 5, read=100, written=40)
     if "!agent" in prompt:
-        agent_call(session_id, model, spent, tool_ids)
+        agent_call(session_id, model, spend, tool_ids)
     emit(assistant({"type": "text", "text": "echo: "}, model))
     emit(assistant({"type": "text", "text": last}, model))
-    emit(result(session_id, f"echo: {last}", spent, denials, turns=1 + len(tool_ids)))
+    emit(result(session_id, f"echo: {last}", spend, denials, turns=1 + len(tool_ids)))
     return 0
 
 
-def agent_call(session_id: str, model: str, spent: dict[str, Any], tool_ids: list[str]) -> None:
+def agent_call(session_id: str, model: str, spend: Spend, tool_ids: list[str]) -> None:
     """A subagent in the background: the first result comes while it runs, the answer after
-    its report; `spent` grows by its tokens, under its own model."""
+    its report; its tokens are spent under its own model."""
     call = {"description": "count", "prompt": "count the files", "subagent_type": "Explore"}
     tool_ids.append("toolu_agent")
     emit(
@@ -287,32 +289,53 @@ def agent_call(session_id: str, model: str, spent: dict[str, Any], tool_ids: lis
     emit({"type": "system", "subtype": "task_started", "is_backgrounded": True, **task})
     emit(tool_result("toolu_agent", "Async agent launched successfully.", is_error=False))
     emit(assistant({"type": "text", "text": "Counting in the background."}, model))
-    emit(result(session_id, "Counting in the background.", spent, [], turns=1))
+    emit(result(session_id, "Counting in the background.", spend, [], turns=1))
     report = {"type": "text", "text": "There are 3 files."}
     emit(assistant(report, SUBAGENT_MODEL, parent="toolu_agent"))
-    spent.update(usage(SUBAGENT_MODEL, 7, 3))
+    spend.add(SUBAGENT_MODEL, 7, 3)
     emit({"type": "system", "subtype": "task_notification", "status": "completed", **task})
     emit({"type": "system", "subtype": "background_tasks_changed", "tasks": []})
 
 
-def usage(
-    model: str, fresh: int, output: int, *, read: int = 0, written: int = 0
-) -> dict[str, Any]:
-    """A `modelUsage` entry (camelCase, as the CLI writes it)."""
-    return {
-        model: {
-            "inputTokens": fresh,
-            "outputTokens": output,
-            "cacheReadInputTokens": read,
-            "cacheCreationInputTokens": written,
-        }
-    }
+class Spend:
+    """Tokens spent, as the CLI counts them: `model_usage_since_last_result` is what was spent
+    since the previous result, `modelUsage` everything the session spent, earlier processes'
+    included (kept next to the call log, per session)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.path = os.environ["FAKE_CLAUDE_LOG"] + ".usage"
+        self.session_id = session_id
+        self.since: dict[str, dict[str, int]] = {}
+
+    def add(self, model: str, fresh: int, output: int, *, read: int = 0, written: int = 0) -> None:
+        counts = self.since.setdefault(model, dict.fromkeys(COUNTS, 0))
+        for key, value in zip(COUNTS, (fresh, output, read, written), strict=True):
+            counts[key] += value
+
+    def take(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(since the last result, the session's total), as a result reports them."""
+        since, self.since = self.since, {}
+        totals = {}
+        if os.path.exists(self.path):
+            with open(self.path, encoding="utf-8") as kept:
+                totals = json.load(kept)
+        total = totals.setdefault(self.session_id, {})
+        for model, counts in since.items():
+            kept_counts = total.setdefault(model, dict.fromkeys(COUNTS, 0))
+            for key in COUNTS:
+                kept_counts[key] += counts[key]
+        with open(self.path, "w", encoding="utf-8") as out:
+            json.dump(totals, out)
+        return since, total
+
+
+COUNTS = ("inputTokens", "outputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
 
 
 def result(
     session_id: str,
     text: str | None,
-    model_usage: dict[str, Any],
+    spend: Spend,
     denials: list[dict[str, Any]],
     *,
     turns: int = 1,
@@ -320,8 +343,9 @@ def result(
     is_error: bool = False,
     api_error_status: int | None = None,
 ) -> dict[str, Any]:
-    # `usage` is the main thread's only (the first model's); `modelUsage` holds every model.
-    main = next(iter(model_usage.values()), {})
+    since, total = spend.take()
+    # `usage` is the main thread's only (the first model's); the others hold every model.
+    main = next(iter(since.values()), {})
     return {
         "type": "result",
         "subtype": subtype,
@@ -337,7 +361,8 @@ def result(
             "cache_read_input_tokens": main.get("cacheReadInputTokens", 0),
             "cache_creation_input_tokens": main.get("cacheCreationInputTokens", 0),
         },
-        "modelUsage": dict(model_usage),
+        "modelUsage": total,
+        "model_usage_since_last_result": since,
         "permission_denials": denials,
     }
 

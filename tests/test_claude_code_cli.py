@@ -251,8 +251,12 @@ async def test_resume_after_a_restart_sends_only_what_is_new(claude: Cli, tmp_pa
         state = await ask(rt.router, "cli-r", "which number?")
         assert state.status == "done", state.error
         (saved,) = [json.loads(p.read_text()) for p in resume_files(rt, "cli-r")]
+        outputs = [row[2] for row in await usage_rows(rt)]
     finally:
         await rt.close()
+    # A resumed session's totals include the earlier process's spend: each row has only its own.
+    assert sum(outputs) == (sum(claude.api.output_counts) if claude.real else 10)
+    assert len(outputs) == 2
     if claude.real:
         # The CLI sent its own transcript: the first answer, then only the new message.
         last = json.dumps(claude.api.requests[-1]["messages"])

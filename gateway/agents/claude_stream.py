@@ -56,6 +56,9 @@ class CliRun:
     # brings another turn, hence another result)
     synthetic: list[str] = field(default_factory=list)  # the CLI's own error texts
     denials: list[dict[str, Any]] = field(default_factory=list)  # tools it refused to run
+    # Tokens per model since the process started, from each result's own share
+    # (`model_usage_since_last_result`); None while no result had one.
+    spent: dict[str, Usage] | None = None
     failure: str = ""
 
     def absorb(self, event: dict[str, Any], *, elapsed_ms: int) -> list[Step]:
@@ -126,6 +129,15 @@ class CliRun:
         denials = event.get("permission_denials")
         if isinstance(denials, list):
             self.denials += [d for d in denials if isinstance(d, dict) and d not in self.denials]
+        since = event.get("model_usage_since_last_result")
+        if isinstance(since, dict):
+            spent = self.spent if self.spent is not None else {}
+            for name, tokens in since.items():
+                if isinstance(tokens, dict):
+                    spent[str(name)] = _add(
+                        spent.get(str(name)), _row(str(name), tokens, camel=True)
+                    )
+            self.spent = spent
         if event.get("is_error"):
             return  # its text is the CLI's error message (`failure` tells it), not an answer
         text = event.get("result")
@@ -138,15 +150,19 @@ class CliRun:
     def usage(self, elapsed_ms: int) -> list[Usage]:
         """The run's token spend, one row per model it used (subagents' models included).
 
-        The result's `modelUsage` counts every model call of the process, subagents' too,
-        under the model id each resolved to; `usage` only the main thread's. A run that
+        Per model, under the model id each resolved to, and subagents' calls included: what
+        each result says was spent since the one before. `modelUsage` has that too, but on a
+        resumed session it adds the earlier processes' spend; `usage` has only the main
+        thread's. A CLI that gives neither share is read from them, in that order. A run that
         spent nothing (it failed before any call) has no row."""
         result = self.result or {}
         duration = result.get("duration_ms")
         elapsed = _count(duration) if duration is not None else elapsed_ms
         per_model = result.get("modelUsage")
         rows: list[Usage] = []
-        if isinstance(per_model, dict) and per_model:
+        if self.spent is not None:
+            rows = list(self.spent.values())
+        elif isinstance(per_model, dict) and per_model:
             for name, tokens in per_model.items():
                 if isinstance(tokens, dict):
                     rows.append(_row(str(name), tokens, camel=True))
@@ -163,6 +179,18 @@ class CliRun:
     def ended(self, code: int | None, stderr: str) -> None:
         """The process is done (`code` None: it had to be stopped): say why there is no answer."""
         self.failure = _failure(self.result, code, stderr, self.synthetic)
+
+
+def _add(earlier: Usage | None, more: Usage) -> Usage:
+    if earlier is None:
+        return more
+    return replace(
+        earlier,
+        input=earlier.input + more.input,
+        output=earlier.output + more.output,
+        cache_read=earlier.cache_read + more.cache_read,
+        cache_write=earlier.cache_write + more.cache_write,
+    )
 
 
 def _row(model: str, tokens: dict[str, Any], *, camel: bool) -> Usage:
