@@ -184,7 +184,24 @@ def main() -> int:
         sys.stderr.write("fake claude: no summaries today\n")
         return 2
     if resume is not None and resume in forgotten:
-        sys.stderr.write(f"No conversation found with session ID: {resume}\n")
+        # No init event: a result that spent nothing, the reason in `errors` and on stderr.
+        reason = f"No conversation found with session ID: {resume}"
+        sys.stderr.write(reason + "\n")
+        zero = dict.fromkeys(("input_tokens", "output_tokens"), 0)
+        emit(
+            {
+                "type": "result",
+                "subtype": "error_during_execution",
+                "is_error": True,
+                "result": None,
+                "errors": [reason],
+                "session_id": str(uuid.uuid4()),
+                "usage": zero,
+                "modelUsage": {},
+                "model_usage_since_last_result": None,
+                "permission_denials": [],
+            }
+        )
         return 1
     emit({"type": "system", "subtype": "init", "session_id": session_id, "model": model})
     if resume is not None and resume in refused:

@@ -99,6 +99,7 @@ async def claude(
         wrapper.chmod(0o755)
         monkeypatch.setenv("FAKE_CLAUDE_LOG", str(tmp_path / "claude-calls.jsonl"))
         monkeypatch.delenv("FAKE_CLAUDE_API_ERROR", raising=False)
+        monkeypatch.delenv("FAKE_CLAUDE_FORGET", raising=False)
         yield Cli("fake", wrapper, api, home)
 
 
@@ -267,6 +268,26 @@ async def test_resume_after_a_restart_sends_only_what_is_new(claude: Cli, tmp_pa
         first, second = [json.loads(line) for line in calls_of(tmp_path)]
         assert second["argv"][second["argv"].index("--resume") + 1] == first["session_id"]
         assert second["stdin"] == "Ann: which number?"
+
+
+async def test_forgotten_cli_session_starts_fresh(
+    claude: Cli, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claude.script(Text("hello to you"), Text("fresh here"))
+    assert (await ask(runtime.router, "cli-g", "hello")).status == "done"
+    (first,) = [json.loads(p.read_text()) for p in resume_files(runtime, "cli-g")]
+    # The CLI's transcript is gone (another machine, a cleaned HOME).
+    for transcript in claude.home.rglob(f"{first['session_id']}.jsonl"):
+        transcript.unlink()
+    monkeypatch.setenv("FAKE_CLAUDE_FORGET", first["session_id"])
+    state = await ask(runtime.router, "cli-g", "still there?")
+    assert state.status == "done", state.error
+    assert state.reply == ("fresh here" if claude.real else "echo: Ann: still there?")
+    (second,) = [json.loads(p.read_text()) for p in resume_files(runtime, "cli-g")]
+    assert second["session_id"] != first["session_id"]
+    # The refused resume spent nothing: no usage row for it.
+    rows = await usage_rows(runtime)
+    assert len(rows) == 2 and all(row[1] or row[2] or row[3] for row in rows)
 
 
 def calls_of(tmp_path: Path) -> list[str]:
