@@ -10,6 +10,7 @@ two differ in what they can show (the fake counts no real tokens), the test says
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes.anthropic import Error, FakeAnthropic, Text, ToolUse
+from fakes.anthropic import Error, FakeAnthropic, Slow, Text, ToolUse
 from fakes.telegram import FakeTelegram
 from support import skip_or_fail
 from telegram_rig import Rig, last_task_of, reply_in, start_rig, stop_rig
@@ -56,6 +57,28 @@ class Cli:
     @property
     def real(self) -> bool:
         return self.kind == "real"
+
+    @property
+    def marker(self) -> bytes:
+        """A variable only this test's CLI processes (and what they start) have."""
+        if self.real:
+            return f"ANTHROPIC_BASE_URL={self.api.url}".encode()
+        return f"FAKE_CLAUDE_LOG={os.environ['FAKE_CLAUDE_LOG']}".encode()
+
+    def processes(self) -> dict[int, list[bytes]]:
+        """The environment of each live process of this test's CLI (from /proc)."""
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                env = (entry / "environ").read_bytes().split(b"\0")
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue  # gone meanwhile, or not ours to read
+            if self.marker in env and state != "Z":
+                found[int(entry.name)] = env
+        return found
 
     def script(self, *replies: Any) -> None:
         """What the API answers the real CLI (the fake CLI ignores the API)."""
@@ -310,6 +333,26 @@ async def test_cli_environment_holds_no_gateway_secret(claude: Cli, runtime: Run
     for name, value in SECRETS.items():
         assert name not in shown and value not in shown
     assert "AGENVOY_" not in shown
+
+
+async def test_cancel_stops_the_cli_and_its_environment_is_clean(
+    claude: Cli, runtime: Runtime
+) -> None:
+    claude.script(Slow(3, Text("too late")))
+    sub = await runtime.router.submit(Inbound(ANN, "cli-c", "!sleep"))
+    deadline = asyncio.get_running_loop().time() + 30
+    # The CLI at work: the real one waits for the API's answer, the fake one sleeps.
+    while not (running := claude.processes()):
+        assert asyncio.get_running_loop().time() < deadline, "the CLI never started"
+        await asyncio.sleep(0.05)
+    if claude.real:
+        await claude.api.wait_for_request(timeout=30)
+    for env in running.values():  # the CLI and its permission server, as /proc shows them
+        assert not [v for v in env if v.startswith(b"AGENVOY_") and b"PERMISSION" not in v]
+        assert not any(value.encode() in v for v in env for value in SECRETS.values())
+    assert await runtime.router.cancel("cli-c", sub.task_hash)
+    assert (await runtime.router.wait(sub.task_hash, 15)).status == "canceled"
+    assert claude.processes() == {}  # stopped, with whatever it started
 
 
 async def test_summary_has_no_tools_and_keeps_no_transcript(claude: Cli, tmp_path: Path) -> None:
