@@ -386,9 +386,13 @@ async def test_default_reasoning_level_reaches_the_cli(claude: Cli, tmp_path: Pa
     rt = await start(claude, tmp_path / "home", reasoning="high")
     rt.router.after_task.clear()
     try:
-        claude.script(Text("thought about it"))
+        claude.script(Text("thought about it", thinking="Weighing it up carefully."))
         state = await ask(rt.router, "cli-r", "think hard")
         assert state.status == "done", state.error
+        # The CLI's thinking is never shown, nor part of the reply.
+        shown = [getattr(e, "text", "") for e in state.events]
+        assert not any("Weighing" in text or "Let me think" in text for text in shown)
+        assert "Weighing" not in state.reply and "Let me think" not in state.reply
         if claude.real:
             (request,) = claude.api.requests
             assert request["output_config"]["effort"] == "high"
