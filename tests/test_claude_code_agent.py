@@ -312,6 +312,24 @@ async def test_cli_failure_is_a_clear_error(cli: FakeCli, runtime: Runtime) -> N
     assert len(state.error) < 700
 
 
+async def test_max_turns_is_a_clear_error(cli: FakeCli, runtime: Runtime) -> None:
+    state = await ask(runtime.router, "cli-n", "!maxturns go on")
+    assert state.status == "error" and "error_max_turns" in state.error
+    assert resume_files(runtime, "cli-n") == {}
+    # What it spent before running out of turns is still recorded.
+    assert [row[:3] for row in await usage_rows(runtime)] == [("claude-sonnet-5-5", 10, 5)]
+
+
+async def test_allowed_write_runs_unasked(cli: FakeCli, runtime: Runtime) -> None:
+    # `/allow Write` reaches the CLI as --allowedTools: it asks nobody, and the file is written.
+    await runtime.router.submit(Inbound(ANN, "cli-d", "/allow Write"))
+    state = await ask(runtime.router, "cli-d", "!write now")
+    assert not [e for e in state.events if e.kind == "confirm"]
+    (result,) = [e for e in state.events if e.kind == "tool_result"]
+    assert (result.tool, result.status) == ("Write", "ok")  # type: ignore[union-attr]
+    assert (runtime.store.files("cli-d").dir / "workspace" / "notes.txt").read_text() == "hello\n"
+
+
 async def test_forgotten_session_is_retried_fresh(
     cli: FakeCli, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:

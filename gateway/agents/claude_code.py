@@ -131,6 +131,13 @@ class ClaudeCodeAgent:
             prompt = _transcript(ctx.summary, window, new_message)
             async for step in self._attempt(ctx, system, prompt, None, run):
                 yield step
+        if run.denials:
+            # Each was a failed tool result in the stream already; the log says why.
+            log.info(
+                "the Claude Code CLI did not run tool calls it was refused",
+                session=ctx.session_id,
+                tools=[str(d.get("tool_name")) for d in run.denials],
+            )
         if run.failure:
             raise AgentFailed(run.failure)
         if run.reply:  # the router stores no empty reply, so it has no fingerprint either
@@ -145,7 +152,10 @@ class ClaudeCodeAgent:
         """One CLI process for the task, fresh or resuming; what it produced lands in `run`."""
         args = self._task_args(ctx, run.model, system, resume)
         async with await PermissionBridge.open() as bridge:
-            config = await bridge.write_config(cli_mcp_config(bridge.mcp_server()))
+            # A confirmation is answered or expired within its timeout; a minute more for the
+            # gateway's own way there and back.
+            within = self.settings.confirm_timeout_seconds + 60
+            config = await bridge.write_config(cli_mcp_config(bridge.mcp_server(within)))
             # Only this run's servers: none from the workspace or the CLI's user settings.
             args += ["--mcp-config", str(config), "--strict-mcp-config"]
             args += ["--permission-prompt-tool", PROMPT_TOOL]

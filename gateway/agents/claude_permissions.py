@@ -89,14 +89,19 @@ class PermissionBridge:
         bridge = cls(folder, server)
         return bridge
 
-    def mcp_server(self) -> dict[str, Any]:
-        """This run's permission server, as an entry of `cli_mcp_config`."""
+    def mcp_server(self, answer_within: float) -> dict[str, Any]:
+        """This run's permission server, as an entry of `cli_mcp_config`; the CLI waits up to
+        `answer_within` seconds for an answer (a person may take a while)."""
         return {
             SERVER_NAME: {
                 "type": "stdio",
                 "command": sys.executable,
-                "args": ["-m", "gateway.agents.claude_permission_server"],
+                # Isolated: neither the workspace (the working directory) nor PYTHONPATH can
+                # plant a module in it.
+                "args": ["-I", "-m", "gateway.agents.claude_permission_server"],
                 "env": {SOCKET_ENV: str(self.socket_path), SECRET_ENV: self.secret},
+                # The CLI's limit for one call of the tool, in milliseconds.
+                "timeout": int(answer_within * 1000),
             }
         }
 
