@@ -178,6 +178,7 @@ async def test_summary_has_no_tools_and_keeps_no_transcript(claude: Cli, tmp_pat
         else:
             argv = calls_of(tmp_path)[-1]["argv"]
             assert argv[argv.index("--tools") + 1] == "" and "--no-session-persistence" in argv
+            assert "--strict-mcp-config" in argv and "--mcp-config" not in argv
     finally:
         await rt.close()
 

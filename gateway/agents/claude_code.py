@@ -197,12 +197,13 @@ class ClaudeCodeAgent:
         model = self.settings.summary_model or self.settings.model
         lines = "\n".join(_line(m) for m in messages)
         prompt = f"Summary so far:\n{previous or '(none yet)'}\n\nNew messages:\n{lines}"
-        # No tools and one turn: the answer is the summary. No transcript either: nobody
-        # resumes a summary, so a folder per summary would only pile up.
+        # No tools (built-in or MCP) and one turn: the answer is the summary. No transcript
+        # either: nobody resumes a summary, so a folder per summary would only pile up.
         args = [
             *self._base_args(model, SUMMARY_INSTRUCTIONS),
             "--tools",
             "",
+            "--strict-mcp-config",
             "--max-turns",
             "1",
             "--no-session-persistence",
