@@ -12,7 +12,8 @@ HTTP on 127.0.0.1:PORT at `/mcp`. Its tools:
 - `picture()`: an image part next to a text part.
 
 It writes one line to stderr when it starts (`fake mcp server up <pid>`), so a test can see
-where a server's stderr goes.
+where a server's stderr goes, and appends its process id to the file `FAKE_MCP_PIDS` names
+(when its config gives it one), so a test can count the processes started and see them end.
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=0, help="serve streamable HTTP on this port")
     options = parser.parse_args()
+    pids = os.environ.get("FAKE_MCP_PIDS")
+    if pids:
+        with open(pids, "a") as out:
+            out.write(f"{os.getpid()}\n")
     sys.stderr.write(f"fake mcp server up {os.getpid()}\n")
     sys.stderr.flush()
     if options.http:
