@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 from fakes.openai import FakeOpenAI, Text, ToolCalls
+from mcp_rig import SERVER, started_pids, stdio_server, wait_gone, write_config
 from sqlalchemy import text
 from sqlmodel import Session
 from structlog.testing import capture_logs
@@ -25,36 +25,6 @@ from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann")
-SERVER = Path(__file__).parent / "fakes" / "mcp_server.py"
-
-
-def stdio_server(pids: Path, **env: str) -> dict[str, Any]:
-    return {
-        "command": sys.executable,
-        "args": [str(SERVER)],
-        "env": {"FAKE_MCP_PIDS": str(pids), **env},
-    }
-
-
-def write_config(home: Path, servers: dict[str, Any]) -> None:
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "mcp.json").write_text(json.dumps({"mcpServers": servers}))
-
-
-def started_pids(pids: Path) -> list[int]:
-    return [int(line) for line in pids.read_text().split()] if pids.exists() else []
-
-
-async def wait_gone(pid: int, within: float = 15.0) -> bool:
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        if asyncio.get_running_loop().time() > deadline:
-            return False
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
