@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.anthropic import FakeAnthropic, ToolUse
+from fakes.anthropic import Text as AnthropicText
 from fakes.openai import FakeOpenAI, Text, ToolCalls
 from mcp_rig import SERVER, started_pids, stdio_server, wait_gone, write_config
 from sqlalchemy import text
 from sqlmodel import Session
 from structlog.testing import capture_logs
+from support import wait_until
+from test_claude_agent import settings_for
 
 from gateway.engine.task import TaskView
 from gateway.events import Inbound, Origin
@@ -159,6 +163,23 @@ async def test_picture_parts_are_described(fake: FakeOpenAI, runtime: Runtime) -
     assert result.startswith("a red pixel\n[image, image/png,") and "not shown" in result
 
 
+async def test_a_changed_tool_list_is_listed_again(fake: FakeOpenAI, runtime: Runtime) -> None:
+    await runtime.router.submit(Inbound(ANN, "cli-g", "/allow fake__grow"))
+    fake.script(ToolCalls([("c1", "fake__grow", {})]), Text("grown"))
+    await ran(runtime, "cli-g", "grow")
+    assert "fake__extra" not in {t["function"]["name"] for t in fake.requests[0]["tools"]}
+    assert runtime.mcp is not None
+    server = runtime.mcp.servers["fake"]  # type: ignore[attr-defined]
+
+    async def unlisted() -> bool:
+        return not server.listed
+
+    assert await wait_until(unlisted, within=10)
+    fake.script(Text("ok"))
+    await ran(runtime, "cli-g", "what now")
+    assert "fake__extra" in {t["function"]["name"] for t in fake.requests[-1]["tools"]}
+
+
 async def test_a_crashed_server_is_started_again_on_the_next_call(
     fake: FakeOpenAI, runtime: Runtime, pids: Path
 ) -> None:
@@ -248,3 +269,22 @@ async def wait_listening(port: int, within: float = 20.0) -> None:
         writer.close()
         await writer.wait_closed()
         return
+
+
+async def test_the_claude_agent_gets_them_too(tmp_path: Path, pids: Path) -> None:
+    write_config(tmp_path / "home", {"fake": stdio_server(pids)})
+    async with FakeAnthropic() as anthropic:
+        rt = await Runtime.start(settings_for(anthropic, tmp_path / "home"))
+        try:
+            anthropic.script(
+                ToolUse([("toolu_1", "fake__add", {"a": 1, "b": 1})]), AnthropicText("Two.")
+            )
+            assert (await approved(rt, "cli-cl", "add")).reply == "Two."
+            tools = [t["name"] for t in anthropic.requests[0]["tools"]]
+            assert "fake__add" in tools and "read_file" in tools
+            # The cache breakpoint stays on the last tool, now an MCP server's.
+            assert "cache_control" in anthropic.requests[0]["tools"][-1]
+            (_, results) = anthropic.requests[-1]["messages"][-2:]
+            assert results["content"][0]["content"] == "2"
+        finally:
+            await rt.close()

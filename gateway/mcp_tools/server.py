@@ -63,6 +63,11 @@ class McpServer:
     def running(self) -> bool:
         return self._client is not None
 
+    @property
+    def listed(self) -> bool:
+        """Whether its tools are listed (a change the server announces unlists them)."""
+        return self._tools is not None
+
     async def tools(self) -> list[types.Tool]:
         """The server's tools, listed once per connection (again after `list_changed`)."""
         client = await self._connected()
@@ -154,7 +159,13 @@ class McpServer:
             client = Client(self._transport(), cache=None, message_handler=self._on_message)
             async with client:
                 ready.set_result(client)
-                await stop.wait()
+                watching = asyncio.create_task(self._watch_tools(client))
+                try:
+                    await stop.wait()
+                finally:
+                    watching.cancel()
+                    with contextlib.suppress(BaseException):
+                        await watching
         except BaseException as exc:
             if not ready.done():
                 if isinstance(exc, Exception):
@@ -183,8 +194,19 @@ class McpServer:
             yield streams
 
     async def _on_message(self, message: IncomingMessage) -> None:
+        # How a server of the handshake-era protocol says its tools changed.
         if isinstance(message, types.ToolListChangedNotification):
             self._tools = None  # listed again on the next use
+
+    async def _watch_tools(self, client: Client) -> None:
+        """How a server of the newer protocol says its tools changed: a listen stream, in a
+        task of its own (its scopes belong to the task that opens it)."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _change in changes:
+                    self._tools = None
+        except Exception as exc:  # an older server, or one that does not say: listed once
+            log.debug("no tool list changes from the MCP server", server=self.name, why=str(exc))
 
     async def _drop(self, client: Client) -> None:
         async with self._lock:

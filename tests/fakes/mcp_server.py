@@ -9,7 +9,8 @@ HTTP on 127.0.0.1:PORT at `/mcp`. Its tools:
 - `crash()`: ends the process at once, as a crashing server does;
 - `pid()`: the server's process id (a restart shows as a new one);
 - `env(name)`: an environment variable of the server, or `(unset)`;
-- `picture()`: an image part next to a text part.
+- `picture()`: an image part next to a text part;
+- `grow()`: adds the tool `extra` and says the tool list changed.
 
 It writes one line to stderr when it starts (`fake mcp server up <pid>`), so a test can see
 where a server's stderr goes, and appends its process id to the file `FAKE_MCP_PIDS` names
@@ -23,7 +24,7 @@ import base64
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent, ToolAnnotations
 
@@ -80,6 +81,14 @@ def picture() -> list[TextContent | ImageContent]:
         TextContent(type="text", text="a red pixel"),
         ImageContent(type="image", data=data, mime_type="image/png"),
     ]
+
+
+@server.tool()
+async def grow(ctx: Context) -> str:
+    """Add the tool `extra`."""
+    server.add_tool(lambda: "extra here", name="extra", description="Added by grow.")
+    await ctx.notify_tools_changed()
+    return "grown"
 
 
 def main() -> None:
