@@ -288,3 +288,20 @@ async def test_the_claude_agent_gets_them_too(tmp_path: Path, pids: Path) -> Non
             assert results["content"][0]["content"] == "2"
         finally:
             await rt.close()
+
+
+async def test_a_slow_call_times_out(fake: FakeOpenAI, tmp_path: Path, pids: Path) -> None:
+    write_config(tmp_path / "home", {"fake": stdio_server(pids)})
+    rt = await start(fake, tmp_path / "home", mcp_call_timeout_seconds=0.5)
+    try:
+        for tool in ("fake__nap", "fake__add"):
+            await rt.router.submit(Inbound(ANN, "cli-t", f"/allow {tool}"))
+        fake.script(ToolCalls([("c1", "fake__nap", {"seconds": 30})]), Text("Too slow."))
+        assert (await ran(rt, "cli-t", "nap")).reply == "Too slow."
+        assert "did not answer within 0.5 s" in tool_messages(fake)[0]
+        # The server stays up for the next call.
+        fake.script(ToolCalls([("c2", "fake__add", {"a": 1, "b": 1})]), Text("ok"))
+        await ran(rt, "cli-t", "add")
+        assert tool_messages(fake) == ["2"] and len(started_pids(pids)) == 1
+    finally:
+        await rt.close()

@@ -10,6 +10,7 @@ HTTP on 127.0.0.1:PORT at `/mcp`. Its tools:
 - `pid()`: the server's process id (a restart shows as a new one);
 - `env(name)`: an environment variable of the server, or `(unset)`;
 - `picture()`: an image part next to a text part;
+- `nap(seconds)`: answers after that long;
 - `grow()`: adds the tool `extra` and says the tool list changed.
 
 It writes one line to stderr when it starts (`fake mcp server up <pid>`), so a test can see
@@ -24,6 +25,7 @@ import base64
 import os
 import sys
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ImageContent, TextContent, ToolAnnotations
@@ -81,6 +83,13 @@ def picture() -> list[TextContent | ImageContent]:
         TextContent(type="text", text="a red pixel"),
         ImageContent(type="image", data=data, mime_type="image/png"),
     ]
+
+
+@server.tool()
+async def nap(seconds: float) -> str:
+    """Answer after `seconds`."""
+    await anyio.sleep(seconds)
+    return "rested"
 
 
 @server.tool()
