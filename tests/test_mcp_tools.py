@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -25,6 +27,7 @@ from test_claude_agent import settings_for
 from gateway.engine.task import TaskView
 from gateway.events import Inbound, Origin
 from gateway.logs import configure_logging
+from gateway.mcp_tools.server import START_ATTEMPTS
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 
@@ -193,6 +196,44 @@ async def test_a_crashed_server_is_started_again_on_the_next_call(
     fake.script(ToolCalls([("c2", "fake__pid", {})]), Text("back"))
     assert (await ran(runtime, "cli-c", "pid")).reply == "back"
     assert started_pids(pids) == [first, int(tool_messages(fake)[-1])]
+
+
+async def test_a_server_that_died_idle_is_started_again_unnoticed(
+    fake: FakeOpenAI, runtime: Runtime, pids: Path
+) -> None:
+    await runtime.router.submit(Inbound(ANN, "cli-i", "/allow fake__pid"))
+    fake.script(Text("started"))
+    await ran(runtime, "cli-i", "start it")
+    (first,) = started_pids(pids)
+    os.kill(first, signal.SIGKILL)
+    assert runtime.mcp is not None
+    server = runtime.mcp.servers["fake"]  # type: ignore[attr-defined]
+
+    async def noticed() -> bool:
+        return not server.running
+
+    assert await wait_until(noticed, within=10)
+    fake.script(ToolCalls([("c1", "fake__pid", {})]), Text("back"))
+    await ran(runtime, "cli-i", "pid")
+    second = started_pids(pids)[-1]
+    assert tool_messages(fake) == [str(second)] and second != first
+
+
+async def test_a_server_that_cannot_start_is_left_out_for_a_while(
+    fake: FakeOpenAI, tmp_path: Path, pids: Path
+) -> None:
+    write_config(tmp_path / "home", {"fake": stdio_server(pids, FAKE_MCP_EXIT="broken")})
+    rt = await start(fake, tmp_path / "home")
+    try:
+        fake.script(Text("without it"), Text("still without it"))
+        assert (await ran(rt, "cli-x", "hi")).reply == "without it"
+        assert len(started_pids(pids)) == START_ATTEMPTS
+        names = {t["function"]["name"] for t in fake.requests[-1]["tools"]}
+        assert "read_file" in names and not any(n.startswith("fake__") for n in names)
+        assert (await ran(rt, "cli-x", "again")).reply == "still without it"
+        assert len(started_pids(pids)) == START_ATTEMPTS  # not tried again so soon
+    finally:
+        await rt.close()
 
 
 async def test_servers_stop_with_the_gateway_and_keep_no_secrets(

@@ -27,6 +27,7 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.session import IncomingMessage
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from gateway.logs import get_logger
@@ -35,6 +36,9 @@ from gateway.mcp_tools.config import McpServerConfig
 log = get_logger(__name__)
 
 START_ATTEMPTS = 3
+# After a server failed all its start attempts, tasks go without it this long rather than
+# each waiting for it to fail again.
+RETRY_AFTER_SECONDS = 30.0
 STDERR_LINE_CHARS = 2000
 # What an MCP HTTP client waits for: a response stream may stay open for long.
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
@@ -57,6 +61,7 @@ class McpServer:
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._tools: list[types.Tool] | None = None
+        self._retry_at = 0.0  # loop time before which a failed server is not started again
         self.starts = 0  # how many times a connection was made (a restart counts)
 
     @property
@@ -121,15 +126,23 @@ class McpServer:
         async with self._lock:
             if self._client is not None:
                 return self._client
+            loop = asyncio.get_running_loop()
+            if loop.time() < self._retry_at:
+                wait = self._retry_at - loop.time()
+                raise ServerUnavailable(f"it failed to start; tried again in {wait:.0f} s")
             retrying = AsyncRetrying(
                 retry=retry_if_exception_type(ServerUnavailable),
                 stop=stop_after_attempt(START_ATTEMPTS),
                 wait=wait_exponential(multiplier=0.2, max=2.0),
                 reraise=True,
             )
-            async for attempt in retrying:
-                with attempt:
-                    self._client = await self._start()
+            try:
+                async for attempt in retrying:
+                    with attempt:
+                        self._client = await self._start()
+            except ServerUnavailable:
+                self._retry_at = loop.time() + RETRY_AFTER_SECONDS
+                raise
             assert self._client is not None
             return self._client
 
@@ -159,13 +172,15 @@ class McpServer:
             client = Client(self._transport(), cache=None, message_handler=self._on_message)
             async with client:
                 ready.set_result(client)
-                watching = asyncio.create_task(self._watch_tools(client))
+                watching = asyncio.create_task(self._watch(client, stop))
                 try:
                     await stop.wait()
                 finally:
                     watching.cancel()
                     with contextlib.suppress(BaseException):
                         await watching
+                    if self._client is client:  # it ended by itself: the next use restarts
+                        self._client, self._tools = None, None
         except BaseException as exc:
             if not ready.done():
                 if isinstance(exc, Exception):
@@ -198,13 +213,18 @@ class McpServer:
         if isinstance(message, types.ToolListChangedNotification):
             self._tools = None  # listed again on the next use
 
-    async def _watch_tools(self, client: Client) -> None:
+    async def _watch(self, client: Client, stop: asyncio.Event) -> None:
         """How a server of the newer protocol says its tools changed: a listen stream, in a
-        task of its own (its scopes belong to the task that opens it)."""
+        task of its own (its scopes belong to the task that opens it). The stream dropping
+        is the connection dropping: a server that died while idle is started again on its
+        next use instead of failing that call."""
         try:
             async with client.listen(tools_list_changed=True) as changes:
                 async for _change in changes:
                     self._tools = None
+        except SubscriptionLost:
+            log.warning("MCP server connection lost", server=self.name)
+            stop.set()
         except Exception as exc:  # an older server, or one that does not say: listed once
             log.debug("no tool list changes from the MCP server", server=self.name, why=str(exc))
 

@@ -16,6 +16,7 @@ HTTP on 127.0.0.1:PORT at `/mcp`. Its tools:
 It writes one line to stderr when it starts (`fake mcp server up <pid>`), so a test can see
 where a server's stderr goes, and appends its process id to the file `FAKE_MCP_PIDS` names
 (when its config gives it one), so a test can count the processes started and see them end.
+With `FAKE_MCP_EXIT` set it exits right after that, as a server that cannot start does.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ def main() -> None:
     if pids:
         with open(pids, "a") as out:
             out.write(f"{os.getpid()}\n")
+    if os.environ.get("FAKE_MCP_EXIT"):  # a server that cannot start
+        sys.exit(f"fake mcp server gives up: {os.environ['FAKE_MCP_EXIT']}")
     sys.stderr.write(f"fake mcp server up {os.getpid()}\n")
     sys.stderr.flush()
     if options.http:
