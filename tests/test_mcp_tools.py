@@ -100,6 +100,11 @@ async def test_tools_are_listed_by_server_and_started_lazily(
     fake.script(Text("again"))
     await ran(runtime, "cli-m", "and again")
     assert len(started_pids(pids)) == 1  # one process for every task
+    assert runtime.mcp is not None
+    found = await runtime.mcp.tools()
+    # Run again after a crash only where the annotations say it is safe (add: read-only).
+    assert found["fake__add"].idempotent and not found["fake__echo"].idempotent
+    assert all(t.needs_confirmation and not t.cached for t in found.values())
 
 
 async def test_a_call_is_confirmed_journaled_and_in_action_history(
