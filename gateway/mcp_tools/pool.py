@@ -102,6 +102,9 @@ class McpTools:
         except ServerUnavailable as exc:
             log.error("MCP server left out of this task", server=server.name, error=str(exc))
             return []
+        except Exception:  # a listing the SDK cannot read: that server only, never the task
+            log.exception("MCP server's tools unreadable; left out", server=server.name)
+            return []
         tools: dict[str, Tool] = {}
         for tool in listed:
             name = tool_name(server.name, tool.name)
