@@ -42,6 +42,8 @@ def settings(home: Path, **extra: Any) -> Settings:
         ("ok", {"command": "x", "env": {"A": 1}}, "`env` must be an object of strings"),
         ("ok", {"command": "x", "arg": ["a"]}, "unknown keys ['arg']"),
         ("ok", {"url": "ftp://h/mcp"}, "http:// or https://"),
+        ("ok", {"type": "sse", "url": "http://h/sse"}, "'sse' is not served"),
+        ("ok", {"type": "http", "command": "x"}, "'http' is not served"),
         ("ok", {"url": "http://h/mcp", "headers": ["a"]}, "`headers`"),
     ],
 )

@@ -138,6 +138,10 @@ def parse_server(name: str, entry: object) -> McpServerConfig:
     command, url = entry.get("command"), entry.get("url")
     if (command is None) == (url is None):
         raise ConfigError("a server needs exactly one of `command` (stdio) and `url` (HTTP)")
+    kind = entry.get("type", "stdio" if command is not None else "http")
+    if kind not in (("stdio",) if command is not None else ("http", "streamable-http")):
+        # An `sse` server speaks the transport MCP replaced with streamable HTTP.
+        raise ConfigError(f"`type` {kind!r} is not served; stdio or (streamable) http are")
     if url is not None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ConfigError("`url` must be an http:// or https:// URL")
