@@ -283,24 +283,42 @@ def free_port() -> int:
 
 async def test_a_streamable_http_server(fake: FakeOpenAI, tmp_path: Path) -> None:
     port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    write_config(tmp_path / "home", {"remote": {"url": url, "headers": {"X-Test": "given"}}})
+    server = await serve_http(port)
+    rt = await start(fake, tmp_path / "home")
+    try:
+        for tool in ("remote__add", "remote__header"):
+            await rt.router.submit(Inbound(ANN, "cli-h", f"/allow {tool}"))
+        fake.script(ToolCalls([("c1", "remote__header", {"name": "X-Test"})]), Text("sent"))
+        assert (await ran(rt, "cli-h", "header")).reply == "sent"
+        assert tool_messages(fake) == ["given"]
+        # The server goes away and comes back: the next call reaches the new one.
+        server.kill()
+        await server.wait()
+        assert rt.mcp is not None
+        remote = rt.mcp.servers["remote"]  # type: ignore[attr-defined]
+
+        async def noticed() -> bool:
+            return not remote.running
+
+        assert await wait_until(noticed, within=10)
+        server = await serve_http(port)
+        fake.script(ToolCalls([("c2", "remote__add", {"a": 1, "b": 2})]), Text("3"))
+        assert (await ran(rt, "cli-h", "add")).reply == "3"
+        assert tool_messages(fake) == ["3"]
+    finally:
+        await rt.close()
+        server.kill()
+        await server.wait()
+
+
+async def serve_http(port: int) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, str(SERVER), "--http", str(port), stderr=asyncio.subprocess.DEVNULL
     )
-    try:
-        await wait_listening(port)
-        url = f"http://127.0.0.1:{port}/mcp"
-        write_config(tmp_path / "home", {"remote": {"url": url, "headers": {"X-Test": "1"}}})
-        rt = await start(fake, tmp_path / "home")
-        try:
-            await rt.router.submit(Inbound(ANN, "cli-h", "/allow remote__add"))
-            fake.script(ToolCalls([("c1", "remote__add", {"a": 1, "b": 2})]), Text("3"))
-            assert (await ran(rt, "cli-h", "add")).reply == "3"
-            assert tool_messages(fake) == ["3"]
-        finally:
-            await rt.close()
-    finally:
-        proc.terminate()
-        await asyncio.wait_for(proc.wait(), 10)
+    await wait_listening(port)
+    return proc
 
 
 async def wait_listening(port: int, within: float = 20.0) -> None:

@@ -11,6 +11,7 @@ HTTP on 127.0.0.1:PORT at `/mcp`. Its tools:
 - `env(name)`: an environment variable of the server, or `(unset)`;
 - `picture()`: an image part next to a text part;
 - `nap(seconds)`: answers after that long;
+- `header(name)`: a header of the HTTP request that called it, or `(unset)`;
 - `grow()`: adds the tool `extra` and says the tool list changed.
 
 It writes one line to stderr when it starts (`fake mcp server up <pid>`), so a test can see
@@ -91,6 +92,12 @@ async def nap(seconds: float) -> str:
     """Answer after `seconds`."""
     await anyio.sleep(seconds)
     return "rested"
+
+
+@server.tool()
+def header(name: str, ctx: Context) -> str:
+    """A header of the HTTP request that called this tool."""
+    return (ctx.headers or {}).get(name.lower(), "(unset)")
 
 
 @server.tool()
