@@ -90,7 +90,8 @@ class McpServer:
                         break
             except (MCPError, TimeoutError, OSError) as exc:
                 await self._drop(client)
-                raise ServerUnavailable(f"cannot list its tools: {_reason(exc)}") from exc
+                reason = f"the MCP server {self.name!r} did not list its tools: {_reason(exc)}"
+                raise ServerUnavailable(reason) from exc
             self._tools = tools
         return self._tools
 
@@ -129,7 +130,9 @@ class McpServer:
             loop = asyncio.get_running_loop()
             if loop.time() < self._retry_at:
                 wait = self._retry_at - loop.time()
-                raise ServerUnavailable(f"it failed to start; tried again in {wait:.0f} s")
+                raise ServerUnavailable(
+                    f"the MCP server {self.name!r} failed to start; tried again in {wait:.0f} s"
+                )
             retrying = AsyncRetrying(
                 retry=retry_if_exception_type(ServerUnavailable),
                 stop=stop_after_attempt(START_ATTEMPTS),
@@ -159,7 +162,8 @@ class McpServer:
                 await runner
             if isinstance(exc, Exception):
                 log.warning("MCP server did not start", server=self.name, error=_reason(exc))
-                raise ServerUnavailable(f"it did not start: {_reason(exc)}") from exc
+                reason = f"the MCP server {self.name!r} did not start: {_reason(exc)}"
+                raise ServerUnavailable(reason) from exc
             raise
         self._runner, self._stop, self._tools = runner, stop, None
         self.starts += 1
