@@ -123,6 +123,12 @@ class Settings(BaseSettings):
     # prefixes ending in `*`, e.g. `AWS_*` for Bedrock). It gets only the basics (PATH, HOME,
     # locale, proxies, certificates) and its own ANTHROPIC_* / CLAUDE_* settings otherwise.
     claude_code_env: str = ""
+    # MCP servers whose tools the openai, claude and claude-code agents get: a JSON file
+    # (`{"mcpServers": {...}}`); empty = `<home>/mcp.json`, used when it exists.
+    mcp_config: str = ""
+    # How long one MCP tool call may take, and a server to start and list its tools.
+    mcp_call_timeout_seconds: float = Field(120.0, gt=0)
+    mcp_start_timeout_seconds: float = Field(30.0, gt=0)
     # The claude agent: the Anthropic Messages API. The key is also read from
     # ANTHROPIC_API_KEY, the name Anthropic's own tools use, when the AGENVOY_ one is unset.
     anthropic_base_url: str = "https://api.anthropic.com"

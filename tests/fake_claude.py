@@ -50,10 +50,10 @@ VALUED = {
     "--allowedTools",
     "--effort",
     "--max-turns",
-    "--mcp-config",
     "--permission-prompt-tool",
     "--tools",
 }
+VARIADIC = {"--mcp-config"}
 FLAGS = {"-p", "--print", "--verbose", "--strict-mcp-config", "--no-session-persistence"}
 ALIASES = {"sonnet": "claude-sonnet-5-5", "haiku": "claude-haiku-4-5", "opus": "claude-opus-5"}
 SUBAGENT_MODEL = ALIASES["haiku"]
@@ -85,15 +85,26 @@ def tool_result(tool_use_id: str, content: object, *, is_error: bool) -> dict[st
 
 def parse(argv: list[str]) -> dict[str, str]:
     options: dict[str, str] = {}
-    args = iter(argv)
-    for arg in args:
+    at = 0
+    while at < len(argv):
+        arg = argv[at]
+        at += 1
         if arg in FLAGS:
             options[arg] = ""
+        elif arg in VARIADIC:
+            # Every value up to the next option (the CLI takes several config files).
+            values = []
+            while at < len(argv) and not argv[at].startswith("-"):
+                values.append(argv[at])
+                at += 1
+            if not values:
+                fail_usage(f"error: option '{arg} <values...>' argument missing")
+            options[arg] = "\n".join(values)
         elif arg in VALUED:
-            value = next(args, None)
-            if value is None:
+            if at >= len(argv):
                 fail_usage(f"error: option '{arg} <value>' argument missing")
-            options[arg] = value
+            options[arg] = argv[at]
+            at += 1
         else:
             fail_usage(f"error: unknown option '{arg}'")
     if options.get("--output-format") == "stream-json" and "--verbose" not in options:
@@ -107,15 +118,18 @@ def fail_usage(message: str) -> None:
 
 
 def ask_permission(options: dict[str, str], tool: str, args: dict[str, Any], call_id: str) -> str:
-    """ "" when allowed, else the refusal the CLI puts in the tool result."""
+    """Nothing ("") when allowed, else the refusal the CLI puts in the tool result."""
     if tool in set(options.get("--allowedTools", "").split(",")):
         return ""
     prompt_tool = options.get("--permission-prompt-tool")
     if not prompt_tool:
         return f"Claude requested permissions to use {tool}, but you haven't granted it yet."
     _, server, name = prompt_tool.split("__", 2)
-    with open(options["--mcp-config"], encoding="utf-8") as config:
-        entry = json.load(config)["mcpServers"][server]
+    entries: dict[str, Any] = {}
+    for path in options["--mcp-config"].split("\n"):
+        with open(path, encoding="utf-8") as config:
+            entries.update(json.load(config)["mcpServers"])
+    entry = entries[server]
     answer = json.loads(
         mcp_call(entry, name, {"tool_name": tool, "input": args, "tool_use_id": call_id})
     )

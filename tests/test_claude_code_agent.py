@@ -65,6 +65,8 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeCli:
     wrapper.chmod(0o755)
     log = tmp_path / "claude-calls.jsonl"
     monkeypatch.setenv("FAKE_CLAUDE_LOG", str(log))
+    # The CLI sees only what it needs of the environment; the fake's own variables too.
+    monkeypatch.setenv("AGENVOY_CLAUDE_CODE_ENV", "FAKE_CLAUDE_*")
     monkeypatch.delenv("FAKE_CLAUDE_FORGET", raising=False)
     return FakeCli(wrapper, log)
 
@@ -75,8 +77,6 @@ async def start(cli: FakeCli, home: Path, **extra: Any) -> Runtime:
         "agent": "claude-code",
         "claude_code_bin": str(cli.bin),
         "model": "sonnet",
-        # The CLI sees only what it needs of the environment: the fake's own settings too.
-        "claude_code_env": "FAKE_CLAUDE_*",
         **extra,
     }
     settings = Settings(_env_file=None, **options)  # type: ignore[call-arg]

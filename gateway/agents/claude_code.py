@@ -47,6 +47,7 @@ from gateway.agents.claude_stream import CliRun, parse_line
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
+from gateway.mcp_tools.config import McpConfig, write_claude_code_config
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -82,7 +83,9 @@ class ClaudeCodeAgent:
         }
     )
 
-    def __init__(self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK, mcp: McpConfig | None = None
+    ) -> None:
         found = shutil.which(settings.claude_code_bin)
         if found is None:
             raise ClaudeCodeUnavailable(
@@ -97,6 +100,11 @@ class ClaudeCodeAgent:
         key = settings.anthropic_api_key
         self._api_key = key.get_secret_value() if key else None
         self._env_names = [n.strip() for n in settings.claude_code_env.split(",") if n.strip()]
+        # The MCP servers go to the CLI as its own `--mcp-config`; it names their tools
+        # `mcp__<server>__<tool>`, which is what `/allow` takes.
+        self.mcp = mcp or McpConfig()
+        self.tool_prefixes = self.mcp.prefixes("mcp__")
+        self._mcp_file: Path | None = None
 
     async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
         model = ctx.model or self.settings.model
@@ -108,6 +116,9 @@ class ClaudeCodeAgent:
         conversation = [*seen, fingerprint("user", ctx.origin.sender_name, ctx.text)]
         new_message = _new_message(ctx)
         await asyncio.to_thread(ctx.workspace.mkdir, parents=True, exist_ok=True)
+        if self.mcp and self._mcp_file is None:
+            store = self.settings.store_dir
+            self._mcp_file = await asyncio.to_thread(write_claude_code_config, self.mcp, store)
 
         run: CliRun | None = None
         saved = await ctx.read_resume_state(model, system, with_tools=True)
@@ -156,8 +167,10 @@ class ClaudeCodeAgent:
             # gateway's own way there and back.
             within = self.settings.confirm_timeout_seconds + 60
             config = await bridge.write_config(cli_mcp_config(bridge.mcp_server(within)))
-            # Only this run's servers: none from the workspace or the CLI's user settings.
-            args += ["--mcp-config", str(config), "--strict-mcp-config"]
+            # The configured MCP servers (AGENVOY_MCP_CONFIG) and this run's permission server,
+            # and no other: none from the workspace or the CLI's user settings.
+            configs = [str(self._mcp_file)] if self._mcp_file is not None else []
+            args += ["--mcp-config", *configs, str(config), "--strict-mcp-config"]
             args += ["--permission-prompt-tool", PROMPT_TOOL]
             run_cli = self._run_cli(args, ctx.workspace, prompt, run, bridge, ctx)
             async with contextlib.aclosing(run_cli) as steps:

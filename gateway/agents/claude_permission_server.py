@@ -19,8 +19,9 @@ import json
 import os
 from typing import Any
 
-SERVER_NAME = "agenvoy"
-TOOL_NAME = "permission"
+# A name no configured MCP server is likely to take (the CLI would merge the two).
+SERVER_NAME = "agenvoy_permissions"
+TOOL_NAME = "ask"
 # How the CLI names the tool: `mcp__<server>__<tool>`.
 PROMPT_TOOL = f"mcp__{SERVER_NAME}__{TOOL_NAME}"
 SOCKET_ENV = "AGENVOY_PERMISSION_SOCKET"
