@@ -16,6 +16,7 @@ behaviours:
 - `!tool`     two CLI tool calls first: Bash (ok) and Read (an error)
 - `!write`    a Write of `notes.txt` (content `hello`) in the working directory: needs permission
 - `!env`      a Bash call printing the environment: needs permission
+- `!redirect` a Bash call writing `out.txt` by redirection: needs permission
 - `!agent`    a background subagent (its `task_*` events); its tokens count under the haiku
               model; two results, the second after the subagent reported
 - `!maxturns` an `error_max_turns` result
@@ -275,6 +276,7 @@ def main() -> int:
     for word, tool, args in (
         ("!write", "Write", {"file_path": os.path.abspath("notes.txt"), "content": "hello\n"}),
         ("!env", "Bash", {"command": "env"}),
+        ("!redirect", "Bash", {"command": "echo hi > out.txt"}),
     ):
         if word not in prompt or (options.get("--tools") == "" and "--tools" in options):
             continue
@@ -294,7 +296,8 @@ def main() -> int:
                 )
             )
         else:
-            shown = subprocess.run(["env"], capture_output=True, text=True, check=False).stdout
+            command = ["sh", "-c", args["command"]]
+            shown = subprocess.run(command, capture_output=True, text=True, check=False).stdout
             emit(tool_result(call_id, shown, is_error=False))
 
     last = prompt.strip().splitlines()[-1] if prompt.strip() else ""

@@ -130,6 +130,26 @@ async def test_write_asks_in_the_discord_channel_and_runs_once_approved(
     assert task.status == "done" and notes.read_text() == "hello\n"
 
 
+async def test_bash_redirection_denied_in_the_discord_channel_is_refused(
+    claude: Cli, discord: DiscordRig
+) -> None:
+    fake = discord.fake
+    out = workspace(discord.runtime, f"dc-{GENERAL}") / "out.txt"
+    claude.script(
+        ToolUse([("toolu_b", "Bash", {"command": "echo hi > out.txt"})]), Text("left it alone")
+    )
+    fake.inject_message(GENERAL, DISCORD_ANN, "!redirect into a file", mentions_bot=True)
+    prompt = await prompt_in(fake, GENERAL)
+    assert "Bash" in prompt["content"] and "out.txt" in prompt["content"]
+    deny = next(cid for cid in custom_ids(prompt) if cid.endswith(":n"))
+    fake.inject_component(DISCORD_ANN, prompt, deny)
+    await discord_reply_in(fake, GENERAL, "left it alone" if claude.real else "echo:", within=30)
+    task = await discord.runtime.router.wait(await last_discord_task(discord), 10)
+    (result,) = [e for e in task.events if e.kind == "tool_result"]
+    assert (result.tool, result.status) == ("Bash", "error")  # type: ignore[union-attr]
+    assert task.status == "done" and not out.exists()
+
+
 async def last_discord_task(rig: DiscordRig) -> str:
     messages = await rig.runtime.store.recent_messages(f"dc-{GENERAL}", 50)
     return next(m.task_hash for m in reversed(messages) if m.role == "user" and m.task_hash)
