@@ -17,6 +17,8 @@ behaviours:
 - `!write`    a Write of `notes.txt` (content `hello`) in the working directory: needs permission
 - `!env`      a Bash call printing the environment: needs permission
 - `!redirect` a Bash call writing `out.txt` by redirection: needs permission
+- `!mcp`      a call of the `add` tool (2 + 3) of the configured MCP server `fake`: needs
+              permission
 - `!agent`    a background subagent (its `task_*` events); its tokens count under the haiku
               model; two results, the second after the subagent reported
 - `!maxturns` an `error_max_turns` result
@@ -126,15 +128,20 @@ def ask_permission(options: dict[str, str], tool: str, args: dict[str, Any], cal
     if not prompt_tool:
         return f"Claude requested permissions to use {tool}, but you haven't granted it yet."
     _, server, name = prompt_tool.split("__", 2)
-    entries: dict[str, Any] = {}
-    for path in options["--mcp-config"].split("\n"):
-        with open(path, encoding="utf-8") as config:
-            entries.update(json.load(config)["mcpServers"])
-    entry = entries[server]
+    entry = mcp_servers(options)[server]
     answer = json.loads(
         mcp_call(entry, name, {"tool_name": tool, "input": args, "tool_use_id": call_id})
     )
     return "" if answer["behavior"] == "allow" else str(answer["message"])
+
+
+def mcp_servers(options: dict[str, str]) -> dict[str, Any]:
+    """Every server of the `--mcp-config` files, by name."""
+    entries: dict[str, Any] = {}
+    for path in filter(None, options.get("--mcp-config", "").split("\n")):
+        with open(path, encoding="utf-8") as config:
+            entries.update(json.load(config)["mcpServers"])
+    return entries
 
 
 def mcp_call(entry: dict[str, Any], tool: str, arguments: dict[str, Any]) -> str:
@@ -169,6 +176,9 @@ def mcp_call(entry: dict[str, Any], tool: str, arguments: dict[str, Any]) -> str
         result = answer(2)
         server.stdin.close()
         server.wait(10)
+    if "structuredContent" in result:
+        # The CLI hands the model a tool's structured result, when it has one, as compact JSON.
+        return json.dumps(result["structuredContent"], separators=(",", ":"))
     return str(result["content"][0]["text"])
 
 
@@ -277,6 +287,7 @@ def main() -> int:
         ("!write", "Write", {"file_path": os.path.abspath("notes.txt"), "content": "hello\n"}),
         ("!env", "Bash", {"command": "env"}),
         ("!redirect", "Bash", {"command": "echo hi > out.txt"}),
+        ("!mcp", "mcp__fake__add", {"a": 2, "b": 3}),
     ):
         if word not in prompt or (options.get("--tools") == "" and "--tools" in options):
             continue
@@ -293,6 +304,13 @@ def main() -> int:
             emit(
                 tool_result(
                     call_id, f"File created successfully at: {args['file_path']}", is_error=False
+                )
+            )
+        elif tool.startswith("mcp__"):
+            _, server, name = tool.split("__", 2)
+            emit(
+                tool_result(
+                    call_id, mcp_call(mcp_servers(options)[server], name, args), is_error=False
                 )
             )
         else:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from claude_rig import Cli, claude, workspace
+from claude_rig import Cli, claude, start, workspace
 from discord_rig import ANN as DISCORD_ANN
 from discord_rig import BOB as DISCORD_BOB
 from discord_rig import GENERAL, GUILD, custom_ids, prompt_in
@@ -20,7 +20,11 @@ from discord_rig import stop_rig as stop_discord
 from fakes.anthropic import Text, ToolUse
 from fakes.discord import FakeDiscord, point_discord_py_at, text_channel
 from fakes.telegram import FakeTelegram
+from mcp_rig import stdio_server, write_config
 from telegram_rig import Rig, last_task_of, reply_in, start_rig, stop_rig
+from test_claude_code_agent import ANN
+
+from gateway.events import Inbound
 
 __all__ = ["claude"]  # the fixture, parametrized over the fake CLI and the real one
 
@@ -148,6 +152,29 @@ async def test_bash_redirection_denied_in_the_discord_channel_is_refused(
     (result,) = [e for e in task.events if e.kind == "tool_result"]
     assert (result.tool, result.status) == ("Bash", "error")  # type: ignore[union-attr]
     assert task.status == "done" and not out.exists()
+
+
+async def test_a_configured_mcp_tool_is_asked_for_too(claude: Cli, tmp_path: Path) -> None:
+    # The configured servers and the permission server go to the CLI together; a tool of the
+    # former is asked through the latter, like any other.
+    home = tmp_path / "home"
+    write_config(home, {"fake": stdio_server(tmp_path / "pids")})
+    rt = await start(claude, home)
+    rt.router.after_task.clear()
+    try:
+        claude.script(ToolUse([("toolu_m", "mcp__fake__add", {"a": 2, "b": 3})]), Text("it is 5"))
+        sub = await rt.router.submit(Inbound(ANN, "cli-m", "!mcp add two and three"))
+        state = await rt.router.wait(sub.task_hash, 30, until_prompt=True)
+        assert state.prompt is not None and state.prompt.tool == "mcp__fake__add"
+        assert state.prompt.args == {"a": 2, "b": 3}
+        await rt.router.answer("cli-m", sub.task_hash, ANN, approve=True)
+        state = await rt.router.wait(sub.task_hash, 30)
+        assert state.status == "done", state.error
+        (result,) = [e for e in state.events if e.kind == "tool_result"]
+        # as the CLI gives it to the model: the structured result, compact
+        assert (result.status, result.result) == ("ok", '{"result":"5"}')  # type: ignore[union-attr]
+    finally:
+        await rt.close()
 
 
 async def last_discord_task(rig: DiscordRig) -> str:
