@@ -65,6 +65,8 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeCli:
     wrapper.chmod(0o755)
     log = tmp_path / "claude-calls.jsonl"
     monkeypatch.setenv("FAKE_CLAUDE_LOG", str(log))
+    # The CLI sees only what it needs of the environment; the fake's own variables too.
+    monkeypatch.setenv("AGENVOY_CLAUDE_CODE_ENV", "FAKE_CLAUDE_*")
     monkeypatch.delenv("FAKE_CLAUDE_FORGET", raising=False)
     return FakeCli(wrapper, log)
 
@@ -108,6 +110,12 @@ async def wait_for_event(router: Router, task_hash: str, seen: Callable[[Event],
 def resume_files(rt: Runtime, sid: str) -> dict[str, dict[str, Any]]:
     folder = rt.settings.sessions_dir / sid / ".claude_code"
     return {p.name: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
+
+
+def resumed(call: dict[str, Any]) -> str | None:
+    """The session a CLI call resumed, None for a fresh start."""
+    argv: list[str] = call["argv"]
+    return argv[argv.index("--resume") + 1] if "--resume" in argv else None
 
 
 def system_prompt_of(call: dict[str, Any]) -> str:
@@ -179,7 +187,8 @@ async def test_answer_resume_file_and_usage(cli: FakeCli, runtime: Runtime) -> N
         fingerprint("assistant", "claude-code", "echo: Ann: hello there"),
     ]
     # input counts the cache writes (10 + 40); cache reads are reported on their own
-    assert await usage_rows(runtime) == [("sonnet", 50, 5, 100, 40, 1234, "[]")]
+    # under the model id the alias resolved to, not the alias
+    assert await usage_rows(runtime) == [("claude-sonnet-5-5", 50, 5, 100, 40, 1234, "[]")]
 
 
 async def test_next_task_resumes_with_only_what_is_new(cli: FakeCli, runtime: Runtime) -> None:
@@ -189,14 +198,14 @@ async def test_next_task_resumes_with_only_what_is_new(cli: FakeCli, runtime: Ru
     state = await ask(router, "tg--5", "second")
     assert state.reply == "echo: Ann: second"
     second = cli.calls()[1]
-    assert second["argv"][-2:] == ["--resume", first["session_id"]]
+    assert resumed(second) == first["session_id"]
     assert second["stdin"] == "Ann: second"
 
     # Chatter recorded between tasks is new to the CLI too, and goes with the new message.
     await router.record(Inbound(BOB, "tg--5", "I prefer tea"))
     await ask(router, "tg--5", "what does Bob like?")
     third = cli.calls()[2]
-    assert third["argv"][-2:] == ["--resume", first["session_id"]]
+    assert resumed(third) == first["session_id"]
     assert third["stdin"] == "Bob: I prefer tea\nAnn: what does Bob like?"
     (saved,) = resume_files(runtime, "tg--5").values()
     assert saved["last_answer"] == "echo: Ann: what does Bob like?"
@@ -211,7 +220,7 @@ async def test_resume_survives_a_sliding_window(cli: FakeCli, tmp_path: Path) ->
             assert (await ask(rt.router, "cli-w", message)).status == "done"
         calls = cli.calls()
         assert [c["stdin"] for c in calls] == ["Ann: one", "Ann: two", "Ann: three"]
-        assert all(c["argv"][-2:] == ["--resume", calls[0]["session_id"]] for c in calls[1:])
+        assert all(resumed(c) == calls[0]["session_id"] for c in calls[1:])
 
         # More chatter than the window holds: the CLI missed messages it can no longer be sent
         # one by one, so it starts over from the window.
@@ -239,7 +248,7 @@ async def test_resume_after_a_restart(cli: FakeCli, tmp_path: Path) -> None:
     finally:
         await rt.close()
     first, second = cli.calls()
-    assert second["argv"][-2:] == ["--resume", first["session_id"]]
+    assert resumed(second) == first["session_id"]
     assert second["stdin"] == "Ann: which number?"
 
 
@@ -303,6 +312,24 @@ async def test_cli_failure_is_a_clear_error(cli: FakeCli, runtime: Runtime) -> N
     assert len(state.error) < 700
 
 
+async def test_max_turns_is_a_clear_error(cli: FakeCli, runtime: Runtime) -> None:
+    state = await ask(runtime.router, "cli-n", "!maxturns go on")
+    assert state.status == "error" and "error_max_turns" in state.error
+    assert resume_files(runtime, "cli-n") == {}
+    # What it spent before running out of turns is still recorded.
+    assert [row[:3] for row in await usage_rows(runtime)] == [("claude-sonnet-5-5", 10, 5)]
+
+
+async def test_allowed_write_runs_unasked(cli: FakeCli, runtime: Runtime) -> None:
+    # `/allow Write` reaches the CLI as --allowedTools: it asks nobody, and the file is written.
+    await runtime.router.submit(Inbound(ANN, "cli-d", "/allow Write"))
+    state = await ask(runtime.router, "cli-d", "!write now")
+    assert not [e for e in state.events if e.kind == "confirm"]
+    (result,) = [e for e in state.events if e.kind == "tool_result"]
+    assert (result.tool, result.status) == ("Write", "ok")  # type: ignore[union-attr]
+    assert (runtime.store.files("cli-d").dir / "workspace" / "notes.txt").read_text() == "hello\n"
+
+
 async def test_forgotten_session_is_retried_fresh(
     cli: FakeCli, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -312,7 +339,7 @@ async def test_forgotten_session_is_retried_fresh(
     state = await ask(runtime.router, "cli-f", "still there?")
     assert (state.status, state.reply) == ("done", "echo: Ann: still there?")
     refused, fresh = cli.calls()[1:]
-    assert refused["argv"][-2:] == ["--resume", old]
+    assert resumed(refused) == old
     assert "--resume" not in fresh["argv"]
     assert fresh["stdin"].startswith("Conversation so far:\nAnn: hello\n")
     (saved,) = resume_files(runtime, "cli-f").values()

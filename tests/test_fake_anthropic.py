@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from fakes.anthropic import FakeAnthropic, Text, ToolUse
+from fakes.anthropic import Error, FakeAnthropic, Text, ToolUse
 from fakes.anthropic.cache import PromptCache
 from fakes.anthropic.checks import Invalid, check_request, signature
 
@@ -146,3 +146,23 @@ def test_checks_the_api_would_make() -> None:
     loop[1] = {"role": "assistant", "content": [{**signed, "thinking": "edited"}, use]}
     with pytest.raises(Invalid, match="Invalid `signature`"):
         check_request({**thinking, "messages": loop})
+
+
+async def test_refusal_outlasts_retries_and_leaves_the_script(fake: FakeAnthropic) -> None:
+    fake.script(Text("fresh answer here"))
+    fake.refuse(lambda body: len(body["messages"]) > 1, Error(400, "conversation refused"))
+    resumed = [user("hi"), {"role": "assistant", "content": "hello"}, user("again")]
+    for _ in range(3):  # however often a client tries again
+        status, raw = await post(fake, {"model": "m", "max_tokens": 10, "messages": resumed})
+        assert status == 400 and "conversation refused" in raw
+    status, raw = await post(fake, {"model": "m", "max_tokens": 10, "messages": [user("hi")]})
+    assert status == 200 and json.loads(raw)["content"][0]["text"] == "fresh answer here"
+    assert fake.output_counts == [3]  # only answers count: three words
+
+
+async def test_adaptive_thinking_answers_with_a_thinking_block(fake: FakeAnthropic) -> None:
+    fake.script(Text("done", thinking="Pondering."))
+    body = {"model": "m", "max_tokens": 100, "messages": [user("hi")]}
+    status, raw = await post(fake, {**body, "thinking": {"type": "adaptive"}})
+    assert status == 200
+    assert [b["type"] for b in json.loads(raw)["content"]] == ["thinking", "text"]

@@ -5,6 +5,10 @@ along (only the tail is kept, for error messages) and its stdout read line by li
 stops whatever it started too: SIGTERM to the group, SIGKILL after a grace period. A CLI never
 outlives the task that started it, even when that task is cancelled while the agent's
 generator is suspended between two steps.
+
+It gets only the environment it needs (`cli_environment`): an allowed tool call can read the
+CLI's environment, so the gateway's own secrets (bot tokens, database passwords, its API
+tokens) never reach it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 
@@ -25,12 +30,65 @@ log = get_logger(__name__)
 KILL_GRACE_SECONDS = 3.0
 # How long the CLI may take to exit once its output ended (it closes MCP servers, saves state).
 EXIT_GRACE_SECONDS = 10.0
+# How long output already written may take to be read once the CLI exited.
+DRAIN_SECONDS = 1.0
 # How long stderr may stay open after the CLI exited (a command it left running may hold it).
 STDERR_GRACE_SECONDS = 1.0
 # Longest stream-json line read; a tool result holding a whole file makes for long lines.
 LINE_LIMIT = 32 * 1024 * 1024
 STDERR_KEPT_BYTES = 8192
 STDERR_SHOWN_CHARS = 500
+
+# What the CLI, and the commands it runs, may see of the gateway's environment: the basics of a
+# login, proxies and certificates, and the CLI's own settings (ANTHROPIC_*, CLAUDE_*).
+PASSED_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TMPDIR",
+        "TERM",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "NODE_EXTRA_CA_CERTS",
+        "XDG_CONFIG_HOME",
+        "XDG_CACHE_HOME",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+        "XDG_RUNTIME_DIR",
+    }
+)
+PASSED_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_")
+
+
+def cli_environment(
+    environ: Mapping[str, str], *, api_key: str | None, extra: Iterable[str] = ()
+) -> dict[str, str]:
+    """The CLI's environment: what `PASSED_NAMES`, `PASSED_PREFIXES` and `extra` (names, or
+    prefixes ending in `*`) let through from `environ`, and the Anthropic key the gateway was
+    given when the environment has none. Nothing named AGENVOY_ passes, whatever `extra` says."""
+    names = {n for n in extra if n and not n.endswith("*")}
+    prefixes = PASSED_PREFIXES + tuple(n[:-1] for n in extra if n.endswith("*") and n != "*")
+    env = {
+        name: value
+        for name, value in environ.items()
+        if not name.startswith("AGENVOY_")
+        and (name in PASSED_NAMES or name in names or name.startswith(prefixes))
+    }
+    if api_key and not env.get("ANTHROPIC_API_KEY"):
+        env["ANTHROPIC_API_KEY"] = api_key
+    return env
 
 
 class CliProcess:
@@ -54,10 +112,14 @@ class CliProcess:
             self._owner.add_done_callback(self._orphaned)
 
     @classmethod
-    async def start(cls, args: list[str], cwd: Path, prompt: str, clock: Clock) -> CliProcess:
-        """Start `args` in `cwd` with `prompt` on stdin; OSError when it cannot be started."""
+    async def start(
+        cls, args: list[str], cwd: Path, prompt: str, clock: Clock, env: dict[str, str]
+    ) -> CliProcess:
+        """Start `args` in `cwd` with `prompt` on stdin and only `env` for its environment;
+        OSError when it cannot be started."""
         proc = await asyncio.create_subprocess_exec(
             *args,
+            env=env,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -93,6 +155,10 @@ class CliProcess:
                 log.warning("skipped an overlong line from the Claude Code CLI")
                 continue
             return line or None
+
+    async def wait(self) -> int:
+        """The exit status, once the CLI exits (however long that takes)."""
+        return await self._proc.wait()
 
     async def exited(self) -> int | None:
         """The exit status, once the CLI exits by itself; None when it did not within the grace

@@ -11,7 +11,13 @@ next scripted reply — streamed as the API's server-sent events when ``stream``
 JSON message otherwise. With extended thinking on, every answer opens with a signed thinking
 block, and the signature is checked when the block comes back. Usage counts words as tokens
 and simulates prompt caching from the request's ``cache_control`` breakpoints (``cache``):
-``cache_uses`` keeps what each request read and wrote.
+``cache_uses`` keeps what each request read and wrote, ``output_counts`` the output tokens of
+each answer. ``refuse`` answers every request matching a predicate with an error (the Claude
+Code CLI retries a refused request several times; a script entry would run out).
+
+The Claude Code CLI (``ANTHROPIC_BASE_URL``) is served too: it posts to ``/v1/messages?beta=true``
+with its ``anthropic-beta`` header, and a first request holding a ``system`` role message is
+refused here (400) and sent again without one, as the CLI does on its own.
 
 Not simulated: images, documents, server tools, the batch and token-counting endpoints,
 cache expiry, ``stop_sequences``, ``tool_choice`` and non-streamed thinking redaction.

@@ -50,7 +50,9 @@ def error_response(
 
 def thinking_on(body: JSON) -> bool:
     thinking = body.get("thinking")
-    return isinstance(thinking, dict) and thinking.get("type") == "enabled"
+    # "adaptive" (the model decides how much to think; the Claude Code CLI asks for it) answers
+    # with a thinking block too.
+    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
 
 
 def content(body: JSON, reply: Text | ToolUse) -> list[JSON]:

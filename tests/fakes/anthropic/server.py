@@ -6,6 +6,7 @@ import asyncio
 import itertools
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -19,6 +20,14 @@ from .replies import Cut, Error, Reply, Slow, StreamError, Text
 MESSAGES_ROUTE = "POST /v1/messages"
 DEFAULT_API_KEY = "sk-ant-test-fake"
 NO_SCRIPTED_REPLY = "(no scripted reply)"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Every request ``when`` accepts is answered with ``error``, not taken from the script."""
+
+    when: BodyPredicate
+    error: Error
 
 
 class FakeAnthropic(RecordingServer[CallRecord]):
@@ -39,7 +48,10 @@ class FakeAnthropic(RecordingServer[CallRecord]):
         # The cache use computed for each request that got an answer, in arrival order.
         self.cache_uses: list[CacheUse] = []
         self.headers: list[dict[str, str]] = []  # headers of each recorded request
+        # Output tokens of each answer, in answer order (what a client's totals should add to).
+        self.output_counts: list[int] = []
         self._script: deque[Reply] = deque()
+        self._refusals: list[Refusal] = []
         self._ids = itertools.count(1)
 
     def _app(self) -> web.Application:
@@ -52,6 +64,11 @@ class FakeAnthropic(RecordingServer[CallRecord]):
     def script(self, *replies: Reply) -> None:
         """Queue replies; each request takes the next one, in arrival order."""
         self._script.extend(replies)
+
+    def refuse(self, when: BodyPredicate, error: Error) -> None:
+        """Answer every request ``when`` accepts with ``error`` from now on, however often a
+        client retries (the script is left alone); e.g. a conversation the API rejects."""
+        self._refusals.append(Refusal(when, error))
 
     @property
     def pending(self) -> int:
@@ -98,7 +115,12 @@ class FakeAnthropic(RecordingServer[CallRecord]):
     async def _reply(self, request: web.Request, record: CallRecord) -> web.StreamResponse:
         self._fail_if_queued(record)
         body = record.data
-        reply: Reply = self._script.popleft() if self._script else Text(NO_SCRIPTED_REPLY)
+        refused = next((r.error for r in self._refusals if r.when(body)), None)
+        reply: Reply
+        if refused is not None:
+            reply = refused
+        else:
+            reply = self._script.popleft() if self._script else Text(NO_SCRIPTED_REPLY)
         while isinstance(reply, Slow):
             await asyncio.sleep(reply.seconds)
             reply = reply.reply
@@ -115,6 +137,7 @@ class FakeAnthropic(RecordingServer[CallRecord]):
         if isinstance(reply, StreamError):
             return await stream_error_answer(request, reply, start)
         blocks = content(body, reply)
+        self.output_counts.append(output_tokens(blocks))
         if body.get("stream") is True:
             return await stream(request, reply, blocks, start)
         whole = message(
