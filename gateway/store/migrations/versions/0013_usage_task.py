@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0010"  # TEMP until recall merges
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
