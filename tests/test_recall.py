@@ -71,7 +71,7 @@ async def test_offline_agent_recalls_an_old_message_of_its_own_session_only(
     for line in FILLER:
         await say(runtime, "cli-mine", line)
     # Inside the window (the last 4): as close to the question, and not recalled either.
-    await say(runtime, "cli-mine", "a bicycle bell rang outside")
+    bell = await say(runtime, "cli-mine", "a bicycle bell rang outside")
     assert await runtime.memory.indexer.embed_due() == len(FILLER) + 3
 
     reply = await ask(runtime, "cli-mine", "!recall which bicycle do I ride")
@@ -80,6 +80,12 @@ async def test_offline_agent_recalls_an_old_message_of_its_own_session_only(
     assert "Peugeot" not in reply
     assert "bell" not in reply
 
+    # Asked for one, the index of this session gives this session's best: the other
+    # session's identical text is not in it (not filtered out after, which would leave none).
+    top = await runtime.memory.recall.search(
+        "cli-mine", "which bicycle do I ride? a red Peugeot bicycle", 1, before=bell
+    )
+    assert [r.content for r in top] == ["my bicycle is a green Gazelle from 1987"]
     # The other session's search (no window to leave out) finds its own, not this one's.
     theirs = await runtime.memory.recall.search("cli-theirs", "which bicycle do I ride", 5)
     assert [r.content for r in theirs] == ["which bicycle do I ride? a red Peugeot bicycle"]
@@ -101,6 +107,22 @@ async def test_each_message_is_embedded_once_and_a_restart_goes_on(runtime: Runt
     assert await again.embed_due() == 0
     rows = await vectors.message_rows("cli-once", LOCAL_MODEL, 0)
     assert len(rows.message_ids) == len(set(rows.message_ids)) == 4
+
+
+async def test_the_cursor_moves_only_from_where_the_writer_read_it(runtime: Runtime) -> None:
+    assert runtime.memory is not None
+    vectors = runtime.memory.vectors
+    await runtime.store.ensure("cli-race")
+    await say(runtime, "cli-race", FILLER[0])
+    read = await vectors.cursor("cli-race")
+    items = await vectors.pending("cli-race", read, 10)
+    blob = [np.zeros(4, "<f4").tobytes()] * len(items)
+    assert await vectors.save("cli-race", read, LOCAL_MODEL, items, blob, 4)
+    await say(runtime, "cli-race", FILLER[1])
+    # A second writer that read the cursor before the first moved it stores nothing.
+    assert not await vectors.save("cli-race", read, LOCAL_MODEL, items, blob, 4)
+    moved = await vectors.cursor("cli-race")
+    assert moved is not None and moved.message_cursor == items[-1].message_id
 
 
 async def test_a_failed_batch_leaves_the_cursor_and_is_taken_again(
