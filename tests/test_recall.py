@@ -230,3 +230,25 @@ async def test_vectors_of_a_deleted_session_go_with_it(runtime: Runtime) -> None
     await runtime.store.delete("cli-gone")
     assert await runtime.memory.recall.search("cli-gone", "marmalade", 2) == []
     assert await VectorArchive(runtime.store.db).cursor("cli-gone") is None
+
+
+async def test_every_summary_is_embedded_once_and_searchable(runtime: Runtime) -> None:
+    from gateway.store.files import Summary
+
+    assert runtime.memory is not None
+    await runtime.store.ensure("cli-sum")
+    first = await say(runtime, "cli-sum", FILLER[0])
+    second = await say(runtime, "cli-sum", FILLER[1])
+    await runtime.store.save_summary("cli-sum", Summary("Ann planned a trip to Lyon", first, 1))
+    assert await runtime.memory.indexer.embed_due() == 3  # the messages and the summary
+    assert await runtime.memory.indexer.embed_due() == 0
+    # The next fold covers more: its version is embedded, the first one stays searchable.
+    await runtime.store.save_summary("cli-sum", Summary("Ann booked the Lyon train", second, 2))
+    assert await runtime.memory.indexer.embed_due() == 1  # the new version only
+    found = await runtime.memory.recall.search("cli-sum", "Lyon trip", 5, summaries=True)
+    assert {(r.kind, r.content) for r in found if r.kind == "summary"} == {
+        ("summary", "Ann planned a trip to Lyon"),
+        ("summary", "Ann booked the Lyon train"),
+    }
+    # Without summaries (what an agent's context recalls), messages only.
+    assert {r.kind for r in await runtime.memory.recall.search("cli-sum", "Lyon", 5)} <= {"message"}

@@ -17,7 +17,7 @@ from gateway.store.search import search_messages
 
 class SearchHit(Message):
     kind: Literal["message", "summary"] = Field(
-        description="summary: a rolling summary as it stood (id: the last message it covers)"
+        description="summary: a version of the rolling summary (id: the last message it covers)"
     )
     score: float | None = Field(description="Cosine similarity to q (semantic mode only).")
 

@@ -17,7 +17,7 @@ import numpy as np
 from gateway.keyed_locks import KeyedLocks
 from gateway.logs import get_logger
 from gateway.memory.embedders import Embedder
-from gateway.memory.index import HNSW_MIN, SessionIndex
+from gateway.memory.index import HNSW_MIN, Hit, SessionIndex
 from gateway.memory.recalled import Recalled
 from gateway.store.vectors import MESSAGE, SUMMARY, VectorArchive
 
@@ -94,8 +94,15 @@ class Recall:
         similar to `query`, best first; only messages with an id below `before` (0: any)."""
         limit = max(1, min(limit, MAX_RECALL))
         vector = (await self.embedder.embed([query]))[0]
-        index = await self.index(session_id)
-        hits = await asyncio.to_thread(index.search, vector, limit, before) if index else []
+        if await self.vectors.uses_pgvector():  # one SQL query, shared by every instance
+            blob = vector.astype("<f4").tobytes()
+            found_pg = await self.vectors.pg_search(
+                session_id, self.embedder.model, blob, limit, before
+            )
+            hits = [Hit(message_id, score) for message_id, score in found_pg]
+        else:
+            index = await self.index(session_id)
+            hits = await asyncio.to_thread(index.search, vector, limit, before) if index else []
         found = await self.vectors.messages(session_id, [h.message_id for h in hits])
         recalled = [
             Recalled(h.message_id, MESSAGE, m.role, m.sender, m.content, m.send_at, h.score)
@@ -103,17 +110,16 @@ class Recall:
             if (m := found.get(h.message_id)) is not None
         ]
         if summaries:
-            recalled += await self._summaries(session_id, vector, before)
+            recalled += await self._summaries(session_id, vector)
         recalled = [r for r in recalled if r.score >= min_score]
         recalled.sort(key=lambda r: -r.score)
         return recalled[:limit]
 
-    async def _summaries(self, session_id: str, vector: np.ndarray, before: int) -> list[Recalled]:
+    async def _summaries(self, session_id: str, vector: np.ndarray) -> list[Recalled]:
+        """Every summary the session has had, scored (a few per session: no index needed)."""
         rows = await self.vectors.summary_rows(session_id, self.embedder.model)
         out = []
         for cursor, text, blob in rows:
-            if before and cursor >= before:
-                continue
             other = np.frombuffer(blob, dtype="<f4")
             if len(other) == len(vector):
                 score = float(other @ vector)

@@ -15,9 +15,10 @@ them. A session's embeddings are made with one model; a model change is taken up
 from __future__ import annotations
 
 import uuid
+from array import array
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, insert, update
+from sqlalchemy import delete, func, insert, text, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select
@@ -41,7 +42,9 @@ class Cursor:
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One thing to embed: a message (by id) or a summary (by the last message it covers)."""
+    """One thing to embed: a message (by id), or a version of the summary by its cursor (the
+    last message it covers: one of its own session's, so no other session's summary has it,
+    and a later fold's is higher)."""
 
     kind: str
     message_id: int
@@ -80,9 +83,55 @@ def _new_epoch() -> str:
     return uuid.uuid4().hex[:16]
 
 
+def vector_literal(blob: bytes) -> str:
+    """A float32 vector as pgvector's text form, `[0.1,0.2]` (no numpy in the store)."""
+    return "[" + ",".join(repr(x) for x in array("f", blob)) + "]"
+
+
+_PG_SEARCH = text(
+    "SELECT e.message_id, 1 - (v.vec <=> CAST(:q AS vector)) AS score"
+    " FROM embedding e JOIN embedding_pgvector v ON v.id = e.id"
+    " WHERE e.session_id = :sid AND e.model = :model AND e.kind = 'message'"
+    " AND (:before = 0 OR e.message_id < :before) AND vector_dims(v.vec) = :dim"
+    " ORDER BY v.vec <=> CAST(:q AS vector) LIMIT :k"
+)
+
+
 class VectorArchive:
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._pgvector: bool | None = None  # whether migration 0012 made its table here
+
+    async def uses_pgvector(self) -> bool:
+        """Whether vectors also go to pgvector (PostgreSQL with the extension), where recall
+        is one SQL query; asked once."""
+        if self._pgvector is None:
+            if self.db.dialect != "postgresql":
+                self._pgvector = False
+            else:
+                probe = text("SELECT to_regclass('embedding_pgvector') IS NOT NULL")
+                self._pgvector = bool(
+                    await self.db.read(lambda session: session.connection().execute(probe).scalar())
+                )
+        return self._pgvector
+
+    async def pg_search(
+        self, session_id: str, model: str, query: bytes, k: int, before: int
+    ) -> list[tuple[int, float]]:
+        """The `k` nearest message vectors of one session by pgvector's cosine distance: the
+        session is a condition of the query itself, and the search is exact."""
+        params = {
+            "q": vector_literal(query),
+            "sid": session_id,
+            "model": model,
+            "before": before,
+            "dim": len(query) // 4,
+            "k": k,
+        }
+        rows = await self.db.read(
+            lambda session: session.connection().execute(_PG_SEARCH, params).all()
+        )
+        return [(int(m), float(s)) for m, s in rows]
 
     async def due_sessions(self, after_id: int) -> tuple[list[str], int]:
         """Sessions that may have something to embed: a message archived after `after_id` past
@@ -184,13 +233,17 @@ class VectorArchive:
             }
             for item, vector in zip(items, vectors, strict=True)
         ]
+        pgvector = await self.uses_pgvector()
 
         def work(session: Session) -> bool:
             conn = session.connection()
             if _newest_cursor(conn, session_id, lock=True) != read:
                 return False
             if rows:
-                conn.execute(insert_ignoring(self.db.dialect, EmbeddingRow), rows)
+                if pgvector:
+                    self._copy_to_pgvector(conn, rows)
+                else:
+                    conn.execute(insert_ignoring(self.db.dialect, EmbeddingRow), rows)
             moved = {"message_cursor": message_cursor, "summary_cursor": summary_cursor}
             if read is None:
                 row = {"session_id": session_id, "model": model, "epoch": _new_epoch(), **moved}
@@ -204,6 +257,23 @@ class VectorArchive:
             return True
 
         return await self.db.write(work)
+
+    def _copy_to_pgvector(self, conn: Connection, rows: list[dict[str, object]]) -> None:
+        """Insert the rows (those not stored yet) and their vectors in pgvector's table."""
+        statement = insert_ignoring(self.db.dialect, EmbeddingRow).returning(
+            col(EmbeddingRow.id), col(EmbeddingRow.kind), col(EmbeddingRow.message_id)
+        )
+        by_item = {(r["kind"], r["message_id"]): r["vector"] for r in rows}
+        for row in rows:
+            stored = conn.execute(statement.values(**row)).first()
+            if stored is None:
+                continue  # stored already
+            blob = by_item[(stored[1], stored[2])]
+            assert isinstance(blob, bytes)
+            conn.execute(
+                text("INSERT INTO embedding_pgvector (id, vec) VALUES (:id, CAST(:v AS vector))"),
+                {"id": int(stored[0]), "v": vector_literal(blob)},
+            )
 
     async def reset(self, session_id: str, model: str) -> None:
         """Drop the session's embeddings (every model) and start over with `model`."""
@@ -250,7 +320,7 @@ class VectorArchive:
         return await self.db.read(work)
 
     async def summary_rows(self, session_id: str, model: str) -> list[tuple[int, str, bytes]]:
-        """The session's embedded summaries of `model`: (cursor, text, vector); few per session."""
+        """The session's embedded summaries of `model`: (cursor, text, vector)."""
         stmt = select(EmbeddingRow.message_id, EmbeddingRow.text, EmbeddingRow.vector).where(
             col(EmbeddingRow.session_id) == session_id,
             col(EmbeddingRow.model) == model,

@@ -1,7 +1,7 @@
 """Semantic recall: an embedding per archived message and per rolling-summary version.
 
 - `embedding`: the vector (float32 bytes) of one message or summary of a session, with the
-  model that made it and its dimension; one per (session, kind, message, model), so a
+  model that made it and its dimension; one per (session, kind, message or summary row, model), so a
   message embedded twice (two instances, a reindex racing the background job) is stored once.
 - `embedding_cursor`: per session (the newest row counts, as with summaries), the last
   message and summary embedded, the model, and an epoch that changes when the session's
