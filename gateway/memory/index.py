@@ -128,7 +128,9 @@ class SessionIndex:
         allowed = ids < before if before else np.ones(size, dtype=bool)
         if graph is not None and graph_size == size:
             left_out = size - int(np.count_nonzero(allowed))
-            found = graph.search(query, min(size, k + left_out))  # type: ignore[attr-defined]
+            # One thread: a single query gains nothing from more, and waits for them under load.
+            wanted = min(size, k + left_out)
+            found = graph.search(query, wanted, threads=1)  # type: ignore[attr-defined]
             hits = [
                 Hit(int(ids[key]), 1.0 - float(distance))
                 for key, distance in zip(found.keys, found.distances, strict=False)
