@@ -92,3 +92,33 @@ async def test_the_model_sees_an_old_message_and_can_recall_more(
     # Each message is embedded once, whatever the job and the searches did meanwhile.
     embedded = [t for r in fake.embedding_requests for t in r["input"]]
     assert embedded.count("the wifi password is lobster42") == 1
+
+
+def test_the_claude_agent_reads_recalled_messages_first_in_the_new_turn() -> None:
+    from types import SimpleNamespace
+
+    from gateway.agents.anthropic import conversation, with_breakpoint
+    from gateway.memory.recalled import Recalled
+    from gateway.store.sessions import StoredMessage
+
+    old = Recalled(
+        7, "message", "user", "Bob", "the wifi password is lobster42", 1_700_000_000_000, 0.8
+    )
+    ctx = SimpleNamespace(
+        history=[StoredMessage(0, "tg--1", "user", "lunch?", "Ann", 0)],
+        origin=ANN,
+        text="what is the wifi password?",
+        recalled=[old],
+    )
+    turns = with_breakpoint(conversation(ctx))  # type: ignore[arg-type]
+    blocks = turns[-1]["content"]
+    assert RECALL_HEADER in blocks[-2]["text"]
+    assert "[2023-11-14 22:13 UTC] Bob: the wifi password is lobster42" in blocks[-2]["text"]
+    assert blocks[-1]["text"] == "Ann: what is the wifi password?"
+    assert "cache_control" in blocks[-1]
+    # Without anything recalled the turn is as before.
+    ctx.recalled = []
+    assert [b["text"] for b in conversation(ctx)[-1]["content"]] == [  # type: ignore[arg-type]
+        "Ann: lunch?",
+        "Ann: what is the wifi password?",
+    ]
