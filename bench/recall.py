@@ -123,12 +123,13 @@ async def run(size: int, queries: int, hnsw_min: int) -> dict[str, float]:
             results["indexer_per_s"] = done / (time.perf_counter() - began)
             recall = Recall(vectors, LocalEmbedder(), hnsw_min=hnsw_min)
             began = time.perf_counter()
-            index = await recall.index(SID)
+            index = await recall.index(SID)  # loads the rows, starts building the graph
             assert index is not None and len(index) == size
             results["index_load_s"] = time.perf_counter() - began
             print("building the graph...", file=sys.stderr)
             began = time.perf_counter()
-            await asyncio.to_thread(index.build_graph)
+            await recall.settled()  # the graph the first search started building
+            assert index.has_graph, "no graph was built"
             results["graph_build_s"] = time.perf_counter() - began
             matrix = np.frombuffer(
                 b"".join((await vectors.message_rows(SID, LocalEmbedder.model, 0)).vectors),

@@ -78,6 +78,10 @@ class SessionIndex:
         if graph is not None:
             self._extend_graph(graph)
 
+    @property
+    def has_graph(self) -> bool:
+        return self._graph is not None
+
     def wants_graph(self) -> bool:
         """Whether a graph should be built now (in a thread: `build_graph`)."""
         return self._size >= self.hnsw_min and self._graph is None and not self._building

@@ -46,8 +46,12 @@ class Recall:
         self._locks = KeyedLocks()
         self._builds: set[asyncio.Task[None]] = set()
 
-    async def close(self) -> None:
+    async def settled(self) -> None:
+        """Wait for the graphs being built (a benchmark, a test)."""
         await asyncio.gather(*list(self._builds), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.settled()
         await self.embedder.aclose()
 
     async def index(self, session_id: str) -> SessionIndex | None:
