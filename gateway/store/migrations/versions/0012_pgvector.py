@@ -3,8 +3,8 @@
 
 - `embedding_pgvector`: the vector of an `embedding` row (deleted with it). Made only on
   PostgreSQL when the `vector` extension is available and can be created (or is already);
-  everywhere else nothing changes and recall uses the in-process index. Installed later, it
-  is taken up by running the migration again (`agenvoy doctor`) and `agenvoy reindex`.
+  everywhere else nothing changes and recall uses the in-process index. The check is made
+  once, here: pgvector installed after a database passed this revision is not taken up.
 
 Revision ID: 0012
 """
