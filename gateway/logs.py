@@ -141,7 +141,17 @@ def configure_logging(level: str = "INFO", fmt: LogFormat = LogFormat.console) -
     root.setLevel(numeric)
     # Chatty at INFO about routine work: each migration step, each file-change batch, and each
     # request an HTTP client makes (their URLs are no business of the log).
-    for name in ("alembic", "watchfiles", "httpx", "httpcore", "hpack", "aiohttp.client"):
+    # The MCP SDK and its HTTP client (httpx2) likewise: each message, each request.
+    for name in (
+        "alembic",
+        "watchfiles",
+        "httpx",
+        "httpcore",
+        "hpack",
+        "aiohttp.client",
+        "httpx2",
+        "mcp",
+    ):
         logging.getLogger(name).setLevel(max(numeric, logging.WARNING))
 
 

@@ -6,6 +6,7 @@ Adapters receive a `Runtime`; tests start one directly. `close` stops it in reve
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ from gateway.adapter import HttpRoute
 from gateway.agents.base import Agent
 from gateway.agents.summary import RollingSummary, Summarizes
 from gateway.agents.tool_memory import ToolMemory
+from gateway.agents.tools import ToolSource
 from gateway.auth import Authority
 from gateway.bus import Bus, open_bus
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -26,6 +28,7 @@ from gateway.engine.router import Router
 from gateway.health import Readiness, ReadinessProbe, answers
 from gateway.leases import Leases, open_leases
 from gateway.logs import get_logger
+from gateway.mcp_tools.config import McpConfig, load_config
 from gateway.memory.setup import Memory
 from gateway.presence import Presence
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
@@ -43,7 +46,14 @@ class UnknownAgent(ValueError):
     pass
 
 
-def build_agent(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Agent:
+def build_agent(
+    settings: Settings,
+    clock: Clock = SYSTEM_CLOCK,
+    found: ToolSource | None = None,
+    mcp: McpConfig | None = None,
+) -> Agent:
+    """`found`: the MCP servers' tools for the agents that run tools themselves; `mcp`: the
+    servers, for the claude-code agent to hand its CLI."""
     name = settings.agent
     if name == "offline":
         from gateway.agents.offline import OfflineAgent
@@ -52,20 +62,34 @@ def build_agent(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Agent:
     if name == "openai":
         from gateway.agents.openai import OpenAIAgent
 
-        return OpenAIAgent(settings, clock)
+        return OpenAIAgent(settings, clock, found=found)
     if name == "claude":
         from gateway.agents.anthropic import AnthropicAgent
 
-        return AnthropicAgent(settings, clock)
+        return AnthropicAgent(settings, clock, found=found)
     if name == "claude-code":
         from gateway.agents.claude_code import ClaudeCodeAgent, ClaudeCodeUnavailable
 
         try:
-            return ClaudeCodeAgent(settings, clock=clock)
+            return ClaudeCodeAgent(settings, clock=clock, mcp=mcp)
         except ClaudeCodeUnavailable as exc:
             # Shown by `agenvoy run` as a start-up error, like an unknown agent name.
             raise UnknownAgent(str(exc)) from exc
     raise UnknownAgent(f"unknown agent {name!r} (AGENVOY_AGENT); available: {', '.join(AGENTS)}")
+
+
+def mcp_tools(settings: Settings, config: McpConfig) -> ToolSource | None:
+    """The configured MCP servers' tools for the openai and claude agents (None without
+    servers: the SDK is imported only when there are some)."""
+    if not config or settings.agent not in ("openai", "claude"):
+        return None
+    from gateway.mcp_tools.pool import McpTools
+
+    return McpTools(
+        config,
+        call_timeout=settings.mcp_call_timeout_seconds,
+        start_timeout=settings.mcp_start_timeout_seconds,
+    )
 
 
 def bus_namespace(database_url: str) -> str:
@@ -93,6 +117,8 @@ class Runtime:
     tool_memory: ToolMemory
     schedules: Schedules
     summary: RollingSummary | None = None
+    # The MCP servers' tools the agent has; stopped after the agent.
+    mcp: ToolSource | None = None
     memory: Memory | None = None  # semantic recall: the embedding job and the search
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
@@ -110,7 +136,9 @@ class Runtime:
 
     @classmethod
     async def start(cls, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> Runtime:
-        agent = build_agent(settings, clock)
+        mcp_config = await asyncio.to_thread(load_config, settings)
+        mcp = mcp_tools(settings, mcp_config)
+        agent = build_agent(settings, clock, mcp, mcp_config)
         store = await SessionStore.open(settings)
         try:
             kv = await open_kv(settings.resolved_kv_url, clock=clock)
@@ -161,6 +189,7 @@ class Runtime:
             authority,
             max_persona_chars=settings.max_message_chars,
             known_tools=getattr(agent, "tool_names", None),
+            tool_prefixes=getattr(agent, "tool_prefixes", ()),
         )
         commands = CommandRegistry(authority)
         BuiltinCommands(
@@ -205,6 +234,7 @@ class Runtime:
             tool_memory,
             schedules,
             summary,
+            mcp,
             memory,
         )
 
@@ -224,5 +254,7 @@ class Runtime:
         closer = getattr(self.agent, "aclose", None)
         if closer is not None:
             await closer()
+        if self.mcp is not None:
+            await self.mcp.aclose()  # ends the stdio servers' processes
         await self.kv.close()
         await self.store.close()

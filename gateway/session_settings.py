@@ -65,13 +65,16 @@ class SessionSettings:
         *,
         max_persona_chars: int,
         known_tools: frozenset[str] | None = None,
+        tool_prefixes: tuple[str, ...] = (),
     ) -> None:
         """`known_tools`: the agent's tool names, when it declares them; otherwise any
-        well-formed name may be allowed (the agent's backend knows its own tools)."""
+        well-formed name may be allowed (the agent's backend knows its own tools).
+        `tool_prefixes`: names of tools found only when a server runs (`<server>__…`)."""
         self.store = store
         self.authority = authority
         self.max_persona_chars = max_persona_chars
         self.known_tools = known_tools
+        self.tool_prefixes = tool_prefixes
 
     async def get(self, session_id: str) -> SessionRow | None:
         return await self.store.get(session_id)
@@ -132,8 +135,10 @@ class SessionSettings:
     def check_tool(self, tool: str) -> None:
         if not TOOL_NAME.fullmatch(tool):
             raise SettingsRefused(f"{tool!r} is not a tool name")
+        if any(tool.startswith(p) and len(tool) > len(p) for p in self.tool_prefixes):
+            return
         if self.known_tools is not None and tool not in self.known_tools:
-            names = ", ".join(sorted(self.known_tools))
+            names = ", ".join([*sorted(self.known_tools), *(f"{p}…" for p in self.tool_prefixes)])
             raise SettingsRefused(f"the agent has no tool {tool!r}; its tools: {names}")
 
     @staticmethod

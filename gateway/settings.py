@@ -129,6 +129,12 @@ class Settings(BaseSettings):
     # The claude-code agent: the Claude Code CLI (a name on PATH or a path), run once per task
     # in the session workspace. `model` picks its model too ("sonnet", "opus" or a full id).
     claude_code_bin: str = "claude"
+    # MCP servers whose tools the openai, claude and claude-code agents get: a JSON file
+    # (`{"mcpServers": {...}}`); empty = `<home>/mcp.json`, used when it exists.
+    mcp_config: str = ""
+    # How long one MCP tool call may take, and a server to start and list its tools.
+    mcp_call_timeout_seconds: float = Field(120.0, gt=0)
+    mcp_start_timeout_seconds: float = Field(30.0, gt=0)
     # The claude agent: the Anthropic Messages API. The key is also read from
     # ANTHROPIC_API_KEY, the name Anthropic's own tools use, when the AGENVOY_ one is unset.
     anthropic_base_url: str = "https://api.anthropic.com"

@@ -21,7 +21,14 @@ from gateway.settings import Settings
 from gateway.store.db import Database, DatabaseError
 from gateway.store.search import search_messages
 from gateway.store.sessions import RunRecord, SessionStore, UnknownSession
-from gateway.store.usage import DAY_MS, UsageRecord, purge_usage, record_usage, usage_summary
+from gateway.store.usage import (
+    DAY_MS,
+    UsageRecord,
+    daily_usage,
+    purge_usage,
+    record_usage,
+    usage_summary,
+)
 
 HOSTILE_QUERIES = [
     '"',
@@ -283,6 +290,28 @@ async def test_usage_summary_and_output_tps(store: SessionStore) -> None:
     assert summary["m2"].output_tps == 0.0
     only_v = await usage_summary(store.db, session_id="cli-v")
     assert [u.model for u in only_v] == ["m2"]
+
+
+async def test_daily_usage_groups_by_utc_day_and_model(store: SessionStore) -> None:
+    day = 20_000  # days since 1970
+    at = day * DAY_MS
+    records = [
+        UsageRecord("cli-u", "m1", input=10, output=20, elapsed_ms=1000, send_at=at + 5),
+        UsageRecord("cli-u", "m1", input=1, output=2, send_at=at + DAY_MS - 1),
+        UsageRecord("cli-u", "m2", output=7, cache_read=3, send_at=at + DAY_MS),
+        UsageRecord("cli-u", "m1", output=100, elapsed_ms=2000, send_at=at + DAY_MS + 1),
+        UsageRecord("cli-u", "m1", output=999, send_at=at - 1),  # before `since`
+    ]
+    for record in records:
+        await record_usage(store.db, record)
+    rows = await daily_usage(store.db, since_ms=at)
+    got = [(r.day, r.usage.model, r.usage.input, r.usage.output, r.usage.cache_read) for r in rows]
+    assert got == [
+        (day, "m1", 11, 22, 0),
+        (day + 1, "m1", 0, 100, 0),
+        (day + 1, "m2", 0, 7, 3),
+    ]
+    assert rows[0].usage.output_tps == pytest.approx(20.0)
 
 
 async def test_old_note_tables_are_left_alone(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from adapters.http.models import SendRequest
 from adapters.http.replies import Health, HealthChecks, Inputs, OpenApiDocument
 from adapters.http.route import Call, Route
 from adapters.http.routes import ROUTES
+from adapters.mcp.endpoint import MCP_PATH
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.credentials import local_token, read_terminal_credential
 from gateway.runtime import Runtime
@@ -252,6 +253,10 @@ async def test_healthz_and_openapi(server: Server) -> None:
         path: {m for m in item if m in {"get", "post", "delete", "put", "patch"}}
         for path, item in doc["paths"].items()
     }
+    # `/mcp` speaks JSON-RPC and describes itself to MCP clients (tools/list); the console's
+    # pages are for browsers.
+    assert served.pop(MCP_PATH) == {"post"}
+    served = {path: methods for path, methods in served.items() if not path.startswith("/ui/")}
     assert described == served
     # The app serves the route table and nothing beside it, so a route added without an
     # entry (and so without documentation) fails here.
@@ -264,7 +269,9 @@ async def test_healthz_and_openapi(server: Server) -> None:
     heads = {
         route.resource.canonical
         for route in server.runner.app.router.routes()
-        if route.method == "HEAD" and route.resource
+        if route.method == "HEAD"
+        and route.resource
+        and not route.resource.canonical.startswith("/ui")
     }
     assert heads == {e.path for e in ROUTES if e.method == "GET"} - {"/v1/session/{sid}/log"}
     for item in doc["paths"].values():

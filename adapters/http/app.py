@@ -20,6 +20,8 @@ from adapters.http.replies import OpenApiDocument
 from adapters.http.routes import ROUTES
 from adapters.http.server import ApiRunner
 from adapters.http.sse import KEEPALIVE_SECONDS
+from adapters.mcp.endpoint import MCP_PATH, McpEndpoint
+from adapters.web.app import CONSOLE_PREFIX, build_console
 from gateway.adapter import HttpRoute
 from gateway.credentials import Credentials
 from gateway.logs import get_logger
@@ -64,8 +66,9 @@ def build_app(
     )
     for platform in CLIENT_PLATFORMS:
         runtime.router.register_pulled(platform)
-    guard = Guard(runtime.settings, host, contributed_paths)
-    authenticate = Authenticate(credentials, frozenset(open_paths))
+    guard = Guard(runtime.settings, host, contributed_paths, forms_under=CONSOLE_PREFIX)
+    # The console signs its viewers in itself, with a cookie (adapters/web/auth.py).
+    authenticate = Authenticate(credentials, frozenset(open_paths), open_prefix=CONSOLE_PREFIX)
     app = web.Application(
         middlewares=[ctx.metrics.measure, errors, guard.check, authenticate.check],
         client_max_size=MAX_BODY_BYTES,
@@ -81,6 +84,11 @@ def build_app(
             app.router.add_route(route.method, route.path, handler)
     for extra in contributed:
         app.router.add_route(extra.method, extra.path, extra.handler)
+    mcp = McpEndpoint(ctx)
+    # Stateless: no event stream to open (GET) and no session to end (DELETE).
+    app.router.add_post(MCP_PATH, mcp.handle)
+    app.on_cleanup.append(mcp.close)
+    app.add_subapp(CONSOLE_PREFIX, build_console(ctx, credentials))
     return app
 
 

@@ -79,32 +79,41 @@ def _from_aiohttp(exc: web.HTTPException) -> web.Response:
     return error_reply(exc.status, code, message, headers)
 
 
+def known_error(exc: Exception) -> ApiError | None:
+    """The answer to an error the caller caused, as the core or a handler raised it; None for
+    anything unexpected. The MCP tools (adapters/mcp/) answer with the same codes."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, InvalidSessionId):
+        return ApiError(400, "bad_session_id", str(exc))
+    if isinstance(exc, InvalidHash):
+        return ApiError(400, "bad_request", str(exc))
+    if isinstance(exc, MessageTooLong):
+        return ApiError(413, "too_long", str(exc))
+    if isinstance(exc, TooManyTasks):
+        return ApiError(429, "too_many_requests", str(exc), {"Retry-After": "10"})
+    if isinstance(exc, UnstorableText):
+        return ApiError(400, "bad_text", str(exc))
+    if isinstance(exc, TaskNotFound | UnknownSession):
+        return ApiError(404, "not_found", str(exc.args[0]) if exc.args else "not found")
+    if isinstance(exc, PromptError):
+        return ApiError(_PROMPT_STATUS.get(type(exc), 400), exc.code, str(exc))
+    if isinstance(exc, NotAllowed):
+        return ApiError(403, exc.code, str(exc))
+    return None
+
+
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except ApiError as exc:
-        return error_reply(exc.status, exc.code, exc.message, exc.headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
         return _from_aiohttp(exc)
-    except InvalidSessionId as exc:
-        return error_reply(400, "bad_session_id", str(exc))
-    except InvalidHash as exc:
-        return error_reply(400, "bad_request", str(exc))
-    except MessageTooLong as exc:
-        return error_reply(413, "too_long", str(exc))
-    except TooManyTasks as exc:
-        return error_reply(429, "too_many_requests", str(exc), {"Retry-After": "10"})
-    except UnstorableText as exc:
-        return error_reply(400, "bad_text", str(exc))
-    except (TaskNotFound, UnknownSession) as exc:
-        return error_reply(404, "not_found", str(exc.args[0]) if exc.args else "not found")
-    except PromptError as exc:
-        return error_reply(_PROMPT_STATUS.get(type(exc), 400), exc.code, str(exc))
-    except NotAllowed as exc:
-        return error_reply(403, exc.code, str(exc))
-    except Exception:
+    except Exception as exc:
+        known = known_error(exc)
+        if known is not None:
+            return error_reply(known.status, known.code, known.message, known.headers)
         log.exception("http request failed", method=request.method, path=request.path)
         return error_reply(500, "internal", "internal error")

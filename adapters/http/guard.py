@@ -54,11 +54,18 @@ def _is_ip(name: str) -> bool:
 
 
 class Guard:
-    def __init__(self, settings: Settings, bind_host: str, skipped: Iterable[str]) -> None:
+    def __init__(
+        self, settings: Settings, bind_host: str, skipped: Iterable[str], *, forms_under: str = ""
+    ) -> None:
         self._hosts = _split(settings.http_allowed_hosts) | {bind_host.strip("[]").lower()}
         self._any_ip = bind_host in EVERY_INTERFACE
         self._origins = _split(settings.http_allowed_origins)
         self._skipped = frozenset(skipped)
+        self._forms = f"{forms_under}/" if forms_under else ""
+
+    def _pages(self, request: web.Request) -> bool:
+        """The console's pages: sent by its own forms, from its own origin."""
+        return bool(self._forms) and (request.path + "/").startswith(self._forms)
 
     def _host_allowed(self, host: str | None) -> bool:
         if host is None:
@@ -76,6 +83,9 @@ class Guard:
             return await handler(request)
         if not self._host_allowed(request.headers.get("Host")):
             raise ApiError(421, "wrong_host", "this server does not answer for that Host")
+        if self._pages(request):
+            # Its forms and same-origin fetches; their CSRF tokens are checked by the console.
+            return await handler(request)
         origin = request.headers.get("Origin")
         if origin is not None:
             if origin.lower() not in self._origins:

@@ -22,13 +22,20 @@ IDENTITY: Final = web.RequestKey("agenvoy_identity", Identity)
 class Authenticate:
     """The middleware that puts the caller's identity on every request but the open ones."""
 
-    def __init__(self, credentials: Credentials, open_paths: frozenset[str]) -> None:
+    def __init__(
+        self, credentials: Credentials, open_paths: frozenset[str], *, open_prefix: str = ""
+    ) -> None:
         self._credentials = credentials
         self._open_paths = open_paths
+        self._open_prefix = f"{open_prefix}/" if open_prefix else ""
+
+    def _open(self, path: str) -> bool:
+        prefix = self._open_prefix
+        return path in self._open_paths or (bool(prefix) and (path + "/").startswith(prefix))
 
     @web.middleware
     async def check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in self._open_paths:
+        if not self._open(request.path):
             request[IDENTITY] = await self._identify(request)
         return await handler(request)
 

@@ -9,8 +9,9 @@ reads as `{}`; an empty query parameter as one not given.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterable, Mapping
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -19,11 +20,20 @@ from pydantic_core import ErrorDetails
 from adapters.http.errors import ApiError
 
 M = TypeVar("M", bound=BaseModel)
-Source = Literal["field", "query parameter", "header"]
+Source = Literal["field", "query parameter", "header", "argument"]
 
 
 async def read_body(request: web.Request, model: type[M], within: float) -> M:
     """The body as `model`. Past the app's size cap aiohttp answers 413 first."""
+    raw = await read_raw(request, within)
+    try:
+        return model.model_validate_json(raw if raw.strip() else b"{}")
+    except ValidationError as exc:
+        raise _refused(exc, "field") from None
+
+
+async def read_raw(request: web.Request, within: float) -> bytes:
+    """The body's bytes, if they arrive within `within` seconds."""
     try:
         async with asyncio.timeout(within):
             raw = await request.read()
@@ -32,10 +42,15 @@ async def read_body(request: web.Request, model: type[M], within: float) -> M:
         if request.transport is not None:
             request.transport.close()
         raise ApiError(408, "timeout", f"the body did not arrive within {within:g} s") from None
+    return raw
+
+
+def read_arguments(model: type[M], arguments: Mapping[str, Any]) -> M:
+    """A tool's arguments (adapters/mcp/) as `model`, read as strictly as a body."""
     try:
-        return model.model_validate_json(raw if raw.strip() else b"{}")
+        return model.model_validate_json(json.dumps(arguments))
     except ValidationError as exc:
-        raise _refused(exc, "field") from None
+        raise _refused(exc, "argument") from None
 
 
 def read_query(request: web.Request, model: type[M]) -> M:

@@ -3,28 +3,31 @@ canceling. Who may answer or cancel is the core's rule (`gateway.auth`)."""
 
 from __future__ import annotations
 
+from adapters.http.context import Context
 from adapters.http.errors import ApiError
 from adapters.http.models import AnswerRequest, TaskQuery
 from adapters.http.replies import Answered, Approved, Canceled, PendingList, TaskView
 from adapters.http.route import Call
 from gateway.engine.task import Prompt
+from gateway.events import Origin
 from gateway.ids import HASH_RE
 
 
 async def list_pending(call: Call) -> PendingList:
     """Open prompts of the session that the caller may answer (an admin: all of them)."""
     await call.ctx.require_session(call.session_id)
-    return _answerable(call, await call.ctx.router.open_prompts(call.session_id))
+    prompts = await call.ctx.router.open_prompts(call.session_id)
+    return answerable(call.ctx, call.origin(), prompts)
 
 
 async def list_all_pending(call: Call) -> PendingList:
     """Open prompts in every session that the caller may answer."""
-    return _answerable(call, await call.ctx.router.open_prompts())
+    return answerable(call.ctx, call.origin(), await call.ctx.router.open_prompts())
 
 
-def _answerable(call: Call, prompts: list[Prompt]) -> PendingList:
-    origin = call.origin()
-    authority = call.ctx.runtime.authority
+def answerable(ctx: Context, origin: Origin, prompts: list[Prompt]) -> PendingList:
+    """The prompts `origin` may answer."""
+    authority = ctx.runtime.authority
     return PendingList.of([p for p in prompts if authority.may_act_for(origin, p.origin)])
 
 
@@ -44,15 +47,19 @@ async def get_task(call: Call) -> TaskView:
     waiting on one is waited on until it ends, so a client polling after it saw the prompt
     does not spin."""
     wait = call.query(TaskQuery).wait
-    ctx = call.ctx
+    return await task_view(call.ctx, call.session_id, call.task_hash, wait)
+
+
+async def task_view(ctx: Context, session_id: str, task_hash: str, wait: float | None) -> TaskView:
+    """The task as `GET /v1/session/{sid}/task/{task_hash}` answers it."""
     try:
-        state = await ctx.task_of(call.session_id, call.task_hash)
+        state = await ctx.task_of(session_id, task_hash)
     except ApiError as missing:
         # Not in memory here nor running on another instance (finished before a restart, or
         # long ago): the archive still knows how it ended.
-        if missing.status != 404 or HASH_RE.fullmatch(call.task_hash) is None:
+        if missing.status != 404 or HASH_RE.fullmatch(task_hash) is None:
             raise
-        archived = await _archived(call)
+        archived = await _archived(ctx, session_id, task_hash)
         if archived is None:
             raise
         return archived
@@ -65,14 +72,14 @@ async def get_task(call: Call) -> TaskView:
     return TaskView.of(state)
 
 
-async def _archived(call: Call) -> TaskView | None:
-    run = await call.ctx.store.finished_run(call.session_id, call.task_hash)
+async def _archived(ctx: Context, session_id: str, task_hash: str) -> TaskView | None:
+    run = await ctx.store.finished_run(session_id, task_hash)
     if run is None:
         return None
     reply = run["reply"]
     return TaskView(
-        session_id=call.session_id,
-        task_hash=call.task_hash,
+        session_id=session_id,
+        task_hash=task_hash,
         status="done" if reply else "error",
         text=reply,
         error="" if reply else "the task ended without a reply",

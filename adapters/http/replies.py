@@ -275,6 +275,12 @@ class Messages(Reply):
     messages: list[Message]
 
 
+class SearchResults(Reply):
+    """The matches, newest first."""
+
+    results: list[Message]
+
+
 class LogRecord(Reply):
     """One action.log record."""
 

@@ -63,7 +63,7 @@ from adapters.http.schedules import (
     delete_schedule,
     list_schedules,
 )
-from adapters.http.search import SearchResults, search
+from adapters.http.search import SearchHits, search
 from adapters.http.send import send
 from adapters.http.sessions import (
     add_input,
@@ -281,7 +281,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "Messages containing every term of q, newest first; or, with mode=semantic, a "
         "session's messages closest in meaning to q",
         query=SearchQuery,
-        replies={200: SearchResults},
+        replies={200: SearchHits},
         errors=(400,),
     ),
     Route(

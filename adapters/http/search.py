@@ -22,13 +22,13 @@ class SearchHit(Message):
     score: float | None = Field(description="Cosine similarity to q (semantic mode only).")
 
 
-class SearchResults(Reply):
+class SearchHits(Reply):
     """The matches: newest first (fulltext), or best first (semantic)."""
 
     results: list[SearchHit]
 
 
-async def search(call: Call) -> SearchResults:
+async def search(call: Call) -> SearchHits:
     query = call.query(SearchQuery)
     session_id = validate_session_id(query.session_id) if query.session_id else None
     if query.mode == "semantic":
@@ -41,10 +41,10 @@ async def search(call: Call) -> SearchResults:
         offset=query.offset,
     )
     hits = [SearchHit(**Message.of(m).model_dump(), kind="message", score=None) for m in found]
-    return SearchResults(results=hits)
+    return SearchHits(results=hits)
 
 
-async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> SearchResults:
+async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> SearchHits:
     memory = call.ctx.runtime.memory
     if session_id is None:
         bad("mode=semantic searches one session: session_id is required")
@@ -52,7 +52,7 @@ async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> S
         bad("semantic search is not available on this gateway")
     await call.ctx.require_session(session_id)
     found = await memory.recall.search(session_id, query.q, query.limit, summaries=True)
-    return SearchResults(
+    return SearchHits(
         results=[
             SearchHit(
                 id=r.message_id,

@@ -1,5 +1,6 @@
 """The `agenvoy` commands that are clients of a running gateway: `chat` opens the window,
-`send`, `pending`, `approve` and `deny` talk to its HTTP API. The root command registers them.
+`send`, `pending`, `approve` and `deny` talk to its HTTP API, and `mcp` carries an MCP client's
+stdio to it. The root command registers them.
 What the gateway sends back is printed through `printable`: it can carry anyone's text.
 
 They open no store and start no agent, so what they import comes in only when one runs.
@@ -25,7 +26,7 @@ T = TypeVar("T")
 
 
 def register(app: typer.Typer) -> None:
-    for command in (chat, send, pending, approve, deny):
+    for command in (chat, send, pending, approve, deny, mcp):
         app.command()(command)
 
 
@@ -234,3 +235,21 @@ def deny(
 ) -> None:
     """Deny a waiting confirmation."""
     _answer(session_id, task_hash, False)
+
+
+def mcp() -> None:
+    """Serve the running gateway's MCP tools over stdio, for editors and other agents."""
+    from adapters.http_client import GatewayClient
+    from adapters.mcp.relay import relay
+    from adapters.terminal.launch import client_token
+    from gateway.client_settings import InvalidClientSettings, read_client_settings
+    from gateway.logs import configure_logging
+
+    # stdout carries the protocol: whatever is said goes to stderr.
+    configure_logging("WARNING")
+    try:
+        settings = read_client_settings()
+    except InvalidClientSettings as exc:
+        fail(f"invalid settings:\n{exc}", 2)
+    headers = GatewayClient(settings.gateway_url, client_token(settings)).headers
+    asyncio.run(relay(settings.gateway_url, headers))

@@ -26,7 +26,14 @@ from gateway.agents.anthropic_stream import MessagesClient, Turn, usage_row
 from gateway.agents.base import AgentContext, AgentFailed, Delta, Reply, Step, ToolResult
 from gateway.agents.images import Picture, Pictures, pictures_of
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
-from gateway.agents.tools import BUILTIN_TOOLS, Tool, call_tool, result_text
+from gateway.agents.tools import (
+    BUILTIN_TOOLS,
+    Tool,
+    ToolSource,
+    call_tool,
+    result_text,
+    with_found,
+)
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.memory.recalled import recall_note
 from gateway.settings import Settings
@@ -125,11 +132,15 @@ class AnthropicAgent:
         settings: Settings,
         clock: Clock = SYSTEM_CLOCK,
         tools: Mapping[str, Tool] = BUILTIN_TOOLS,
+        found: ToolSource | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.tools = dict(tools)
         self.tool_names = frozenset(self.tools)
+        # The MCP servers' tools, listed when a task starts (the servers start lazily).
+        self.found = found
+        self.tool_prefixes = found.prefixes if found is not None else ()
         key = settings.anthropic_api_key
         self.client = MessagesClient(
             settings.anthropic_base_url,
@@ -186,7 +197,8 @@ class AnthropicAgent:
         model = ctx.model or self.settings.anthropic_model
         reasoning = ctx.reasoning or self.settings.reasoning
         system = system_blocks(ctx)
-        tools = tool_definitions(self.tools)
+        found = await with_found(self.tools, self.found)
+        tools = tool_definitions(found)
         shown = await pictures_of(ctx.attachments, ctx.workspace, self.settings, model)
         messages = conversation(ctx, shown)
         for _ in range(self.settings.max_tool_iterations):
@@ -206,7 +218,7 @@ class AnthropicAgent:
             messages.append({"role": "assistant", "content": turn.content()})
             results: list[dict[str, Any]] = []
             for use in uses:
-                result = await self._call_tool(ctx, use, turn)
+                result = await self._call_tool(ctx, use, turn, found)
                 block: dict[str, Any] = {
                     "type": "tool_result",
                     "tool_use_id": result.call_id,
@@ -226,10 +238,12 @@ class AnthropicAgent:
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"
         )
 
-    async def _call_tool(self, ctx: AgentContext, use: dict[str, Any], turn: Turn) -> ToolResult:
+    async def _call_tool(
+        self, ctx: AgentContext, use: dict[str, Any], turn: Turn, tools: Mapping[str, Tool]
+    ) -> ToolResult:
         call_id, name = str(use.get("id") or ""), str(use.get("name") or "")
         if call_id in turn.invalid_inputs:
             raw = turn.invalid_inputs[call_id][:200]
             reason = f"invalid arguments: not a JSON object: {raw}"
             return ToolResult(call_id, name, "error", reason)
-        return await call_tool(ctx, self.tools, call_id, name, dict(use.get("input") or {}))
+        return await call_tool(ctx, tools, call_id, name, dict(use.get("input") or {}))

@@ -35,6 +35,7 @@ from gateway.agents.claude_stream import CliRun, parse_line
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
+from gateway.mcp_tools.config import McpConfig, write_claude_code_config
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -68,7 +69,9 @@ class ClaudeCodeAgent:
         }
     )
 
-    def __init__(self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, settings: Settings, *, clock: Clock = SYSTEM_CLOCK, mcp: McpConfig | None = None
+    ) -> None:
         found = shutil.which(settings.claude_code_bin)
         if found is None:
             raise ClaudeCodeUnavailable(
@@ -80,6 +83,11 @@ class ClaudeCodeAgent:
         self.binary = os.path.abspath(found)
         # Times the grace periods of the CLI process and a run's elapsed time.
         self.clock = clock
+        # The MCP servers go to the CLI as its own `--mcp-config`; it names their tools
+        # `mcp__<server>__<tool>`, which is what `/allow` takes.
+        self.mcp = mcp or McpConfig()
+        self.tool_prefixes = self.mcp.prefixes("mcp__")
+        self._mcp_file: Path | None = None
 
     async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
         model = ctx.model or self.settings.model
@@ -91,6 +99,9 @@ class ClaudeCodeAgent:
         conversation = [*seen, fingerprint("user", ctx.origin.sender_name, ctx.text)]
         new_message = _new_message(ctx)
         await asyncio.to_thread(ctx.workspace.mkdir, parents=True, exist_ok=True)
+        if self.mcp and self._mcp_file is None:
+            store = self.settings.store_dir
+            self._mcp_file = await asyncio.to_thread(write_claude_code_config, self.mcp, store)
 
         run: CliRun | None = None
         saved = await ctx.read_resume_state(model, system, with_tools=True)
@@ -142,6 +153,8 @@ class ClaudeCodeAgent:
             args += ["--allowedTools", ",".join(sorted(ctx.allowed_tools))]
         if ctx.reasoning:
             args += ["--effort", ctx.reasoning]
+        if self._mcp_file is not None:
+            args += ["--mcp-config", str(self._mcp_file)]
         return args
 
     def _base_args(self, model: str, system: str) -> list[str]:

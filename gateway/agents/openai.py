@@ -33,7 +33,14 @@ from gateway.agents.base import (
 )
 from gateway.agents.images import Pictures, pictures_of
 from gateway.agents.retries import Retryable, retry_after, wait_for_server
-from gateway.agents.tools import BUILTIN_TOOLS, Tool, call_tool, result_text
+from gateway.agents.tools import (
+    BUILTIN_TOOLS,
+    Tool,
+    ToolSource,
+    call_tool,
+    result_text,
+    with_found,
+)
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
 from gateway.memory.recalled import recall_note
@@ -83,11 +90,15 @@ class OpenAIAgent:
         settings: Settings,
         clock: Clock = SYSTEM_CLOCK,
         tools: Mapping[str, Tool] = BUILTIN_TOOLS,
+        found: ToolSource | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.tools = dict(tools)
         self.tool_names = frozenset(self.tools)
+        # The MCP servers' tools, listed when a task starts (the servers start lazily).
+        self.found = found
+        self.tool_prefixes = found.prefixes if found is not None else ()
         self.base_url = settings.openai_base_url.rstrip("/")
         key = settings.openai_api_key
         self.api_key = key.get_secret_value() if key else ""
@@ -150,7 +161,8 @@ class OpenAIAgent:
         messages = self.context_messages(ctx)
         shown = await pictures_of(ctx.attachments, ctx.workspace, self.settings, model)
         messages[-1] = with_pictures(messages[-1], shown)
-        schemas = [tool.schema() for tool in self.tools.values()]
+        tools = await with_found(self.tools, self.found)
+        schemas = [tool.schema() for tool in tools.values()]
         for _ in range(self.settings.max_tool_iterations):
             completion = _Completion()
             started = self.clock.monotonic()
@@ -178,7 +190,7 @@ class OpenAIAgent:
                 }
             )
             for call in calls:
-                result = await self._call_tool(ctx, call)
+                result = await self._call_tool(ctx, call, tools)
                 messages.append(
                     {
                         "role": "tool",
@@ -195,7 +207,9 @@ class OpenAIAgent:
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"
         )
 
-    async def _call_tool(self, ctx: AgentContext, call: dict[str, Any]) -> ToolResult:
+    async def _call_tool(
+        self, ctx: AgentContext, call: dict[str, Any], tools: Mapping[str, Tool]
+    ) -> ToolResult:
         name, call_id = call["name"], call["id"]
         try:
             args = json.loads(call["arguments"] or "{}")
@@ -203,7 +217,7 @@ class OpenAIAgent:
                 raise ValueError("arguments must be a JSON object")
         except ValueError as exc:
             return ToolResult(call_id, name, "error", f"invalid arguments: {exc}")
-        return await call_tool(ctx, self.tools, call_id, name, args)
+        return await call_tool(ctx, tools, call_id, name, args)
 
     async def _complete(
         self,

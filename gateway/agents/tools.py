@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gateway.agents.base import AgentContext, ToolCall, ToolResult
 from gateway.agents.error_memory import RepeatedFailure
@@ -55,6 +55,25 @@ class Tool:
                 "parameters": self.parameters,
             },
         }
+
+
+class ToolSource(Protocol):
+    """Tools found while the gateway runs, next to the built-in ones (the MCP servers')."""
+
+    # What their names start with: `/allow` takes such a name before the tools are known.
+    prefixes: tuple[str, ...]
+
+    async def tools(self) -> Mapping[str, Tool]: ...
+
+    async def aclose(self) -> None: ...
+
+
+async def with_found(builtin: Mapping[str, Tool], source: ToolSource | None) -> dict[str, Tool]:
+    """The built-in tools and, after them, those of `source`; a built-in name wins."""
+    if source is None:
+        return dict(builtin)
+    found = await source.tools()
+    return {**builtin, **{name: tool for name, tool in found.items() if name not in builtin}}
 
 
 async def call_tool(

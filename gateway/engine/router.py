@@ -167,6 +167,10 @@ class Router:
         """`platform`'s clients read events from the gateway (streams, task routes)."""
         self._dispatch.register_pulled(platform)
 
+    def front_ends(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The platforms replies are pushed to, and those whose clients pull them."""
+        return frozenset(self._dispatch.sinks), frozenset(self._dispatch.pulled)
+
     def subscribe(self, session_id: str) -> contextlib.AbstractContextManager[Subscription]:
         """Live events of a session, for as long as the `with` block lasts."""
         return self._dispatch.subscribe(session_id)

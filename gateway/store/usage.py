@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import BigInteger, case, delete, func, insert
 from sqlalchemy import select as sa_select
@@ -72,13 +73,8 @@ def _values(record: UsageRecord) -> dict[str, object]:
     }
 
 
-async def usage_summary(
-    db: Database, *, since_ms: int | None = None, session_id: str | None = None
-) -> list[ModelUsage]:
-    timed = col(UsageRow.elapsed_ms) > 0
-    # Nine columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
-    stmt = sa_select(
-        col(UsageRow.model),
+def _sums(timed: Any) -> list[Any]:
+    return [
         func.count(),
         func.sum(col(UsageRow.input)),
         func.sum(col(UsageRow.output)),
@@ -87,7 +83,29 @@ async def usage_summary(
         func.sum(col(UsageRow.elapsed_ms)),
         func.sum(case((timed, col(UsageRow.output)), else_=0)).cast(BigInteger),
         func.sum(case((timed, col(UsageRow.elapsed_ms)), else_=0)).cast(BigInteger),
-    ).group_by(col(UsageRow.model))
+    ]
+
+
+def _usage(model: str, sums: Sequence[Any]) -> ModelUsage:
+    calls, inp, out, c_read, c_write, elapsed, timed_out, timed_ms = sums
+    return ModelUsage(
+        model=model,
+        calls=int(calls),
+        input=int(inp or 0),
+        output=int(out or 0),
+        cache_read=int(c_read or 0),
+        cache_write=int(c_write or 0),
+        elapsed_ms=int(elapsed or 0),
+        output_tps=(timed_out or 0) / (timed_ms / 1000) if timed_ms else 0.0,
+    )
+
+
+async def usage_summary(
+    db: Database, *, since_ms: int | None = None, session_id: str | None = None
+) -> list[ModelUsage]:
+    # Nine columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
+    stmt = sa_select(col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
+    stmt = stmt.group_by(col(UsageRow.model))
     if since_ms is not None:
         stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
     if session_id is not None:
@@ -95,24 +113,28 @@ async def usage_summary(
     stmt = stmt.order_by(col(UsageRow.model))
 
     def work(session: Session) -> list[ModelUsage]:
-        conn = session.connection()
-        rows = (conn.execute(stmt)).all()
-        result = []
-        for model, calls, inp, out, c_read, c_write, elapsed, timed_out, timed_ms in rows:
-            tps = (timed_out or 0) / (timed_ms / 1000) if timed_ms else 0.0
-            result.append(
-                ModelUsage(
-                    model=model,
-                    calls=int(calls),
-                    input=int(inp or 0),
-                    output=int(out or 0),
-                    cache_read=int(c_read or 0),
-                    cache_write=int(c_write or 0),
-                    elapsed_ms=int(elapsed or 0),
-                    output_tps=tps,
-                )
-            )
-        return result
+        rows = session.connection().execute(stmt).all()
+        return [_usage(model, sums) for model, *sums in rows]
+
+    return await db.read(work)
+
+
+@dataclass(frozen=True, slots=True)
+class DailyUsage:
+    day: int  # days since 1970-01-01, UTC
+    usage: ModelUsage
+
+
+async def daily_usage(db: Database, *, since_ms: int) -> list[DailyUsage]:
+    """Usage per model per UTC day since `since_ms`, oldest day first."""
+    day = (col(UsageRow.send_at) // DAY_MS).label("day")
+    stmt = sa_select(day, col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
+    stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
+    stmt = stmt.group_by(day, col(UsageRow.model)).order_by(day, col(UsageRow.model))
+
+    def work(session: Session) -> list[DailyUsage]:
+        rows = session.connection().execute(stmt).all()
+        return [DailyUsage(int(d), _usage(model, sums)) for d, model, *sums in rows]
 
     return await db.read(work)
 

@@ -1,0 +1,87 @@
+"""The web console at `/ui`: a sub-application of the API's aiohttp app, so it shares its
+runtime, its credentials and its guard (Host checks), and adds its own sign-in (a cookie) and
+forms (with CSRF tokens). Pages are rendered on the server (Jinja2, autoescaped); a small
+script follows a running task through server-sent events. No build step."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Final
+
+import jinja2
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from adapters.http.context import Context
+from adapters.http.errors import known_error
+from adapters.web.auth import ConsoleAuth
+from adapters.web.files import Files, with_attachment_links
+from adapters.web.live import LiveEvents
+from adapters.web.overview import Overview
+from adapters.web.pages import Pages
+from gateway.credentials import Credentials
+
+CONSOLE_PREFIX: Final = "/ui"
+_HERE: Final = Path(__file__).parent
+
+
+def _templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    # A file's URL changes with its content, so a browser never keeps an old script.
+    versions = {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        for path in (_HERE / "static").iterdir()
+    }
+    env.globals["static"] = lambda name: f"{CONSOLE_PREFIX}/static/{name}?v={versions[name]}"
+    env.filters["with_attachment_links"] = with_attachment_links
+    return env
+
+
+def _html_errors(pages: Pages) -> Middleware:
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return pages.render(
+                "error.html", None, status=exc.status, message=exc.text or exc.reason
+            )
+        except Exception as exc:
+            known = known_error(exc)
+            if known is None:
+                raise
+            return pages.render("error.html", None, status=known.status, message=known.message)
+
+    return middleware
+
+
+def build_console(ctx: Context, credentials: Credentials) -> web.Application:
+    auth = ConsoleAuth(credentials)
+    pages = Pages(ctx, auth, _templates())
+    live = LiveEvents(ctx, auth)
+    overview = Overview(ctx, pages)
+    console = web.Application(middlewares=[_html_errors(pages)])
+    console.router.add_get("/", pages.sessions)
+    console.router.add_get("/login", pages.login_form)
+    console.router.add_post("/login", pages.login)
+    console.router.add_post("/logout", pages.logout)
+    console.router.add_get("/session/{sid}", pages.session)
+    console.router.add_post("/session/{sid}/send", pages.send)
+    console.router.add_get("/session/{sid}/events", live.stream)
+    console.router.add_get("/session/{sid}/file", Files(pages).serve)
+    console.router.add_post("/session/{sid}/cancel/{task}", pages.cancel)
+    console.router.add_post("/session/{sid}/settings", pages.configure)
+    console.router.add_get("/approvals", pages.approvals)
+    console.router.add_get("/search", overview.search)
+    console.router.add_get("/usage", overview.usage)
+    console.router.add_get("/health", overview.health)
+    console.router.add_post("/answer", pages.answer)
+    console.router.add_static("/static", _HERE / "static")
+    return console

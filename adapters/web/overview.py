@@ -1,0 +1,108 @@
+"""The console's pages across sessions: search, token usage with its charts, and health."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Final
+
+from aiohttp import web
+
+from adapters.http.context import Context
+from adapters.web.charts import Series, lines, stacked_bars
+from adapters.web.pages import Pages
+from gateway.ids import validate_session_id
+from gateway.store.search import MAX_PAGE, search_messages
+from gateway.store.usage import DAY_MS, daily_usage, usage_summary
+
+# What the archive keeps of usage (AGENVOY_USAGE_RETENTION_DAYS' default).
+USAGE_DAYS: Final = 28
+TOKEN_KINDS: Final = ("input", "output", "cache_read", "cache_write")
+
+
+def _day_label(day: int) -> str:
+    return datetime.fromtimestamp(day * DAY_MS / 1000, UTC).strftime("%m-%d")
+
+
+class Overview:
+    def __init__(self, ctx: Context, pages: Pages) -> None:
+        self.ctx = ctx
+        self.pages = pages
+
+    async def search(self, request: web.Request) -> web.Response:
+        viewer = await self.pages.viewer(request)
+        query = request.query.get("q", "").strip()
+        session = request.query.get("session", "").strip()
+        results = []
+        if query:
+            sid = validate_session_id(session) if session else None
+            results = await search_messages(
+                self.ctx.store.db, query, session_id=sid, limit=MAX_PAGE, offset=0
+            )
+        return self.pages.render("search.html", viewer, q=query, session=session, results=results)
+
+    async def usage(self, request: web.Request) -> web.Response:
+        viewer = await self.pages.viewer(request)
+        now = self.ctx.runtime.clock.now_ms()
+        today = now // DAY_MS
+        days = list(range(today - USAGE_DAYS + 1, today + 1))
+        since = days[0] * DAY_MS
+        rows = await daily_usage(self.ctx.store.db, since_ms=since)
+        labels = [_day_label(day) for day in days]
+        index = {day: i for i, day in enumerate(days)}
+        per_model: dict[str, dict[str, list[float]]] = defaultdict(
+            lambda: {kind: [0.0] * len(days) for kind in (*TOKEN_KINDS, "tps")}
+        )
+        for row in rows:
+            values = per_model[row.usage.model]
+            i = index[row.day]
+            for kind in TOKEN_KINDS:
+                values[kind][i] = float(getattr(row.usage, kind))
+            values["tps"][i] = row.usage.output_tps
+        charts = [
+            (
+                model,
+                stacked_bars(
+                    f"Tokens per day of {model}",
+                    labels,
+                    [Series(kind.replace("_", " "), values[kind]) for kind in TOKEN_KINDS],
+                ),
+            )
+            for model, values in sorted(per_model.items())
+        ]
+        speed = lines(
+            "Output tokens per second per day",
+            labels,
+            [Series(model, values["tps"]) for model, values in sorted(per_model.items())],
+        )
+        totals = await usage_summary(self.ctx.store.db, since_ms=since)
+        return self.pages.render(
+            "usage.html",
+            viewer,
+            charts=charts,
+            speed=speed if per_model else None,
+            rows=list(reversed(rows)),
+            totals=totals,
+            day_label=lambda day: datetime.fromtimestamp(day * DAY_MS / 1000, UTC).date(),
+            days=USAGE_DAYS,
+        )
+
+    async def health(self, request: web.Request) -> web.Response:
+        viewer = await self.pages.viewer(request)
+        runtime = self.ctx.runtime
+        ready = await runtime.readiness()
+        running, queued = runtime.router.load()
+        pushed, pulled = runtime.router.front_ends()
+        return self.pages.render(
+            "health.html",
+            viewer,
+            ready=ready,
+            checks=[("database", ready.database), ("KV store", ready.kv), ("leases", ready.leases)],
+            instance=runtime.settings.instance_id,
+            agent=runtime.settings.agent,
+            running=running,
+            queued=queued,
+            waiting=len(runtime.router.pending()),
+            pushed=sorted(pushed),
+            pulled=sorted(pulled),
+        )

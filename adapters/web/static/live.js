@@ -1,0 +1,57 @@
+// Follows the session's live events: a running task's text as it streams, its tool calls and
+// results; when something lands in the archive (a message, a reply, a prompt), the page is
+// loaded again, unless the viewer is typing, who is then told instead.
+(function () {
+  "use strict";
+  var live = document.getElementById("live");
+  if (!live || !window.EventSource) { return; }
+  var box = document.getElementById("content");
+  var reloadOn = ["user", "text", "done", "error", "canceled", "confirm", "ask_user", "answer"];
+  var current = null;
+
+  function line(cls, text) {
+    var p = document.createElement("p");
+    p.className = cls;
+    p.textContent = text;
+    live.appendChild(p);
+    return p;
+  }
+
+  function refresh() {
+    if (box && box.value.trim()) {
+      if (!document.getElementById("stale")) {
+        var note = line("notice", "New messages arrived. ");
+        note.id = "stale";
+        var link = document.createElement("a");
+        link.href = window.location.pathname;
+        link.textContent = "Show them";
+        note.appendChild(link);
+      }
+      return;
+    }
+    window.location.reload();
+  }
+
+  var source = new EventSource(live.dataset.events);
+  source.addEventListener("state", function (e) {
+    // Something happened between rendering this page and following it.
+    if (JSON.parse(e.data) !== live.dataset.state) { source.close(); refresh(); }
+  });
+  source.addEventListener("text_delta", function (e) {
+    var event = JSON.parse(e.data);
+    if (!current) { current = line("streaming", ""); }
+    current.textContent += event.text;
+  });
+  source.addEventListener("tool_call", function (e) {
+    var event = JSON.parse(e.data);
+    current = null;
+    line("tool", "→ " + event.tool + " " + JSON.stringify(event.args));
+  });
+  source.addEventListener("tool_result", function (e) {
+    var event = JSON.parse(e.data);
+    line("tool " + event.status, "← " + event.tool + " (" + event.status + "): " + event.result);
+  });
+  reloadOn.forEach(function (kind) {
+    source.addEventListener(kind, function () { source.close(); refresh(); });
+  });
+})();

@@ -1,0 +1,1 @@
+"""MCP servers as tools of the agents: their config, connections and tools."""
