@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fakes.openai import DEFAULT_EMBEDDING_MODEL, Error, FakeOpenAI
 from test_http import err, serving
 
 from gateway.events import Inbound, Origin
@@ -48,3 +49,20 @@ async def test_semantic_search_over_one_session(tmp_path: Path) -> None:
         assert (status, err(body)) == (404, "not_found")
         status, body = await server.call("GET", "/v1/search?q=boiler&mode=vector")
         assert (status, err(body)) == (400, "bad_request")
+
+
+async def test_semantic_search_says_when_the_embedding_endpoint_is_away(tmp_path: Path) -> None:
+    async with FakeOpenAI() as fake:
+        options = {
+            "openai_base_url": fake.url,
+            "openai_api_key": fake.api_key,
+            "embedding_model": DEFAULT_EMBEDDING_MODEL,
+        }
+        async with serving(tmp_path, **options) as server:
+            await server.runtime.store.ensure("cli-one")
+            fake.fail_embeddings(Error(400, "model is loading"))
+            status, body = await server.call(
+                "GET", "/v1/search?q=boiler&mode=semantic&session_id=cli-one"
+            )
+            assert (status, err(body)) == (503, "unavailable")
+            assert "model is loading" in body["error"]["message"]

@@ -282,7 +282,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "session's messages closest in meaning to q",
         query=SearchQuery,
         replies={200: SearchHits},
-        errors=(400,),
+        errors=(400, 404, 503),
     ),
     Route(
         "GET",

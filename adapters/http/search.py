@@ -7,11 +7,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from adapters.http.errors import bad
+from adapters.http.errors import ApiError, bad
 from adapters.http.models import SearchQuery
 from adapters.http.replies import Message, Reply
 from adapters.http.route import Call
 from gateway.ids import validate_session_id
+from gateway.memory.embedders import EmbeddingFailed
 from gateway.store.search import search_messages
 
 
@@ -51,7 +52,10 @@ async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> S
     if memory is None:
         bad("semantic search is not available on this gateway")
     await call.ctx.require_session(session_id)
-    found = await memory.recall.search(session_id, query.q, query.limit, summaries=True)
+    try:
+        found = await memory.recall.search(session_id, query.q, query.limit, summaries=True)
+    except EmbeddingFailed as exc:  # the embedding endpoint is away: try again later
+        raise ApiError(503, "unavailable", str(exc), {"Retry-After": "5"}) from exc
     return SearchHits(
         results=[
             SearchHit(

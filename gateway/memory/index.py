@@ -27,7 +27,7 @@ HNSW_MIN = 20_000
 # than its defaults, which built a 100,000-vector graph too slowly on a small machine.
 CONNECTIVITY = 16
 EXPANSION_ADD = 64
-EXPANSION_SEARCH = 128
+EXPANSION_SEARCH = 256
 
 
 @dataclass(frozen=True, slots=True)
