@@ -252,3 +252,27 @@ async def test_every_summary_is_embedded_once_and_searchable(runtime: Runtime) -
     }
     # Without summaries (what an agent's context recalls), messages only.
     assert {r.kind for r in await runtime.memory.recall.search("cli-sum", "Lyon", 5)} <= {"message"}
+
+
+async def test_a_stuck_embedding_endpoint_delays_a_task_by_the_deadline_only(
+    runtime: Runtime,
+) -> None:
+    import asyncio
+
+    from clock import FakeClock
+
+    from gateway.memory.recall import CONTEXT_DEADLINE_SECONDS, Recall
+
+    class Stuck(LocalEmbedder):
+        async def embed(self, texts: object) -> np.ndarray:
+            await asyncio.Event().wait()  # an endpoint that never answers
+            raise AssertionError("unreachable")
+
+    clock = FakeClock()
+    assert runtime.memory is not None
+    recall = Recall(runtime.memory.vectors, Stuck(), count=3, clock=clock)
+    waiting = asyncio.ensure_future(recall.for_context("cli-stuck", "anything", 0))
+    await clock.until_sleeping(seconds=CONTEXT_DEADLINE_SECONDS)
+    assert not waiting.done()
+    await clock.advance(CONTEXT_DEADLINE_SECONDS)
+    assert await asyncio.wait_for(waiting, 5) == []

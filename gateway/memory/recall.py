@@ -14,6 +14,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.keyed_locks import KeyedLocks
 from gateway.logs import get_logger
 from gateway.memory.embedders import Embedder
@@ -25,6 +26,9 @@ log = get_logger(__name__)
 
 MAX_SESSIONS = 64  # indexes kept in memory at once
 MAX_RECALL = 50  # results one search may ask for
+# How long a task's context waits for its recall (the embedding endpoint may be slow or
+# retrying): past it the task goes on without, rather than waiting on memory.
+CONTEXT_DEADLINE_SECONDS = 5.0
 
 
 class Recall:
@@ -36,7 +40,9 @@ class Recall:
         count: int = 3,
         min_score: float = 0.0,
         hnsw_min: int = HNSW_MIN,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self.clock = clock
         self.vectors = vectors
         self.embedder = embedder
         self.count = count  # recalled into each task's context; 0: none
@@ -137,13 +143,13 @@ class Recall:
     async def for_context(self, session_id: str, text: str, before: int) -> list[Recalled]:
         """What a task's context recalls for its message: at most `count` messages older than
         its window (`before`, the oldest id the window holds), as similar as `min_score`.
-        A failure (an embedding endpoint away) recalls nothing rather than failing the task."""
+        A failure (an embedding endpoint away), or no answer within the deadline, recalls
+        nothing rather than failing or holding up the task."""
         if self.count <= 0 or not text.strip():
             return []
+        found = self.search(session_id, text, self.count, before=before, min_score=self.min_score)
         try:
-            return await self.search(
-                session_id, text, self.count, before=before, min_score=self.min_score
-            )
+            return await self.clock.wait_for(found, CONTEXT_DEADLINE_SECONDS)
         except Exception as exc:  # recall is a help, never a reason for a task to fail
             log.warning("recall failed", session=session_id, error=repr(exc))
             return []

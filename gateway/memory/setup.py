@@ -29,6 +29,7 @@ class Memory:
             embedder,
             count=settings.recall_count,
             min_score=settings.recall_min_score,
+            clock=clock,
         )
         return cls(vectors, Indexer(vectors, embedder), recall)
 
