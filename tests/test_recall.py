@@ -264,6 +264,8 @@ async def test_a_stuck_embedding_endpoint_delays_a_task_by_the_deadline_only(
     from gateway.memory.recall import CONTEXT_DEADLINE_SECONDS, Recall
 
     class Stuck(LocalEmbedder):
+        remote = True  # as an endpoint is
+
         async def embed(self, texts: object) -> np.ndarray:
             await asyncio.Event().wait()  # an endpoint that never answers
             raise AssertionError("unreachable")

@@ -41,6 +41,7 @@ class EmbeddingFailed(RuntimeError):
 
 class Embedder(Protocol):
     model: str  # what the vectors are stored and searched under
+    remote: bool  # goes over the network (may be slow, may be retried)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One unit-length float32 row per text."""
@@ -85,6 +86,7 @@ class LocalEmbedder:
     with others). Set `AGENVOY_EMBEDDING_MODEL` for meaning."""
 
     model = LOCAL_MODEL
+    remote = False
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         # Tens of microseconds per message: not worth a thread hand-off for a query, but a
@@ -100,6 +102,8 @@ class LocalEmbedder:
 class OpenAIEmbedder:
     """`POST {AGENVOY_OPENAI_BASE_URL}/embeddings` (OpenAI, Ollama, vLLM and others serve it)
     with `AGENVOY_EMBEDDING_MODEL`, in batches; rate limits and server errors are retried."""
+
+    remote = True
 
     def __init__(self, settings: Settings, clock: Clock = SYSTEM_CLOCK) -> None:
         self.model = settings.embedding_model

@@ -149,6 +149,8 @@ class Recall:
             return []
         found = self.search(session_id, text, self.count, before=before, min_score=self.min_score)
         try:
+            if not self.embedder.remote:  # microseconds of local work: no timer to set
+                return await found
             return await self.clock.wait_for(found, CONTEXT_DEADLINE_SECONDS)
         except Exception as exc:  # recall is a help, never a reason for a task to fail
             log.warning("recall failed", session=session_id, error=repr(exc))
