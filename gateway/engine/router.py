@@ -192,6 +192,11 @@ class Router:
         self._intake.commands = runner
 
     @property
+    def runner(self) -> Runner:
+        """What runs this router's tasks (its hooks: `after_task`, `recall`)."""
+        return self._runner
+
+    @property
     def after_task(self) -> list[Callable[[str], None]]:
         """Hooks called with the session id after each task that finished with a reply."""
         return self._runner.after_task

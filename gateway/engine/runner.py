@@ -37,6 +37,7 @@ from gateway.events import (
     ToolResultEvent,
 )
 from gateway.logs import get_logger
+from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.store.sessions import RunRecord, SessionStore
 from gateway.store.usage import UsageRecord, record_usage
@@ -73,6 +74,8 @@ class Runner:
         # said a summary fold may be due (the rolling summary hooks in here, off the reply
         # path; it checks again before it folds).
         self.after_task: list[Callable[[str], None]] = []
+        # Semantic recall of older messages into each task's context (None: none).
+        self.recall: Recall | None = None
 
     async def run(self, task: Task) -> None:
         self.counters["tasks_started"] += 1
@@ -97,6 +100,7 @@ class Runner:
                 self.window,
                 self.tool_memory,
                 steer=self.steer,
+                recall=self.recall,
             )
             fold_soon = context.fold_soon
             async with (
