@@ -124,6 +124,18 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
             clock=runtime.clock,
         ),
         SessionWatcher(runtime.store).run(),
+    ]
+    if runtime.memory is not None:  # every archived message embedded, by one instance
+        embed = runtime.memory.indexer.embed_due
+        jobs.append(
+            every(
+                settings.embedding_interval_seconds,
+                partial(if_leading, leases, "job:embeddings", embed),
+                name="embeddings",
+                clock=runtime.clock,
+            )
+        )
+    jobs += [
         every(
             _recovery_interval(runtime),
             router.recover,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from adapters.terminal.commands import register as register_client_commands
+from gateway.cli_memory import reindex, semantic_search
 from gateway.cli_support import checked_id, fail, load_settings, printable
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
 
@@ -141,12 +142,21 @@ def search(
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
     offset: Annotated[int, typer.Option(min=0)] = 0,
+    semantic: Annotated[
+        bool, typer.Option("--semantic", help="By meaning, in one session (needs --session).")
+    ] = False,
 ) -> None:
-    """Full-text search of the message archive, newest first."""
+    """Full-text search of the message archive, newest first (or, with --semantic, one
+    session's messages closest in meaning, best first)."""
     from gateway.store.search import search_messages
 
     if session is not None:
         checked_id(session)
+    if semantic:
+        if session is None:
+            fail("--semantic searches one session: give --session SID", 2)
+        semantic_search(query, session, limit)
+        return
     hits = _with_store(
         lambda store: search_messages(
             store.db, query, session_id=session, limit=limit, offset=offset
@@ -340,6 +350,7 @@ for _command in (sessions, show, search, usage, doctor, run):
     app.command()(_command)
 register_client_commands(app)
 app.command()(cleanup)
+app.command()(reindex)
 app.add_typer(token_app, name="token")
 
 

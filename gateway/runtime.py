@@ -29,6 +29,7 @@ from gateway.health import Readiness, ReadinessProbe, answers
 from gateway.leases import Leases, open_leases
 from gateway.logs import get_logger
 from gateway.mcp_tools.config import McpConfig, load_config
+from gateway.memory.setup import Memory
 from gateway.presence import Presence
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
 from gateway.session_settings import SessionSettings
@@ -118,6 +119,7 @@ class Runtime:
     summary: RollingSummary | None = None
     # The MCP servers' tools the agent has; stopped after the agent.
     mcp: ToolSource | None = None
+    memory: Memory | None = None  # semantic recall: the embedding job and the search
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
     probe: ReadinessProbe = field(init=False)
@@ -213,6 +215,9 @@ class Runtime:
         if isinstance(agent, Summarizes):
             summary = RollingSummary(store, agent, settings.history_window)
             router.after_task.append(summary.schedule)
+        memory = Memory.open(settings, store.db, clock)
+        router.runner.recall = memory.recall
+        router.runner.subagents.limit(settings.max_subagent_depth, settings.max_subagents_per_task)
         return cls(
             settings,
             store,
@@ -231,6 +236,7 @@ class Runtime:
             schedules,
             summary,
             mcp,
+            memory,
         )
 
     async def close(self) -> None:
@@ -244,6 +250,8 @@ class Runtime:
         await self.bus.close()
         if self.summary is not None:
             await self.summary.close()
+        if self.memory is not None:
+            await self.memory.close()
         closer = getattr(self.agent, "aclose", None)
         if closer is not None:
             await closer()

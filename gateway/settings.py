@@ -116,6 +116,16 @@ class Settings(BaseSettings):
     # Model for rolling summaries; empty = the agent's model (`model`, `anthropic_model`).
     summary_model: str = ""
     max_tool_iterations: int = 32
+    # Semantic recall (gateway/memory): the model of the endpoint's /v1/embeddings (same base
+    # URL and key as above); empty = the local hashed-trigram embedder, no network. Changing
+    # it takes `agenvoy reindex` before older messages are found again.
+    embedding_model: str = ""
+    # How often messages archived since are embedded (in the background, on one instance).
+    embedding_interval_seconds: float = 5.0
+    # Older messages recalled into each task's context (0: none), and how similar (cosine)
+    # one must be to the new message to be recalled.
+    recall_count: int = Field(3, ge=0, le=20)
+    recall_min_score: float = Field(0.3, ge=-1, le=1)
     # Default reasoning effort for models that support it (low|medium|high); empty = the
     # provider's default. `/reasoning` and `PUT /v1/session/{sid}` override it per session.
     reasoning: Literal["", "low", "medium", "high"] = ""
@@ -295,6 +305,7 @@ class Settings(BaseSettings):
         "lease_ttl_seconds",
         "cleanup_interval_seconds",
         "schedule_check_seconds",
+        "embedding_interval_seconds",
         "http_idle_timeout_seconds",
         "http_body_timeout_seconds",
         "anthropic_max_tokens",

@@ -10,6 +10,8 @@ from __future__ import annotations
 from sqlalchemy import inspect, text
 from sqlmodel import Session, col, select
 
+from gateway.memory.embedders import LocalEmbedder
+from gateway.memory.indexer import Indexer
 from gateway.store import schedules
 from gateway.store.db import Database
 from gateway.store.files import Summary
@@ -19,6 +21,7 @@ from gateway.store.models import PER_SESSION_TABLES, OutboxRow, ScheduleRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, outbox_item
 from gateway.store.sessions import RunRecord, SessionStore
 from gateway.store.usage import UsageRecord, record_usage
+from gateway.store.vectors import VectorArchive
 
 # Tables that hold no session's rows: the schema version, and the storage of the SQLite FTS5
 # index, whose entries are checked through the index itself.
@@ -49,13 +52,17 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
     await store.take_in(
         session_id, f"more {marker}s", sender="ann", task_hash=waiting, journal=journal
     )
-    await store.save_summary(session_id, Summary(f"talked about {marker}s", 1, 0))
+    # The summary covers the session's own first message (as a fold's cursor always does).
+    first = (await store.recent_messages(session_id, 100))[0].id
+    await store.save_summary(session_id, Summary(f"talked about {marker}s", first, 0))
     await store.first_delivery(f"telegram:1:{marker}", session_id)  # a command it was sent
     # Its prompt answered on some instance.
     await store.claim_answer(session_id, waiting, 0, {"approved": True, "by": "ann"})
     await record_usage(store.db, UsageRecord(session_id, "model-a", input=3, output=5))
     schedule = ScheduleRow(session_id=session_id, spec="every 1h", prompt=f"count {marker}s")
     await schedules.add(store.db, schedule)
+    # Its messages and summary embedded (semantic recall), with their cursor.
+    await Indexer(VectorArchive(store.db), LocalEmbedder()).embed_session(session_id)
 
 
 async def rows_of(db: Database, session_id: str, *, marker: str) -> dict[str, int]:
@@ -83,6 +90,11 @@ async def rows_of(db: Database, session_id: str, *, marker: str) -> dict[str, in
                 sql = (
                     "SELECT count(*) FROM messages_fts5 f LEFT JOIN messages m ON m.id = f.rowid "
                     "WHERE messages_fts5 MATCH :marker AND (m.id IS NULL OR m.session_id = :sid)"
+                )
+            elif table == "embedding_pgvector":  # pgvector's copy of `embedding` vectors
+                sql = (
+                    "SELECT count(*) FROM embedding_pgvector v JOIN embedding e ON e.id = v.id "
+                    "WHERE e.session_id = :sid"
                 )
             elif table == "messages_fts5_docsize":
                 sql = (

@@ -28,6 +28,7 @@ from telegram_rig import running as telegram_running
 from test_http import USERS, bearer, serving, write_tokens
 
 from adapters.http import start_http
+from gateway.events import Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.store.usage import DAY_MS, UsageRecord, record_usage
 
@@ -215,7 +216,20 @@ async def test_search_usage_charts_and_health(browser: Any, tmp_path: Path) -> N
                 send_at=now - days_ago * DAY_MS,
             )
             await record_usage(runtime.store.db, record)
+        made = await runtime.router.submit(
+            Inbound(
+                Origin("http", sender_id="ann", sender_name="Ann"),
+                "chat-notes",
+                "/schedule every 1h post the forecast",
+            )
+        )
+        assert made.command is not None and made.command.ok, made
         page = await sign_in(browser, base, "ann")
+        notes = page.locator('tr[data-session="chat-notes"]')
+        assert "1 scheduled" in await notes.inner_text()
+        await notes.get_by_role("link").click()
+        schedules = await page.locator("table.schedules").inner_text()
+        assert "every 1h" in schedules and "post the forecast" in schedules and "Ann" in schedules
 
         await page.get_by_role("link", name="Search").click()
         await page.get_by_label("Words").fill("forecast")

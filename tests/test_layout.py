@@ -84,8 +84,10 @@ def test_core_does_not_import_platform_libraries() -> None:
     for name, path in project_modules().items():
         if not name.startswith("gateway"):
             continue
-        # Agents talk HTTP to model providers; that is not a front-end.
-        allowed = {"aiohttp"} if name.startswith("gateway.agents") else set()
+        # Agents (and the embedder, gateway.memory) talk HTTP to model providers; that is not
+        # a front-end.
+        providers = ("gateway.agents", "gateway.memory.embedders")
+        allowed = {"aiohttp"} if name.startswith(providers) else set()
         for module in imported_modules(path, name):
             if module.split(".")[0] in PLATFORM_LIBRARIES - allowed:
                 offenders.append(f"{name}: {module}")

@@ -17,6 +17,8 @@ TABLES = [
     "usage",
     "outbox",
     "schedule",
+    "embedding",
+    "embedding_cursor",
 ]
 
 

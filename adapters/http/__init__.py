@@ -19,8 +19,8 @@ Where things are:
 - `models.py` (what comes in) and `replies.py` (what goes out): the pydantic models;
   `inputs.py` reads requests into them; `openapi.py` generates the document from them.
 - One module per resource: `sessions.py`, `send.py`, `prompts.py` (tasks and prompts),
-  `archive.py` (history, log stream, search, usage), `operations.py` (health, metrics,
-  the document).
+  `archive.py` (history, log stream, usage), `search.py` (full-text and semantic search),
+  `operations.py` (health, metrics, the document).
 - `app.py` builds and starts the app (`server.py` is the server under it); `context.py` is
   what its handlers share; `binding.py`, `identity.py`, `guard.py`, `errors.py`, `metrics.py`
   and `sse.py` are its middlewares and helpers.

@@ -1,5 +1,5 @@
-"""What the gateway keeps: a session's messages, its action.log followed live, full-text
-search over every message, and token usage."""
+"""What the gateway keeps: a session's messages, its action.log followed live, and token
+usage (search: `adapters.http.search`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,11 @@ import asyncio
 
 from aiohttp import web
 
-from adapters.http.models import HistoryQuery, LogQuery, SearchQuery, UsageQuery
-from adapters.http.replies import LogRecord, Message, Messages, ModelUsage, SearchResults, UsageList
+from adapters.http.models import HistoryQuery, LogQuery, UsageQuery
+from adapters.http.replies import LogRecord, Message, Messages, ModelUsage, UsageList
 from adapters.http.route import Call
 from adapters.http.sse import StreamClosed
 from gateway.events import event_to_json
-from gateway.ids import validate_session_id
-from gateway.store.search import search_messages
 from gateway.store.usage import DAY_MS, usage_summary
 
 
@@ -52,19 +50,6 @@ async def stream_log(call: Call) -> web.StreamResponse:
         except StreamClosed:
             pass
     return response
-
-
-async def search(call: Call) -> SearchResults:
-    query = call.query(SearchQuery)
-    session_id = validate_session_id(query.session_id) if query.session_id else None
-    found = await search_messages(
-        call.ctx.store.db,
-        query.q,
-        session_id=session_id,
-        limit=query.limit,
-        offset=query.offset,
-    )
-    return SearchResults(results=[Message.of(m) for m in found])
 
 
 async def usage(call: Call) -> UsageList:

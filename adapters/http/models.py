@@ -259,6 +259,12 @@ class SearchQuery(Query):
     session_id: SessionId | None = Field(None, description="Only this session.")
     limit: int = Field(SEARCH_DEFAULT, ge=1, le=MAX_PAGE, description="Page size.")
     offset: int = Field(0, ge=0, le=SEARCH_MAX_OFFSET, description="Results to skip.")
+    mode: Literal["fulltext", "semantic"] = Field(
+        "fulltext",
+        description="fulltext: messages containing every term, newest first; semantic: the "
+        "messages (and summaries) of session_id closest in meaning to q, best first (needs "
+        "session_id; offset does not apply).",
+    )
 
 
 class UsageQuery(Query):

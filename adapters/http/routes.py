@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from adapters.http.archive import get_history, search, stream_log, usage
+from adapters.http.archive import get_history, stream_log, usage
 from adapters.http.commands import list_commands
 from adapters.http.models import (
     AddInputRequest,
@@ -45,7 +45,6 @@ from adapters.http.replies import (
     Messages,
     OpenApiDocument,
     PendingList,
-    SearchResults,
     SendAccepted,
     SendFinished,
     SendPending,
@@ -64,6 +63,7 @@ from adapters.http.schedules import (
     delete_schedule,
     list_schedules,
 )
+from adapters.http.search import SearchHits, search
 from adapters.http.send import send
 from adapters.http.sessions import (
     add_input,
@@ -278,10 +278,11 @@ ROUTES: Final[tuple[Route, ...]] = (
         "GET",
         "/v1/search",
         search,
-        "Messages containing every term of q, newest first",
+        "Messages containing every term of q, newest first; or, with mode=semantic, a "
+        "session's messages closest in meaning to q",
         query=SearchQuery,
-        replies={200: SearchResults},
-        errors=(400,),
+        replies={200: SearchHits},
+        errors=(400, 404, 503),
     ),
     Route(
         "GET",

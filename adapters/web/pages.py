@@ -19,6 +19,8 @@ from gateway.events import Inbound
 from gateway.ids import Prefix, prefix_of, validate_hash, validate_session_id
 from gateway.logs import get_logger
 from gateway.session_settings import REASONING_LEVELS, SettingsChange, SettingsRefused
+from gateway.store.schedules import counts as schedule_counts
+from gateway.store.schedules import of_session as schedules_of
 
 log = get_logger(__name__)
 
@@ -103,6 +105,7 @@ class Pages:
             and (not needle or needle in info.id.lower() or needle in info.name.lower())
         ]
         waiting = {p.session_id for p in await router.open_prompts()}
+        scheduled = await schedule_counts(self.ctx.store.db)
         return self.render(
             "sessions.html",
             viewer,
@@ -110,6 +113,7 @@ class Pages:
             tabs=[("all", len(every)), *((p, counts.get(p, 0)) for p in PREFIXES)],
             rows=rows,
             waiting=waiting,
+            scheduled=scheduled,
             q=request.query.get("q", ""),
         )
 
@@ -123,9 +127,11 @@ class Pages:
         prompts = await self.ctx.router.open_prompts(sid)
         mine = answerable(self.ctx, viewer.origin(), prompts).pending
         running = self.ctx.router.running_task(sid)
+        schedules = await schedules_of(self.ctx.store.db, sid)
         return self.render(
             "session.html",
             viewer,
+            schedules=schedules,
             row=row,
             messages=messages,
             prompts=mine,

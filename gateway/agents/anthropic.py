@@ -35,6 +35,7 @@ from gateway.agents.tools import (
     with_found,
 )
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.memory.recalled import recall_note
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -97,6 +98,9 @@ def conversation(ctx: AgentContext, pictures: Pictures | None = None) -> list[di
             add("user", f"{message.sender or 'user'}: {message.content}")
     sender = ctx.origin.sender_name or ctx.origin.sender_id or "user"
     pictures = pictures or Pictures()
+    # Recalled older messages open the new message's turn: the turns before it stay as the
+    # previous call had them, so its cached prefix still matches.
+    add("user", recall_note(ctx.recalled))
     add("user", pictures.text_with_notes(f"{sender}: {ctx.text}"))
     # The new message's images follow its text in its turn. On the next turn that message is
     # text only (`images`), so the cached prefix ends before it; the images are paid once.

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.events import Attachment, Origin
+from gateway.memory.recalled import Recalled
 from gateway.store.sessions import StoredMessage
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ class AgentContext(Protocol):
     allowed_tools: frozenset[str]  # tools the session runs without confirmation (`/allow`)
     # The session's tool cache and error memory (`tools.call_tool`); None: calls run bare.
     tool_memory: ToolMemory | None
+    # Older messages of the session, outside the window, similar to the new message (recall).
+    recalled: Sequence[Recalled]
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         """Ask the user who started the run to approve a tool call; False when denied/expired."""
@@ -122,6 +125,10 @@ class AgentContext(Protocol):
 
     async def search_history(self, query: str) -> list[dict[str, object]]:
         """Full-text search of this session's archive, newest first."""
+        ...
+
+    async def recall(self, query: str, limit: int = 5) -> list[Recalled]:
+        """The session's messages outside the window most similar to `query` (semantic)."""
         ...
 
     async def latest_message_id(self) -> int:

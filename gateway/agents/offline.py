@@ -17,6 +17,8 @@ a contract (README, "The offline agent"):
                           memory, confirmation, journal, tool cache); `<name>: <result>`
 - `!delegate <task>`    → <task> run by a subagent (a new temp-* session); `delegated: <its
                           reply>`, or `refused: …` at the depth or per-task limit
+- `!recall <query>`     → a test hook: the session's older messages (outside the window) most
+                          like the query, as the agents' context shows them; `recalled: …`
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from gateway.agents.base import (
 from gateway.agents.tools import BUILTIN_TOOLS, call_tool, result_text
 from gateway.agents.workspace import Workspace
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.memory.recalled import recalled_line
 from gateway.store.sessions import StoredMessage
 
 MAX_SLEEP_SECONDS = 3600
@@ -93,6 +96,8 @@ class OfflineAgent:
             return self._tool(ctx, rest)
         if command == "!delegate":
             return self._delegate(ctx, rest)
+        if command == "!recall":
+            return self._recall(ctx, rest)
         return self._echo(ctx.text)
 
     async def _delegate(self, ctx: AgentContext, task: str) -> AsyncIterator[Step]:
@@ -160,6 +165,11 @@ class OfflineAgent:
             return
         result = await call_tool(ctx, BUILTIN_TOOLS, f"{ctx.task_hash}-1", name, args)
         yield Reply(f"{name}: {result_text(result)}")
+
+    async def _recall(self, ctx: AgentContext, query: str) -> AsyncIterator[Step]:
+        found = await ctx.recall(query) if query else []
+        lines = [recalled_line(r) for r in found]
+        yield Reply("recalled: " + (" | ".join(lines) if lines else "(nothing)"))
 
     async def _sleep(self, ctx: AgentContext, rest: str) -> AsyncIterator[Step]:
         try:

@@ -43,6 +43,7 @@ from gateway.agents.tools import (
 )
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
+from gateway.memory.recalled import recall_note
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -148,6 +149,8 @@ class OpenAIAgent:
             else:
                 who = message.sender or "user"
                 messages.append({"role": "user", "content": f"{who}: {message.content}"})
+        if ctx.recalled:  # just before the new message, which they were recalled for
+            messages.append({"role": "system", "content": recall_note(ctx.recalled)})
         sender = ctx.origin.sender_name or ctx.origin.sender_id or "user"
         messages.append({"role": "user", "content": f"{sender}: {ctx.text}"})
         return messages

@@ -20,6 +20,7 @@ from gateway.agents.error_memory import RepeatedFailure
 from gateway.agents.tool_cache import Reads, canonical_args
 from gateway.agents.tool_memory import ToolMemory
 from gateway.agents.workspace import Workspace, WorkspaceError, file_parts
+from gateway.memory.recalled import as_json
 
 MAX_READ_BYTES = 256 * 1024
 
@@ -248,6 +249,15 @@ async def _search_history(ctx: AgentContext, args: dict[str, Any]) -> str:
     return json.dumps(hits, ensure_ascii=False)
 
 
+async def _recall(ctx: AgentContext, args: dict[str, Any]) -> str:
+    query = args.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ToolFailed("query (a non-empty string) is required")
+    limit = args.get("limit", 5)
+    limit = limit if isinstance(limit, int) and 1 <= limit <= 20 else 5
+    return json.dumps([as_json(r) for r in await ctx.recall(query, limit)], ensure_ascii=False)
+
+
 async def _ask_user(ctx: AgentContext, args: dict[str, Any]) -> str:
     question = args.get("question")
     if not isinstance(question, str) or not question.strip():
@@ -329,6 +339,16 @@ BUILTIN_TOOLS: dict[str, Tool] = {
             _search_history,
             reads=Reads.history,
             cached=True,
+        ),
+        Tool(
+            "recall",
+            "Semantic search of this conversation's older messages (those no longer in view): "
+            "the ones closest in meaning to the query, with sender, date and similarity.",
+            _object({"query": {"type": "string"}, "limit": {"type": "integer"}}, ["query"]),
+            False,
+            _recall,
+            # Not cached: embeddings arrive in the background, so the same query finds more
+            # later without any new message.
         ),
         Tool(
             "ask_user",

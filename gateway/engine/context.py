@@ -6,21 +6,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.agents.base import NewMessage, SubagentRefused, ToolCall, ToolResult
 from gateway.agents.summary import fold_batch
 from gateway.agents.tool_memory import ToolMemory
 from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
+from gateway.memory.recalled import Recalled
 from gateway.store.files import SessionFiles
 from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.search import search_messages
 from gateway.store.sessions import SessionStore, StoredMessage
 
+if TYPE_CHECKING:
+    from gateway.memory.recall import Recall
+
 RunTool = Callable[[Task, ToolCall, Callable[[], Awaitable[str]]], Awaitable[ToolResult]]
 # Hands a running task the messages waiting behind it (the `steer` queue mode).
 Steer = Callable[[Task], Awaitable[list[Task]]]
+# Semantic recall (`gateway.memory.recall.Recall.search`, bound): session, query, how many, and
+# the oldest message id of the window (only older messages are recalled).
+Recaller = Callable[[str, str, int, int], Awaitable[list[Recalled]]]
 
 
 class Subagents(Protocol):
@@ -70,6 +77,9 @@ class RunContext:
         self.tool_memory = tool_memory
         # Whether the rolling summary may have a batch to fold once this task has ended.
         self.fold_soon = False
+        self.recalled: Sequence[Recalled] = ()
+        self.recaller: Recaller | None = None
+        self.window_start = 0  # the oldest message id in the window: recall stays below it
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         answer = await self._prompts.ask(
@@ -111,6 +121,11 @@ class RunContext:
             for h in hits
         ]
 
+    async def recall(self, query: str, limit: int = 5) -> list[Recalled]:
+        if self.recaller is None:
+            return []
+        return await self.recaller(self.session_id, query, limit, self.window_start)
+
     async def latest_message_id(self) -> int:
         return await self._store.last_message_id(self.session_id)
 
@@ -146,13 +161,20 @@ async def load_context(
     *,
     steer: Steer | None = None,
     subagents: Subagents | None = None,
+    recall: Recall | None = None,
 ) -> RunContext:
     """The context of `task`: session settings and summary from SQL, window from its files."""
     files = store.files(task.session_id)
     summary, row, due = await store.summary_and_settings(task.session_id, window)
     cursor = summary.cursor if summary else 0
-    recent = await _window(task, files, window, after=cursor)
+    recent, oldest = await _window(task, files, window, after=cursor)
     context = RunContext(task, store, prompts, run_tool, recent, tool_memory, steer, subagents)
+    # Below the window, and never the task's own message (archived, maybe embedded already).
+    context.window_start = min((i for i in (oldest, task.user_message_id) if i), default=0)
+    if recall is not None:
+        context.recaller = recall.bound
+        start = context.window_start
+        context.recalled = await recall.for_context(task.session_id, task.text, start)
     if row is not None:
         context.persona = row.persona
         context.model = row.model
@@ -164,15 +186,17 @@ async def load_context(
     return context
 
 
-async def _window(task: Task, files: SessionFiles, size: int, *, after: int) -> list[StoredMessage]:
+async def _window(
+    task: Task, files: SessionFiles, size: int, *, after: int
+) -> tuple[list[StoredMessage], int]:
     """The recent conversation from history.json, without the task's own message: the last
     `size` messages, and before them those the summary does not cover yet (id above `after`),
-    up to a fold batch more."""
+    up to a fold batch more; and the oldest archive id among them (0 when none is known)."""
     most = size + fold_batch(size)
     try:
         recent = await asyncio.to_thread(files.history.tail, most + 1)
     except SessionDirectoryMissing:
-        return []
+        return [], 0
     text = task.text.replace("\x00", "\ufffd")  # as the archive stored it
     for index in range(len(recent) - 1, -1, -1):
         line = recent[index]
@@ -185,6 +209,7 @@ async def _window(task: Task, files: SessionFiles, size: int, *, after: int) -> 
     while older > 0 and not (recent[0].id > after):  # covered by the summary
         recent.pop(0)
         older -= 1
+    oldest = min((m.id for m in recent if m.id), default=0)
     return [
         StoredMessage(0, task.session_id, m.role, m.content, m.sender, m.send_at) for m in recent
-    ]
+    ], oldest

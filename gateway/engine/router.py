@@ -141,7 +141,6 @@ class Router:
             crash,
             tool_memory,
             steer=self._queue_modes.steer,
-            subagent_limits=(settings.max_subagent_depth, settings.max_subagents_per_task),
         )
         self._intake = Intake(
             store,
@@ -191,6 +190,11 @@ class Router:
     @commands.setter
     def commands(self, runner: CommandRunner | None) -> None:
         self._intake.commands = runner
+
+    @property
+    def runner(self) -> Runner:
+        """What runs this router's tasks (its hooks: `after_task`, `recall`)."""
+        return self._runner
 
     @property
     def after_task(self) -> list[Callable[[str], None]]:

@@ -38,6 +38,7 @@ from gateway.events import (
     ToolResultEvent,
 )
 from gateway.logs import get_logger
+from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.store.sessions import RunRecord, SessionStore
 from gateway.store.usage import UsageRecord, record_usage
@@ -59,12 +60,11 @@ class Runner:
         tool_memory: ToolMemory | None = None,
         *,
         steer: Steer | None = None,
-        subagent_limits: tuple[int, int] = (0, 0),
     ) -> None:
         self.store = store
-        depth, per_task = subagent_limits
+        # Off until the composition root sets its limits (`Subagents.limit`).
         self.subagents = Subagents(
-            store, agent, presence, dispatch.offer, max_depth=depth, max_per_task=per_task
+            store, agent, presence, dispatch.offer, max_depth=0, max_per_task=0
         )
         self.tool_memory = tool_memory
         self.agent = agent
@@ -79,6 +79,8 @@ class Runner:
         # said a summary fold may be due (the rolling summary hooks in here, off the reply
         # path; it checks again before it folds).
         self.after_task: list[Callable[[str], None]] = []
+        # Semantic recall of older messages into each task's context (None: none).
+        self.recall: Recall | None = None
 
     async def run(self, task: Task) -> None:
         self.counters["tasks_started"] += 1
@@ -110,6 +112,7 @@ class Runner:
                 self.tool_memory,
                 steer=self.steer,
                 subagents=self.subagents,
+                recall=self.recall,
             )
             held.push_async_exit(context.cleanup)
             fold_soon = context.fold_soon

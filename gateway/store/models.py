@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from sqlalchemy import BigInteger, Column, Table, Text
+from sqlalchemy import BigInteger, Column, LargeBinary, Table, Text
 from sqlmodel import Field, SQLModel
 
 
@@ -218,6 +218,42 @@ class ScheduleRow(SQLModel, table=True):
     created_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
     next_due_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
     last_fired_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms, 0 before the first
+
+
+class EmbeddingRow(SQLModel, table=True):
+    """The embedding of one archived message, or of one version of the rolling summary
+    (`kind`), by one embedding model: what semantic recall searches (gateway.memory)."""
+
+    __tablename__ = "embedding"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=140)
+    kind: str = Field(default="message", max_length=16)  # message | summary
+    # The archived message's id; for a summary, the last message it covers (its cursor).
+    message_id: int = Field(sa_type=BigInteger)
+    model: str = Field(max_length=200)
+    dim: int
+    vector: bytes = Field(sa_column=Column(LargeBinary, nullable=False))  # float32, little-endian
+    # A summary's text (it is replaced by the next fold); empty for a message, read from
+    # `messages`.
+    text: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+
+
+class EmbeddingCursorRow(SQLModel, table=True):
+    """How far a session's embeddings reach: each message is embedded once, in id order. One
+    row per session in practice; a session renamed into another that had one keeps both, and
+    the newest counts (as with the summary)."""
+
+    __tablename__ = "embedding_cursor"
+
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str = Field(max_length=140)
+    model: str = Field(max_length=200)  # the model the session's embeddings are made with
+    message_cursor: int = Field(default=0, sa_type=BigInteger)  # last message embedded
+    summary_cursor: int = Field(default=0, sa_type=BigInteger)  # cursor of the last summary
+    # Changes whenever embeddings are dropped (`agenvoy reindex`), so in-process indexes built
+    # from the older ones know to start over.
+    epoch: str = Field(default="", max_length=32)
 
 
 # Every table whose rows belong to one session, known by its `session_id` column: what deleting

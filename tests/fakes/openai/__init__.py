@@ -7,7 +7,9 @@ Point a client at it with::
         client = SomeClient(base_url=fake.url, api_key=fake.api_key)
 
 The server listens on 127.0.0.1 on a free port and serves ``POST /v1/chat/completions``
-and ``POST /v1/audio/transcriptions`` (multipart; answers ``transcript_of(data)`` or what
+, ``POST /v1/embeddings`` (``embedding_of(text)``, a hashed bag of words, for the models in
+``embedding_models``; ``fail_embeddings`` queues errors) and
+``POST /v1/audio/transcriptions`` (multipart; answers ``transcript_of(data)`` or what
 ``script_transcripts`` queued; uploads are kept in ``transcriptions``).
 Replies come from a script the test queues with :meth:`FakeOpenAI.script`, one reply per
 request, in arrival order; once the script runs out every request gets
@@ -27,10 +29,18 @@ event stream) and ``server`` (``FakeOpenAI``).
 """
 
 from .replies import Cut, Error, Malformed, Reply, Slow, Text, ToolCalls
-from .server import CHAT_ROUTE, NO_SCRIPTED_REPLY, FakeOpenAI, transcript_of
+from .server import (
+    CHAT_ROUTE,
+    DEFAULT_EMBEDDING_MODEL,
+    NO_SCRIPTED_REPLY,
+    FakeOpenAI,
+    embedding_of,
+    transcript_of,
+)
 
 __all__ = [
     "CHAT_ROUTE",
+    "DEFAULT_EMBEDDING_MODEL",
     "NO_SCRIPTED_REPLY",
     "Cut",
     "Error",
@@ -40,5 +50,6 @@ __all__ = [
     "Slow",
     "Text",
     "ToolCalls",
+    "embedding_of",
     "transcript_of",
 ]

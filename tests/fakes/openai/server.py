@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import zlib
 from collections import deque
 
 from aiohttp import BodyPartReader, web
@@ -16,6 +17,7 @@ from .replies import Cut, Error, Malformed, Reply, Slow, Text
 CHAT_ROUTE = "POST /v1/chat/completions"
 DEFAULT_API_KEY = "sk-test-fake"
 DEFAULT_MODEL = "fake-model"
+DEFAULT_EMBEDDING_MODEL = "fake-embed"
 NO_SCRIPTED_REPLY = "(no scripted reply)"
 
 
@@ -31,11 +33,17 @@ class FakeOpenAI(RecordingServer[CallRecord]):
         # bytes), and the answers queued for the next uploads (text, or an ``Error``).
         self.transcriptions: list[JSON] = []
         self._transcripts: deque[str | Error] = deque()
+        # ``/v1/embeddings``: the models it serves, each request body as received, and errors
+        # queued for the next requests (then vectors again).
+        self.embedding_models = {DEFAULT_EMBEDDING_MODEL}
+        self.embedding_requests: list[JSON] = []
+        self._embedding_errors: deque[Error] = deque()
 
     def _app(self) -> web.Application:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle_chat)
         app.router.add_post("/v1/audio/transcriptions", self._handle_transcription)
+        app.router.add_post("/v1/embeddings", self._handle_embeddings)
         return app
 
     @property
@@ -92,6 +100,10 @@ class FakeOpenAI(RecordingServer[CallRecord]):
         """Queue transcription answers; without one, an upload is transcribed as
         ``transcript_of(data)``."""
         self._transcripts.extend(answers)
+
+    def fail_embeddings(self, *errors: Error) -> None:
+        """Queue error answers for the next ``/v1/embeddings`` requests."""
+        self._embedding_errors.extend(errors)
 
     # -- request handling ----------------------------------------------------------------------
 
@@ -178,6 +190,52 @@ class FakeOpenAI(RecordingServer[CallRecord]):
         if isinstance(answer, Error):
             return json_error(answer.status, answer.message, type_=answer.type, code=answer.code)
         return web.json_response({"text": answer or transcript_of(fields["file"])})
+
+    async def _handle_embeddings(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization", "") != f"Bearer {self.api_key}":
+            return json_error(401, "Incorrect API key provided", code="invalid_api_key")
+        try:
+            body = await request.json()
+        except ValueError:
+            return json_error(400, "We could not parse the JSON body of your request.")
+        if not isinstance(body, dict):
+            return json_error(400, "The request body must be a JSON object.")
+        model, given = body.get("model"), body.get("input")
+        if model not in self.embedding_models:
+            return json_error(404, f"The model `{model}` does not exist.", code="model_not_found")
+        texts = [given] if isinstance(given, str) else given
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+            return json_error(400, "'input' must be a string or a non-empty list of strings.")
+        self.embedding_requests.append(body)
+        if self._embedding_errors:
+            error = self._embedding_errors.popleft()
+            return json_error(error.status, error.message, type_=error.type, code=error.code)
+        data = [
+            {"object": "embedding", "index": i, "embedding": embedding_of(t)}
+            for i, t in enumerate(texts)
+        ]
+        words = sum(len(t.split()) for t in texts)
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": model,
+                "usage": {"prompt_tokens": words, "total_tokens": words},
+            }
+        )
+
+
+EMBEDDING_DIM = 64
+
+
+def embedding_of(text: str) -> list[float]:
+    """What the fake embeds a text as: a hashed bag of its lower-cased words, so texts that
+    share words are near and others are not; deterministic in every process."""
+    vector = [0.0] * EMBEDDING_DIM
+    for word in text.lower().split():
+        vector[zlib.crc32(word.strip(".,!?").encode()) % EMBEDDING_DIM] += 1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
 
 
 def transcript_of(data: bytes) -> str:

@@ -1,0 +1,74 @@
+"""`GET /v1/search`: full-text search over every message (newest first), or semantic search
+over one session's messages and summaries (best first), under the same rule as full-text."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from adapters.http.errors import ApiError, bad
+from adapters.http.models import SearchQuery
+from adapters.http.replies import Message, Reply
+from adapters.http.route import Call
+from gateway.ids import validate_session_id
+from gateway.memory.embedders import EmbeddingFailed
+from gateway.store.search import search_messages
+
+
+class SearchHit(Message):
+    kind: Literal["message", "summary"] = Field(
+        description="summary: a version of the rolling summary (id: the last message it covers)"
+    )
+    score: float | None = Field(description="Cosine similarity to q (semantic mode only).")
+
+
+class SearchHits(Reply):
+    """The matches: newest first (fulltext), or best first (semantic)."""
+
+    results: list[SearchHit]
+
+
+async def search(call: Call) -> SearchHits:
+    query = call.query(SearchQuery)
+    session_id = validate_session_id(query.session_id) if query.session_id else None
+    if query.mode == "semantic":
+        return await _semantic(call, query, session_id)
+    found = await search_messages(
+        call.ctx.store.db,
+        query.q,
+        session_id=session_id,
+        limit=query.limit,
+        offset=query.offset,
+    )
+    hits = [SearchHit(**Message.of(m).model_dump(), kind="message", score=None) for m in found]
+    return SearchHits(results=hits)
+
+
+async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> SearchHits:
+    memory = call.ctx.runtime.memory
+    if session_id is None:
+        bad("mode=semantic searches one session: session_id is required")
+    if memory is None:
+        bad("semantic search is not available on this gateway")
+    await call.ctx.require_session(session_id)
+    try:
+        found = await memory.recall.search(session_id, query.q, query.limit, summaries=True)
+    except EmbeddingFailed as exc:  # the embedding endpoint is away: try again later
+        raise ApiError(503, "unavailable", str(exc), {"Retry-After": "5"}) from exc
+    return SearchHits(
+        results=[
+            SearchHit(
+                id=r.message_id,
+                session_id=session_id,
+                role=r.role,
+                content=r.content,
+                sender=r.sender,
+                send_at=r.send_at,
+                task_hash="",
+                kind="summary" if r.kind == "summary" else "message",
+                score=r.score,
+            )
+            for r in found
+        ]
+    )

@@ -1,0 +1,1 @@
+"""Semantic recall: embeddings of a session's messages, and the search over them."""

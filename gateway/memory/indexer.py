@@ -1,0 +1,82 @@
+"""Embedding in the background: every archived message, and every summary, of every session.
+
+Like the rolling summary, it goes by a cursor per session (`store.vectors`): each message is
+embedded once, in id order, in batches (one `/v1/embeddings` request per batch); vectors and
+the cursor are stored in one transaction, so a failed batch leaves the cursor where it was and
+the next run — after a restart too — takes the same messages again. A session whose
+embeddings were made with another model than the configured one is left alone (and said so
+once) until `agenvoy reindex` makes them again: re-embedding a whole archive is a cost the
+operator decides on.
+
+The job (`embed_due`) runs every `AGENVOY_EMBEDDING_INTERVAL_SECONDS` on the instance holding
+the `job:embeddings` lease, and looks only at sessions with messages archived since its last
+run (one indexed read) or a newer summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.logs import get_logger
+from gateway.memory.embedders import Embedder
+from gateway.store.vectors import VectorArchive
+
+log = get_logger(__name__)
+
+BATCH = 256  # items read, embedded and stored together
+
+
+class Indexer:
+    def __init__(self, vectors: VectorArchive, embedder: Embedder, *, batch: int = BATCH) -> None:
+        self.vectors = vectors
+        self.embedder = embedder
+        self.batch = batch
+        self._seen = 0  # the newest message id every due session was embedded up to
+        self._told: set[str] = set()  # sessions already said to need a reindex
+        self._lock = asyncio.Lock()
+
+    async def embed_due(self) -> int:
+        """Embed what every session has due; returns how many items were embedded."""
+        async with self._lock:
+            sessions, newest = await self.vectors.due_sessions(self._seen)
+            done, failed = 0, False
+            for session_id in sessions:
+                try:
+                    done += await self.embed_session(session_id)
+                except Exception as exc:  # the next run takes the session up again
+                    failed = True
+                    log.warning("embedding failed", session=session_id, error=repr(exc))
+            if not failed:
+                self._seen = newest
+            return done
+
+    async def embed_session(self, session_id: str) -> int:
+        """Embed everything the session has past its cursor; returns how many items."""
+        model, done = self.embedder.model, 0
+        while True:
+            cursor = await self.vectors.cursor(session_id)
+            if cursor is not None and cursor.model != model:
+                if session_id not in self._told:
+                    self._told.add(session_id)
+                    log.warning(
+                        "embeddings were made with another model; run `agenvoy reindex`",
+                        session=session_id,
+                        stored=cursor.model,
+                        configured=model,
+                    )
+                return done
+            items = await self.vectors.pending(session_id, cursor, self.batch)
+            if not items:
+                return done
+            matrix = await self.embedder.embed([item.text for item in items])
+            blobs = [row.astype("<f4").tobytes() for row in matrix]
+            dim = int(matrix.shape[1])
+            if await self.vectors.save(session_id, cursor, model, items, blobs, dim):
+                done += len(items)
+            # else another writer moved the cursor meanwhile: read it again and go on from there
+
+    async def reindex(self, session_id: str) -> int:
+        """Drop the session's embeddings and make them again with the configured model."""
+        await self.vectors.reset(session_id, self.embedder.model)
+        self._told.discard(session_id)
+        return await self.embed_session(session_id)

@@ -1,0 +1,357 @@
+"""The embeddings of a session's messages and summaries in the archive, and their cursor.
+
+Vectors are stored as float32 bytes in SQL (`embedding`), so they last, and every instance on
+one PostgreSQL database shares them; each instance searches them through an index of its own
+built from these rows (`gateway.memory.index`). Nothing here needs numpy: the store hands out
+bytes.
+
+The cursor (`embedding_cursor`) says how far a session's embeddings reach. Rows and the cursor
+move in one transaction, and only from the position the writer read (compare and set): a
+failed batch leaves the cursor where it was, and two writers never skip a message between
+them. A session's embeddings are made with one model; a model change is taken up only by
+`agenvoy reindex` (`reset`), which drops them and starts a new epoch.
+"""
+
+from __future__ import annotations
+
+import uuid
+from array import array
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, insert, text, update
+from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Connection
+from sqlmodel import Session, col, select
+
+from gateway.ids import validate_session_id
+from gateway.store.db import Database, insert_ignoring
+from gateway.store.messages import StoredMessage
+from gateway.store.models import EmbeddingCursorRow, EmbeddingRow, MessageRow, SessionSummaryRow
+
+MESSAGE = "message"
+SUMMARY = "summary"
+
+
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    model: str
+    message_cursor: int
+    summary_cursor: int
+    epoch: str
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One thing to embed: a message (by id), or a version of the summary by its cursor (the
+    last message it covers: one of its own session's, so no other session's summary has it,
+    and a later fold's is higher)."""
+
+    kind: str
+    message_id: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class VectorRows:
+    """A session's message vectors after some row, as its index loads them."""
+
+    epoch: str  # "" when the session has no cursor (nothing embedded, or deleted)
+    row_ids: list[int]
+    message_ids: list[int]
+    vectors: list[bytes]
+
+
+def _newest_cursor(conn: Connection, session_id: str, *, lock: bool = False) -> Cursor | None:
+    stmt = (
+        select(
+            EmbeddingCursorRow.model,
+            EmbeddingCursorRow.message_cursor,
+            EmbeddingCursorRow.summary_cursor,
+            EmbeddingCursorRow.epoch,
+        )
+        .where(col(EmbeddingCursorRow.session_id) == session_id)
+        .order_by(col(EmbeddingCursorRow.id).desc())
+        .limit(1)
+    )
+    if lock:
+        stmt = stmt.with_for_update()  # PostgreSQL: two instances cannot both move it
+    row = conn.execute(stmt).first()
+    return Cursor(*row) if row is not None else None
+
+
+def _new_epoch() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def vector_literal(blob: bytes) -> str:
+    """A float32 vector as pgvector's text form, `[0.1,0.2]` (no numpy in the store)."""
+    return "[" + ",".join(repr(x) for x in array("f", blob)) + "]"
+
+
+_PG_SEARCH = text(
+    "SELECT e.message_id, 1 - (v.vec <=> CAST(:q AS vector)) AS score"
+    " FROM embedding e JOIN embedding_pgvector v ON v.id = e.id"
+    " WHERE e.session_id = :sid AND e.model = :model AND e.kind = 'message'"
+    " AND (:before = 0 OR e.message_id < :before) AND vector_dims(v.vec) = :dim"
+    " ORDER BY v.vec <=> CAST(:q AS vector) LIMIT :k"
+)
+
+
+class VectorArchive:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._pgvector: bool | None = None  # whether migration 0012 made its table here
+
+    async def uses_pgvector(self) -> bool:
+        """Whether vectors also go to pgvector (PostgreSQL with the extension), where recall
+        is one SQL query; asked once."""
+        if self._pgvector is None:
+            if self.db.dialect != "postgresql":
+                self._pgvector = False
+            else:
+                probe = text("SELECT to_regclass('embedding_pgvector') IS NOT NULL")
+                self._pgvector = bool(
+                    await self.db.read(lambda session: session.connection().execute(probe).scalar())
+                )
+        return self._pgvector
+
+    async def pg_search(
+        self, session_id: str, model: str, query: bytes, k: int, before: int
+    ) -> list[tuple[int, float]]:
+        """The `k` nearest message vectors of one session by pgvector's cosine distance: the
+        session is a condition of the query itself, and the search is exact."""
+        params = {
+            "q": vector_literal(query),
+            "sid": session_id,
+            "model": model,
+            "before": before,
+            "dim": len(query) // 4,
+            "k": k,
+        }
+        rows = await self.db.read(
+            lambda session: session.connection().execute(_PG_SEARCH, params).all()
+        )
+        return [(int(m), float(s)) for m, s in rows]
+
+    async def due_sessions(self, after_id: int) -> tuple[list[str], int]:
+        """Sessions that may have something to embed: a message archived after `after_id` past
+        their cursor, or a summary newer than their last embedded one. Also returns the
+        archive's newest message id, what to pass as `after_id` next time."""
+
+        def work(session: Session) -> tuple[list[str], int]:
+            conn = session.connection()
+            newest = int(conn.execute(select(func.max(MessageRow.id))).scalar() or 0)
+            cursor = (
+                select(
+                    EmbeddingCursorRow.session_id,
+                    func.max(EmbeddingCursorRow.message_cursor).label("mc"),
+                    func.max(EmbeddingCursorRow.summary_cursor).label("sc"),
+                )
+                .group_by(col(EmbeddingCursorRow.session_id))
+                .subquery()
+            )
+            fresh = (
+                select(MessageRow.session_id)
+                .outerjoin(cursor, cursor.c.session_id == col(MessageRow.session_id))
+                .where(
+                    col(MessageRow.id) > after_id,
+                    col(MessageRow.id) <= newest,
+                    col(MessageRow.id) > func.coalesce(cursor.c.mc, 0),
+                )
+                .distinct()
+            )
+            summaries = (
+                select(SessionSummaryRow.session_id)
+                .outerjoin(cursor, cursor.c.session_id == col(SessionSummaryRow.session_id))
+                .where(
+                    col(SessionSummaryRow.summary) != "",
+                    col(SessionSummaryRow.cursor) > func.coalesce(cursor.c.sc, 0),
+                )
+                .distinct()
+            )
+            found = {str(s) for s in conn.execute(fresh).scalars()}
+            found |= {str(s) for s in conn.execute(summaries).scalars()}
+            return sorted(found), newest
+
+        return await self.db.read(work)
+
+    async def cursor(self, session_id: str) -> Cursor | None:
+        validate_session_id(session_id)
+        return await self.db.read(lambda session: _newest_cursor(session.connection(), session_id))
+
+    async def pending(self, session_id: str, cursor: Cursor | None, limit: int) -> list[Item]:
+        """What the session has to embed next, oldest first: messages after the cursor (at
+        most `limit`), then the summary if it is newer than the last embedded one."""
+        after = cursor.message_cursor if cursor else 0
+        summary_after = cursor.summary_cursor if cursor else 0
+        messages = (
+            select(MessageRow.id, MessageRow.content)
+            .where(col(MessageRow.session_id) == session_id, col(MessageRow.id) > after)
+            .order_by(col(MessageRow.id))
+            .limit(limit)
+        )
+        summary = (
+            select(SessionSummaryRow.cursor, SessionSummaryRow.summary)
+            .where(col(SessionSummaryRow.session_id) == session_id)
+            .order_by(col(SessionSummaryRow.id).desc())
+            .limit(1)
+        )
+
+        def work(session: Session) -> list[Item]:
+            conn = session.connection()
+            items = [Item(MESSAGE, int(i), str(c)) for i, c in conn.execute(messages).all()]
+            row = conn.execute(summary).first()
+            if row is not None and row[1] and int(row[0]) > summary_after:
+                items.append(Item(SUMMARY, int(row[0]), str(row[1])))
+            return items
+
+        return await self.db.read(work)
+
+    async def save(
+        self,
+        session_id: str,
+        read: Cursor | None,
+        model: str,
+        items: list[Item],
+        vectors: list[bytes],
+        dim: int,
+    ) -> bool:
+        """Store the vectors of `items` and move the cursor past them, if the cursor is still
+        `read` (False otherwise: another writer moved it, and nothing is stored)."""
+        ids = {kind: [i.message_id for i in items if i.kind == kind] for kind in (MESSAGE, SUMMARY)}
+        message_cursor = max([read.message_cursor if read else 0, *ids[MESSAGE]])
+        summary_cursor = max([read.summary_cursor if read else 0, *ids[SUMMARY]])
+        rows = [
+            {
+                "session_id": session_id,
+                "kind": item.kind,
+                "message_id": item.message_id,
+                "model": model,
+                "dim": dim,
+                "vector": vector,
+                "text": item.text if item.kind == SUMMARY else "",
+            }
+            for item, vector in zip(items, vectors, strict=True)
+        ]
+        pgvector = await self.uses_pgvector()
+
+        def work(session: Session) -> bool:
+            conn = session.connection()
+            if _newest_cursor(conn, session_id, lock=True) != read:
+                return False
+            if rows:
+                if pgvector:
+                    self._copy_to_pgvector(conn, rows)
+                else:
+                    conn.execute(insert_ignoring(self.db.dialect, EmbeddingRow), rows)
+            moved = {"message_cursor": message_cursor, "summary_cursor": summary_cursor}
+            if read is None:
+                row = {"session_id": session_id, "model": model, "epoch": _new_epoch(), **moved}
+                conn.execute(insert(EmbeddingCursorRow), row)
+            else:
+                conn.execute(
+                    update(EmbeddingCursorRow)
+                    .where(col(EmbeddingCursorRow.session_id) == session_id)
+                    .values(**moved)
+                )
+            return True
+
+        return await self.db.write(work)
+
+    def _copy_to_pgvector(self, conn: Connection, rows: list[dict[str, object]]) -> None:
+        """Insert the rows (those not stored yet) and their vectors in pgvector's table."""
+        statement = insert_ignoring(self.db.dialect, EmbeddingRow).returning(
+            col(EmbeddingRow.id), col(EmbeddingRow.kind), col(EmbeddingRow.message_id)
+        )
+        by_item = {(r["kind"], r["message_id"]): r["vector"] for r in rows}
+        for row in rows:
+            stored = conn.execute(statement.values(**row)).first()
+            if stored is None:
+                continue  # stored already
+            blob = by_item[(stored[1], stored[2])]
+            assert isinstance(blob, bytes)
+            conn.execute(
+                text("INSERT INTO embedding_pgvector (id, vec) VALUES (:id, CAST(:v AS vector))"),
+                {"id": int(stored[0]), "v": vector_literal(blob)},
+            )
+
+    async def reset(self, session_id: str, model: str) -> None:
+        """Drop the session's embeddings (every model) and start over with `model`."""
+        validate_session_id(session_id)
+
+        def work(session: Session) -> None:
+            conn = session.connection()
+            for table in (EmbeddingRow, EmbeddingCursorRow):
+                conn.execute(delete(table).where(col(table.session_id) == session_id))
+            conn.execute(
+                insert(EmbeddingCursorRow),
+                {"session_id": session_id, "model": model, "epoch": _new_epoch()},
+            )
+
+        await self.db.write(work)
+
+    async def message_rows(self, session_id: str, model: str, after_row: int) -> VectorRows:
+        """The session's message vectors of `model` stored after row `after_row`, in row order,
+        with the epoch they belong to: one read, so the two agree."""
+        stmt = (
+            select(EmbeddingRow.id, EmbeddingRow.message_id, EmbeddingRow.vector)
+            .where(
+                col(EmbeddingRow.session_id) == session_id,
+                col(EmbeddingRow.model) == model,
+                col(EmbeddingRow.id) > after_row,
+                col(EmbeddingRow.kind) == MESSAGE,
+            )
+            .order_by(col(EmbeddingRow.id))
+        )
+
+        def work(session: Session) -> VectorRows:
+            conn = session.connection()
+            cursor = _newest_cursor(conn, session_id)
+            if cursor is None:
+                return VectorRows("", [], [], [])
+            rows = conn.execute(stmt).all()
+            return VectorRows(
+                cursor.epoch,
+                [int(r[0]) for r in rows],
+                [int(r[1]) for r in rows],
+                [bytes(r[2]) for r in rows],
+            )
+
+        return await self.db.read(work)
+
+    async def summary_rows(self, session_id: str, model: str) -> list[tuple[int, str, bytes]]:
+        """The session's embedded summaries of `model`: (cursor, text, vector)."""
+        stmt = select(EmbeddingRow.message_id, EmbeddingRow.text, EmbeddingRow.vector).where(
+            col(EmbeddingRow.session_id) == session_id,
+            col(EmbeddingRow.model) == model,
+            col(EmbeddingRow.kind) == SUMMARY,
+        )
+        return await self.db.read(
+            lambda session: [
+                (int(m), str(t), bytes(v)) for m, t, v in session.connection().execute(stmt).all()
+            ]
+        )
+
+    async def messages(self, session_id: str, ids: list[int]) -> dict[int, StoredMessage]:
+        """The session's archived messages among `ids` (never another session's)."""
+        if not ids:
+            return {}
+        table = MessageRow.__table__.c  # type: ignore[attr-defined]
+        stmt = sa_select(
+            table.id,
+            table.session_id,
+            table.role,
+            table.content,
+            table.sender,
+            table.send_at,
+            table.task_hash,
+        ).where(table.session_id == session_id, table.id.in_(ids))
+        rows = await self.db.read(lambda session: session.connection().execute(stmt).all())
+        return {int(r[0]): StoredMessage(*r) for r in rows}
+
+    async def session_ids(self) -> list[str]:
+        """Every session that has messages (what `agenvoy reindex` goes through)."""
+        stmt = select(MessageRow.session_id).distinct()
+        return await self.db.read(
+            lambda session: sorted(str(s) for s in session.connection().execute(stmt).scalars())
+        )
