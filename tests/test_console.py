@@ -232,11 +232,26 @@ async def test_search_usage_charts_and_health(browser: Any, tmp_path: Path) -> N
         assert "every 1h" in schedules and "post the forecast" in schedules and "Ann" in schedules
 
         await page.get_by_role("link", name="Search").click()
-        await page.get_by_label("Words").fill("forecast")
+        await page.get_by_label("Search for").fill("forecast")
         await page.get_by_role("button", name="Search").click()
         hit = page.locator(".results li.user", has_text="the quarterly forecast")
         await hit.wait_for(timeout=WAIT_MS)
         assert "tg-31" in await hit.inner_text()
+
+        # By meaning: one session's messages, best first, with how alike they are.
+        await page.get_by_label("the meaning").check()
+        await page.get_by_role("button", name="Search").click()
+        assert "name it" in await page.get_by_role("alert").inner_text()
+        await page.get_by_label("In session").fill("tg-31")
+        await page.get_by_label("Search for").fill("quarterly forecasts")
+        await page.get_by_label("the meaning").check()
+
+        assert runtime.memory is not None
+        await runtime.memory.indexer.embed_due()  # what the background job of `agenvoy run` does
+        await page.get_by_role("button", name="Search").click()
+        await page.locator(".results li", has_text="similarity").first.wait_for(timeout=WAIT_MS)
+        first = await page.locator(".results li").first.inner_text()
+        assert "the quarterly forecast" in first and "similarity" in first
 
         await page.get_by_role("link", name="Usage").click()
         charts = page.locator('svg.chart[role="img"]')

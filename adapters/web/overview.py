@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
@@ -12,6 +13,7 @@ from adapters.http.context import Context
 from adapters.web.charts import Series, lines, stacked_bars
 from adapters.web.pages import Pages
 from gateway.ids import validate_session_id
+from gateway.memory.embedders import EmbeddingFailed
 from gateway.store.search import MAX_PAGE, search_messages
 from gateway.store.usage import DAY_MS, daily_usage, usage_summary
 
@@ -24,6 +26,18 @@ def _day_label(day: int) -> str:
     return datetime.fromtimestamp(day * DAY_MS / 1000, UTC).strftime("%m-%d")
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A search result as the page shows it."""
+
+    session_id: str
+    role: str
+    sender: str
+    send_at: int
+    content: str
+    score: float | None = None
+
+
 class Overview:
     def __init__(self, ctx: Context, pages: Pages) -> None:
         self.ctx = ctx
@@ -33,13 +47,42 @@ class Overview:
         viewer = await self.pages.viewer(request)
         query = request.query.get("q", "").strip()
         session = request.query.get("session", "").strip()
-        results = []
-        if query:
-            sid = validate_session_id(session) if session else None
-            results = await search_messages(
+        semantic = request.query.get("mode") == "semantic"
+        sid = validate_session_id(session) if session else None
+        results: list[Found] = []
+        problem = ""
+        if query and semantic:
+            results, problem = await self._by_meaning(query, sid)
+        elif query:
+            found = await search_messages(
                 self.ctx.store.db, query, session_id=sid, limit=MAX_PAGE, offset=0
             )
-        return self.pages.render("search.html", viewer, q=query, session=session, results=results)
+            results = [Found(m.session_id, m.role, m.sender, m.send_at, m.content) for m in found]
+        return self.pages.render(
+            "search.html",
+            viewer,
+            q=query,
+            session=session,
+            semantic=semantic,
+            results=results,
+            problem=problem,
+        )
+
+    async def _by_meaning(self, query: str, sid: str | None) -> tuple[list[Found], str]:
+        """Semantic search of one session (best first), or why there is none."""
+        memory = self.ctx.runtime.memory
+        if sid is None:
+            return [], "Searching by meaning looks in one session: name it."
+        if memory is None:
+            return [], "Searching by meaning is not available on this gateway."
+        await self.ctx.require_session(sid)
+        try:
+            found = await memory.recall.search(sid, query, MAX_PAGE, summaries=True)
+        except EmbeddingFailed as exc:
+            return [], f"The embedding model did not answer ({exc}); try again shortly."
+        return [
+            Found(sid, r.role, r.sender, r.send_at, r.content, score=r.score) for r in found
+        ], ""
 
     async def usage(self, request: web.Request) -> web.Response:
         viewer = await self.pages.viewer(request)
