@@ -334,7 +334,9 @@ async def test_sessions_lifecycle(server: Server) -> None:
         "updated_at",
         "message_count",
         "running",
+        "parent",
     }
+    assert body["sessions"][0]["parent"] == ""  # a subagent's session names its parent's
     status, body = await server.call("GET", "/v1/sessions?prefix=chat")
     assert [s["session_id"] for s in body["sessions"]] == [chat]
     status, body = await server.call("GET", "/v1/sessions?prefix=nope")

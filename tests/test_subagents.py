@@ -153,7 +153,15 @@ async def test_cancelling_the_parent_cancels_the_child_and_the_reaper_waits(
     child = child_session_id(sub.task_hash, "#0")
 
     reaper = Reaper(runtime.store, runtime.kv, runtime.presence, router, idle_seconds=0)
-    assert await wait_until(lambda: _exists(runtime, child), within=10)
+
+    async def child_asked() -> bool:
+        return (
+            bool(await runtime.store.recent_messages(child))
+            if await _exists(runtime, child)
+            else False
+        )
+
+    assert await wait_until(child_asked, within=10)
     # Idle by its clock, but its parent runs: the reaper leaves it.
     assert child not in await reaper.run_once()
     await router.cancel_for(ANN, "cli-c", sub.task_hash)

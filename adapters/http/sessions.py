@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
+from adapters.http.context import Context
 from adapters.http.errors import ApiError, bad, no_session
 from adapters.http.models import (
     AddInputRequest,
@@ -41,8 +42,11 @@ async def create_session(call: Call) -> CreatedSession:
 
 
 async def list_sessions(call: Call) -> SessionList:
-    prefix = call.query(SessionsQuery).prefix
-    router = call.ctx.router
+    return await session_list(call.ctx, call.query(SessionsQuery).prefix)
+
+
+async def session_list(ctx: Context, prefix: str | None) -> SessionList:
+    """Every session (or those of `prefix`), most recently active first."""
     return SessionList(
         sessions=[
             SessionSummary(
@@ -50,10 +54,10 @@ async def list_sessions(call: Call) -> SessionList:
                 name=info.name,
                 updated_at=info.updated_at,
                 message_count=info.message_count,
-                running=router.running_task(info.id) is not None,
+                running=ctx.router.running_task(info.id) is not None,
                 parent=info.parent,
             )
-            for info in await call.ctx.store.list_sessions()
+            for info in await ctx.store.list_sessions()
             if prefix is None or info.id.startswith(f"{prefix}-")
         ]
     )

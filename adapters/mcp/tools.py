@@ -38,8 +38,9 @@ from adapters.http.replies import (
     Reply,
     SearchResults,
     SessionList,
-    SessionSummary,
+    TaskView,
 )
+from adapters.http.sessions import session_list
 from gateway.engine.task import TaskStatus
 from gateway.events import Inbound, Origin
 from gateway.ids import Prefix, new_session_id, validate_hash, validate_session_id
@@ -121,21 +122,7 @@ class McpTool:
 
 
 async def _list_sessions(ctx: Context, who: Origin, args: ListSessionsArgs) -> SessionList:
-    prefix = args.prefix
-    return SessionList(
-        sessions=[
-            SessionSummary(
-                session_id=info.id,
-                name=info.name,
-                updated_at=info.updated_at,
-                message_count=info.message_count,
-                running=ctx.router.running_task(info.id) is not None,
-                parent=info.parent,
-            )
-            for info in await ctx.store.list_sessions()
-            if prefix is None or info.id.startswith(f"{prefix}-")
-        ]
-    )
+    return await session_list(ctx, args.prefix)
 
 
 async def _read_history(ctx: Context, who: Origin, args: ReadHistoryArgs) -> Messages:
@@ -179,19 +166,15 @@ async def _send_message(
         )
         message = f"the gateway is restarting; the task goes on: call {again} once it is back"
         raise ApiError(503, "restarting", message) from None
-    return TaskOutcome(
-        session_id=state.session_id,
-        task_hash=state.task_hash,
-        status=state.status,
-        text=state.reply,
-        error=state.error,
-        pending=Prompt.of(state.prompt) if state.prompt is not None else None,
-    )
+    return _outcome(TaskView.of(state))
 
 
 async def _get_task(ctx: Context, who: Origin, args: GetTaskArgs) -> TaskOutcome:
     session_id = validate_session_id(args.session_id)
-    view = await task_view(ctx, session_id, validate_hash(args.task_hash), args.wait)
+    return _outcome(await task_view(ctx, session_id, validate_hash(args.task_hash), args.wait))
+
+
+def _outcome(view: TaskView) -> TaskOutcome:
     return TaskOutcome(**view.model_dump(include=set(TaskOutcome.model_fields)))
 
 

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gateway.clock import now_ms
 from gateway.events import Attachment, Origin
 from gateway.memory.recalled import Recalled
 from gateway.store.sessions import StoredMessage
+from gateway.store.usage import UsageRecord
 
 if TYPE_CHECKING:
     from gateway.agents.tool_memory import ToolMemory
@@ -49,6 +51,21 @@ class Usage:
     cache_write: int = 0
     elapsed_ms: int = 0
     tool_calls: Sequence[str] = ()
+
+    def record(self, session_id: str, task_hash: str) -> UsageRecord:
+        """The usage row of this model call, made now in `session_id` for `task_hash`."""
+        return UsageRecord(
+            session_id,
+            self.model,
+            input=self.input,
+            output=self.output,
+            cache_read=self.cache_read,
+            cache_write=self.cache_write,
+            elapsed_ms=self.elapsed_ms,
+            tool_calls=self.tool_calls,
+            send_at=now_ms(),
+            task_hash=task_hash,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ from gateway.agents.base import (
     Usage,
 )
 from gateway.agents.tool_memory import ToolMemory
-from gateway.clock import now_ms
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.context import Steer, load_context
 from gateway.engine.dispatch import Dispatch
@@ -41,7 +40,7 @@ from gateway.logs import get_logger
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.store.sessions import RunRecord, SessionStore
-from gateway.store.usage import UsageRecord, record_usage
+from gateway.store.usage import record_usage
 
 log = get_logger(__name__)
 
@@ -148,18 +147,7 @@ class Runner:
         elif isinstance(step, Usage):
             # Held until the next step: with the run when that is the end, else just before.
             await self._record_usage(task)
-            task.usage = UsageRecord(
-                sid,
-                step.model,
-                input=step.input,
-                output=step.output,
-                cache_read=step.cache_read,
-                cache_write=step.cache_write,
-                elapsed_ms=step.elapsed_ms,
-                tool_calls=step.tool_calls,
-                send_at=now_ms(),
-                task_hash=task.task_hash,
-            )
+            task.usage = step.record(sid, task.task_hash)
         elif isinstance(step, Reply):
             task.reply = step.text
 

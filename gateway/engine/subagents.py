@@ -33,7 +33,6 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
-from gateway.clock import now_ms
 from gateway.engine.context import RunContext
 from gateway.events import DoneEvent, Event, TextDeltaEvent, TextEvent, UserEvent
 from gateway.ids import Prefix
@@ -147,7 +146,7 @@ class Subagents:
                 if isinstance(step, Delta):
                     await self._note(child, TextDeltaEvent(session_id=child_id, text=step.text))
                 elif isinstance(step, Usage):
-                    usage.append(_usage(child_id, root.task_hash, step))
+                    usage.append(step.record(child_id, root.task_hash))
                 elif isinstance(step, Reply):
                     reply = step.text
                 elif isinstance(step, ToolCall | ToolResult):
@@ -193,21 +192,6 @@ class Subagents:
         with contextlib.suppress(FileNotFoundError):
             await self.store.log_action(session_id, event.kind, body, task_hash=task_hash)
         self.offer(event, session_id)
-
-
-def _usage(session_id: str, parent_task: str, step: Usage) -> UsageRecord:
-    return UsageRecord(
-        session_id,
-        step.model,
-        input=step.input,
-        output=step.output,
-        cache_read=step.cache_read,
-        cache_write=step.cache_write,
-        elapsed_ms=step.elapsed_ms,
-        tool_calls=step.tool_calls,
-        send_at=now_ms(),
-        task_hash=parent_task,
-    )
 
 
 @contextlib.asynccontextmanager
