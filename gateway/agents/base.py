@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,3 +168,15 @@ class Agent(Protocol):
     name: str
 
     def run(self, ctx: AgentContext) -> AsyncIterator[Step]: ...
+
+
+@contextlib.asynccontextmanager
+async def closing(steps: AsyncIterator[Step]) -> AsyncIterator[AsyncIterator[Step]]:
+    """Close the agent's run on the way out, cancel included, so its own clean-up (stopping a
+    subprocess, closing a stream) runs now rather than whenever the generator is collected."""
+    try:
+        yield steps
+    finally:
+        aclose = getattr(steps, "aclose", None)
+        if aclose is not None:
+            await aclose()

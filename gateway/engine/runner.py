@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from gateway.agents.base import (
     Agent,
@@ -17,6 +17,7 @@ from gateway.agents.base import (
     ToolCall,
     ToolResult,
     Usage,
+    closing,
 )
 from gateway.agents.tool_memory import ToolMemory
 from gateway.crash import NO_CRASH, CrashPoints
@@ -117,7 +118,7 @@ class Runner:
             fold_soon = context.fold_soon
             async with (
                 self.presence.hold(task.session_id, task.task_hash),
-                _closing(self.agent.run(context)) as steps,
+                closing(self.agent.run(context)) as steps,
             ):
                 async for step in steps:
                     await self._step(task, step)
@@ -273,15 +274,3 @@ class Runner:
         self.counters["tasks_canceled"] += 1
         await task.journal.close(recorded=False)  # before waiters hear of the end
         await task.set_status("canceled")
-
-
-@contextlib.asynccontextmanager
-async def _closing(steps: AsyncIterator[Step]) -> AsyncIterator[AsyncIterator[Step]]:
-    """Close the agent's run on the way out, cancel included, so its own clean-up (stopping a
-    subprocess, closing a stream) runs now rather than whenever the generator is collected."""
-    try:
-        yield steps
-    finally:
-        aclose = getattr(steps, "aclose", None)
-        if aclose is not None:
-            await aclose()

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Final
 
 from gateway.agents.base import (
     Agent,
@@ -32,6 +32,7 @@ from gateway.agents.base import (
     ToolCall,
     ToolResult,
     Usage,
+    closing,
 )
 from gateway.engine.context import RunContext
 from gateway.events import DoneEvent, Event, TextDeltaEvent, TextEvent, UserEvent
@@ -142,15 +143,16 @@ class Subagents:
         reply = ""
         usage: list[UsageRecord] = []
         try:
-            async for step in _closing(self.agent.run(child)):
-                if isinstance(step, Delta):
-                    await self._note(child, TextDeltaEvent(session_id=child_id, text=step.text))
-                elif isinstance(step, Usage):
-                    usage.append(step.record(child_id, root.task_hash))
-                elif isinstance(step, Reply):
-                    reply = step.text
-                elif isinstance(step, ToolCall | ToolResult):
-                    pass  # journaled and shown through the parent (ChildContext.run_tool)
+            async with closing(self.agent.run(child)) as steps:
+                async for step in steps:
+                    # Tool calls are journaled and shown through the parent (`run_tool`).
+                    if isinstance(step, Delta):
+                        delta = TextDeltaEvent(session_id=child_id, text=step.text)
+                        await self._note(child, delta)
+                    elif isinstance(step, Usage):
+                        usage.append(step.record(child_id, root.task_hash))
+                    elif isinstance(step, Reply):
+                        reply = step.text
         except AgentFailed as exc:
             raise AgentFailed(f"the subagent failed: {exc}") from exc
         await self.store.finish_run(
@@ -192,20 +194,3 @@ class Subagents:
         with contextlib.suppress(FileNotFoundError):
             await self.store.log_action(session_id, event.kind, body, task_hash=task_hash)
         self.offer(event, session_id)
-
-
-@contextlib.asynccontextmanager
-async def _steps(steps: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any]]:
-    try:
-        yield steps
-    finally:
-        aclose = getattr(steps, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
-async def _closing(steps: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """The agent's steps, its run closed on the way out (cancel included)."""
-    async with _steps(steps) as running:
-        async for step in running:
-            yield step
