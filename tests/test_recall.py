@@ -14,6 +14,7 @@ from gateway.events import Inbound, Origin
 from gateway.memory.embedders import LOCAL_MODEL, LocalEmbedder, OpenAIEmbedder
 from gateway.memory.index import SessionIndex
 from gateway.memory.indexer import Indexer
+from gateway.memory.recalled import Recalled
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.vectors import VectorArchive
@@ -278,3 +279,27 @@ async def test_a_stuck_embedding_endpoint_delays_a_task_by_the_deadline_only(
     assert not waiting.done()
     await clock.advance(CONTEXT_DEADLINE_SECONDS)
     assert await asyncio.wait_for(waiting, 5) == []
+
+
+async def test_an_agent_that_shows_no_recall_to_a_model_does_not_pay_for_it(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offline agent never shows `recalled` to a model: its tasks recall nothing up
+    front (which cost every task a search), and `!recall` still asks on demand."""
+    assert runtime.memory is not None
+    asked: list[str] = []
+    recall = runtime.memory.recall
+    before = recall.for_context
+
+    async def counted(session_id: str, text: str, start: int) -> list[Recalled]:
+        asked.append(text)
+        return await before(session_id, text, start)
+
+    monkeypatch.setattr(recall, "for_context", counted)
+    await runtime.store.ensure("cli-quiet")
+    await say(runtime, "cli-quiet", "the kettle is descaled every spring")
+    await runtime.memory.indexer.embed_due()
+    assert await ask(runtime, "cli-quiet", "plain words") == "echo: plain words"
+    reply = await ask(runtime, "cli-quiet", "!recall kettle descaled")
+    assert asked == []
+    assert reply.startswith("recalled: "), reply  # asked on demand (inside the window: nothing)

@@ -126,6 +126,8 @@ def with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 class AnthropicAgent:
     name = "claude"
+    # Its context's `recalled` goes to the model (gateway/memory): the runner fills it.
+    reads_recall = True
 
     def __init__(
         self,

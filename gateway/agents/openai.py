@@ -84,6 +84,8 @@ class _Completion:
 
 class OpenAIAgent:
     name = "openai"
+    # Its context's `recalled` goes to the model (gateway/memory): the runner fills it.
+    reads_recall = True
 
     def __init__(
         self,

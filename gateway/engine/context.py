@@ -162,8 +162,11 @@ async def load_context(
     steer: Steer | None = None,
     subagents: Subagents | None = None,
     recall: Recall | None = None,
+    recall_into_context: bool = True,
 ) -> RunContext:
-    """The context of `task`: session settings and summary from SQL, window from its files."""
+    """The context of `task`: session settings and summary from SQL, window from its files.
+    With `recall_into_context` (an agent that shows `recalled` to its model), the older
+    messages most like the task's are recalled before it runs; otherwise only on demand."""
     files = store.files(task.session_id)
     summary, row, due = await store.summary_and_settings(task.session_id, window)
     cursor = summary.cursor if summary else 0
@@ -173,8 +176,9 @@ async def load_context(
     context.window_start = min((i for i in (oldest, task.user_message_id) if i), default=0)
     if recall is not None:
         context.recaller = recall.bound
-        start = context.window_start
-        context.recalled = await recall.for_context(task.session_id, task.text, start)
+        if recall_into_context:
+            start = context.window_start
+            context.recalled = await recall.for_context(task.session_id, task.text, start)
     if row is not None:
         context.persona = row.persona
         context.model = row.model

@@ -113,6 +113,8 @@ class Runner:
                 steer=self.steer,
                 subagents=self.subagents,
                 recall=self.recall,
+                # Only an agent that shows recalled messages to its model pays for them.
+                recall_into_context=getattr(self.agent, "reads_recall", False),
             )
             held.push_async_exit(context.cleanup)
             fold_soon = context.fold_soon
