@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -46,6 +47,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 from gateway.crash import CrashPoints
 from gateway.logs import get_logger
 from gateway.store.group_commit import GroupCommitWriter
+from gateway.store.lean import Lean
 
 log = get_logger(__name__)
 
@@ -65,7 +67,8 @@ class DatabaseError(RuntimeError):
 
 
 def _is_locked(exc: BaseException) -> bool:
-    return isinstance(exc, OperationalError) and (
+    # Lean statements (gateway.store.lean) raise the driver's own error, unwrapped.
+    return isinstance(exc, OperationalError | sqlite3.OperationalError) and (
         "locked" in str(exc).lower() or "busy" in str(exc).lower()
     )
 
@@ -189,7 +192,7 @@ class Database:
         """
         try:
             return await self._write_once(work, after_commit)
-        except OperationalError as exc:
+        except (OperationalError, sqlite3.OperationalError) as exc:
             if not _is_locked(exc):
                 raise
         # Only a write that met another process's lock pays for the retry machinery.
@@ -207,21 +210,35 @@ class Database:
         return result
 
     async def read(self, work: Work[T]) -> T:
+        return await self._read(work, lean=False)
+
+    async def read_lean(self, work: Callable[[Lean], T]) -> T:
+        """`read` for statements of `gateway.store.lean`: no ORM session and no SQLAlchemy
+        connection around them, for the reads every message makes."""
+        return await self._read(work, lean=True)
+
+    async def _read(self, work: Callable[[Any], T], *, lean: bool) -> T:
         try:
-            return await self._read_once(work)
-        except OperationalError as exc:
+            return await self._read_once(work, lean)
+        except (OperationalError, sqlite3.OperationalError) as exc:
             if not _is_locked(exc):
                 raise
         async for attempt in _while_locked():
             with attempt:
-                return await self._read_once(work)
+                return await self._read_once(work, lean)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _read_once(self, work: Work[T]) -> T:
+    async def _read_once(self, work: Callable[[Any], T], lean: bool) -> T:
         if self._async_engine is None:
             loop = asyncio.get_running_loop()
-            call = partial(_in_session, self._reader, work, commit=False)
+            if lean:
+                call = partial(_lean_read, self._reader, work)
+            else:
+                call = partial(_in_session, self._reader, work, commit=False)
             return await loop.run_in_executor(self._read_threads, call)
+        if lean:
+            async with self._async_engine.connect() as conn:
+                return await conn.run_sync(lambda sync: work(Lean.of(sync)))
         return await self._async_work(work, commit=False)
 
     async def _async_work(self, work: Work[T], *, commit: bool) -> T:
@@ -268,6 +285,20 @@ def _in_session(engine: Engine, work: Work[T], commit: bool = True) -> T:
         if commit:
             session.commit()
         return result
+
+
+def _lean_read(engine: Engine, work: Callable[[Lean], T]) -> T:
+    pooled = engine.raw_connection()
+    try:
+        driver = pooled.dbapi_connection
+        assert driver is not None
+        driver.execute("BEGIN")  # one snapshot for all of `work`
+        try:
+            return work(Lean(driver, "sqlite"))
+        finally:
+            driver.execute("ROLLBACK")
+    finally:
+        pooled.close()
 
 
 def _select_one(session: Session) -> None:

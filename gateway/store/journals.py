@@ -12,14 +12,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import update
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
 from gateway.ids import validate_hash
 from gateway.store.base import StoreBase
 from gateway.store.db import insert_ignoring
+from gateway.store.lean import Lean
 from gateway.store.models import CommandOnceRow, PromptAnswerRow, TaskJournalRow
 
 
@@ -38,32 +38,37 @@ class JournalRecord:
 
 
 # Built once: these run for every task, and building a statement costs more than running it.
-_INSERT_JOURNAL = insert(TaskJournalRow)
-_DELETE_JOURNAL = delete(TaskJournalRow).where(col(TaskJournalRow.task_hash) == bindparam("th"))
-_DELETE_ANSWERS = delete(PromptAnswerRow).where(col(PromptAnswerRow.task_hash) == bindparam("th"))
+# Lean statements (gateway.store.lean): one of each per task.
+_INSERT_JOURNAL = (
+    "INSERT INTO task_journal (task_hash, session_id, origin, text, user_message_id,"
+    " user_sent_at, submitted_at, status, steps, prompt, updated_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_DELETE_JOURNAL = "DELETE FROM task_journal WHERE task_hash = ?"
+_DELETE_ANSWERS = "DELETE FROM prompt_answer WHERE task_hash = ?"
 
 
-def insert_journal(conn: Connection, record: JournalRecord) -> None:
-    values = {
-        "task_hash": validate_hash(record.task_hash),
-        "session_id": record.session_id,
-        "origin": json.dumps(record.origin, ensure_ascii=False),
+def insert_journal(sql: Lean, record: JournalRecord) -> None:
+    sql.run(
+        _INSERT_JOURNAL,
+        validate_hash(record.task_hash),
+        record.session_id,
+        json.dumps(record.origin, ensure_ascii=False),
         # PostgreSQL text cannot hold NUL; the archive keeps the same replacement.
-        "text": record.text.replace("\x00", "\ufffd"),
-        "user_message_id": record.user_message_id,
-        "user_sent_at": record.user_sent_at,
-        "submitted_at": record.submitted_at,
-        "status": record.status,
-        "steps": json.dumps(list(record.steps), ensure_ascii=False),
-        "prompt": json.dumps(record.prompt, ensure_ascii=False) if record.prompt else "",
-        "updated_at": now_ms(),
-    }
-    conn.execute(_INSERT_JOURNAL, values)
+        record.text.replace("\x00", "\ufffd"),
+        record.user_message_id,
+        record.user_sent_at,
+        record.submitted_at,
+        record.status,
+        json.dumps(list(record.steps), ensure_ascii=False),
+        json.dumps(record.prompt, ensure_ascii=False) if record.prompt else "",
+        now_ms(),
+    )
 
 
-def delete_journal(conn: Connection, task_hash: str) -> None:
-    conn.execute(_DELETE_JOURNAL, {"th": task_hash})
-    conn.execute(_DELETE_ANSWERS, {"th": task_hash})
+def delete_journal(sql: Lean, task_hash: str) -> None:
+    sql.run(_DELETE_JOURNAL, task_hash)
+    sql.run(_DELETE_ANSWERS, task_hash)
 
 
 class JournalArchive(StoreBase):
@@ -89,11 +94,13 @@ class JournalArchive(StoreBase):
         await self.db.write(lambda session: session.connection().execute(stmt))
 
     async def insert_journal(self, record: JournalRecord) -> None:
-        await self.db.write(lambda session: insert_journal(session.connection(), record))
+        await self.db.write(lambda session: insert_journal(Lean.of(session.connection()), record))
 
     async def drop_journal(self, task_hash: str) -> None:
         """The task ended without a run to record (canceled): it is not to be taken up."""
-        await self.db.write(lambda session: delete_journal(session.connection(), task_hash))
+        await self.db.write(
+            lambda session: delete_journal(Lean.of(session.connection()), task_hash)
+        )
 
     async def unfinished(self, session_id: str | None = None) -> list[JournalRecord]:
         """Every journal in the archive (of one session, when given), in the order their

@@ -4,23 +4,20 @@ order of its archive id."""
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
-from sqlalchemy import bindparam, case, func, insert, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
 from gateway.ids import validate_hash, validate_session_id
 from gateway.logs import get_logger
 from gateway.store.base import StoreBase, UnknownSession
-from gateway.store.db import insert_ignoring
 from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
-from gateway.store.models import MessageRow, SessionRow
+from gateway.store.lean import Lean
+from gateway.store.models import MessageRow
 from gateway.store.summaries import NoSummaryRow, SummaryState, latest_state, summary_state
 
 log = get_logger(__name__)
@@ -31,23 +28,23 @@ HISTORY_CATCH_UP = 500
 # How many of history.json's last lines are compared with the archive by `resync_history`.
 HISTORY_RESYNC_TAIL = 50
 
-# Built once: constructing and compiling statements per message cost more than running them.
+# Lean statements (gateway.store.lean): every message runs them.
 _TOUCH_SESSION = (
-    update(SessionRow)
-    .where(col(SessionRow.id) == bindparam("sid"))
-    .values(
-        updated_at=case(
-            (col(SessionRow.updated_at) < bindparam("at"), bindparam("at")),
-            else_=col(SessionRow.updated_at),
-        )
-    )
+    "UPDATE session SET updated_at = CASE WHEN updated_at < ? THEN ? ELSE updated_at END"
+    " WHERE id = ?"
 )
-_INSERT_MESSAGE = insert(MessageRow).returning(col(MessageRow.id))
-
-
-@functools.cache
-def _insert_keyed(dialect: str) -> Any:
-    return insert_ignoring(dialect, MessageRow).returning(col(MessageRow.id))
+_NEW_SESSION = (
+    "INSERT INTO session (id, name, self_id, role, rule, model, reasoning, settings, created_at,"
+    " updated_at) VALUES (?, '', '', '', '', '', '', '{}', ?, ?) ON CONFLICT DO NOTHING"
+)
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, role, content, sender, send_at, task_hash, source_key)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_RETURNING_ID = " RETURNING id"
+# A message the platform delivered before (same source key) is not stored again.
+_INSERT_KEYED = _INSERT_MESSAGE + " ON CONFLICT DO NOTHING" + _RETURNING_ID
+_INSERT_MESSAGE += _RETURNING_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,29 +58,26 @@ class StoredMessage:
     task_hash: str = ""
 
 
-def touch_session(conn: Connection, session_id: str, at: int) -> bool:
+def touch_session(sql: Lean, session_id: str, at: int) -> bool:
     """Move the session's last activity up to `at`; False when the session has no row."""
-    return bool(conn.execute(_TOUCH_SESSION, {"sid": session_id, "at": at}).rowcount)
+    return bool(sql.run(_TOUCH_SESSION, at, at, session_id))
 
 
-def insert_message(conn: Connection, message: StoredMessage, source_key: str = "") -> int | None:
+def new_session(sql: Lean, session_id: str, at: int) -> None:
+    """Add the session's row (with default settings) unless it has one."""
+    sql.run(_NEW_SESSION, session_id, at, at)
+
+
+def insert_message(sql: Lean, message: StoredMessage, source_key: str = "") -> int | None:
     """Archive `message` (its `id` is ignored); returns the id the archive gave it, or None
     when a message with the same `source_key` is archived already."""
-    values = {
-        "session_id": message.session_id,
-        "role": message.role,
-        "content": message.content,
-        "sender": message.sender,
-        "send_at": message.send_at,
-        "task_hash": message.task_hash,
-    }
-    if not source_key:
-        message_id = conn.execute(_INSERT_MESSAGE, values).scalar_one()
-        assert message_id is not None
-        return int(message_id)
-    values["source_key"] = source_key
-    found = conn.execute(_insert_keyed(conn.dialect.name), values).scalar_one_or_none()
-    return int(found) if found is not None else None
+    m = message
+    values = (m.session_id, m.role, m.content, m.sender, m.send_at, m.task_hash, source_key)
+    found = sql.value(_INSERT_KEYED if source_key else _INSERT_MESSAGE, *values)
+    if found is None:
+        assert source_key, "an insert without a source key always returns its id"
+        return None
+    return int(found)
 
 
 def history_line(message: StoredMessage) -> HistoryMessage:
@@ -171,7 +165,6 @@ class MessageArchive(StoreBase):
         then: Callable[[StoredMessage], None] | None = None,
     ) -> StoredMessage | None:
         validate_session_id(session_id)
-        new_row = insert_ignoring(self.db.dialect, SessionRow)
         if task_hash:
             validate_hash(task_hash)
         at = send_at if send_at is not None else now_ms()
@@ -181,17 +174,17 @@ class MessageArchive(StoreBase):
         unfiled = StoredMessage(0, session_id, role, content, sender, at, task_hash)
 
         def work(session: Session) -> StoredMessage | None:
-            conn = session.connection()
-            if not touch_session(conn, session_id, at):
+            sql = Lean.of(session.connection())
+            if not touch_session(sql, session_id, at):
                 if not create_session:
                     raise UnknownSession(session_id)
-                conn.execute(new_row, {"id": session_id, "created_at": at, "updated_at": at})
-            message_id = insert_message(conn, unfiled, source_key)
+                new_session(sql, session_id, at)
+            message_id = insert_message(sql, unfiled, source_key)
             if message_id is None:
                 return None
             stored = replace(unfiled, id=message_id)
             if journal is not None:
-                insert_journal(conn, journal(stored))
+                insert_journal(sql, journal(stored))
             return stored
 
         if not write_history:
@@ -236,8 +229,8 @@ class MessageArchive(StoreBase):
             first = min(ids) if ids else 0
             # Before every task of a shared session: ids only, and the summary, in one read;
             # message bodies only when the two copies differ.
-            state, archived_ids = await self.db.read(
-                lambda session: _resync_view(session.connection(), session_id, first)
+            state, archived_ids = await self.db.read_lean(
+                lambda sql: _resync_view(sql, session_id, first)
             )
             if isinstance(state, NoSummaryRow):
                 state = await summary_state(self.db, files, session_id)
@@ -337,37 +330,31 @@ class MessageArchive(StoreBase):
     ) -> list[StoredMessage]:
         """Messages newer than `after_id` (e.g. the summary cursor), oldest first."""
         validate_session_id(session_id)
-        stmt = (
-            select(MessageRow)
-            .where(MessageRow.session_id == session_id, col(MessageRow.id) > after_id)
-            .order_by(col(MessageRow.id))
-            .limit(limit)
-        )
 
-        def work(session: Session) -> list[StoredMessage]:
-            return [_stored(r) for r in session.exec(stmt).all()]
+        def work(sql: Lean) -> list[StoredMessage]:
+            return [StoredMessage(*row) for row in sql.all(_AFTER, session_id, after_id, limit)]
 
-        return await self.db.read(work)
+        return await self.db.read_lean(work)
 
 
-_IDS_FROM = (
-    select(MessageRow.id)
-    .where(col(MessageRow.session_id) == bindparam("sid"), col(MessageRow.id) >= bindparam("first"))
-    .order_by(col(MessageRow.id))
-    .limit(HISTORY_CATCH_UP)
+# Lean (gateway.store.lean): the summary reads these every fold, history.json at a catch-up.
+_AFTER = (
+    "SELECT id, session_id, role, content, sender, send_at, task_hash FROM messages"
+    " WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?"
 )
 
 
+_IDS_FROM = "SELECT id FROM messages WHERE session_id = ? AND id >= ? ORDER BY id LIMIT ?"
+
+
 def _resync_view(
-    conn: Connection, session_id: str, first: int
+    sql: Lean, session_id: str, first: int
 ) -> tuple[SummaryState | NoSummaryRow | None, list[int]]:
     """The session's summary and the ids of its archived messages from `first` on."""
-    state = latest_state(conn, session_id)
+    state = latest_state(sql, session_id)
     if not first:
         return state, []
-    return state, [
-        int(i) for i in conn.execute(_IDS_FROM, {"sid": session_id, "first": first}).scalars()
-    ]
+    return state, [int(row[0]) for row in sql.all(_IDS_FROM, session_id, first, HISTORY_CATCH_UP)]
 
 
 def _stored(row: MessageRow) -> StoredMessage:

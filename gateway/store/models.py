@@ -4,28 +4,20 @@ mirror it for queries, and a test checks that the two agree."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, Final
 
 from sqlalchemy import BigInteger, Column, LargeBinary, Table, Text
 from sqlmodel import Field, SQLModel
 
 
-class SessionRow(SQLModel, table=True):
-    __tablename__ = "session"
+class SettingsView:
+    """What a session's settings columns mean; shared by the table row and the lean read of
+    them (`SessionSettings`)."""
 
-    id: str = Field(primary_key=True, max_length=140)
-    name: str = ""
-    # Unique when non-empty (a partial index): the platform-side identity of the session.
-    self_id: str = ""
-    # The persona. Written to both `role` and the legacy `rule`; read from `role` first.
-    role: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
-    rule: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
-    model: str = ""
-    reasoning: str = ""
-    # JSON object of per-session settings (tool allow-list and the like).
-    settings: str = Field(default="{}", sa_column=Column(Text, nullable=False, server_default="{}"))
-    created_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
-    updated_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms, last activity
+    role: str
+    rule: str
+    settings: str
 
     @property
     def persona(self) -> str:
@@ -65,6 +57,35 @@ class SessionRow(SQLModel, table=True):
             if isinstance(tools, list)
             else frozenset()
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings(SettingsView):
+    """The settings columns of a session's row, as a task's context reads them."""
+
+    role: str
+    rule: str
+    model: str
+    reasoning: str
+    settings: str
+
+
+class SessionRow(SettingsView, SQLModel, table=True):
+    __tablename__ = "session"
+
+    id: str = Field(primary_key=True, max_length=140)
+    name: str = ""
+    # Unique when non-empty (a partial index): the platform-side identity of the session.
+    self_id: str = ""
+    # The persona. Written to both `role` and the legacy `rule`; read from `role` first.
+    role: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    rule: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    model: str = ""
+    reasoning: str = ""
+    # JSON object of per-session settings (tool allow-list and the like).
+    settings: str = Field(default="{}", sa_column=Column(Text, nullable=False, server_default="{}"))
+    created_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
+    updated_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms, last activity
 
 
 class MessageRow(SQLModel, table=True):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam, insert
+from sqlalchemy import ColumnElement
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
@@ -17,6 +17,7 @@ from gateway.logs import get_logger
 from gateway.store.base import StoreBase
 from gateway.store.db import insert_ignoring
 from gateway.store.journals import delete_journal
+from gateway.store.lean import Lean
 from gateway.store.messages import StoredMessage, history_line, insert_message, touch_session
 from gateway.store.models import ActionHistoryRow, FileHistoryRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, claim_in
@@ -36,11 +37,12 @@ class RunRecord:
     usage: Sequence[UsageRecord] = field(default_factory=tuple)
 
 
-_ALREADY = select(ActionHistoryRow.id).where(
-    col(ActionHistoryRow.session_id) == bindparam("sid"),
-    col(ActionHistoryRow.task_hash) == bindparam("th"),
+# Lean statements (gateway.store.lean): one of each per task.
+_ALREADY = "SELECT id FROM action_history WHERE session_id = ? AND task_hash = ?"
+_INSERT_RUN = (
+    "INSERT INTO action_history (session_id, task_hash, objective, tool_results, reply,"
+    " created_at) VALUES (?, ?, ?, ?, ?, ?)"
 )
-_INSERT_RUN = insert(ActionHistoryRow)
 
 
 def _the_run(session_id: str, task_hash: str) -> tuple[ColumnElement[bool], ...]:
@@ -75,26 +77,20 @@ class RunArchive(StoreBase):
 
         def work(session: Session) -> list[OutboxItem]:
             filed.clear()
-            conn = session.connection()
-            already = conn.execute(_ALREADY, {"sid": run.session_id, "th": run.task_hash})
-            if already.first() is None:
+            sql = Lean.of(session.connection())
+            if sql.one(_ALREADY, run.session_id, run.task_hash) is None:
                 if reply:
-                    touch_session(conn, run.session_id, at)
-                    reply_id = insert_message(conn, reply_message)
+                    touch_session(sql, run.session_id, at)
+                    reply_id = insert_message(sql, reply_message)
                     assert reply_id is not None
                     filed.append(replace(reply_message, id=reply_id))
-                values = {
-                    "session_id": run.session_id,
-                    "task_hash": run.task_hash,
-                    "objective": objective,
-                    "tool_results": json.dumps(list(run.tool_results), ensure_ascii=False),
-                    "reply": reply,
-                    "created_at": at,
-                }
-                conn.execute(_INSERT_RUN, values)
+                tool_results = json.dumps(list(run.tool_results), ensure_ascii=False)
+                sql.run(
+                    _INSERT_RUN, run.session_id, run.task_hash, objective, tool_results, reply, at
+                )
                 for record in run.usage:
-                    insert_usage(conn, record)
-            delete_journal(conn, run.task_hash)
+                    insert_usage(sql, record)
+            delete_journal(sql, run.task_hash)
             return [claim_in(session, dialect, entry) for entry in outbox]
 
         history = self.files(run.session_id).history

@@ -13,8 +13,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import bindparam, delete, func
-from sqlalchemy.engine import Connection
+from sqlalchemy import delete
 from sqlmodel import Session, col, select
 
 from gateway.ids import validate_session_id
@@ -22,7 +21,8 @@ from gateway.store.base import StoreBase
 from gateway.store.db import Database
 from gateway.store.files import SessionFiles, Summary
 from gateway.store.fslock import SessionDirectoryMissing
-from gateway.store.models import MessageRow, SessionRow, SessionSummaryRow
+from gateway.store.lean import Lean
+from gateway.store.models import SessionSettings, SessionSummaryRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,30 +38,21 @@ class NoSummaryRow:
 NO_ROW: Final = NoSummaryRow()
 Archived = SummaryState | NoSummaryRow | None  # what the archive holds for a session
 
-# Built once: read before every task and after it (is a fold due?).
+# Read before every task and after it (is a fold due?): lean statements (gateway.store.lean).
 _LATEST = (
-    select(
-        SessionSummaryRow.summary,
-        SessionSummaryRow.cursor,
-        SessionSummaryRow.reset_at,
-        SessionSummaryRow.updated_at,
-    )
-    .where(col(SessionSummaryRow.session_id) == bindparam("sid"))
-    .order_by(col(SessionSummaryRow.id).desc())
-    .limit(1)
+    "SELECT summary, cursor, reset_at, updated_at FROM session_summary"
+    " WHERE session_id = ? ORDER BY id DESC LIMIT 1"
 )
 _WINDOW_START = (
-    select(MessageRow.id)
-    .where(col(MessageRow.session_id) == bindparam("sid"), col(MessageRow.id) > bindparam("after"))
-    .order_by(col(MessageRow.id).desc())
-    .offset(bindparam("skip"))
-    .limit(1)
+    "SELECT id FROM messages WHERE session_id = ? AND id > ? ORDER BY id DESC LIMIT 1 OFFSET ?"
 )
+_COUNT_BETWEEN = "SELECT count(*) FROM messages WHERE session_id = ? AND id > ? AND id < ?"
+_SETTINGS = "SELECT role, rule, model, reasoning, settings FROM session WHERE id = ?"
 
 
-def latest_state(conn: Connection, session_id: str) -> SummaryState | NoSummaryRow | None:
+def latest_state(sql: Lean, session_id: str) -> SummaryState | NoSummaryRow | None:
     """The archived summary of a session, None for the empty row (no summary yet), or NO_ROW."""
-    row = conn.execute(_LATEST, {"sid": session_id}).first()
+    row = sql.one(_LATEST, session_id)
     if row is None:
         return NO_ROW
     text, cursor, reset_at, updated_at = row
@@ -70,34 +61,30 @@ def latest_state(conn: Connection, session_id: str) -> SummaryState | NoSummaryR
     return SummaryState(Summary(text, cursor, updated_at), reset_at)
 
 
-_COUNT_BETWEEN = select(func.count()).where(
-    col(MessageRow.session_id) == bindparam("sid"),
-    col(MessageRow.id) > bindparam("after"),
-    col(MessageRow.id) < bindparam("before"),
-)
-
-
-def window_start(conn: Connection, session_id: str, window: int, after_id: int) -> int:
+def window_start(sql: Lean, session_id: str, window: int, after_id: int) -> int:
     """Id of the oldest of the newest `window` messages after `after_id`; 0 when fewer."""
-    params = {"sid": session_id, "after": after_id, "skip": max(window - 1, 0)}
-    return int(conn.execute(_WINDOW_START, params).scalar() or 0)
+    return int(sql.value(_WINDOW_START, session_id, after_id, max(window - 1, 0)) or 0)
 
 
-def _fold_position(conn: Connection, session_id: str, window: int, cursor: int) -> tuple[int, int]:
+def _fold_position(sql: Lean, session_id: str, window: int, cursor: int) -> tuple[int, int]:
     """The oldest message of the window after `cursor` (0 when fewer), and how many lie between
     the cursor and it: what a fold would take."""
-    oldest = window_start(conn, session_id, window, cursor)
+    oldest = window_start(sql, session_id, window, cursor)
     if not oldest:
         return 0, 0
-    params = {"sid": session_id, "after": cursor, "before": oldest}
-    return oldest, int(conn.execute(_COUNT_BETWEEN, params).scalar() or 0)
+    return oldest, int(sql.value(_COUNT_BETWEEN, session_id, cursor, oldest) or 0)
+
+
+def _settings(sql: Lean, session_id: str) -> SessionSettings | None:
+    row = sql.one(_SETTINGS, session_id)
+    return SessionSettings(*row) if row is not None else None
 
 
 async def summary_state(db: Database, files: SessionFiles, session_id: str) -> SummaryState | None:
     """The session's summary as the archive has it. The first time a session is asked for
     without a row, the summary its files hold (one written before summaries were archived)
     is moved into the archive — or an empty one, so later reads need no file."""
-    archived = await db.read(lambda session: latest_state(session.connection(), session_id))
+    archived = await db.read_lean(lambda sql: latest_state(sql, session_id))
     if not isinstance(archived, NoSummaryRow):
         return archived
     try:
@@ -146,40 +133,38 @@ class SummaryArchive(StoreBase):
         messages lie between the cursor and that one (the ones a fold would take)."""
         validate_session_id(session_id)
 
-        def position(conn: Connection, cursor: int) -> tuple[int, int]:
-            return _fold_position(conn, session_id, window, cursor)
+        def position(sql: Lean, cursor: int) -> tuple[int, int]:
+            return _fold_position(sql, session_id, window, cursor)
 
-        def work(session: Session) -> tuple[SummaryState | NoSummaryRow | None, int, int]:
-            conn = session.connection()
-            state = latest_state(conn, session_id)
+        def work(sql: Lean) -> tuple[SummaryState | NoSummaryRow | None, int, int]:
+            state = latest_state(sql, session_id)
             if isinstance(state, NoSummaryRow):
                 return state, 0, 0
-            return state, *position(conn, state.summary.cursor if state else 0)
+            return state, *position(sql, state.summary.cursor if state else 0)
 
-        state, oldest, due = await self.db.read(work)
+        state, oldest, due = await self.db.read_lean(work)
         if isinstance(state, NoSummaryRow):  # the first time: the files may hold one to move over
             state = await self.summary_state(session_id)
             cursor = state.summary.cursor if state else 0
-            oldest, due = await self.db.read(lambda session: position(session.connection(), cursor))
+            oldest, due = await self.db.read_lean(lambda sql: position(sql, cursor))
         return state, oldest, due
 
     async def summary_and_settings(
         self, session_id: str, window: int = 0
-    ) -> tuple[Summary | None, SessionRow | None, int]:
-        """What a task's context reads from the archive: the summary, the session's row and
-        (given the `window`) how many messages a fold would take now — one read."""
+    ) -> tuple[Summary | None, SessionSettings | None, int]:
+        """What a task's context reads from the archive: the summary, the session's settings
+        and (given the `window`) how many messages a fold would take now — one read."""
         validate_session_id(session_id)
 
-        def work(session: Session) -> tuple[Archived, SessionRow | None, int]:
-            conn = session.connection()
-            state = latest_state(conn, session_id)
+        def work(sql: Lean) -> tuple[Archived, SessionSettings | None, int]:
+            state = latest_state(sql, session_id)
             due = 0
             if window and not isinstance(state, NoSummaryRow):
                 cursor = state.summary.cursor if state else 0
-                due = _fold_position(conn, session_id, window, cursor)[1]
-            return state, session.get(SessionRow, session_id), due
+                due = _fold_position(sql, session_id, window, cursor)[1]
+            return state, _settings(sql, session_id), due
 
-        state, row, due = await self.db.read(work)
+        state, row, due = await self.db.read_lean(work)
         if isinstance(state, NoSummaryRow):
             state = await self.summary_state(session_id)
         return (state.summary if state else None), row, due

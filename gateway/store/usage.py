@@ -7,18 +7,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import BigInteger, case, delete, func, insert
+from sqlalchemy import BigInteger, case, delete, func
 from sqlalchemy import select as sa_select
-from sqlalchemy.engine import Connection
 from sqlmodel import Session, col
 
 from gateway.clock import now_ms
 from gateway.ids import validate_session_id
 from gateway.store.db import Database
+from gateway.store.lean import Lean
 from gateway.store.models import UsageRow
 
 DAY_MS = 86_400_000
-_INSERT_USAGE = insert(UsageRow).returning(col(UsageRow.id))  # built once: one per model call
+# A lean statement (gateway.store.lean): one per model call.
+_INSERT_USAGE = (
+    "INSERT INTO usage (session_id, model, input, output, cache_read, cache_write, elapsed_ms,"
+    " tool_calls, send_at, task_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,19 +52,20 @@ class ModelUsage:
     output_tps: float
 
 
-def insert_usage(conn: Connection, record: UsageRecord) -> int:
+def insert_usage(sql: Lean, record: UsageRecord) -> int:
     """Add the usage row in the caller's transaction; returns its id."""
-    row_id = conn.execute(_INSERT_USAGE, _values(record)).scalar_one()
+    row_id = sql.value(_INSERT_USAGE, *_values(record).values())
     assert row_id is not None
     return int(row_id)
 
 
 async def record_usage(db: Database, record: UsageRecord) -> int:
     validate_session_id(record.session_id)
-    return await db.write(lambda session: insert_usage(session.connection(), record))
+    return await db.write(lambda session: insert_usage(Lean.of(session.connection()), record))
 
 
 def _values(record: UsageRecord) -> dict[str, object]:
+    # In the column order of _INSERT_USAGE.
     return {
         "session_id": record.session_id,
         "model": record.model,
