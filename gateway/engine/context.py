@@ -14,8 +14,7 @@ from gateway.agents.tool_memory import ToolMemory
 from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
 from gateway.memory.recalled import Recalled
-from gateway.store.files import SessionFiles
-from gateway.store.fslock import SessionDirectoryMissing
+from gateway.store.history_file import HistoryMessage
 from gateway.store.search import search_messages
 from gateway.store.sessions import SessionStore, StoredMessage
 
@@ -167,10 +166,10 @@ async def load_context(
     """The context of `task`: session settings and summary from SQL, window from its files.
     With `recall_into_context` (an agent that shows `recalled` to its model), the older
     messages most like the task's are recalled before it runs; otherwise only on demand."""
-    files = store.files(task.session_id)
-    summary, row, due = await store.summary_and_settings(task.session_id, window)
+    read = await store.context_read(task.session_id, window, tail=window + fold_batch(window) + 1)
+    summary, row = read.summary, read.settings
     cursor = summary.cursor if summary else 0
-    recent, oldest = await _window(task, files, window, after=cursor)
+    recent, oldest = _window(task, read.recent, window, after=cursor)
     context = RunContext(task, store, prompts, run_tool, recent, tool_memory, steer, subagents)
     # Below the window, and never the task's own message (archived, maybe embedded already).
     context.window_start = min((i for i in (oldest, task.user_message_id) if i), default=0)
@@ -186,21 +185,18 @@ async def load_context(
         context.allowed_tools = row.allowed_tools
     context.summary = summary.text if summary else ""
     # This task adds its reply (its message is archived already): the window moves by one.
-    context.fold_soon = due + 1 >= fold_batch(window)
+    context.fold_soon = read.due + 1 >= fold_batch(window)
     return context
 
 
-async def _window(
-    task: Task, files: SessionFiles, size: int, *, after: int
+def _window(
+    task: Task, recent: list[HistoryMessage], size: int, *, after: int
 ) -> tuple[list[StoredMessage], int]:
-    """The recent conversation from history.json, without the task's own message: the last
-    `size` messages, and before them those the summary does not cover yet (id above `after`),
-    up to a fold batch more; and the oldest archive id among them (0 when none is known)."""
+    """The recent conversation from history.json's last lines (`recent`, one more than the
+    most a window takes), without the task's own message: the last `size` messages, and
+    before them those the summary does not cover yet (id above `after`), up to a fold batch
+    more; and the oldest archive id among them (0 when none is known)."""
     most = size + fold_batch(size)
-    try:
-        recent = await asyncio.to_thread(files.history.tail, most + 1)
-    except SessionDirectoryMissing:
-        return [], 0
     text = task.text.replace("\x00", "\ufffd")  # as the archive stored it
     for index in range(len(recent) - 1, -1, -1):
         line = recent[index]

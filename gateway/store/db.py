@@ -52,6 +52,7 @@ from gateway.store.lean import Lean
 log = get_logger(__name__)
 
 T = TypeVar("T")
+U = TypeVar("U")
 Work = Callable[[Session], T]
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -216,6 +217,16 @@ class Database:
         """`read` for statements of `gateway.store.lean`: no ORM session and no SQLAlchemy
         connection around them, for the reads every message makes."""
         return await self._read(work, lean=True)
+
+    async def read_lean_beside(
+        self, work: Callable[[Lean], T], beside: Callable[[], U]
+    ) -> tuple[T, U]:
+        """`read_lean`, and `beside` (a blocking read of files) with it: in the same hand-off
+        to a reader thread on SQLite, on a thread next to the read on PostgreSQL."""
+        if self._async_engine is None:
+            return await self.read_lean(lambda sql: (work(sql), beside()))
+        done, found = await asyncio.gather(self.read_lean(work), asyncio.to_thread(beside))
+        return done, found
 
     async def _read(self, work: Callable[[Any], T], *, lean: bool) -> T:
         try:

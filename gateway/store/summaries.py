@@ -21,6 +21,7 @@ from gateway.store.base import StoreBase
 from gateway.store.db import Database
 from gateway.store.files import SessionFiles, Summary
 from gateway.store.fslock import SessionDirectoryMissing
+from gateway.store.history_file import HistoryMessage
 from gateway.store.lean import Lean
 from gateway.store.models import SessionSettings, SessionSummaryRow
 
@@ -29,6 +30,14 @@ from gateway.store.models import SessionSettings, SessionSummaryRow
 class SummaryState:
     summary: Summary
     reset_at: int  # the last message before the latest /reset: the window starts after it
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRead:
+    summary: Summary | None
+    settings: SessionSettings | None  # None: the session has no row (yet)
+    due: int  # how many messages a fold would take now
+    recent: list[HistoryMessage]  # history.json's last lines, oldest first
 
 
 class NoSummaryRow:
@@ -149,12 +158,18 @@ class SummaryArchive(StoreBase):
             oldest, due = await self.db.read_lean(lambda sql: position(sql, cursor))
         return state, oldest, due
 
-    async def summary_and_settings(
-        self, session_id: str, window: int = 0
-    ) -> tuple[Summary | None, SessionSettings | None, int]:
-        """What a task's context reads from the archive: the summary, the session's settings
-        and (given the `window`) how many messages a fold would take now — one read."""
+    async def context_read(self, session_id: str, window: int = 0, tail: int = 0) -> ContextRead:
+        """What a task's context reads: from the archive the summary, the session's settings
+        and (given the `window`) how many messages a fold would take now, and the last `tail`
+        lines of history.json — in one read."""
         validate_session_id(session_id)
+        history = self.files(session_id).history
+
+        def recent() -> list[HistoryMessage]:
+            try:
+                return history.tail(tail)
+            except SessionDirectoryMissing:
+                return []
 
         def work(sql: Lean) -> tuple[Archived, SessionSettings | None, int]:
             state = latest_state(sql, session_id)
@@ -164,10 +179,10 @@ class SummaryArchive(StoreBase):
                 due = _fold_position(sql, session_id, window, cursor)[1]
             return state, _settings(sql, session_id), due
 
-        state, row, due = await self.db.read_lean(work)
+        (state, row, due), lines = await self.db.read_lean_beside(work, recent)
         if isinstance(state, NoSummaryRow):
             state = await self.summary_state(session_id)
-        return (state.summary if state else None), row, due
+        return ContextRead(state.summary if state else None, row, due, lines)
 
     async def save_summary(self, session_id: str, summary: Summary, *, reset_at: int = -1) -> None:
         """Make `summary` the session's; `reset_at` (the last /reset) is kept unless given."""
