@@ -10,14 +10,21 @@ from aiohttp import web
 from adapters.http.context import Context
 from adapters.http.sse import StreamClosed
 from adapters.web.auth import ConsoleAuth, SignInNeeded
+from gateway.engine.task import Prompt, TaskView
 from gateway.events import event_to_json
 from gateway.ids import validate_session_id
 
 
 async def session_state(ctx: Context, session_id: str) -> str:
     """What a session page shows that events change: its running task and open prompts."""
-    running = ctx.router.running_task(session_id)
     prompts = await ctx.router.open_prompts(session_id)
+    return state_of(ctx.router.running_task(session_id), prompts)
+
+
+def state_of(running: TaskView | None, prompts: list[Prompt]) -> str:
+    """The state a page was rendered from: it must be made of the very task and prompts the
+    page shows, or a prompt posted between reading them and reading the state again would
+    match the stream's first state and never be shown."""
     task = running.task_hash if running is not None else "-"
     return f"{task}/{','.join(sorted(p.task_hash for p in prompts))}"
 

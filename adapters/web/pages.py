@@ -14,7 +14,7 @@ from aiohttp import web
 from adapters.http.context import Context
 from adapters.http.prompts import answerable
 from adapters.web.auth import ConsoleAuth, SignInNeeded, Viewer, forget, remember
-from adapters.web.live import session_state
+from adapters.web.live import state_of
 from gateway.events import Inbound
 from gateway.ids import Prefix, prefix_of, validate_hash, validate_session_id
 from gateway.logs import get_logger
@@ -141,7 +141,7 @@ class Pages:
             and self.ctx.runtime.authority.may_act_for(viewer.origin(), running.origin),
             known_tools=sorted(self.ctx.runtime.session_settings.known_tools or ()),
             reasoning_levels=REASONING_LEVELS,
-            state=await session_state(self.ctx, sid),
+            state=state_of(running, prompts),
         )
 
     async def send(self, request: web.Request) -> web.Response:
