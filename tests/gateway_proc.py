@@ -12,8 +12,11 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
+T = TypeVar("T")
 EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
 
 
@@ -51,7 +54,7 @@ class Gateway:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
-        return await asyncio.wait_for(self._ready(), 30)
+        return await self._within(self._ready(), 30, "became ready")
 
     async def _ready(self) -> dict[str, object]:
         assert self.proc is not None and self.proc.stderr is not None
@@ -84,18 +87,27 @@ class Gateway:
     async def kill(self) -> None:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
-        await asyncio.wait_for(self.proc.wait(), 10)
+        await self._within(self.proc.wait(), 10, "ended after SIGKILL")
 
     async def died(self, within: float = 15.0) -> int:
         """Wait for the process to end by itself (a crash point); returns its exit status."""
         assert self.proc is not None
-        return await asyncio.wait_for(self.proc.wait(), within)
+        return await self._within(self.proc.wait(), within, "reached its crash point")
 
     async def stop(self) -> int:
         assert self.proc is not None
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.wait_for(self.proc.wait(), 15)
+        return await self._within(self.proc.wait(), 15, "stopped after SIGTERM")
+
+    async def _within(self, waiting: Awaitable[T], seconds: float, what: str) -> T:
+        """`waiting`, or a failure that says what the gateway did not do and its last log lines
+        (a bare TimeoutError does not say which step of a test stalled)."""
+        try:
+            return await asyncio.wait_for(waiting, seconds)
+        except TimeoutError:
+            tail = "\n".join(json.dumps(entry) for entry in self.log[-20:])
+            raise AssertionError(f"the gateway never {what} within {seconds} s:\n{tail}") from None
 
     async def close(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
