@@ -110,13 +110,29 @@ async def test_each_message_is_embedded_once_and_a_restart_goes_on(runtime: Runt
     assert len(rows.message_ids) == len(set(rows.message_ids)) == 4
 
 
+async def test_a_session_longer_than_a_batch_is_embedded_in_full(runtime: Runtime) -> None:
+    assert runtime.memory is not None
+    vectors = runtime.memory.vectors
+    await runtime.store.ensure("cli-long")
+    ids = [await say(runtime, "cli-long", line) for line in FILLER[:5]]
+    indexer = Indexer(vectors, LocalEmbedder(), batch=2)
+    # Full batches go on at once: two, two, then one, all in this run.
+    assert await indexer.embed_due() == 5
+    cursor = await vectors.cursor("cli-long")
+    assert cursor is not None and cursor.message_cursor == ids[-1]
+    # A message archived after the run is the next run's.
+    await say(runtime, "cli-long", FILLER[5])
+    assert await indexer.embed_due() == 1
+    rows = await vectors.message_rows("cli-long", LOCAL_MODEL, 0)
+    assert len(rows.message_ids) == len(set(rows.message_ids)) == 6
+
+
 async def test_the_cursor_moves_only_from_where_the_writer_read_it(runtime: Runtime) -> None:
     assert runtime.memory is not None
     vectors = runtime.memory.vectors
     await runtime.store.ensure("cli-race")
     await say(runtime, "cli-race", FILLER[0])
-    read = await vectors.cursor("cli-race")
-    items = await vectors.pending("cli-race", read, 10)
+    read, items = await vectors.due("cli-race", 10)
     blob = [np.zeros(4, "<f4").tobytes()] * len(items)
     assert await vectors.save("cli-race", read, LOCAL_MODEL, items, blob, 4)
     await say(runtime, "cli-race", FILLER[1])

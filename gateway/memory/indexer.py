@@ -19,7 +19,7 @@ import asyncio
 
 from gateway.logs import get_logger
 from gateway.memory.embedders import Embedder
-from gateway.store.vectors import VectorArchive
+from gateway.store.vectors import MESSAGE, VectorArchive
 
 log = get_logger(__name__)
 
@@ -54,7 +54,7 @@ class Indexer:
         """Embed everything the session has past its cursor; returns how many items."""
         model, done = self.embedder.model, 0
         while True:
-            cursor = await self.vectors.cursor(session_id)
+            cursor, items = await self.vectors.due(session_id, self.batch)
             if cursor is not None and cursor.model != model:
                 if session_id not in self._told:
                     self._told.add(session_id)
@@ -65,15 +65,18 @@ class Indexer:
                         configured=model,
                     )
                 return done
-            items = await self.vectors.pending(session_id, cursor, self.batch)
             if not items:
                 return done
             matrix = await self.embedder.embed([item.text for item in items])
             blobs = [row.astype("<f4").tobytes() for row in matrix]
             dim = int(matrix.shape[1])
-            if await self.vectors.save(session_id, cursor, model, items, blobs, dim):
-                done += len(items)
-            # else another writer moved the cursor meanwhile: read it again and go on from there
+            if not await self.vectors.save(session_id, cursor, model, items, blobs, dim):
+                continue  # another writer moved the cursor meanwhile: read it again, go on
+            done += len(items)
+            if sum(item.kind == MESSAGE for item in items) < self.batch:
+                # A short batch took everything there was when it was read; what was archived
+                # since is the next run's (it is newer than the `newest` this run goes up to).
+                return done
 
     async def reindex(self, session_id: str) -> int:
         """Drop the session's embeddings and make them again with the configured model."""

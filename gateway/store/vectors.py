@@ -25,6 +25,7 @@ from sqlmodel import Session, col, select
 
 from gateway.ids import validate_session_id
 from gateway.store.db import Database, insert_ignoring
+from gateway.store.lean import Lean
 from gateway.store.messages import StoredMessage
 from gateway.store.models import EmbeddingCursorRow, EmbeddingRow, MessageRow, SessionSummaryRow
 
@@ -77,6 +78,16 @@ def _newest_cursor(conn: Connection, session_id: str, *, lock: bool = False) -> 
         stmt = stmt.with_for_update()  # PostgreSQL: two instances cannot both move it
     row = conn.execute(stmt).first()
     return Cursor(*row) if row is not None else None
+
+
+_CURSOR = (
+    "SELECT model, message_cursor, summary_cursor, epoch FROM embedding_cursor"
+    " WHERE session_id = ? ORDER BY id DESC LIMIT 1"
+)
+_PENDING = "SELECT id, content FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?"
+_NEWEST_SUMMARY = (
+    "SELECT cursor, summary FROM session_summary WHERE session_id = ? ORDER BY id DESC LIMIT 1"
+)
 
 
 def _new_epoch() -> str:
@@ -176,36 +187,27 @@ class VectorArchive:
         return await self.db.read(work)
 
     async def cursor(self, session_id: str) -> Cursor | None:
+        """How far the session's embeddings reach (None: nothing embedded yet)."""
+        return (await self.due(session_id, 0))[0]
+
+    async def due(self, session_id: str, limit: int) -> tuple[Cursor | None, list[Item]]:
+        """The session's cursor and what it has to embed next, oldest first: messages after the
+        cursor (at most `limit`), then the summary if it is newer than the last embedded one.
+        One plain-SQL read: the indexer asks this of every session with new messages."""
         validate_session_id(session_id)
-        return await self.db.read(lambda session: _newest_cursor(session.connection(), session_id))
 
-    async def pending(self, session_id: str, cursor: Cursor | None, limit: int) -> list[Item]:
-        """What the session has to embed next, oldest first: messages after the cursor (at
-        most `limit`), then the summary if it is newer than the last embedded one."""
-        after = cursor.message_cursor if cursor else 0
-        summary_after = cursor.summary_cursor if cursor else 0
-        messages = (
-            select(MessageRow.id, MessageRow.content)
-            .where(col(MessageRow.session_id) == session_id, col(MessageRow.id) > after)
-            .order_by(col(MessageRow.id))
-            .limit(limit)
-        )
-        summary = (
-            select(SessionSummaryRow.cursor, SessionSummaryRow.summary)
-            .where(col(SessionSummaryRow.session_id) == session_id)
-            .order_by(col(SessionSummaryRow.id).desc())
-            .limit(1)
-        )
+        def work(sql: Lean) -> tuple[Cursor | None, list[Item]]:
+            row = sql.one(_CURSOR, session_id)
+            cursor = Cursor(str(row[0]), int(row[1]), int(row[2]), str(row[3])) if row else None
+            after, summary_after = (int(row[1]), int(row[2])) if row else (0, 0)
+            rows = sql.all(_PENDING, session_id, after, limit)
+            items = [Item(MESSAGE, int(i), str(c)) for i, c in rows]
+            summary = sql.one(_NEWEST_SUMMARY, session_id)
+            if summary is not None and summary[1] and int(summary[0]) > summary_after:
+                items.append(Item(SUMMARY, int(summary[0]), str(summary[1])))
+            return cursor, items
 
-        def work(session: Session) -> list[Item]:
-            conn = session.connection()
-            items = [Item(MESSAGE, int(i), str(c)) for i, c in conn.execute(messages).all()]
-            row = conn.execute(summary).first()
-            if row is not None and row[1] and int(row[0]) > summary_after:
-                items.append(Item(SUMMARY, int(row[0]), str(row[1])))
-            return items
-
-        return await self.db.read(work)
+        return await self.db.read_lean(work)
 
     async def save(
         self,
