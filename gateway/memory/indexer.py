@@ -24,6 +24,7 @@ from gateway.store.vectors import MESSAGE, VectorArchive
 log = get_logger(__name__)
 
 BATCH = 256  # items read, embedded and stored together
+SESSIONS_AT_ONCE = 8
 
 
 class Indexer:
@@ -39,13 +40,24 @@ class Indexer:
         """Embed what every session has due; returns how many items were embedded."""
         async with self._lock:
             sessions, newest = await self.vectors.due_sessions(self._seen)
+            # A few sessions at a time: their reads spread over the readers and their saves
+            # share commits, where one after another each paid its own. Workers take the next
+            # session from one queue, so a first run over 100,000 sessions holds eight tasks.
+            queue = iter(sessions)
             done, failed = 0, False
-            for session_id in sessions:
-                try:
-                    done += await self.embed_session(session_id)
-                except Exception as exc:  # the next run takes the session up again
-                    failed = True
-                    log.warning("embedding failed", session=session_id, error=repr(exc))
+
+            async def worker() -> None:
+                nonlocal done, failed
+                for session_id in queue:
+                    try:
+                        embedded = await self.embed_session(session_id)
+                    except Exception as exc:  # the next run takes the session up again
+                        failed = True
+                        log.warning("embedding failed", session=session_id, error=repr(exc))
+                    else:
+                        done += embedded  # after the await: `done += await …` would lose counts
+
+            await asyncio.gather(*(worker() for _ in range(SESSIONS_AT_ONCE)))
             if not failed:
                 self._seen = newest
             return done
