@@ -17,7 +17,7 @@ from gateway.memory.indexer import Indexer
 from gateway.memory.recalled import Recalled
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store.vectors import VectorArchive
+from gateway.store.vectors import Cursor, Item, VectorArchive
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann")
 BOB = Origin("http", sender_id="bob", sender_name="Bob")
@@ -115,9 +115,19 @@ async def test_a_session_longer_than_a_batch_is_embedded_in_full(runtime: Runtim
     vectors = runtime.memory.vectors
     await runtime.store.ensure("cli-long")
     ids = [await say(runtime, "cli-long", line) for line in FILLER[:5]]
-    indexer = Indexer(vectors, LocalEmbedder(), batch=2)
-    # Full batches go on at once: two, two, then one, all in this run.
+    reads: list[int] = []
+
+    class Counted(VectorArchive):
+        async def due(self, session_id: str, limit: int) -> tuple[Cursor | None, list[Item]]:
+            cursor, items = await super().due(session_id, limit)
+            reads.append(len(items))
+            return cursor, items
+
+    indexer = Indexer(Counted(runtime.store.db), LocalEmbedder(), batch=2)
+    # Full batches go on at once: two, two, then one, all in this run; the short one ends
+    # the session's turn without another read to find nothing left.
     assert await indexer.embed_due() == 5
+    assert reads == [2, 2, 1]
     cursor = await vectors.cursor("cli-long")
     assert cursor is not None and cursor.message_cursor == ids[-1]
     # A message archived after the run is the next run's.
