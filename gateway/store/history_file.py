@@ -27,10 +27,11 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from gateway.logs import get_logger
 from gateway.store.fslock import SessionDirectoryMissing, atomic_write, dir_lock
+from gateway.store.history_cache import TailCache, file_key
 
 log = get_logger(__name__)
 
@@ -71,6 +72,10 @@ class HistoryMessage:
         return cls(role, content, send_at, sender if isinstance(sender, str) else "", archive_id)
 
 
+# Parsed tails of the files this process reads (see `history_cache`).
+TAILS: Final = TailCache[HistoryMessage]()
+
+
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     messages: list[HistoryMessage]
@@ -102,34 +107,33 @@ class HistoryFile:
 
     def tail(self, count: int) -> list[HistoryMessage]:
         """The last `count` messages, read from the end of the file: a long history costs no
-        more than a short one. A tail that is not one clean message per line (torn by a crash,
-        edited by hand) falls back to a full, repairing read."""
+        more than a short one, and a file unchanged since its tail was last parsed here costs
+        a `stat` (`history_cache`). A tail that is not one clean message per line (torn by a
+        crash, edited by hand) falls back to a full, repairing read."""
         if count <= 0:
             return []
+        path = str(self.path)
         with dir_lock(self.path.parent):
-            data, from_start = self._read_tail_bytes(count)
-        if data is None:
-            return []
-        messages = _tail_lines(data, count, from_start)
-        return messages if messages is not None else self.read()[-count:]
-
-    def _read_tail_bytes(self, count: int) -> tuple[bytes | None, bool]:
-        """Enough bytes from the end to hold `count` lines; whether they reach the start."""
-        try:
-            with self.path.open("rb") as file:
-                position = file.seek(0, os.SEEK_END)
-                data = b""
-                # One more newline than messages: the line before the first one kept must end.
-                while position > 0 and data.count(b"\n") <= count + 1:
-                    step = min(TAIL_BLOCK, position)
-                    position -= step
-                    file.seek(position)
-                    data = file.read(step) + data
-                return data, position == 0
-        except FileNotFoundError:
-            if not self.path.parent.is_dir():
-                raise SessionDirectoryMissing(str(self.path.parent)) from None
-            return None, True
+            try:
+                file = self.path.open("rb")
+            except FileNotFoundError:
+                if not self.path.parent.is_dir():
+                    raise SessionDirectoryMissing(str(self.path.parent)) from None
+                return []
+            with file:
+                # The lock keeps the file as it is until the tail is parsed and remembered.
+                key = file_key(os.fstat(file.fileno()))
+                known = TAILS.get(path, key, count)
+                if known is not None:
+                    return known
+                data, from_start = _read_tail_bytes(file, count)
+            messages = _tail_lines(data, count, from_start)
+            if messages is not None:
+                # Fewer than asked for, from the start: that is the whole file.
+                whole = from_start and len(messages) < count
+                TAILS.put(path, key, messages, want=count, whole=whole)
+                return messages
+        return self.read()[-count:]
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -145,7 +149,7 @@ class HistoryFile:
         if not messages:
             return
         with dir_lock(self.path.parent):
-            size = self._append_locked(b",\n".join(m.to_json() for m in messages))
+            size = self._append_locked(messages)
             if size > self.max_bytes:
                 self._trim_locked()
         for message in messages:
@@ -162,15 +166,18 @@ class HistoryFile:
         with dir_lock(self.path.parent):
             self._rewrite(list(messages))
 
-    def _append_locked(self, body: bytes) -> int:
+    def _append_locked(self, messages: Sequence[HistoryMessage]) -> int:
+        body = b",\n".join(m.to_json() for m in messages)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         except FileNotFoundError as exc:
             raise SessionDirectoryMissing(str(self.path.parent)) from exc
         try:
-            size = os.fstat(fd).st_size
+            before = os.fstat(fd)
+            size = before.st_size
             tail = os.pread(fd, len(EMPTY), max(0, size - len(EMPTY)))
             if size == 0 or (tail == EMPTY and size == len(EMPTY)):
+                TAILS.forget(str(self.path))
                 whole = b"[\n" + body + CLOSE
                 os.pwrite(fd, whole, 0)
                 os.ftruncate(fd, len(whole))
@@ -179,12 +186,13 @@ class HistoryFile:
                 # A previous writer died mid-append: repair, then append to the repaired file.
                 os.close(fd)
                 fd = -1
-                messages, _ = _parse(self._read_bytes())
-                self._rewrite(messages)
-                log.warning("history repaired", path=str(self.path), kept=len(messages))
-                return self._append_locked(body)
+                repaired, _ = _parse(self._read_bytes())
+                self._rewrite(repaired)
+                log.warning("history repaired", path=str(self.path), kept=len(repaired))
+                return self._append_locked(messages)
             chunk = b",\n" + body + CLOSE
             os.pwrite(fd, chunk, size - len(CLOSE))
+            TAILS.appended(str(self.path), file_key(before), file_key(os.fstat(fd)), messages)
             return size - len(CLOSE) + len(chunk)
         finally:
             if fd >= 0:
@@ -206,6 +214,7 @@ class HistoryFile:
         log.info("history trimmed", path=str(self.path), dropped=len(messages) - len(kept))
 
     def _rewrite(self, messages: list[HistoryMessage]) -> None:
+        TAILS.forget(str(self.path))
         if not messages:
             atomic_write(self.path, EMPTY)
             return
@@ -250,6 +259,19 @@ def _salvage(data: bytes) -> list[HistoryMessage]:
         if message is not None:
             messages.append(message)
     return messages
+
+
+def _read_tail_bytes(file: BinaryIO, count: int) -> tuple[bytes, bool]:
+    """Enough bytes from the end to hold `count` lines; whether they reach the start."""
+    position = file.seek(0, os.SEEK_END)
+    data = b""
+    # One more newline than messages: the line before the first one kept must end.
+    while position > 0 and data.count(b"\n") <= count + 1:
+        step = min(TAIL_BLOCK, position)
+        position -= step
+        file.seek(position)
+        data = file.read(step) + data
+    return data, position == 0
 
 
 def _tail_lines(data: bytes, count: int, from_start: bool) -> list[HistoryMessage] | None:
