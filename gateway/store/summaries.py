@@ -13,7 +13,6 @@ import contextlib
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import delete
 from sqlmodel import Session, col, select
 
 from gateway.ids import validate_session_id
@@ -57,6 +56,11 @@ _WINDOW_START = (
 )
 _COUNT_BETWEEN = "SELECT count(*) FROM messages WHERE session_id = ? AND id > ? AND id < ?"
 _SETTINGS = "SELECT role, rule, model, reasoning, settings FROM session WHERE id = ?"
+_DELETE_SUMMARY = "DELETE FROM session_summary WHERE session_id = ?"
+_INSERT_SUMMARY = (
+    "INSERT INTO session_summary (session_id, summary, cursor, reset_at, updated_at)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
 
 
 def latest_state(sql: Lean, session_id: str) -> SummaryState | NoSummaryRow | None:
@@ -192,17 +196,16 @@ class SummaryArchive(StoreBase):
             reset_at = state.reset_at if state else 0
 
         def work(session: Session) -> None:
-            session.connection().execute(
-                delete(SessionSummaryRow).where(col(SessionSummaryRow.session_id) == session_id)
-            )
-            session.add(
-                SessionSummaryRow(
-                    session_id=session_id,
-                    summary=summary.text,
-                    cursor=summary.cursor,
-                    reset_at=reset_at,
-                    updated_at=summary.updated_at,
-                )
+            # A fold's write, once a task past the window: plain SQL (`lean`), not the ORM.
+            sql = Lean.of(session.connection())
+            sql.run(_DELETE_SUMMARY, session_id)
+            sql.run(
+                _INSERT_SUMMARY,
+                session_id,
+                summary.text,
+                summary.cursor,
+                reset_at,
+                summary.updated_at,
             )
 
         await self.db.write(work)
