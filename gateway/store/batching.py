@@ -77,7 +77,7 @@ class BatchThread:
                     stopping = True
                     break
                 batch.append(job)
-            _answer(self.handle(batch))
+            answer(self.handle(batch))
 
 
 class SerialCalls(BatchThread):
@@ -111,7 +111,7 @@ class AfterCommit(BatchThread):
         return batch
 
 
-def _answer(batch: list[Job[Any]]) -> None:
+def answer(batch: list[Job[Any]]) -> None:
     by_loop: dict[asyncio.AbstractEventLoop, list[Job[Any]]] = {}
     for job in batch:
         by_loop.setdefault(job.loop, []).append(job)

@@ -26,7 +26,6 @@ import functools
 import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,6 +47,7 @@ from gateway.crash import CrashPoints
 from gateway.logs import get_logger
 from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean
+from gateway.store.readers import ReaderThreads
 
 log = get_logger(__name__)
 
@@ -100,9 +100,7 @@ class Database:
             self._writer = _sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=1)
             self._reader = _sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS)
             self._group = GroupCommitWriter(self._writer)
-            self._read_threads = ThreadPoolExecutor(
-                SQLITE_READERS, thread_name_prefix="agenvoy-db-read"
-            )
+            self._readers = ReaderThreads(self._reader, SQLITE_READERS, "agenvoy-db-read")
         elif self.dialect == "postgresql":
             if parsed.drivername in ("postgresql", "postgres"):
                 parsed = parsed.set(drivername="postgresql+asyncpg")
@@ -135,7 +133,7 @@ class Database:
             await self._async_engine.dispose()
             return
         await asyncio.to_thread(self._group.close)
-        await asyncio.to_thread(self._read_threads.shutdown, wait=True)
+        await asyncio.to_thread(self._readers.close)
         self._writer.dispose()
         self._reader.dispose()
 
@@ -241,12 +239,9 @@ class Database:
 
     async def _read_once(self, work: Callable[[Any], T], lean: bool) -> T:
         if self._async_engine is None:
-            loop = asyncio.get_running_loop()
             if lean:
-                call = partial(_lean_read, self._reader, work)
-            else:
-                call = partial(_in_session, self._reader, work, commit=False)
-            return await loop.run_in_executor(self._read_threads, call)
+                return await self._readers.run(partial(_lean_read, work))
+            return await self._readers.run(partial(_read_in_session, work))
         if lean:
             async with self._async_engine.connect() as conn:
                 return await conn.run_sync(lambda sync: work(Lean.of(sync)))
@@ -290,26 +285,19 @@ def _sqlite_engine(url: str, *, begin: str, pool_size: int) -> Engine:
     return engine
 
 
-def _in_session(engine: Engine, work: Work[T], commit: bool = True) -> T:
-    with Session(engine, expire_on_commit=False) as session:
-        result = work(session)
-        if commit:
-            session.commit()
-        return result
+def _read_in_session(work: Work[T], conn: Connection) -> T:
+    with Session(bind=conn) as session:  # begun on first use, rolled back on close
+        return work(session)
 
 
-def _lean_read(engine: Engine, work: Callable[[Lean], T]) -> T:
-    pooled = engine.raw_connection()
+def _lean_read(work: Callable[[Lean], T], conn: Connection) -> T:
+    driver = conn.connection.dbapi_connection
+    assert driver is not None
+    driver.execute("BEGIN")  # one snapshot for all of `work`
     try:
-        driver = pooled.dbapi_connection
-        assert driver is not None
-        driver.execute("BEGIN")  # one snapshot for all of `work`
-        try:
-            return work(Lean(driver, "sqlite"))
-        finally:
-            driver.execute("ROLLBACK")
+        return work(Lean(driver, "sqlite"))
     finally:
-        pooled.close()
+        driver.execute("ROLLBACK")
 
 
 def _select_one(session: Session) -> None:

@@ -1,0 +1,77 @@
+"""SQLite's reader threads: a few threads, each with a connection of its own for its whole life,
+taking reads from one queue.
+
+A read is a queue entry and an asyncio future, answered with one callback on the caller's loop.
+Through a thread pool it also paid for a concurrent future, its condition variable, the chaining
+back to asyncio and a connection pool checkout and return: more than the few SQLite statements
+most reads run, on the path every message takes. Several threads rather than one, so that a long
+read (a search over a large archive) does not hold up the short ones behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.engine import Connection
+
+from gateway.store.batching import Job, answer
+
+T = TypeVar("T")
+
+
+class ReaderThreads:
+    """`count` threads reading through `engine`, one connection each, opened on first use."""
+
+    def __init__(self, engine: Engine, count: int, name: str) -> None:
+        self._engine = engine
+        self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"{name}_{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    async def run(self, call: Callable[[Connection], T]) -> T:
+        """Run `call` with a reader's connection (outside any transaction) and wait for it."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(Job(call, loop, future))
+        return await future
+
+    def close(self) -> None:
+        """Finish what is queued, then stop the threads (blocking: call it from a thread)."""
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
+
+    def _serve(self) -> None:
+        conn: Connection | None = None
+        try:
+            while True:
+                job = self._queue.get()
+                if job is None:
+                    return
+                try:
+                    if conn is None:
+                        conn = self._engine.connect()
+                    job.result = job.call(conn)
+                except Exception as exc:
+                    job.error = exc
+                    # Whatever state the failure left the connection in, the next read starts
+                    # on a fresh one.
+                    if conn is not None:
+                        with contextlib.suppress(Exception):
+                            conn.close()
+                        conn = None
+                answer([job])
+        finally:
+            if conn is not None:
+                conn.close()
