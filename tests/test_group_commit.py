@@ -17,6 +17,7 @@ from support import wait_until
 
 from gateway.settings import Settings
 from gateway.store.db import Database
+from gateway.store.lean import Lean
 from gateway.store.sessions import SessionStore
 
 
@@ -84,6 +85,49 @@ async def test_writes_queued_together_commit_as_one_batch(tmp_path: Path) -> Non
         # The held write alone, then everything that queued up behind it in one transaction.
         assert group.batches - batches_before == 2
         assert await values(db) == [0, 1, 2, 3, 4, 5]  # the failed ones left nothing
+    finally:
+        await db.close()
+
+
+def insert_lean(value: int, *, fail: bool = False) -> Callable[[Lean], int]:
+    def work(sql: Lean) -> int:
+        sql.run("INSERT INTO scratch VALUES (?)", value)
+        if fail:
+            raise ValueError(f"no {value}")
+        return value
+
+    return work
+
+
+async def test_lean_and_orm_writes_share_a_batch_and_fail_alone(tmp_path: Path) -> None:
+    db = await scratch_db(tmp_path)
+    try:
+        group = db._group
+        hold = Gate()
+        batches_before = group.batches
+        first = asyncio.ensure_future(db.write(insert(0, hold=hold)))
+        await hold.inside()
+        lean = [asyncio.ensure_future(db.write_lean(insert_lean(i))) for i in (1, 2)]
+        orm = asyncio.ensure_future(db.write(insert(3)))
+        failing = asyncio.ensure_future(db.write_lean(insert_lean(98, fail=True)))
+        duplicate = asyncio.ensure_future(db.write_lean(insert_lean(2)))  # UNIQUE
+        last = asyncio.ensure_future(db.write_lean(insert_lean(4)))
+        await asyncio.sleep(0)
+        hold.released.set()
+        done = await asyncio.wait_for(asyncio.gather(first, *lean, orm, last), 10)
+        assert done == [0, 1, 2, 3, 4]
+        with pytest.raises(ValueError, match="no 98"):
+            await asyncio.wait_for(failing, 10)
+        with pytest.raises(Exception, match="UNIQUE"):
+            await asyncio.wait_for(duplicate, 10)
+        assert group.batches - batches_before == 2
+        assert await values(db) == [0, 1, 2, 3, 4]
+        # A batch of lean writes alone commits too, and the connection is ready for the next.
+        assert await db.write_lean(insert_lean(5)) == 5
+        with pytest.raises(ValueError):
+            await db.write_lean(insert_lean(6, fail=True))
+        assert await db.write(insert(7)) == 7
+        assert await values(db) == [0, 1, 2, 3, 4, 5, 7]
     finally:
         await db.close()
 

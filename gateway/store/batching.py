@@ -26,6 +26,7 @@ class Job(Generic[T]):
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[T]
     after: Callable[[T], None] | None = None
+    lean: bool = False  # the call takes a `Lean` cursor rather than an ORM session
     result: Any = None
     error: BaseException | None = field(default=None)
 
@@ -39,11 +40,17 @@ class BatchThread:
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
-    async def submit(self, call: Callable[..., T], after: Callable[[T], None] | None = None) -> T:
+    async def submit(
+        self,
+        call: Callable[..., T],
+        after: Callable[[T], None] | None = None,
+        *,
+        lean: bool = False,
+    ) -> T:
         """Queue `call` and wait until its batch has been handled."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(Job(call, loop, future, after))
+        self._queue.put(Job(call, loop, future, after, lean))
         return await future
 
     def close(self) -> None:

@@ -97,7 +97,8 @@ class Database:
             self.sqlite_path = Path(parsed.database).expanduser().resolve()
             self.sqlite_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             sync_url = f"sqlite:///{self.sqlite_path}"
-            self._writer = _sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=1)
+            # Two connections: the group writer's, held for its life, and the migrations'.
+            self._writer = _sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=2)
             self._reader = _sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS)
             self._group = GroupCommitWriter(self._writer)
             self._readers = ReaderThreads(self._reader, SQLITE_READERS, "agenvoy-db-read")
@@ -189,20 +190,37 @@ class Database:
         `after_commit` runs once, off the event loop, after the commit succeeded; on SQLite it
         shares the writer thread's hand-off, which is most of the cost of a small write.
         """
+        return await self._write(work, after_commit, lean=False)
+
+    async def write_lean(
+        self, work: Callable[[Lean], T], *, after_commit: Callable[[T], None] | None = None
+    ) -> T:
+        """`write` for statements of `gateway.store.lean`: on SQLite no ORM session or
+        SQLAlchemy transaction is built around them, for the writes every message makes."""
+        return await self._write(work, after_commit, lean=True)
+
+    async def _write(
+        self, work: Callable[[Any], T], after_commit: Callable[[T], None] | None, *, lean: bool
+    ) -> T:
         try:
-            return await self._write_once(work, after_commit)
+            return await self._write_once(work, after_commit, lean)
         except (OperationalError, sqlite3.OperationalError) as exc:
             if not _is_locked(exc):
                 raise
         # Only a write that met another process's lock pays for the retry machinery.
         async for attempt in _while_locked():
             with attempt:
-                return await self._write_once(work, after_commit)
+                return await self._write_once(work, after_commit, lean)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _write_once(self, work: Work[T], after_commit: Callable[[T], None] | None) -> T:
+    async def _write_once(
+        self, work: Callable[[Any], T], after_commit: Callable[[T], None] | None, lean: bool
+    ) -> T:
         if self._async_engine is None:
-            return await self._group.run(work, after_commit)
+            return await self._group.run(work, after_commit, lean=lean)
+        if lean:
+            lean_work = work
+            work = lambda session: lean_work(Lean.of(session.connection()))  # noqa: E731
         result = await self._async_work(work, commit=True)
         if after_commit is not None:
             await asyncio.to_thread(after_commit, result)
@@ -280,7 +298,9 @@ def _sqlite_engine(url: str, *, begin: str, pool_size: int) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql(begin)
+        # The group writer begins its batches on the driver itself (see `group_commit`).
+        if not conn.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
+            conn.exec_driver_sql(begin)
 
     return engine
 

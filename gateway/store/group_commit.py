@@ -16,10 +16,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import Connection
 from sqlmodel import Session
 
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.store.batching import AfterCommit, BatchThread, Job
+from gateway.store.lean import Lean
 
 T = TypeVar("T")
 
@@ -31,6 +33,7 @@ class GroupCommitWriter(BatchThread):
 
     def __init__(self, engine: Engine, *, crash: CrashPoints = NO_CRASH) -> None:
         self._engine = engine
+        self._conn: Connection | None = None
         self.crash = crash
         self.batches = 0
         self.writes = 0
@@ -42,12 +45,19 @@ class GroupCommitWriter(BatchThread):
     def close(self) -> None:
         super().close()
         self._after.close()
+        if self._conn is not None:
+            self._conn.close()
 
     async def run(
-        self, work: Callable[[Session], T], after_commit: Callable[[T], None] | None = None
+        self,
+        work: Callable[[Session], T] | Callable[[Lean], T],
+        after_commit: Callable[[T], None] | None = None,
+        *,
+        lean: bool = False,
     ) -> T:
-        """Run `work` in the next batch; returns once that batch is committed."""
-        return await self.submit(work, after_commit)
+        """Run `work` in the next batch; returns once that batch is committed. A `lean` work
+        is given the driver's cursor (`gateway.store.lean`) instead of an ORM session."""
+        return await self.submit(work, after_commit, lean=lean)
 
     def handle(self, batch: list[Job[Any]]) -> list[Job[Any]]:
         pending = batch
@@ -69,23 +79,57 @@ class GroupCommitWriter(BatchThread):
         self._after.pass_on(followed)
         return [job for job in batch if job.error is not None or job.after is None]
 
+    def _connection(self) -> Connection:
+        # One connection for the thread's life: a pool checkout per batch showed in profiles.
+        if self._conn is None or self._conn.closed or self._conn.invalidated:
+            self._conn = self._engine.connect()
+        return self._conn
+
     def _attempt(self, jobs: list[Job[Any]]) -> Job[Any] | None:
         """Run `jobs` in one transaction and commit it; the first job that failed, if one did
         (then nothing is committed)."""
-        with self._engine.connect() as conn:
-            conn.begin()  # BEGIN IMMEDIATE (the engine's begin hook)
-            # One session for the batch: the works' ORM objects are flushed after each, and the
-            # transaction is the connection's to commit or roll back.
-            with Session(bind=conn, join_transaction_mode="rollback_only") as session:
-                for index, job in enumerate(jobs):
-                    try:
+        conn = self._connection()
+        driver = conn.connection.dbapi_connection
+        assert driver is not None
+        # The transaction is begun on the driver: a batch of lean works never builds
+        # SQLAlchemy's transaction and session objects; the first ORM work joins it.
+        driver.execute("BEGIN IMMEDIATE")
+        session: Session | None = None
+        try:
+            for index, job in enumerate(jobs):
+                try:
+                    if job.lean:
+                        job.result = job.call(Lean(driver, "sqlite"))
+                    else:
+                        if session is None:
+                            conn.begin()  # SQLAlchemy's view of the transaction begun above
+                            session = Session(bind=conn, join_transaction_mode="rollback_only")
                         job.result = job.call(session)
                         session.flush()
-                    except Exception as exc:
-                        job.error = exc
-                        conn.rollback()
-                        return job
-                    if index == 0 and len(jobs) > 1:
-                        self.crash.reach("mid_batch")
-            conn.commit()
+                except Exception as exc:
+                    job.error = exc
+                    self._rollback(conn, driver)
+                    return job
+                if index == 0 and len(jobs) > 1:
+                    self.crash.reach("mid_batch")
+            if conn.in_transaction():
+                conn.commit()
+            else:
+                driver.commit()
+        except BaseException:
+            self._rollback(conn, driver)
+            raise
+        finally:
+            if session is not None:
+                session.close()
         return None
+
+    def _rollback(self, conn: Connection, driver: Any) -> None:
+        try:
+            if conn.in_transaction():
+                conn.rollback()
+            elif driver.in_transaction:
+                driver.rollback()
+        except Exception:
+            # A connection that cannot even roll back is not used again.
+            conn.invalidate()

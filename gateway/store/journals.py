@@ -94,13 +94,11 @@ class JournalArchive(StoreBase):
         await self.db.write(lambda session: session.connection().execute(stmt))
 
     async def insert_journal(self, record: JournalRecord) -> None:
-        await self.db.write(lambda session: insert_journal(Lean.of(session.connection()), record))
+        await self.db.write_lean(lambda sql: insert_journal(sql, record))
 
     async def drop_journal(self, task_hash: str) -> None:
         """The task ended without a run to record (canceled): it is not to be taken up."""
-        await self.db.write(
-            lambda session: delete_journal(Lean.of(session.connection()), task_hash)
-        )
+        await self.db.write_lean(lambda sql: delete_journal(sql, task_hash))
 
     async def unfinished(self, session_id: str | None = None) -> list[JournalRecord]:
         """Every journal in the archive (of one session, when given), in the order their

@@ -173,8 +173,7 @@ class MessageArchive(StoreBase):
         sender = sender.replace("\x00", "\ufffd")
         unfiled = StoredMessage(0, session_id, role, content, sender, at, task_hash)
 
-        def work(session: Session) -> StoredMessage | None:
-            sql = Lean.of(session.connection())
+        def work(sql: Lean) -> StoredMessage | None:
             if not touch_session(sql, session_id, at):
                 if not create_session:
                     raise UnknownSession(session_id)
@@ -188,7 +187,7 @@ class MessageArchive(StoreBase):
             return stored
 
         if not write_history:
-            return await self.db.write(work)
+            return await self.db.write_lean(work)
         history = self.files(session_id).history
 
         def file_it(stored: StoredMessage | None) -> None:
@@ -203,7 +202,7 @@ class MessageArchive(StoreBase):
 
         async with self._archive_turn(session_id):
             await self._catch_up_once(session_id)
-            return await self.db.write(work, after_commit=file_it)
+            return await self.db.write_lean(work, after_commit=file_it)
 
     async def catch_up_history(self, session_id: str) -> int:
         """File in history.json the archived messages it lacks — the tail a crash or a

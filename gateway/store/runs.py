@@ -75,9 +75,8 @@ class RunArchive(StoreBase):
         dialect = self.db.dialect
         filed: list[StoredMessage] = []
 
-        def work(session: Session) -> list[OutboxItem]:
+        def record(sql: Lean) -> None:
             filed.clear()
-            sql = Lean.of(session.connection())
             if sql.one(_ALREADY, run.session_id, run.task_hash) is None:
                 if reply:
                     touch_session(sql, run.session_id, at)
@@ -91,7 +90,14 @@ class RunArchive(StoreBase):
                 for record in run.usage:
                     insert_usage(sql, record)
             delete_journal(sql, run.task_hash)
+
+        def with_outbox(session: Session) -> list[OutboxItem]:
+            record(Lean.of(session.connection()))
             return [claim_in(session, dialect, entry) for entry in outbox]
+
+        def lean(sql: Lean) -> list[OutboxItem]:
+            record(sql)
+            return []
 
         history = self.files(run.session_id).history
 
@@ -102,7 +108,10 @@ class RunArchive(StoreBase):
                 log.warning("session deleted before its reply was filed", session=run.session_id)
 
         async with self._archive_turn(run.session_id):
-            return await self.db.write(work, after_commit=file_reply)
+            if outbox:
+                return await self.db.write(with_outbox, after_commit=file_reply)
+            # Nothing to send (the caller reads the reply from the gateway): the lean path.
+            return await self.db.write_lean(lean, after_commit=file_reply)
 
     async def finished_run(self, session_id: str, task_hash: str) -> dict[str, str] | None:
         """The recorded outcome of a finished task: objective and reply (empty on error)."""

@@ -195,9 +195,8 @@ class SummaryArchive(StoreBase):
             state = await self.summary_state(session_id)
             reset_at = state.reset_at if state else 0
 
-        def work(session: Session) -> None:
+        def work(sql: Lean) -> None:
             # A fold's write, once a task past the window: plain SQL (`lean`), not the ORM.
-            sql = Lean.of(session.connection())
             sql.run(_DELETE_SUMMARY, session_id)
             sql.run(
                 _INSERT_SUMMARY,
@@ -208,7 +207,7 @@ class SummaryArchive(StoreBase):
                 summary.updated_at,
             )
 
-        await self.db.write(work)
+        await self.db.write_lean(work)
         # No folder here yet: it is made on this instance when the session first stores here.
         with contextlib.suppress(SessionDirectoryMissing):
             await asyncio.to_thread(self.files(session_id).write_summary, summary)

@@ -61,7 +61,7 @@ def insert_usage(sql: Lean, record: UsageRecord) -> int:
 
 async def record_usage(db: Database, record: UsageRecord) -> int:
     validate_session_id(record.session_id)
-    return await db.write(lambda session: insert_usage(Lean.of(session.connection()), record))
+    return await db.write_lean(lambda sql: insert_usage(sql, record))
 
 
 def _values(record: UsageRecord) -> dict[str, object]:
