@@ -116,7 +116,7 @@ def test_random_interleavings_never_serve_a_stale_tail(tmp_path: Path) -> None:
 
 
 def test_the_cache_holds_a_bounded_number_of_tails(tmp_path: Path) -> None:
-    cache = TailCache[HistoryMessage](max_files=3)
+    cache = TailCache[HistoryMessage](lambda m: len(m.content), max_files=3)
     key = file_key(tmp_path.stat())
     for i in range(10):
         cache.put(f"/s/{i}", key, [msg(i)], want=5, whole=True)
@@ -128,3 +128,20 @@ def test_the_cache_holds_a_bounded_number_of_tails(tmp_path: Path) -> None:
     cache.put("/s/10", key, [msg(10)], want=5, whole=True)
     assert cache.get("/s/7", key, 1) == [msg(7)]
     assert cache.get("/s/8", key, 1) is None
+
+
+def test_the_cache_holds_a_bounded_amount_of_text(tmp_path: Path) -> None:
+    cache = TailCache[HistoryMessage](lambda m: len(m.content), max_chars=1_000)
+    key = file_key(tmp_path.stat())
+    for i in range(10):
+        cache.put(f"/s/{i}", key, [msg(i, "x" * 300)], want=5, whole=False)
+        assert cache.chars <= 1_000
+    assert len(cache) == 3  # the three newest
+    # An append moves the weight along: in with the new message, out with what falls off.
+    newer = (key[0], key[1], key[2] + 60, key[3] + 1, key[4] + 1)  # the file, grown
+    cache.appended("/s/9", key, newer, [msg(10, "y" * 50)])
+    assert cache.chars == 300 + 300 + 350
+    cache.put("/s/big", key, [msg(11, "z" * 5_000)], want=5, whole=False)
+    assert cache.chars <= 1_000
+    assert cache.get("/s/big", key, 1) is None  # larger than the whole budget: not kept
+    assert len(cache) == 0 and cache.chars == 0  # it pushed out everything, then itself

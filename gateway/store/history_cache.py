@@ -11,8 +11,8 @@ the identity, and the next read parses the file again. (The one change it cannot
 in place that keeps the size, made within the same tick of the file system's clock as the last
 write; no writer of the gateway makes such an edit.)
 
-`history_file.TAILS` is the process's one cache, bounded (`MAX_FILES` tails), so ten thousand
-idle sessions hold nothing here.
+`history_file.TAILS` is the process's one cache, bounded (`MAX_FILES` tails and `MAX_CHARS` of
+their text), so ten thousand idle sessions hold nothing here.
 """
 
 from __future__ import annotations
@@ -20,13 +20,15 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
 M = TypeVar("M")  # a parsed message (immutable: entries hand out the same objects)
 
 MAX_FILES: Final = 512
+# Messages can be long (16,000 characters by default): the tails' text is bounded too.
+MAX_CHARS: Final = 8 * 1024 * 1024
 
 # What identifies one state of a file: an append changes the size, a rewrite (always a new
 # file renamed in) the inode, and the times catch what keeps both.
@@ -43,14 +45,20 @@ class _Tail(Generic[M]):
     messages: list[M]
     whole: bool  # the messages are the whole file, not just its end
     want: int  # how many messages the entry keeps as the file grows
+    chars: int  # the weight of `messages`
 
 
 class TailCache(Generic[M]):
     """Parsed tails by path, least recently used dropped first; safe across threads (each
     file's own reads and writes are already serialised by the session directory's lock)."""
 
-    def __init__(self, max_files: int = MAX_FILES) -> None:
+    def __init__(
+        self, weigh: Callable[[M], int], max_files: int = MAX_FILES, max_chars: int = MAX_CHARS
+    ) -> None:
+        self.weigh = weigh  # a message's share of `max_chars`
         self.max_files = max_files
+        self.max_chars = max_chars
+        self.chars = 0
         self.hits = 0
         self.misses = 0
         self._tails: OrderedDict[str, _Tail[M]] = OrderedDict()
@@ -74,11 +82,12 @@ class TailCache(Generic[M]):
         self, path: str, key: FileKey, messages: Sequence[M], *, want: int, whole: bool
     ) -> None:
         """Remember the file at `key`: its last `want` messages, or all of them (`whole`)."""
+        kept = list(messages[-want:])
         with self._lock:
-            self._tails[path] = _Tail(key, list(messages[-want:]), whole, want)
-            self._tails.move_to_end(path)
-            while len(self._tails) > self.max_files:
-                self._tails.popitem(last=False)
+            self._drop(path)
+            self._tails[path] = _Tail(key, kept, whole, want, sum(map(self.weigh, kept)))
+            self.chars += self._tails[path].chars
+            self._bound()
 
     def appended(self, path: str, before: FileKey, after: FileKey, messages: Sequence[M]) -> None:
         """The file at `before` became `after` by appending `messages`: a tail known for
@@ -88,13 +97,28 @@ class TailCache(Generic[M]):
             if tail is None:
                 return
             if tail.key != before:
-                del self._tails[path]
+                self._drop(path)
                 return
             joined = [*tail.messages, *messages]
-            tail.whole = tail.whole and len(joined) <= tail.want
-            tail.messages = joined[-tail.want :]
+            gone = max(0, len(joined) - tail.want)
+            change = sum(map(self.weigh, messages)) - sum(map(self.weigh, joined[:gone]))
+            tail.whole = tail.whole and not gone
+            tail.messages = joined[gone:]
             tail.key = after
+            tail.chars += change
+            self.chars += change
+            self._bound()
 
     def forget(self, path: str) -> None:
         with self._lock:
-            self._tails.pop(path, None)
+            self._drop(path)
+
+    def _drop(self, path: str) -> None:
+        tail = self._tails.pop(path, None)
+        if tail is not None:
+            self.chars -= tail.chars
+
+    def _bound(self) -> None:
+        while self._tails and (len(self._tails) > self.max_files or self.chars > self.max_chars):
+            _, oldest = self._tails.popitem(last=False)
+            self.chars -= oldest.chars

@@ -73,7 +73,7 @@ class HistoryMessage:
 
 
 # Parsed tails of the files this process reads (see `history_cache`).
-TAILS: Final = TailCache[HistoryMessage]()
+TAILS: Final = TailCache[HistoryMessage](lambda m: len(m.content) + len(m.sender) + 64)
 
 
 @dataclass(frozen=True, slots=True)
