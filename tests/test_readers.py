@@ -69,3 +69,12 @@ async def test_close_answers_every_read_queued_before_it(tmp_path: Path) -> None
     results = await asyncio.wait_for(asyncio.gather(*reads), 10)
     assert results == list(range(50))
     engine.dispose()
+
+
+async def test_a_closed_database_refuses_reads_and_writes_at_once(tmp_path: Path) -> None:
+    db = await Database.open(f"sqlite:///{tmp_path / 'history.db'}")
+    await db.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await asyncio.wait_for(db.read_lean(lambda sql: sql.value("SELECT 1")), 5)
+    with pytest.raises(RuntimeError, match="closed"):
+        await asyncio.wait_for(db.write_lean(lambda sql: sql.value("SELECT 1")), 5)

@@ -37,6 +37,7 @@ class BatchThread:
     def __init__(self, name: str, max_batch: int) -> None:
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
+        self._closed = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -48,6 +49,9 @@ class BatchThread:
         lean: bool = False,
     ) -> T:
         """Queue `call` and wait until its batch has been handled."""
+        if self._closed:
+            # Nobody would take it: fail now rather than wait for ever.
+            raise RuntimeError(f"{self._thread.name} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(Job(call, loop, future, after, lean))
@@ -55,6 +59,7 @@ class BatchThread:
 
     def close(self) -> None:
         """Finish what is queued, then stop the thread (blocking: call it from a thread)."""
+        self._closed = True
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()

@@ -31,6 +31,7 @@ class ReaderThreads:
     def __init__(self, engine: Engine, count: int, name: str) -> None:
         self._engine = engine
         self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
+        self._closed = False
         self._threads = [
             threading.Thread(target=self._serve, name=f"{name}_{i}", daemon=True)
             for i in range(count)
@@ -40,6 +41,9 @@ class ReaderThreads:
 
     async def run(self, call: Callable[[Connection], T]) -> T:
         """Run `call` with a reader's connection (outside any transaction) and wait for it."""
+        if self._closed:
+            # Nobody would take it: fail now rather than wait for ever.
+            raise RuntimeError("the database is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(Job(call, loop, future))
@@ -47,6 +51,7 @@ class ReaderThreads:
 
     def close(self) -> None:
         """Finish what is queued, then stop the threads (blocking: call it from a thread)."""
+        self._closed = True
         for _ in self._threads:
             self._queue.put(None)
         for thread in self._threads:
