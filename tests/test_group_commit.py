@@ -63,14 +63,20 @@ async def values(db: Database) -> list[int]:
     return await db.read(work)
 
 
+async def writer_held(db: Database) -> tuple[Gate, int, asyncio.Future[int]]:
+    """A write of 0 holding the writer thread (until `Gate.released`), the batches before it,
+    and the write itself."""
+    hold = Gate()
+    batches_before = db._group.batches
+    first = asyncio.ensure_future(db.write(insert(0, hold=hold)))
+    await hold.inside()
+    return hold, batches_before, first
+
+
 async def test_writes_queued_together_commit_as_one_batch(tmp_path: Path) -> None:
     db = await scratch_db(tmp_path)
     try:
-        group = db._group
-        hold = Gate()
-        batches_before = group.batches
-        first = asyncio.ensure_future(db.write(insert(0, hold=hold)))
-        await hold.inside()
+        hold, batches_before, first = await writer_held(db)
         rest = [asyncio.ensure_future(db.write(insert(i))) for i in range(1, 6)]
         failing = asyncio.ensure_future(db.write(insert(99, fail=True)))
         duplicate = asyncio.ensure_future(db.write(insert(3)))  # breaks the UNIQUE constraint
@@ -83,7 +89,7 @@ async def test_writes_queued_together_commit_as_one_batch(tmp_path: Path) -> Non
         with pytest.raises(Exception, match="UNIQUE"):
             await asyncio.wait_for(duplicate, 10)
         # The held write alone, then everything that queued up behind it in one transaction.
-        assert group.batches - batches_before == 2
+        assert db._group.batches - batches_before == 2
         assert await values(db) == [0, 1, 2, 3, 4, 5]  # the failed ones left nothing
     finally:
         await db.close()
@@ -102,11 +108,7 @@ def insert_lean(value: int, *, fail: bool = False) -> Callable[[Lean], int]:
 async def test_lean_and_orm_writes_share_a_batch_and_fail_alone(tmp_path: Path) -> None:
     db = await scratch_db(tmp_path)
     try:
-        group = db._group
-        hold = Gate()
-        batches_before = group.batches
-        first = asyncio.ensure_future(db.write(insert(0, hold=hold)))
-        await hold.inside()
+        hold, batches_before, first = await writer_held(db)
         lean = [asyncio.ensure_future(db.write_lean(insert_lean(i))) for i in (1, 2)]
         orm = asyncio.ensure_future(db.write(insert(3)))
         failing = asyncio.ensure_future(db.write_lean(insert_lean(98, fail=True)))
@@ -120,7 +122,7 @@ async def test_lean_and_orm_writes_share_a_batch_and_fail_alone(tmp_path: Path) 
             await asyncio.wait_for(failing, 10)
         with pytest.raises(Exception, match="UNIQUE"):
             await asyncio.wait_for(duplicate, 10)
-        assert group.batches - batches_before == 2
+        assert db._group.batches - batches_before == 2
         assert await values(db) == [0, 1, 2, 3, 4]
         # A batch of lean writes alone commits too, and the connection is ready for the next.
         assert await db.write_lean(insert_lean(5)) == 5
