@@ -27,10 +27,13 @@ from gateway.leases import LocalLeases
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.slow_stop import SlowStopReport
 
 log = get_logger(__name__)
 
 DAY_SECONDS = 86_400.0
+# Stopping takes a second or two; one still under way after this says where it hangs.
+SLOW_STOP_SECONDS = 10.0
 
 
 def _is_set(secret: SecretStr | None) -> bool:
@@ -72,7 +75,9 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
+    slow_stop = SlowStopReport(SLOW_STOP_SECONDS)
     async with contextlib.AsyncExitStack() as stack:
+        stack.callback(slow_stop.disarm)  # the last step out
         for signum in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, stop.set)
@@ -96,6 +101,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         log.info("gateway ready", agent=settings.agent, resumed=resumed, redelivered=sent)
         await stop.wait()
         log.info("gateway stopping")
+        slow_stop.arm()
 
 
 def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
