@@ -4,6 +4,7 @@ import json
 import os
 import random
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,11 @@ def test_a_message_filed_by_a_catch_up_is_not_filed_again_by_its_writer(
     history.extend([msg(2), msg(3)])  # a catch-up files 2 and 3 while 3's writer is late
     history.append(msg(3))  # the late writer
     assert [m.id for m in history.read()] == [2, 3, 4]
+
+
+def test_a_line_holds_every_field_in_declared_order() -> None:
+    """A line is written field by field (not through asdict): a new field must reach it."""
+    message = HistoryMessage("user", 'say "hi" 你好', 1_700_000_000_000, "Ann", 42)
+    line = json.loads(message.to_json())
+    assert list(line.items()) == list(asdict(message).items())
+    assert HistoryMessage.from_obj(line) == message

@@ -11,11 +11,23 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.clock import now_ms
 from gateway.events import Attachment, Origin
 from gateway.memory.recalled import Recalled
-from gateway.store.sessions import StoredMessage
 from gateway.store.usage import UsageRecord
 
 if TYPE_CHECKING:
     from gateway.agents.tool_memory import ToolMemory
+
+
+class PastMessage(Protocol):
+    """A message of the window before the new one: a history.json line or an archived row."""
+
+    @property
+    def role(self) -> str: ...
+    @property
+    def content(self) -> str: ...
+    @property
+    def sender(self) -> str: ...
+    @property
+    def send_at(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +115,7 @@ class AgentContext(Protocol):
     origin: Origin
     text: str
     attachments: Sequence[Attachment]
-    history: Sequence[StoredMessage]
+    history: Sequence[PastMessage]
     workspace: Path
     persona: str  # the session's persona, "" for none
     model: str  # the session's model override, "" for the default

@@ -33,7 +33,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from gateway.agents.base import AgentContext, AgentFailed, Reply, Step
+from gateway.agents.base import AgentContext, AgentFailed, PastMessage, Reply, Step
 from gateway.agents.claude_permission_server import PROMPT_TOOL
 from gateway.agents.claude_permissions import PermissionBridge, PermissionRequest, cli_mcp_config
 from gateway.agents.claude_process import (
@@ -331,7 +331,7 @@ class _Waiting:
         return line
 
 
-def _line(message: StoredMessage) -> str:
+def _line(message: PastMessage) -> str:
     who = "assistant" if message.role == "assistant" else (message.sender or "user")
     return f"{who}: {message.content}"
 
@@ -346,7 +346,7 @@ def _new_message(ctx: AgentContext) -> str:
     return "\n".join(lines)
 
 
-def _transcript(summary: str, window: Sequence[StoredMessage], new_message: str) -> str:
+def _transcript(summary: str, window: Sequence[PastMessage], new_message: str) -> str:
     parts = []
     if summary:
         parts.append(f"Summary of the earlier conversation:\n{summary}")

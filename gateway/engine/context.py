@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.agents.base import NewMessage, SubagentRefused, ToolCall, ToolResult
+from gateway.agents.base import NewMessage, PastMessage, SubagentRefused, ToolCall, ToolResult
 from gateway.agents.summary import fold_batch
 from gateway.agents.tool_memory import ToolMemory
 from gateway.engine.prompts import Prompts
@@ -16,7 +16,7 @@ from gateway.engine.task import Task
 from gateway.memory.recalled import Recalled
 from gateway.store.history_file import HistoryMessage
 from gateway.store.search import search_messages
-from gateway.store.sessions import SessionStore, StoredMessage
+from gateway.store.sessions import SessionStore
 
 if TYPE_CHECKING:
     from gateway.memory.recall import Recall
@@ -44,7 +44,7 @@ class RunContext:
         store: SessionStore,
         prompts: Prompts,
         run_tool: RunTool,
-        history: Sequence[StoredMessage],
+        history: Sequence[PastMessage],
         tool_memory: ToolMemory | None = None,
         steer: Steer | None = None,
         subagents: Subagents | None = None,
@@ -66,7 +66,7 @@ class RunContext:
         self.origin = task.origin
         self.text = task.text
         self.attachments = task.attachments
-        self.history: Sequence[StoredMessage] = history
+        self.history: Sequence[PastMessage] = history
         self.workspace = store.files(task.session_id).dir / "workspace"
         self.persona = ""
         self.model = ""
@@ -191,7 +191,7 @@ async def load_context(
 
 def _window(
     task: Task, recent: list[HistoryMessage], size: int, *, after: int
-) -> tuple[list[StoredMessage], int]:
+) -> tuple[list[HistoryMessage], int]:
     """The recent conversation from history.json's last lines (`recent`, one more than the
     most a window takes), without the task's own message: the last `size` messages, and
     before them those the summary does not cover yet (id above `after`), up to a fold batch
@@ -210,6 +210,4 @@ def _window(
         recent.pop(0)
         older -= 1
     oldest = min((m.id for m in recent if m.id), default=0)
-    return [
-        StoredMessage(0, task.session_id, m.role, m.content, m.sender, m.send_at) for m in recent
-    ], oldest
+    return recent, oldest
