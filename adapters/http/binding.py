@@ -4,6 +4,7 @@ AGENVOY_API_TOKEN is set or a token was issued with `agenvoy token add`.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 from gateway.credentials import load_tokens, tokens_path
@@ -21,6 +22,13 @@ class InsecureBinding(RuntimeError):
         self.host = host
 
 
+_LOOPBACK_V4 = ipaddress.IPv4Network("127.0.0.0/8")
+_LOOPBACK_V6 = ipaddress.IPv6Address("::1")
+
+
+# Asked for every request's Host header, nearly always the same few names: parsing an address
+# each time showed in profiles. The cache is small and bounded against hostile headers.
+@functools.lru_cache(maxsize=64)
 def is_loopback(host: str) -> bool:
     """127.0.0.0/8, ::1 and `localhost`; anything else (including "" = every interface) is not."""
     name = host.strip().lower()
@@ -33,8 +41,8 @@ def is_loopback(host: str) -> bool:
     except ValueError:
         return False
     if isinstance(address, ipaddress.IPv4Address):
-        return address in ipaddress.IPv4Network("127.0.0.0/8")
-    return address == ipaddress.IPv6Address("::1")
+        return address in _LOOPBACK_V4
+    return address == _LOOPBACK_V6
 
 
 def api_token(settings: Settings) -> str:

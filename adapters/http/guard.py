@@ -71,7 +71,7 @@ class Guard:
         if host is None:
             return True  # HTTP/1.0 without Host: not what a browser sends
         name = _host_name(host)
-        return is_loopback(name) or name in self._hosts or (self._any_ip and _is_ip(name))
+        return name in self._hosts or is_loopback(name) or (self._any_ip and _is_ip(name))
 
     def _guarded(self, request: web.Request) -> bool:
         resource = request.match_info.route.resource

@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import or_, update
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
-from gateway.store.db import Database, insert_ignoring
+from gateway.store.db import Database
+from gateway.store.lean import Lean, Row
 from gateway.store.models import OutboxRow
 
 MAX_ERROR_CHARS = 2000
@@ -53,37 +53,58 @@ class OutboxItem:
     parts_attempted: int = 0
 
 
-def insert_entry_statement(dialect: str, entry: OutboxEntry) -> Any:
-    return insert_ignoring(dialect, OutboxRow).values(
-        session_id=entry.session_id,
-        task_hash=entry.task_hash,
-        chunk_index=entry.chunk_index,
-        content_hash=entry.content_hash,
-        kind=entry.kind,
-        platform=entry.platform,
-        payload=json.dumps(entry.payload, ensure_ascii=False),
-        created_at=now_ms(),
-    )
+# Every reply to a platform takes these (recorded with its run, claimed, its parts counted,
+# marked delivered), so they are plain SQL on the driver's cursor (gateway.store.lean); every
+# column is given, as the ORM's Python-side defaults do not apply here.
+_COLUMNS = (
+    "id, session_id, task_hash, chunk_index, kind, platform, payload, status, attempts,"
+    " platform_message_id, parts_sent, parts_attempted"
+)
+_INSERT = (
+    "INSERT INTO outbox (session_id, task_hash, chunk_index, content_hash, kind, platform,"
+    " payload, status, platform_message_id, attempts, parts_sent, parts_attempted,"
+    " last_error, created_at, delivered_at, claimed_by, claimed_until)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', '', 0, 0, 0, '', ?, 0, '', 0)"
+    " ON CONFLICT DO NOTHING"
+)
+_BY_KEY = (
+    f"SELECT {_COLUMNS} FROM outbox WHERE task_hash = ? AND chunk_index = ? AND content_hash = ?"
+)
+_BY_ID = f"SELECT {_COLUMNS} FROM outbox WHERE id = ?"
+_TAKE = (
+    "UPDATE outbox SET claimed_by = ?, claimed_until = ? WHERE id = ? AND status = 'pending'"
+    " AND (claimed_by = '' OR claimed_by = ? OR claimed_until < ?)"
+)
+_DELIVERED = (
+    "UPDATE outbox SET status = 'delivered', platform_message_id = ?, delivered_at = ?,"
+    " attempts = attempts + 1 WHERE id = ?"
+)
+_PARTS = "UPDATE outbox SET parts_sent = ?, parts_attempted = ? WHERE id = ?"
+_FAILED = "UPDATE outbox SET status = ?, last_error = ?, attempts = attempts + 1 WHERE id = ?"
 
 
-def _key(entry: OutboxEntry) -> Any:
-    return (
-        select(OutboxRow)
-        .where(col(OutboxRow.task_hash) == entry.task_hash)
-        .where(col(OutboxRow.chunk_index) == entry.chunk_index)
-        .where(col(OutboxRow.content_hash) == entry.content_hash)
-    )
-
-
-def claim_in(session: Session, dialect: str, entry: OutboxEntry) -> OutboxItem:
+def claim_in(sql: Lean, entry: OutboxEntry) -> OutboxItem:
     """Record `entry` unless it is there already; returns the row either way."""
-    session.connection().execute(insert_entry_statement(dialect, entry))
-    row = session.exec(_key(entry)).one()
-    return outbox_item(row)
+    content_hash = entry.content_hash
+    payload = json.dumps(entry.payload, ensure_ascii=False)
+    sql.run(
+        _INSERT,
+        entry.session_id,
+        entry.task_hash,
+        entry.chunk_index,
+        content_hash,
+        entry.kind,
+        entry.platform,
+        payload,
+        now_ms(),
+    )
+    row = sql.one(_BY_KEY, entry.task_hash, entry.chunk_index, content_hash)
+    assert row is not None, "an outbox entry just recorded is there"
+    return _item(row)
 
 
 async def claim(db: Database, entry: OutboxEntry) -> OutboxItem:
-    return await db.write(lambda session: claim_in(session, db.dialect, entry))
+    return await db.write_lean(lambda sql: claim_in(sql, entry))
 
 
 async def take(db: Database, item_id: int, claimant: str, claim_ms: int) -> OutboxItem | None:
@@ -91,66 +112,49 @@ async def take(db: Database, item_id: int, claimant: str, claim_ms: int) -> Outb
     or None while another instance's claim holds (or the entry is no longer pending). With
     several instances, only the claim's holder sends an entry."""
     now = now_ms()
-    stmt = (
-        update(OutboxRow)
-        .where(
-            col(OutboxRow.id) == item_id,
-            col(OutboxRow.status) == "pending",
-            or_(
-                col(OutboxRow.claimed_by) == "",
-                col(OutboxRow.claimed_by) == claimant,
-                col(OutboxRow.claimed_until) < now,
-            ),
-        )
-        .values(claimed_by=claimant, claimed_until=now + claim_ms)
-    )
 
-    def work(session: Session) -> OutboxItem | None:
-        if session.connection().execute(stmt).rowcount != 1:
+    def work(sql: Lean) -> OutboxItem | None:
+        if sql.run(_TAKE, claimant, now + claim_ms, item_id, claimant, now) != 1:
             return None
-        return outbox_item(
-            session.exec(select(OutboxRow).where(col(OutboxRow.id) == item_id)).one()
-        )
+        row = sql.one(_BY_ID, item_id)
+        return _item(row) if row is not None else None
 
-    return await db.write(work)
+    return await db.write_lean(work)
 
 
 async def mark_delivered(db: Database, item_id: int, platform_message_id: str) -> None:
-    stmt = (
-        update(OutboxRow)
-        .where(col(OutboxRow.id) == item_id)
-        .values(
-            status="delivered",
-            platform_message_id=platform_message_id,
-            delivered_at=now_ms(),
-            attempts=OutboxRow.attempts + 1,
-        )
-    )
-    await db.write(lambda session: session.connection().execute(stmt))
+    at = now_ms()
+    await db.write_lean(lambda sql: sql.run(_DELIVERED, platform_message_id, at, item_id))
 
 
 async def record_parts(db: Database, item_id: int, parts_sent: int, parts_attempted: int) -> None:
     """The platform accepted `parts_sent` parts of the entry's message so far, and was handed
     `parts_attempted`."""
-    stmt = (
-        update(OutboxRow)
-        .where(col(OutboxRow.id) == item_id)
-        .values(parts_sent=parts_sent, parts_attempted=parts_attempted)
-    )
-    await db.write(lambda session: session.connection().execute(stmt))
+    await db.write_lean(lambda sql: sql.run(_PARTS, parts_sent, parts_attempted, item_id))
 
 
 async def mark_attempt_failed(db: Database, item_id: int, error: str, *, final: bool) -> None:
-    stmt = (
-        update(OutboxRow)
-        .where(col(OutboxRow.id) == item_id)
-        .values(
-            status="failed" if final else "pending",
-            last_error=error[:MAX_ERROR_CHARS],
-            attempts=OutboxRow.attempts + 1,
-        )
+    status = "failed" if final else "pending"
+    await db.write_lean(lambda sql: sql.run(_FAILED, status, error[:MAX_ERROR_CHARS], item_id))
+
+
+def _item(row: Row) -> OutboxItem:
+    (item_id, session_id, task_hash, chunk_index, kind, platform, payload, status) = row[:8]
+    attempts, platform_message_id, parts_sent, parts_attempted = row[8:]
+    return OutboxItem(
+        id=item_id,
+        session_id=session_id,
+        task_hash=task_hash,
+        chunk_index=chunk_index,
+        kind=kind,
+        platform=platform,
+        payload=json.loads(payload),
+        status=status,
+        attempts=attempts,
+        platform_message_id=platform_message_id,
+        parts_sent=parts_sent,
+        parts_attempted=parts_attempted,
     )
-    await db.write(lambda session: session.connection().execute(stmt))
 
 
 async def undelivered(db: Database, platforms: set[str] | None = None) -> list[OutboxItem]:

@@ -72,7 +72,6 @@ class RunArchive(StoreBase):
         reply_message = StoredMessage(
             0, run.session_id, "assistant", reply, sender, at, task_hash=run.task_hash
         )
-        dialect = self.db.dialect
         filed: list[StoredMessage] = []
 
         def record(sql: Lean) -> None:
@@ -91,13 +90,9 @@ class RunArchive(StoreBase):
                     insert_usage(sql, record)
             delete_journal(sql, run.task_hash)
 
-        def with_outbox(session: Session) -> list[OutboxItem]:
-            record(Lean.of(session.connection()))
-            return [claim_in(session, dialect, entry) for entry in outbox]
-
         def lean(sql: Lean) -> list[OutboxItem]:
             record(sql)
-            return []
+            return [claim_in(sql, entry) for entry in outbox]
 
         history = self.files(run.session_id).history
 
@@ -108,9 +103,6 @@ class RunArchive(StoreBase):
                 log.warning("session deleted before its reply was filed", session=run.session_id)
 
         async with self._archive_turn(run.session_id):
-            if outbox:
-                return await self.db.write(with_outbox, after_commit=file_reply)
-            # Nothing to send (the caller reads the reply from the gateway): the lean path.
             return await self.db.write_lean(lean, after_commit=file_reply)
 
     async def finished_run(self, session_id: str, task_hash: str) -> dict[str, str] | None:
