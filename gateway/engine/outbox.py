@@ -82,10 +82,8 @@ class Courier:
         origin = Origin.from_json(item.payload["origin"])
         event = event_from_json(json.dumps(item.payload["event"]))
 
-        async def save(sent: int, attempted: int) -> None:
-            await table.record_parts(self.db, item.id, sent, attempted)
-
-        progress = Progress(item.parts_sent, item.parts_attempted, save)
+        parts = PartsRecord(self.db, item.id, item.parts_sent)
+        progress = Progress(item.parts_sent, item.parts_attempted, parts.save)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
             # Jitter in proportion to the first wait, so a short backoff stays short.
@@ -102,7 +100,10 @@ class Courier:
                         message_id = await sink.deliver(origin, event, progress)
                     except Exception as exc:
                         final = attempt.retry_state.attempt_number >= self.attempts
-                        await table.mark_attempt_failed(self.db, item.id, repr(exc), final=final)
+                        await table.mark_attempt_failed(
+                            self.db, item.id, repr(exc), final=final, parts=parts.unsaved
+                        )
+                        parts.saved()
                         raise
         except Exception as exc:
             log.error(
@@ -121,7 +122,7 @@ class Courier:
                 item.task_hash,
             )
             return False
-        await table.mark_delivered(self.db, item.id, message_id or "")
+        await table.mark_delivered(self.db, item.id, message_id or "", parts=parts.unsaved)
         return True
 
     async def redeliver(self) -> int:
@@ -132,3 +133,34 @@ class Courier:
         if sent:
             log.info("pending deliveries sent after restart", count=sent)
         return sent
+
+
+class PartsRecord:
+    """Keeps an entry's parts (`Progress`) in the outbox, one write fewer per part.
+
+    What must be stored before the platform is handed a part is that the part may go out
+    (`attempted` one past `sent`): a restart then marks it as a possible repeat. That a part
+    was accepted can wait for the next write, which comes right after: the next part's
+    start, or the entry marked delivered or failed, which carry it. A crash in between
+    leaves the part recorded as maybe out, the window a crash just after the platform's
+    answer leaves anyway.
+    """
+
+    def __init__(self, db: Database, item_id: int, sent: int) -> None:
+        self.db = db
+        self.item_id = item_id
+        self._stored_sent = sent
+        self.unsaved: tuple[int, int] | None = None
+
+    async def save(self, sent: int, attempted: int) -> None:
+        if attempted == sent and sent > self._stored_sent:  # accepted parts, none in doubt
+            self.unsaved = (sent, attempted)
+            return
+        await table.record_parts(self.db, self.item_id, sent, attempted)
+        self.saved()
+        self._stored_sent = sent
+
+    def saved(self) -> None:
+        if self.unsaved is not None:
+            self._stored_sent = self.unsaved[0]
+        self.unsaved = None

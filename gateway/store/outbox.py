@@ -21,6 +21,8 @@ from gateway.store.models import OutboxRow
 
 MAX_ERROR_CHARS = 2000
 
+Parts = tuple[int, int]  # parts sent, parts attempted
+
 
 @dataclass(frozen=True, slots=True)
 class OutboxEntry:
@@ -122,9 +124,18 @@ async def take(db: Database, item_id: int, claimant: str, claim_ms: int) -> Outb
     return await db.write_lean(work)
 
 
-async def mark_delivered(db: Database, item_id: int, platform_message_id: str) -> None:
+async def mark_delivered(
+    db: Database, item_id: int, platform_message_id: str, *, parts: Parts | None = None
+) -> None:
+    """`parts`: (sent, attempted) not recorded yet, stored with the mark."""
     at = now_ms()
-    await db.write_lean(lambda sql: sql.run(_DELIVERED, platform_message_id, at, item_id))
+
+    def work(sql: Lean) -> None:
+        if parts is not None:
+            sql.run(_PARTS, *parts, item_id)
+        sql.run(_DELIVERED, platform_message_id, at, item_id)
+
+    await db.write_lean(work)
 
 
 async def record_parts(db: Database, item_id: int, parts_sent: int, parts_attempted: int) -> None:
@@ -133,9 +144,17 @@ async def record_parts(db: Database, item_id: int, parts_sent: int, parts_attemp
     await db.write_lean(lambda sql: sql.run(_PARTS, parts_sent, parts_attempted, item_id))
 
 
-async def mark_attempt_failed(db: Database, item_id: int, error: str, *, final: bool) -> None:
+async def mark_attempt_failed(
+    db: Database, item_id: int, error: str, *, final: bool, parts: Parts | None = None
+) -> None:
     status = "failed" if final else "pending"
-    await db.write_lean(lambda sql: sql.run(_FAILED, status, error[:MAX_ERROR_CHARS], item_id))
+
+    def work(sql: Lean) -> None:
+        if parts is not None:
+            sql.run(_PARTS, *parts, item_id)
+        sql.run(_FAILED, status, error[:MAX_ERROR_CHARS], item_id)
+
+    await db.write_lean(work)
 
 
 def _item(row: Row) -> OutboxItem:
