@@ -33,7 +33,10 @@ class Clock:
 
     async def wait_for(self, awaitable: Awaitable[T], seconds: float) -> T:
         """`awaitable`'s result, or TimeoutError (and `awaitable` canceled) after `seconds`."""
-        return await asyncio.wait_for(awaitable, seconds)
+        # Awaited in place under a deadline: asyncio.wait_for would wrap it in a task of its
+        # own, one more task for every waiter (every HTTP caller waits on its task).
+        async with asyncio.timeout(seconds):
+            return await awaitable
 
 
 SYSTEM_CLOCK = Clock()

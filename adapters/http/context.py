@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from aiohttp import web
 
@@ -43,11 +43,23 @@ class Context:
         self.metrics = HttpMetrics(runtime.router, runtime.tool_memory.cache)
         self.keepalive_seconds = keepalive_seconds
         self.closing = asyncio.Event()
+        # Set with `closing`: one future every waiting request watches, where a task per
+        # request waiting on the event cost a task and its cancellation each time.
+        self._closed: asyncio.Future[None] | None = None
         # Handed in: it is made from the route table, whose handlers import this module.
         self.openapi_document = document
 
     async def on_shutdown(self, app: web.Application) -> None:
         self.closing.set()
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def _closed_future(self) -> asyncio.Future[None]:
+        if self._closed is None:
+            self._closed = asyncio.get_running_loop().create_future()
+            if self.closing.is_set():
+                self._closed.set_result(None)
+        return self._closed
 
     def origin(self, request: web.Request) -> Origin:
         """Who is asking, as their credential says. A terminal window's hash comes with its
@@ -103,11 +115,10 @@ class Context:
         """Await `work`; if the server starts shutting down first, answer 503 `restarting`
         with `farewell`'s route to ask again."""
         job = asyncio.ensure_future(work)
-        stop = asyncio.ensure_future(self.closing.wait())
+        watched: set[asyncio.Future[Any]] = {job, self._closed_future()}
         try:
-            await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stop.cancel()
             if not job.done():
                 job.cancel()
         if job.done() and not job.cancelled():
