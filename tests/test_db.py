@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import shutil
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
@@ -153,6 +154,20 @@ async def test_messages_and_history_file_agree(store: SessionStore) -> None:
     assert [m.content for m in after] == ["m2", "m3", "m4"]
     sessions = await store.list_sessions()
     assert [(s.id, s.name, s.message_count) for s in sessions] == [("dc-7", "general", 5)]
+
+
+async def test_a_message_brings_back_a_folder_removed_under_its_session(
+    store: SessionStore,
+) -> None:
+    """The folder is made only when a message finds it missing: one removed by hand (its
+    row kept) is made again, with the line of the message that found it gone."""
+    await store.take_in("tg-5", "first", sender="ann")
+    folder = store.files("tg-5").dir
+    await asyncio.to_thread(shutil.rmtree, folder)
+    await store.take_in("tg-5", "second", sender="ann")
+    assert folder.is_dir()
+    assert [m.content for m in store.files("tg-5").history.read()] == ["second"]
+    assert [m.content for m in await store.recent_messages("tg-5", 10)] == ["first", "second"]
 
 
 async def test_unknown_session_message_rejected(store: SessionStore) -> None:

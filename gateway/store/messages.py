@@ -14,6 +14,7 @@ from gateway.clock import now_ms
 from gateway.ids import validate_hash, validate_session_id
 from gateway.logs import get_logger
 from gateway.store.base import StoreBase, UnknownSession
+from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.lean import Lean
@@ -192,13 +193,21 @@ class MessageArchive(StoreBase):
 
         def file_it(stored: StoredMessage | None) -> None:
             # The folder is made here, in the write's own hand-off rather than one of its own:
-            # a crash before it leaves a row whose line the next write files (catch-up).
-            if create_session:
-                self.dirs.create(session_id)
-            if stored is not None:
+            # a crash before it leaves a row whose line the next write files (catch-up). Only
+            # when it is missing: two mkdir calls on every message showed in profiles.
+            if stored is None:
+                if create_session:
+                    self.dirs.create(session_id)
+                return
+            try:
                 history.append(history_line(stored))
-                if then is not None:
-                    then(stored)
+            except SessionDirectoryMissing:
+                if not create_session:
+                    raise
+                self.dirs.create(session_id)
+                history.append(history_line(stored))
+            if then is not None:
+                then(stored)
 
         async with self._archive_turn(session_id):
             await self._catch_up_once(session_id)
