@@ -19,7 +19,7 @@ from gateway.clock import now_ms
 from gateway.ids import validate_hash
 from gateway.store.base import StoreBase
 from gateway.store.db import insert_ignoring
-from gateway.store.lean import Lean
+from gateway.store.lean import Lean, Row
 from gateway.store.models import CommandOnceRow, PromptAnswerRow, TaskJournalRow
 
 
@@ -45,6 +45,17 @@ _INSERT_JOURNAL = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _DELETE_JOURNAL = "DELETE FROM task_journal WHERE task_hash = ?"
+_JOURNAL_COLUMNS = (
+    "task_hash, session_id, origin, text, user_message_id, user_sent_at, submitted_at, status,"
+    " steps, prompt"
+)
+_UNFINISHED = f"SELECT {_JOURNAL_COLUMNS} FROM task_journal ORDER BY user_message_id"
+_UNFINISHED_OF = (
+    f"SELECT {_JOURNAL_COLUMNS} FROM task_journal WHERE session_id = ? ORDER BY user_message_id"
+)
+_JOURNAL = f"SELECT {_JOURNAL_COLUMNS} FROM task_journal WHERE task_hash = ?"
+_PROMPTING = f"SELECT {_JOURNAL_COLUMNS} FROM task_journal WHERE prompt != ''"
+_PROMPTING_OF = _PROMPTING + " AND session_id = ?"
 _DELETE_ANSWERS = "DELETE FROM prompt_answer WHERE task_hash = ?"
 
 
@@ -102,30 +113,32 @@ class JournalArchive(StoreBase):
 
     async def unfinished(self, session_id: str | None = None) -> list[JournalRecord]:
         """Every journal in the archive (of one session, when given), in the order their
-        messages were archived."""
-        stmt = select(TaskJournalRow).order_by(col(TaskJournalRow.user_message_id))
-        if session_id is not None:
-            stmt = stmt.where(col(TaskJournalRow.session_id) == session_id)
+        messages were archived. Asked before and after every task run with several instances:
+        plain SQL (gateway.store.lean)."""
 
-        def work(session: Session) -> list[JournalRecord]:
-            return [_record(row) for row in session.exec(stmt).all()]
+        def work(sql: Lean) -> list[JournalRecord]:
+            if session_id is None:
+                return [_record(row) for row in sql.all(_UNFINISHED)]
+            return [_record(row) for row in sql.all(_UNFINISHED_OF, session_id)]
 
-        return await self.db.read(work)
+        return await self.db.read_lean(work)
 
 
-def _record(row: TaskJournalRow) -> JournalRecord:
-    steps = _json(row.steps, [])
+def _record(row: Row) -> JournalRecord:
+    task_hash, session_id, origin, text, user_message_id, user_sent_at, submitted_at = row[:7]
+    status, steps_json, prompt = row[7:]
+    steps = _json(steps_json, [])
     return JournalRecord(
-        task_hash=row.task_hash,
-        session_id=row.session_id,
-        origin=_json(row.origin, {}),
-        text=row.text,
-        user_message_id=row.user_message_id,
-        user_sent_at=row.user_sent_at,
-        submitted_at=row.submitted_at,
-        status=row.status,
+        task_hash=task_hash,
+        session_id=session_id,
+        origin=_json(origin, {}),
+        text=text,
+        user_message_id=user_message_id,
+        user_sent_at=user_sent_at,
+        submitted_at=submitted_at,
+        status=status,
         steps=tuple(s for s in steps if isinstance(s, dict)) if isinstance(steps, list) else (),
-        prompt=_json(row.prompt, None) if row.prompt else None,
+        prompt=_json(prompt, None) if prompt else None,
     )
 
 
@@ -141,13 +154,12 @@ class PromptAnswers(StoreBase):
     gateway commands, run once per platform delivery."""
 
     async def journal(self, task_hash: str) -> JournalRecord | None:
-        stmt = select(TaskJournalRow).where(col(TaskJournalRow.task_hash) == task_hash)
 
-        def work(session: Session) -> JournalRecord | None:
-            row = session.exec(stmt).first()
+        def work(sql: Lean) -> JournalRecord | None:
+            row = sql.one(_JOURNAL, task_hash)
             return _record(row) if row is not None else None
 
-        return await self.db.read(work)
+        return await self.db.read_lean(work)
 
     async def claim_answer(
         self, session_id: str, task_hash: str, number: int, answer: dict[str, Any]
@@ -186,14 +198,13 @@ class PromptAnswers(StoreBase):
 
     async def prompting(self, session_id: str | None = None) -> list[JournalRecord]:
         """Journals of tasks waiting on a prompt (of one session, when given)."""
-        stmt = select(TaskJournalRow).where(col(TaskJournalRow.prompt) != "")
-        if session_id is not None:
-            stmt = stmt.where(col(TaskJournalRow.session_id) == session_id)
 
-        def work(session: Session) -> list[JournalRecord]:
-            return [_record(row) for row in session.exec(stmt).all()]
+        def work(sql: Lean) -> list[JournalRecord]:
+            if session_id is None:
+                return [_record(row) for row in sql.all(_PROMPTING)]
+            return [_record(row) for row in sql.all(_PROMPTING_OF, session_id)]
 
-        return await self.db.read(work)
+        return await self.db.read_lean(work)
 
     async def first_delivery(self, source_key: str, session_id: str) -> bool:
         """Record a command's delivery id; False when it was recorded before (by this
