@@ -218,10 +218,11 @@ class Database:
     ) -> T:
         if self._async_engine is None:
             return await self._group.run(work, after_commit, lean=lean)
-        if lean:
-            lean_work = work
-            work = lambda session: lean_work(Lean.of(session.connection()))  # noqa: E731
-        result = await self._async_work(work, commit=True)
+        if lean:  # on a connection of the pool, with no ORM session around it
+            async with self._async_engine.begin() as conn:
+                result = await conn.run_sync(lambda sync: work(Lean.of(sync)))
+        else:
+            result = await self._async_work(work, commit=True)
         if after_commit is not None:
             await asyncio.to_thread(after_commit, result)
         return result
