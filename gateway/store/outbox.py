@@ -62,6 +62,7 @@ _COLUMNS = (
     "id, session_id, task_hash, chunk_index, kind, platform, payload, status, attempts,"
     " platform_message_id, parts_sent, parts_attempted"
 )
+_COLUMN_NAMES = tuple(name.strip() for name in _COLUMNS.split(","))
 _INSERT = (
     "INSERT INTO outbox (session_id, task_hash, chunk_index, content_hash, kind, platform,"
     " payload, status, platform_message_id, attempts, parts_sent, parts_attempted,"
@@ -158,22 +159,10 @@ async def mark_attempt_failed(
 
 
 def _item(row: Row) -> OutboxItem:
-    (item_id, session_id, task_hash, chunk_index, kind, platform, payload, status) = row[:8]
-    attempts, platform_message_id, parts_sent, parts_attempted = row[8:]
-    return OutboxItem(
-        id=item_id,
-        session_id=session_id,
-        task_hash=task_hash,
-        chunk_index=chunk_index,
-        kind=kind,
-        platform=platform,
-        payload=json.loads(payload),
-        status=status,
-        attempts=attempts,
-        platform_message_id=platform_message_id,
-        parts_sent=parts_sent,
-        parts_attempted=parts_attempted,
-    )
+    """An entry from its `_COLUMNS`, in their order."""
+    fields = dict(zip(_COLUMN_NAMES, row, strict=True))
+    fields["payload"] = json.loads(fields["payload"])
+    return OutboxItem(**fields)
 
 
 async def undelivered(db: Database, platforms: set[str] | None = None) -> list[OutboxItem]:
@@ -189,17 +178,4 @@ async def undelivered(db: Database, platforms: set[str] | None = None) -> list[O
 
 def outbox_item(row: OutboxRow) -> OutboxItem:
     assert row.id is not None
-    return OutboxItem(
-        id=row.id,
-        session_id=row.session_id,
-        task_hash=row.task_hash,
-        chunk_index=row.chunk_index,
-        kind=row.kind,
-        platform=row.platform,
-        payload=json.loads(row.payload),
-        status=row.status,
-        attempts=row.attempts,
-        platform_message_id=row.platform_message_id,
-        parts_sent=row.parts_sent,
-        parts_attempted=row.parts_attempted,
-    )
+    return _item(tuple(getattr(row, name) for name in _COLUMN_NAMES))
