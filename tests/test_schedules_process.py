@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 
+import aiohttp
 import pytest
 from cluster_rig import Cluster, answered, cluster, until
 from conftest import Backends
@@ -20,6 +22,7 @@ from fakes.telegram import FakeTelegram
 from gateway_proc import Gateway, free_port
 from sqlalchemy import update
 from sqlmodel import col
+from support import wait_until
 from telegram_rig import reply_in, sent_to
 
 from gateway.clock import now_ms
@@ -54,6 +57,16 @@ async def make_due(store: SessionStore, at: int) -> None:
     await store.db.write(lambda session: session.connection().execute(stmt))
 
 
+async def moved_on(gateway: Gateway, missed: int) -> bool:
+    """Whether the running gateway has moved the group's schedule past `missed`."""
+    url = f"{gateway.url}/v1/session/tg-{GROUP}/schedules"
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        body = await resp.json()
+        assert "schedules" in body, body
+        [schedule] = body["schedules"]
+        return bool(schedule["next_due_at"] > missed)
+
+
 @pytest.mark.parametrize("step", ["stored", "scheduled"])
 async def test_killed_between_storing_a_scheduled_task_and_moving_on_it_runs_once(
     tmp_path: Path, backends: Backends, step: str
@@ -86,6 +99,9 @@ async def test_killed_between_storing_a_scheduled_task_and_moving_on_it_runs_onc
                 assert schedule.next_due_at == missed  # stored, not moved on
             await gateway.start()
             await reply_in(fake, GROUP, f"echo: {PROMPT}")
+            # The taken-up task may answer before the schedule job has seen the due time
+            # stored already and moved on: wait for that before stopping.
+            assert await wait_until(partial(moved_on, gateway, missed), 10)
             await gateway.stop()
         finally:
             await gateway.close()
