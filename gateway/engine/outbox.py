@@ -141,9 +141,9 @@ class PartsRecord:
     What must be stored before the platform is handed a part is that the part may go out
     (`attempted` one past `sent`): a restart then marks it as a possible repeat. That a part
     was accepted can wait for the next write, which comes right after: the next part's
-    start, or the entry marked delivered or failed, which carry it. A crash in between
-    leaves the part recorded as maybe out, the window a crash just after the platform's
-    answer leaves anyway.
+    start, or the entry marked delivered or failed, which carry it. A crash or a stop in
+    between leaves the part recorded as maybe out, the window a crash just after the
+    platform's answer leaves anyway.
     """
 
     def __init__(self, db: Database, item_id: int, sent: int) -> None:
