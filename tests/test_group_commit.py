@@ -210,7 +210,7 @@ async def test_killed_mid_batch_loses_no_acknowledged_message(tmp_path: Path) ->
         assert acknowledged, "nothing was acknowledged before the crash"
 
         await gateway.start()
-        settings = Settings(home=home, _env_file=None)  # type: ignore[call-arg]
+        settings = Settings(home=home, _env_file=None)
         store = await SessionStore.open(settings)
         try:
 
