@@ -181,3 +181,8 @@ def event_to_json(event: Event) -> str:
 
 def event_from_json(data: str | bytes) -> Event:
     return EVENT_ADAPTER.validate_json(data)
+
+
+def event_from_obj(data: object) -> Event:
+    """An event from its JSON form already parsed (an outbox payload's `event`)."""
+    return EVENT_ADAPTER.validate_python(data)

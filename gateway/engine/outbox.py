@@ -19,14 +19,13 @@ send it once. A claim left by an instance that died lapses after `claim_seconds`
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 
 from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
 
 from gateway.adapter import Progress, Sink
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.events import Origin, event_from_json
+from gateway.events import Origin, event_from_obj
 from gateway.logs import get_logger
 from gateway.store import outbox as table
 from gateway.store.actionlog import ActionKind
@@ -80,7 +79,7 @@ class Courier:
                 return False
             item = claimed
         origin = Origin.from_json(item.payload["origin"])
-        event = event_from_json(json.dumps(item.payload["event"]))
+        event = event_from_obj(item.payload["event"])
 
         parts = PartsRecord(self.db, item.id, item.parts_sent)
         progress = Progress(item.parts_sent, item.parts_attempted, parts.save)
