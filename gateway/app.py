@@ -27,13 +27,15 @@ from gateway.leases import LocalLeases
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.slow_stop import SlowStopReport
+from gateway.slow_stop import SlowStopWatch
 
 log = get_logger(__name__)
 
 DAY_SECONDS = 86_400.0
-# Stopping takes a second or two; one still under way after this says where it hangs.
+# Stopping takes a second or two. One still under way after the first says where it hangs;
+# after the second it is cut short (gateway/slow_stop.py says why that loses nothing).
 SLOW_STOP_SECONDS = 10.0
+FORCED_STOP_SECONDS = 20.0
 
 
 def _is_set(secret: SecretStr | None) -> bool:
@@ -75,7 +77,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     """
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    slow_stop = SlowStopReport(SLOW_STOP_SECONDS)
+    slow_stop = SlowStopWatch(SLOW_STOP_SECONDS, FORCED_STOP_SECONDS)
     async with contextlib.AsyncExitStack() as stack:
         stack.callback(slow_stop.disarm)  # the last step out
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -1,48 +1,88 @@
-"""What a shutdown that hangs is waiting on.
+"""A stop that hangs: what it is waiting on, and a bounded end.
 
-A gateway told to stop should be gone in a few seconds; when it is not, the service manager
-ends up killing it and nothing says why. Past a deadline this logs, once, where every
-asyncio task and every thread stands, so the step that hangs can be named.
+A gateway told to stop should be gone in a few seconds. When it is not, this logs, once, where
+every asyncio task and every thread stands (the event loop's thread too), so the step that
+hangs can be named; and past a later deadline it ends the process. That loses nothing: what a
+stop would save is what a crash at any step keeps already (the archive, the journals, the
+outbox), and a service manager would kill the process anyway, later and without a word.
+
+The watch runs on a thread of its own, so it fires even when the event loop itself is stuck.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 
 from gateway.logs import get_logger
 
 log = get_logger(__name__)
 
+FORCED_EXIT_STATUS = 70  # EX_SOFTWARE: the stop did not finish by itself
 
-class SlowStopReport:
-    def __init__(self, after_seconds: float) -> None:
-        self.after_seconds = after_seconds
-        self._timer: asyncio.TimerHandle | None = None
+
+class SlowStopWatch:
+    def __init__(
+        self,
+        report_after: float,
+        force_after: float,
+        *,
+        exit: Callable[[int], object] = os._exit,
+    ) -> None:
+        self.report_after = report_after
+        self.force_after = force_after
+        self._exit = exit
+        self._done = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None  # the watch, once armed
 
     def arm(self) -> None:
-        """Called when the stop begins."""
-        self._timer = asyncio.get_running_loop().call_later(self.after_seconds, self.report)
+        """Called on the event loop when the stop begins."""
+        self._loop = asyncio.get_running_loop()
+        self.thread = threading.Thread(target=self._watch, name="agenvoy-stop-watch", daemon=True)
+        self.thread.start()
 
     def disarm(self) -> None:
         """Called when the stop is over."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._done.set()
+
+    def _watch(self) -> None:
+        if self._done.wait(self.report_after):
+            return
+        self.report()
+        if self._done.wait(max(0.0, self.force_after - self.report_after)):
+            return
+        log.error("shutdown forced", seconds=self.force_after, status=FORCED_EXIT_STATUS)
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        self._exit(FORCED_EXIT_STATUS)
 
     def report(self) -> None:
         log.warning(
             "shutdown slow",
-            seconds=self.after_seconds,
-            tasks=_task_stacks(),
+            seconds=self.report_after,
+            tasks=_task_stacks(self._loop),
             threads=_thread_stacks(),
         )
 
 
-def _task_stacks() -> dict[str, str]:
-    return {task.get_name(): _awaiting(task.get_coro()) for task in asyncio.all_tasks()}
+def _task_stacks(loop: asyncio.AbstractEventLoop | None) -> dict[str, str]:
+    if loop is None:
+        return {}
+    for _ in range(3):  # the loop's thread may change the set of tasks meanwhile
+        try:
+            tasks = list(asyncio.all_tasks(loop))
+            break
+        except RuntimeError:
+            continue
+    else:
+        return {}
+    return {task.get_name(): _awaiting(task.get_coro()) for task in tasks}
 
 
 def _awaiting(awaitable: object) -> str:
@@ -61,9 +101,9 @@ def _awaiting(awaitable: object) -> str:
 
 def _thread_stacks() -> dict[str, str]:
     names = {thread.ident: thread.name for thread in threading.enumerate()}
-    main = threading.main_thread().ident
+    own = threading.get_ident()
     return {
         names.get(ident, str(ident)): "".join(traceback.format_stack(frame)[-12:])
         for ident, frame in sys._current_frames().items()
-        if ident != main
+        if ident != own
     }

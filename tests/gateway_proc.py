@@ -98,7 +98,8 @@ class Gateway:
         assert self.proc is not None
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
-        return await self._within(self.proc.wait(), 15, "stopped after SIGTERM")
+        # Past the gateway's own deadline for a stop (FORCED_STOP_SECONDS), which ends it.
+        return await self._within(self.proc.wait(), 30, "stopped after SIGTERM")
 
     async def _within(self, waiting: Awaitable[T], seconds: float, what: str) -> T:
         """`waiting`, or a failure that says what the gateway did not do and its last log lines
