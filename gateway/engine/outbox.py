@@ -35,6 +35,7 @@ from gateway.store.outbox import OutboxItem
 log = get_logger(__name__)
 
 OUTBOX_KINDS = frozenset({"text", "confirm", "ask_user", "error"})
+SENT_KEPT = 4096  # entries remembered as sent by this process
 
 
 class Courier:
@@ -60,11 +61,30 @@ class Courier:
         self.max_wait = max_wait
         self.claimant = claimant
         self.claim_seconds = claim_seconds
+        # Entries this process is sending, and those it sent lately (bounded): a pass over
+        # the pending ones (`redeliver`) lists an entry its own task may be sending, or have
+        # sent since the list was read. Claims (`take`) settle that between instances only.
+        self._sending: set[int] = set()
+        self._sent: dict[int, None] = {}
 
     async def send(self, item: OutboxItem) -> bool:
         """Deliver `item` unless it already was; True once it is delivered."""
-        if item.status == "delivered":
+        if item.status == "delivered" or item.id in self._sent:
             return True
+        if item.id in self._sending:
+            return False  # on its way already, from here
+        self._sending.add(item.id)
+        try:
+            delivered = await self._send(item)
+        finally:
+            self._sending.discard(item.id)
+        if delivered:
+            self._sent[item.id] = None
+            if len(self._sent) > SENT_KEPT:
+                del self._sent[next(iter(self._sent))]
+        return delivered
+
+    async def _send(self, item: OutboxItem) -> bool:
         sink = self.sinks.get(item.platform)
         if sink is None:
             # No adapter for that platform in this process: it stays pending for one that has.

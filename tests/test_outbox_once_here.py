@@ -1,0 +1,68 @@
+"""A pass over the pending outbox entries (at start-up, while the platform adapters already
+take messages) lists an entry its own task is sending, or has sent since the list was read:
+it is sent once all the same."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from store_rows import outbox_of_task
+
+from gateway.adapter import Progress
+from gateway.events import Event, Inbound, Origin
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+from gateway.store import outbox as table
+
+CHAT = Origin("chat", channel_id="c1", sender_id="ann", sender_name="Ann")
+
+
+class SlowSink:
+    """Holds each reply until released, counting what reaches the platform."""
+
+    def __init__(self) -> None:
+        self.delivered: list[str] = []
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
+        if event.kind != "text":
+            return None
+        self.holding.set()
+        await self.release.wait()
+        self.delivered.append(event.kind)
+        return f"message-{len(self.delivered)}"
+
+    async def notice(self, origin: Origin, text: str) -> None:
+        return None
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+    rt = await Runtime.start(settings)
+    try:
+        yield rt
+    finally:
+        await rt.close()
+
+
+async def test_a_pass_over_pending_entries_skips_one_on_its_way(runtime: Runtime) -> None:
+    sink = SlowSink()
+    runtime.router.register_sink("chat", sink)
+    sub = await runtime.router.submit(Inbound(CHAT, "dc-1", "hello"))
+    await asyncio.wait_for(sink.holding.wait(), 10)  # the task's own delivery is under way
+    listed = await table.undelivered(runtime.store.db)
+    assert [item.task_hash for item in listed] == [sub.task_hash]
+    # Sent again, it would wait for the release like the first: the pass must not wait.
+    assert await asyncio.wait_for(runtime.router.courier.redeliver(), 5) == 0
+    sink.release.set()
+    assert (await runtime.router.wait(sub.task_hash, 10)).status == "done"
+    # The list read before the delivery ended is stale now: its entry is not sent again.
+    assert await runtime.router.courier.send(listed[0]) is True
+    assert sink.delivered == ["text"]
+    [item] = await outbox_of_task(runtime.store.db, sub.task_hash)
+    assert (item.status, item.platform_message_id) == ("delivered", "message-1")
