@@ -8,6 +8,7 @@ import pytest
 from support import REDIS_URL, open_redis, skip_or_fail, wipe_redis
 
 from gateway.logs import configure_logging
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.kv import KVStore, RedisKV, SqliteKV
 from gateway.store.sessions import SessionStore
@@ -66,6 +67,17 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         yield url
     finally:
         await _pg_drop(name)
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    """A gateway core with the default settings (offline agent, SQLite) in the test's home;
+    modules that need other settings define their own."""
+    started = await Runtime.start(settings)
+    try:
+        yield started
+    finally:
+        await started.close()
 
 
 @pytest.fixture

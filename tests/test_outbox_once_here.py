@@ -5,16 +5,12 @@ it is sent once all the same."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest
 from store_rows import outbox_of_task
 
 from gateway.adapter import Progress
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime
-from gateway.settings import Settings
 from gateway.store import outbox as table
 
 CHAT = Origin("chat", channel_id="c1", sender_id="ann", sender_name="Ann")
@@ -38,16 +34,6 @@ class SlowSink:
 
     async def notice(self, origin: Origin, text: str) -> None:
         return None
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
-    rt = await Runtime.start(settings)
-    try:
-        yield rt
-    finally:
-        await rt.close()
 
 
 async def test_a_pass_over_pending_entries_skips_one_on_its_way(runtime: Runtime) -> None:

@@ -7,16 +7,11 @@ was accepted is written with the next write the delivery makes rather than alone
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
 from store_rows import outbox_of_task
 
 from gateway.adapter import Progress
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime
-from gateway.settings import Settings
 from gateway.store.db import Database
 
 CHAT = Origin("chat", channel_id="c1", sender_id="ann", sender_name="Ann")
@@ -52,17 +47,6 @@ class PartedSink:
         return None
 
 
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
-    rt = await Runtime.start(settings)
-    rt.router.courier.initial_wait = 0.01
-    try:
-        yield rt
-    finally:
-        await rt.close()
-
-
 async def test_each_part_goes_out_with_the_earlier_ones_recorded(runtime: Runtime) -> None:
     sink = PartedSink(runtime.store.db)
     runtime.router.register_sink("chat", sink)
@@ -75,6 +59,7 @@ async def test_each_part_goes_out_with_the_earlier_ones_recorded(runtime: Runtim
 
 
 async def test_a_failed_attempt_records_the_parts_out_before_it(runtime: Runtime) -> None:
+    runtime.router.courier.initial_wait = 0.01  # the retry comes at once
     sink = PartedSink(runtime.store.db)
     sink.fail_on = 2
     runtime.router.register_sink("chat", sink)

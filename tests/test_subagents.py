@@ -41,16 +41,6 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         yield started
 
 
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
-    rt = await Runtime.start(settings)
-    try:
-        yield rt
-    finally:
-        await rt.close()
-
-
 async def ask(rt: Runtime, sid: str, message: str, within: float = 15) -> Any:
     sub = await rt.router.submit(Inbound(ANN, sid, message))
     return sub, await rt.router.wait(sub.task_hash, within)
