@@ -169,7 +169,7 @@ class PartsRecord:
         self.db = db
         self.item_id = item_id
         self._stored_sent = sent
-        self.unsaved: tuple[int, int] | None = None
+        self.unsaved: table.Parts | None = None
 
     async def save(self, sent: int, attempted: int) -> None:
         if attempted == sent and sent > self._stored_sent:  # accepted parts, none in doubt

@@ -154,7 +154,6 @@ class PromptAnswers(StoreBase):
     gateway commands, run once per platform delivery."""
 
     async def journal(self, task_hash: str) -> JournalRecord | None:
-
         def work(sql: Lean) -> JournalRecord | None:
             row = sql.one(_JOURNAL, task_hash)
             return _record(row) if row is not None else None
