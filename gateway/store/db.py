@@ -6,7 +6,8 @@ is fastest without blocking the event loop:
 - SQLite: on a thread of the database's own, with the standard `sqlite3` driver. A whole
   transaction is one hand-off to that thread; an async driver would hand off every statement,
   cursor and fetch, which measured about ten times slower per message.
-- PostgreSQL: through the asyncpg engine with `run_sync`, which keeps the same function.
+- PostgreSQL: through the asyncpg engine with `run_sync`, which keeps the same function; the
+  lean statements every message makes run on a pool of asyncpg's own (`gateway.store.pg_lean`).
 
 SQLite allows one writer at a time per file. Inside a process every write goes to a single
 writer thread, which commits the writes that arrive together as one transaction
@@ -47,6 +48,7 @@ from gateway.crash import CrashPoints
 from gateway.logs import get_logger
 from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean
+from gateway.store.pg_lean import PgLeanPool
 from gateway.store.readers import ReaderThreads
 
 log = get_logger(__name__)
@@ -58,7 +60,10 @@ Work = Callable[[Session], T]
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 5000
 SQLITE_READERS = 4
+# Connections per instance for the sessions that run at once: the lean pool takes the statements
+# every message makes, SQLAlchemy's the rest (with overflow for a burst of ORM work).
 PG_POOL_SIZE = 20
+PG_ORM_POOL_SIZE = 10
 # Advisory-lock key shared by every instance migrating one PostgreSQL database.
 _PG_MIGRATION_LOCK = 0x616765_6E766F79
 
@@ -91,6 +96,7 @@ class Database:
         self.dialect = parsed.get_backend_name()
         self.sqlite_path: Path | None = None
         self._async_engine: AsyncEngine | None = None
+        self._pg_lean: PgLeanPool | None = None
         if self.dialect == "sqlite":
             if not parsed.database or parsed.database == ":memory:":
                 raise DatabaseError("an in-memory SQLite database cannot be shared; use a file")
@@ -108,8 +114,13 @@ class Database:
             # Enough connections for the sessions that run at once: past the pool, every
             # checkout opened a new server backend (and lost its prepared statements).
             self._async_engine = create_async_engine(
-                parsed, pool_pre_ping=True, pool_size=PG_POOL_SIZE, max_overflow=PG_POOL_SIZE
+                parsed,
+                pool_pre_ping=True,
+                pool_size=PG_ORM_POOL_SIZE,
+                max_overflow=PG_ORM_POOL_SIZE,
             )
+            dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+            self._pg_lean = PgLeanPool(dsn, PG_POOL_SIZE)
         else:
             raise DatabaseError(
                 f"unsupported database {self.dialect!r}: use sqlite:///path/history.db "
@@ -131,6 +142,8 @@ class Database:
 
     async def close(self) -> None:
         if self._async_engine is not None:
+            assert self._pg_lean is not None
+            await self._pg_lean.close()
             await self._async_engine.dispose()
             return
         await asyncio.to_thread(self._group.close)
@@ -218,9 +231,9 @@ class Database:
     ) -> T:
         if self._async_engine is None:
             return await self._group.run(work, after_commit, lean=lean)
-        if lean:  # on a connection of the pool, with no ORM session around it
-            async with self._async_engine.begin() as conn:
-                result = await conn.run_sync(lambda sync: work(Lean.of(sync)))
+        if lean:
+            assert self._pg_lean is not None
+            result = await self._pg_lean.write(work)
         else:
             result = await self._async_work(work, commit=True)
         if after_commit is not None:
@@ -262,8 +275,8 @@ class Database:
                 return await self._readers.run(partial(_lean_read, work))
             return await self._readers.run(partial(_read_in_session, work))
         if lean:
-            async with self._async_engine.connect() as conn:
-                return await conn.run_sync(lambda sync: work(Lean.of(sync)))
+            assert self._pg_lean is not None
+            return await self._pg_lean.read(work)
         return await self._async_work(work, commit=False)
 
     async def _async_work(self, work: Work[T], *, commit: bool) -> T:

@@ -5,8 +5,9 @@ processing, events) and an ORM read several hundred; the driver itself runs the 
 statement in a few µs. On the path every message takes (the context read before a task, the
 message archived, the run recorded) that difference was most of the gateway's CPU, so those
 statements are written here once, with `?` placeholders, and run on the DBAPI connection under
-the caller's transaction: `sqlite3` on SQLite, and on PostgreSQL SQLAlchemy's asyncpg adapter,
-which takes `$1, $2, …` (rewritten once per statement). Everything else keeps the ORM.
+the caller's transaction: `sqlite3` on SQLite; on PostgreSQL an asyncpg connection
+(`gateway.store.pg_lean`), which takes `$1, $2, …` (rewritten once per statement). Everything
+else keeps the ORM.
 """
 
 from __future__ import annotations
@@ -15,15 +16,13 @@ import functools
 import re
 from typing import Any
 
-from sqlalchemy.engine import Connection
-
 Row = tuple[Any, ...]
 
 _QMARK = re.compile(r"\?")
 
 
-@functools.cache
-def _in_dialect(dialect: str, sql: str) -> str:
+@functools.lru_cache(maxsize=1024)  # the lean statements are a fixed set; bounded anyway
+def in_dialect(dialect: str, sql: str) -> str:
     if dialect != "postgresql":
         return sql
     counter = iter(range(1, sql.count("?") + 1))
@@ -39,18 +38,13 @@ class Lean:
         self._cursor = dbapi_connection.cursor()
         self.dialect = dialect
 
-    @classmethod
-    def of(cls, conn: Connection) -> Lean:
-        """The cursor of a SQLAlchemy connection's own driver connection (same transaction)."""
-        return cls(conn.connection.dbapi_connection, conn.dialect.name)
-
     def one(self, sql: str, *params: Any) -> Row | None:
-        self._cursor.execute(_in_dialect(self.dialect, sql), params)
+        self._cursor.execute(in_dialect(self.dialect, sql), params)
         row = self._cursor.fetchone()
         return tuple(row) if row is not None else None
 
     def all(self, sql: str, *params: Any) -> list[Row]:
-        self._cursor.execute(_in_dialect(self.dialect, sql), params)
+        self._cursor.execute(in_dialect(self.dialect, sql), params)
         return [tuple(row) for row in self._cursor.fetchall()]
 
     def value(self, sql: str, *params: Any) -> Any:
@@ -60,5 +54,5 @@ class Lean:
 
     def run(self, sql: str, *params: Any) -> int:
         """Run a statement without rows; how many rows it changed."""
-        self._cursor.execute(_in_dialect(self.dialect, sql), params)
+        self._cursor.execute(in_dialect(self.dialect, sql), params)
         return int(self._cursor.rowcount)

@@ -1,0 +1,147 @@
+"""Lean statements on PostgreSQL, on a pool of asyncpg's own.
+
+Through SQLAlchemy's async engine each unit of lean work paid for a pool checkout with a
+liveness ping, the adapter's connection wrappers, and for a read a BEGIN and a ROLLBACK: four
+round trips and more Python than the statements themselves. Here a write is BEGIN, its
+statements and COMMIT on a pooled connection, and a read is its statements alone: under READ
+COMMITTED (PostgreSQL's default) every statement takes its own snapshot even inside a
+transaction, so a transaction around a read buys nothing.
+
+The work stays a plain function of a `Lean` (the same one SQLite runs on a thread of its own):
+it runs in a greenlet, and each statement hands its coroutine to the event loop.
+
+A connection the server closed (a restart, an administrator) is seen by the pool, which opens a
+new one on the next checkout. One whose end was not seen yet fails its first round trip: a read
+is then run again on a new connection, and so is a write whose BEGIN failed (nothing of it ran),
+which is what a ping before every checkout would buy, without its round trip. A write that
+fails later is not run again: its COMMIT may have landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy.util import await_only, greenlet_spawn
+
+from gateway.logs import get_logger
+from gateway.store.lean import Lean, Row, in_dialect
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
+
+CLOSE_TIMEOUT = 5.0  # a connection still lent out after this is cut rather than waited for
+# Distinct statements a connection keeps prepared: the lean ones, with room to spare.
+STATEMENT_CACHE = 256
+
+
+class PgLean(Lean):
+    """A `Lean` whose statements run on one asyncpg connection (inside a greenlet)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Any) -> None:  # no DBAPI cursor: statements go to `conn`
+        self._conn = conn
+        self.dialect = "postgresql"
+
+    def one(self, sql: str, *params: Any) -> Row | None:
+        row = await_only(self._conn.fetchrow(in_dialect("postgresql", sql), *params))
+        return tuple(row) if row is not None else None
+
+    def all(self, sql: str, *params: Any) -> list[Row]:
+        rows = await_only(self._conn.fetch(in_dialect("postgresql", sql), *params))
+        return [tuple(row) for row in rows]
+
+    def run(self, sql: str, *params: Any) -> int:
+        status: str = await_only(self._conn.execute(in_dialect("postgresql", sql), *params))
+        # "INSERT 0 1", "UPDATE 3", "DELETE 0": the count is the last word (none for others).
+        last = status.rpartition(" ")[2]
+        return int(last) if last.isdigit() else -1
+
+
+def _ended(conn: Any) -> bool:
+    """Whether the connection lent out closed (the error was its end, not the statement's)."""
+    try:
+        return bool(conn.is_closed())
+    except Exception:  # the pool takes back a connection that closes: the lent one is gone too
+        return True
+
+
+async def _keep(_conn: Any) -> None:
+    """Lean work leaves no session state behind (no SET, LISTEN or advisory lock), so the
+    pool's default reset, a round trip per release, has nothing to undo."""
+
+
+class PgLeanPool:
+    """The pool the lean reads and writes of one database run on, opened on first use."""
+
+    def __init__(self, dsn: str, size: int) -> None:
+        self._dsn = dsn
+        self._size = size
+        self._pool: Any = None
+        self._opening = asyncio.Lock()
+
+    async def _opened(self) -> Any:
+        if self._pool is None:
+            async with self._opening:
+                if self._pool is None:
+                    import asyncpg  # type: ignore[import-untyped]
+
+                    self._pool = await asyncpg.create_pool(
+                        self._dsn,
+                        min_size=0,
+                        max_size=self._size,
+                        statement_cache_size=STATEMENT_CACHE,
+                        reset=_keep,
+                    )
+        return self._pool
+
+    async def read(self, work: Callable[[Lean], T]) -> T:
+        pool = await self._opened()
+        for last in (False, True):
+            async with pool.acquire() as conn:
+                try:
+                    result: T = await greenlet_spawn(work, PgLean(conn))
+                except Exception:
+                    if last or not _ended(conn):
+                        raise
+                    log.info("database connection was closed; reading again on a new one")
+                    continue
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def write(self, work: Callable[[Lean], T]) -> T:
+        pool = await self._opened()
+        for last in (False, True):
+            async with pool.acquire() as conn:
+                transaction = conn.transaction()
+                try:
+                    await transaction.start()
+                except Exception:
+                    if last or not _ended(conn):
+                        raise
+                    log.info("database connection was closed; writing on a new one")
+                    continue
+                try:
+                    result: T = await greenlet_spawn(work, PgLean(conn))
+                except BaseException:
+                    # A failed rollback leaves the connection to the pool's reset on release.
+                    with contextlib.suppress(Exception):
+                        await transaction.rollback()
+                    raise
+                await transaction.commit()
+                return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        try:
+            await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT)
+        except TimeoutError:
+            log.warning("database connections still in use at close; cutting them")
+            pool.terminate()
