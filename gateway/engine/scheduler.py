@@ -71,8 +71,10 @@ class Scheduler(Generic[J]):
         self._senders: dict[str, _Sender] = {}
         self._lanes: dict[str, _Lane[J]] = {}
         self._closing = False
-        # Called with a session id before its next task is picked (to queue what other
-        # instances stored for it), and once its queue is empty (to let it go).
+        # Called with a session id before its next task is picked, when one waits (to queue
+        # ahead of it what other instances stored before it); and once its queue is empty (to
+        # let it go: what another instance stores for an idle session arrives by its signal,
+        # or is found when the session is let go).
         self.before_next: Callable[[str], Awaitable[None]] | None = None
         self.on_idle: Callable[[str], Awaitable[None]] | None = None
         # Called with a session id and its queue when several tasks wait there, before the
@@ -227,7 +229,7 @@ class Scheduler(Generic[J]):
         return None
 
     async def _next(self, session_id: str, lane: _Lane[J]) -> J | None:
-        if self.before_next is not None and not self._closing:
+        if self.before_next is not None and lane.waiting and not self._closing:
             await self.before_next(session_id)
         if self.gather is not None and len(lane.waiting) > 1 and not self._closing:
             await self.gather(session_id, list(lane.waiting))
