@@ -49,3 +49,29 @@ async def test_a_failing_holder_lets_the_key_go() -> None:
     assert len(locks) == 0
     async with locks.hold("a"):
         assert len(locks) == 1
+
+
+async def test_a_waiter_canceled_before_its_turn_lets_the_key_go() -> None:
+    locks = KeyedLocks()
+    release = asyncio.Event()
+    inside = asyncio.Event()
+
+    async def holder() -> None:
+        async with locks.hold("a"):
+            inside.set()
+            await release.wait()
+
+    async def waiter() -> None:
+        async with locks.hold("a"):
+            raise AssertionError("a canceled waiter never holds the key")
+
+    held = asyncio.create_task(holder())
+    await inside.wait()
+    waiting = asyncio.create_task(waiter())
+    await asyncio.sleep(0)  # let it queue on the lock
+    assert len(locks) == 1
+    waiting.cancel()
+    await asyncio.gather(waiting, return_exceptions=True)
+    release.set()
+    await asyncio.wait_for(held, 1)
+    assert len(locks) == 0
