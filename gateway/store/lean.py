@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 Row = tuple[Any, ...]
@@ -56,3 +57,7 @@ class Lean:
         """Run a statement without rows; how many rows it changed."""
         self._cursor.execute(in_dialect(self.dialect, sql), params)
         return int(self._cursor.rowcount)
+
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run a statement without rows once for each of `rows` (its parameters)."""
+        self._cursor.executemany(in_dialect(self.dialect, sql), rows)

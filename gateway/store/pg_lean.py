@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy.util import await_only, greenlet_spawn
@@ -60,6 +60,9 @@ class PgLean(Lean):
         # "INSERT 0 1", "UPDATE 3", "DELETE 0": the count is the last word (none for others).
         last = status.rpartition(" ")[2]
         return int(last) if last.isdigit() else -1
+
+    def run_many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        await_only(self._conn.executemany(in_dialect("postgresql", sql), rows))
 
 
 def _ended(conn: Any) -> bool:

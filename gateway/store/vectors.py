@@ -18,13 +18,13 @@ import uuid
 from array import array
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, insert, text, update
+from sqlalchemy import delete, func, insert, text
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select
 
 from gateway.ids import validate_session_id
-from gateway.store.db import Database, insert_ignoring
+from gateway.store.db import Database
 from gateway.store.lean import Lean
 from gateway.store.messages import StoredMessage
 from gateway.store.models import EmbeddingCursorRow, EmbeddingRow, MessageRow, SessionSummaryRow
@@ -62,7 +62,7 @@ class VectorRows:
     vectors: list[bytes]
 
 
-def _newest_cursor(conn: Connection, session_id: str, *, lock: bool = False) -> Cursor | None:
+def _newest_cursor(conn: Connection, session_id: str) -> Cursor | None:
     stmt = (
         select(
             EmbeddingCursorRow.model,
@@ -74,8 +74,6 @@ def _newest_cursor(conn: Connection, session_id: str, *, lock: bool = False) -> 
         .order_by(col(EmbeddingCursorRow.id).desc())
         .limit(1)
     )
-    if lock:
-        stmt = stmt.with_for_update()  # PostgreSQL: two instances cannot both move it
     row = conn.execute(stmt).first()
     return Cursor(*row) if row is not None else None
 
@@ -88,6 +86,36 @@ _PENDING = "SELECT id, content FROM messages WHERE session_id = ? AND id > ? ORD
 _NEWEST_SUMMARY = (
     "SELECT cursor, summary FROM session_summary WHERE session_id = ? ORDER BY id DESC LIMIT 1"
 )
+
+
+_CURSOR_LOCKED = _CURSOR + " FOR UPDATE"  # PostgreSQL: two instances cannot both move it
+_INSERT_EMBEDDING = (
+    "INSERT INTO embedding (session_id, kind, message_id, model, dim, vector, text)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+# The vector goes as pgvector's text form, named as text so the driver need not know the type.
+_TO_PGVECTOR = (
+    "INSERT INTO embedding_pgvector (id, vec) VALUES (?, CAST(CAST(? AS text) AS vector))"
+)
+_NEW_CURSOR = (
+    "INSERT INTO embedding_cursor (session_id, model, message_cursor, summary_cursor, epoch)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
+_MOVE_CURSOR = (
+    "UPDATE embedding_cursor SET message_cursor = ?, summary_cursor = ? WHERE session_id = ?"
+)
+
+
+def _read_cursor(sql: Lean, session_id: str, *, lock: bool = False) -> Cursor | None:
+    """The session's newest cursor row; `lock` holds it to the end of the transaction (on
+    SQLite the writer's transaction holds the whole database already)."""
+    locking = lock and sql.dialect == "postgresql"
+    row = sql.one(_CURSOR_LOCKED if locking else _CURSOR, session_id)
+    return Cursor(str(row[0]), int(row[1]), int(row[2]), str(row[3])) if row else None
+
+
+def _text_of(item: Item) -> str:
+    return item.text if item.kind == SUMMARY else ""  # a message's text is in `messages`
 
 
 def _new_epoch() -> str:
@@ -197,9 +225,10 @@ class VectorArchive:
         validate_session_id(session_id)
 
         def work(sql: Lean) -> tuple[Cursor | None, list[Item]]:
-            row = sql.one(_CURSOR, session_id)
-            cursor = Cursor(str(row[0]), int(row[1]), int(row[2]), str(row[3])) if row else None
-            after, summary_after = (int(row[1]), int(row[2])) if row else (0, 0)
+            cursor = _read_cursor(sql, session_id)
+            after, summary_after = (
+                (cursor.message_cursor, cursor.summary_cursor) if cursor else (0, 0)
+            )
             rows = sql.all(_PENDING, session_id, after, limit)
             items = [Item(MESSAGE, int(i), str(c)) for i, c in rows]
             summary = sql.one(_NEWEST_SUMMARY, session_id)
@@ -223,59 +252,31 @@ class VectorArchive:
         ids = {kind: [i.message_id for i in items if i.kind == kind] for kind in (MESSAGE, SUMMARY)}
         message_cursor = max([read.message_cursor if read else 0, *ids[MESSAGE]])
         summary_cursor = max([read.summary_cursor if read else 0, *ids[SUMMARY]])
-        rows = [
-            {
-                "session_id": session_id,
-                "kind": item.kind,
-                "message_id": item.message_id,
-                "model": model,
-                "dim": dim,
-                "vector": vector,
-                "text": item.text if item.kind == SUMMARY else "",
-            }
+        pgvector = await self.uses_pgvector()
+        values = [
+            (session_id, item.kind, item.message_id, model, dim, vector, _text_of(item))
             for item, vector in zip(items, vectors, strict=True)
         ]
-        pgvector = await self.uses_pgvector()
 
-        def work(session: Session) -> bool:
-            conn = session.connection()
-            if _newest_cursor(conn, session_id, lock=True) != read:
+        def work(sql: Lean) -> bool:
+            if _read_cursor(sql, session_id, lock=True) != read:
                 return False
-            if rows:
-                if pgvector:
-                    self._copy_to_pgvector(conn, rows)
-                else:
-                    conn.execute(insert_ignoring(self.db.dialect, EmbeddingRow), rows)
-            moved = {"message_cursor": message_cursor, "summary_cursor": summary_cursor}
+            if pgvector:
+                for value in values:
+                    stored = sql.one(_INSERT_EMBEDDING + " RETURNING id", *value)
+                    if stored is not None:  # None: stored already
+                        sql.run(_TO_PGVECTOR, int(stored[0]), vector_literal(value[5]))
+            elif values:
+                sql.run_many(_INSERT_EMBEDDING, values)
             if read is None:
-                row = {"session_id": session_id, "model": model, "epoch": _new_epoch(), **moved}
-                conn.execute(insert(EmbeddingCursorRow), row)
+                epoch = _new_epoch()
+                sql.run(_NEW_CURSOR, session_id, model, message_cursor, summary_cursor, epoch)
             else:
-                conn.execute(
-                    update(EmbeddingCursorRow)
-                    .where(col(EmbeddingCursorRow.session_id) == session_id)
-                    .values(**moved)
-                )
+                sql.run(_MOVE_CURSOR, message_cursor, summary_cursor, session_id)
             return True
 
-        return await self.db.write(work)
-
-    def _copy_to_pgvector(self, conn: Connection, rows: list[dict[str, object]]) -> None:
-        """Insert the rows (those not stored yet) and their vectors in pgvector's table."""
-        statement = insert_ignoring(self.db.dialect, EmbeddingRow).returning(
-            col(EmbeddingRow.id), col(EmbeddingRow.kind), col(EmbeddingRow.message_id)
-        )
-        by_item = {(r["kind"], r["message_id"]): r["vector"] for r in rows}
-        for row in rows:
-            stored = conn.execute(statement.values(**row)).first()
-            if stored is None:
-                continue  # stored already
-            blob = by_item[(stored[1], stored[2])]
-            assert isinstance(blob, bytes)
-            conn.execute(
-                text("INSERT INTO embedding_pgvector (id, vec) VALUES (:id, CAST(:v AS vector))"),
-                {"id": int(stored[0]), "v": vector_literal(blob)},
-            )
+        # Plain SQL (`lean`): the indexer saves a batch for every session with new messages.
+        return await self.db.write_lean(work)
 
     async def reset(self, session_id: str, model: str) -> None:
         """Drop the session's embeddings (every model) and start over with `model`."""
