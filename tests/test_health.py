@@ -84,6 +84,23 @@ async def test_a_dropped_database_makes_the_instance_unready(
             assert await client.healthy()
 
 
+async def test_a_message_sent_while_the_database_is_gone_is_answered_503(
+    tmp_path: Path, pg_database: tuple[str, str]
+) -> None:
+    url, name = pg_database
+    async with serving(tmp_path, database_url=url, kv_url=REDIS_URL) as srv:
+        sent = {"content": "hello", "session_id": "cli-down"}
+        assert (await srv.call("POST", "/v1/send", json_body=sent))[0] == 200
+        await _pg_drop(name)  # its connections end, and new ones are refused
+        async with srv.client.post(srv.url("/v1/send"), json=sent) as resp:
+            body = await resp.json()
+            assert resp.status == 503, body
+            assert resp.headers["Retry-After"] == "5"
+        assert body["error"]["code"] == "unavailable"
+        assert "try again" in body["error"]["message"]
+        assert "127.0.0.1" not in body["error"]["message"]  # the server's address stays in the log
+
+
 @pytest.mark.parametrize("part", ["database", "kv"])
 async def test_a_part_that_stops_answering_is_named_within_the_timeout(
     tmp_path: Path, pg_database: tuple[str, str], part: str

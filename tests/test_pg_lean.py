@@ -12,6 +12,7 @@ from conftest import PG_ADMIN_DSN, _pg_database, _pg_drop
 from support import wait_until
 
 from gateway.store.db import Database
+from gateway.store.errors import DatabaseUnavailable
 from gateway.store.lean import Lean
 
 
@@ -119,3 +120,19 @@ async def test_a_write_whose_connection_was_ended_before_it_began_is_written_onc
     _end_backends_blocking(name)
     await database.write_lean(lambda sql: sql.run("INSERT INTO lean_t VALUES (?, ?)", "a", 1))
     assert await database.read_lean(lambda sql: sql.all("SELECT k, n FROM lean_t")) == [("a", 1)]
+
+
+async def test_no_server_to_connect_to_is_database_unavailable() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    database = Database(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
+    try:
+        with pytest.raises(DatabaseUnavailable, match="cannot be reached"):
+            await database.read_lean(_count)
+        with pytest.raises(DatabaseUnavailable):
+            await database.write_lean(lambda sql: sql.run("SELECT 1"))
+    finally:
+        await database.close()

@@ -18,6 +18,7 @@ from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
 from gateway.engine.task import MessageTooLong, TaskNotFound, TooManyTasks
 from gateway.ids import InvalidHash, InvalidSessionId
 from gateway.logs import get_logger
+from gateway.store.errors import DatabaseUnavailable
 from gateway.store.sessions import UnknownSession
 from gateway.text import UnstorableText
 
@@ -41,6 +42,9 @@ _PROMPT_STATUS: Final[dict[type[PromptError], int]] = {
     PromptNotFound: 404,
     AlreadyAnswered: 409,
 }
+
+
+UNAVAILABLE: Final = "the archive is unreachable for now; try again shortly"
 
 
 class ApiError(Exception):
@@ -100,6 +104,10 @@ def known_error(exc: Exception) -> ApiError | None:
         return ApiError(_PROMPT_STATUS.get(type(exc), 400), exc.code, str(exc))
     if isinstance(exc, NotAllowed):
         return ApiError(403, exc.code, str(exc))
+    if isinstance(exc, DatabaseUnavailable):
+        # The cause (which may name the server) goes to the log, not to the caller.
+        log.warning("database unavailable", error=str(exc))
+        return ApiError(503, "unavailable", UNAVAILABLE, {"Retry-After": "5"})
     return None
 
 

@@ -58,7 +58,8 @@ _ERRORS: Final = {
     503: (
         "Restarting",
         "The gateway shut down before the task ended or asked (restarting); Retry-After says "
-        "when to ask again and the message which route (GET /v1/session/{sid}/task/{task_hash}).",
+        "when to ask again and the message which route (GET /v1/session/{sid}/task/{task_hash}). "
+        "Or the archive's database cannot be reached (unavailable): try again after Retry-After.",
     ),
 }
 _STRING: Final = TypeAdapter(str).json_schema()

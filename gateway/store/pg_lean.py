@@ -14,25 +14,28 @@ A connection the server closed (a restart, an administrator) is seen by the pool
 new one on the next checkout. One whose end was not seen yet fails its first round trip: a read
 is then run again on a new connection, and so is a write whose BEGIN failed (nothing of it ran),
 which is what a ping before every checkout would buy, without its round trip. A write that
-fails later is not run again: its COMMIT may have landed.
+fails later is not run again: its COMMIT may have landed. No connection to be had (the server
+refuses, or the pool stays busy past `ACQUIRE_TIMEOUT`) raises `DatabaseUnavailable`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy.util import await_only, greenlet_spawn
 
 from gateway.logs import get_logger
+from gateway.store.errors import DatabaseUnavailable
 from gateway.store.lean import Lean, Row, in_dialect
 
 log = get_logger(__name__)
 
 T = TypeVar("T")
 
+ACQUIRE_TIMEOUT = 30.0  # waiting for a connection of the pool, or for a new one to open
 CLOSE_TIMEOUT = 5.0  # a connection still lent out after this is cut rather than waited for
 # Distinct statements a connection keeps prepared: the lean ones, with room to spare.
 STATEMENT_CACHE = 256
@@ -103,29 +106,31 @@ class PgLeanPool:
         return self._pool
 
     async def read(self, work: Callable[[Lean], T]) -> T:
-        pool = await self._opened()
         for last in (False, True):
-            async with pool.acquire() as conn:
+            async with self._lent() as conn:
                 try:
                     result: T = await greenlet_spawn(work, PgLean(conn))
-                except Exception:
-                    if last or not _ended(conn):
+                except Exception as exc:
+                    if not _ended(conn):
                         raise
+                    if last:
+                        raise DatabaseUnavailable("the database ended the connection") from exc
                     log.info("database connection was closed; reading again on a new one")
                     continue
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def write(self, work: Callable[[Lean], T]) -> T:
-        pool = await self._opened()
         for last in (False, True):
-            async with pool.acquire() as conn:
+            async with self._lent() as conn:
                 transaction = conn.transaction()
                 try:
                     await transaction.start()
-                except Exception:
-                    if last or not _ended(conn):
+                except Exception as exc:
+                    if not _ended(conn):
                         raise
+                    if last:
+                        raise DatabaseUnavailable("the database ended the connection") from exc
                     log.info("database connection was closed; writing on a new one")
                     continue
                 try:
@@ -138,6 +143,23 @@ class PgLeanPool:
                 await transaction.commit()
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextlib.asynccontextmanager
+    async def _lent(self) -> AsyncIterator[Any]:
+        """A connection of the pool for one unit of work."""
+        try:
+            pool = await self._opened()
+            conn = await pool.acquire(timeout=ACQUIRE_TIMEOUT)
+        except (OSError, TimeoutError) as exc:
+            raise DatabaseUnavailable(f"the database cannot be reached: {exc!r}") from exc
+        except Exception as exc:  # the server refused us: gone, shutting down, too many
+            if type(exc).__module__.startswith("asyncpg"):
+                raise DatabaseUnavailable(f"the database refused a connection: {exc!r}") from exc
+            raise
+        try:
+            yield conn
+        finally:
+            await pool.release(conn)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
