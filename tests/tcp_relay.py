@@ -1,6 +1,8 @@
 """A TCP relay between a client and a real server that a test can freeze: every connection stays
 open but no byte passes, as with a database host that stopped answering without closing
-anything (a hung server, a network partition). Thawed, the bytes held back flow again."""
+anything (a hung server, a network partition). Thawed, the bytes held back flow again. Or cut:
+every connection ends and new ones are refused, as with a host that went down, until it is
+restored on the same port."""
 
 from __future__ import annotations
 
@@ -22,6 +24,25 @@ class Relay:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
+
+    async def cut(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._end_pipes()
+        await self._server.wait_closed()
+
+    async def restore(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+
+    async def _end_pipes(self) -> None:
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        for pipe in list(self._pipes):
+            with contextlib.suppress(asyncio.CancelledError):
+                await pipe
+        for writer in self._writers:
+            writer.close()
+        self._writers.clear()
 
     def freeze(self) -> None:
         self._flowing.clear()
@@ -55,12 +76,6 @@ class Relay:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for pipe in list(self._pipes):
-            pipe.cancel()
-        for pipe in list(self._pipes):
-            with contextlib.suppress(asyncio.CancelledError):
-                await pipe
-        for writer in self._writers:
-            writer.close()
+        await self._end_pipes()
         if self._server is not None:
             await self._server.wait_closed()

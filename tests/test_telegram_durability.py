@@ -11,9 +11,13 @@ from typing import Any
 
 import pytest
 from clock import FakeClock
+from conftest import _pg_database, _pg_drop
 from fakes.telegram import FakeTelegram
+from sqlalchemy.engine import make_url
 from store_rows import outbox_of_task
+from structlog.testing import capture_logs
 from support import wait_until
+from tcp_relay import Relay
 from telegram import Update
 from telegram_rig import (
     Rig,
@@ -34,6 +38,7 @@ from gateway.engine.task import Submission
 from gateway.events import Inbound, Origin, TextDeltaEvent, TextEvent
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.store import outbox as outbox_table
 
 
 @pytest.fixture
@@ -425,3 +430,54 @@ async def test_a_replaced_preview_leaves_no_note(rig: Rig) -> None:
     await rig.adapter.deliver(ANN_AT_181, final, Progress())
     assert await rig.runtime.kv.scan("preview:") == {}
     assert sent_to(rig.fake, 181) == ["the whole reply"]
+
+
+async def test_an_update_that_finds_the_archive_down_waits_for_it_and_is_answered_once(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """PostgreSQL goes down (its connections end, new ones are refused) while a message comes
+    in: it is not confirmed to Telegram, and once the database is back it is stored and
+    answered, once."""
+
+    url, name = await _pg_database()
+    target = make_url(url)
+    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
+    relayed = target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+    rig = await start_rig(fake, tmp_path / "home", database_url=relayed, lease_ttl_seconds=3)
+    try:
+        chat, ann = fake.private_chat(11), fake.user(11, "Ann")
+        fake.inject_message(chat, ann, "before")
+        await reply_in(fake, 11, "echo: before")
+
+        async def delivered() -> bool:  # so that the cut finds no reply on its way
+            return await outbox_table.undelivered(rig.runtime.store.db) == []
+
+        assert await wait_until(delivered, within=10)
+        rig.adapter.poller.max_wait = 0.2  # the update tries again soon once the archive is back
+        down = True
+        confirmed_while_down: list[bool] = []
+
+        async def on_poll(params: dict[str, Any]) -> None:
+            if int(params.get("offset") or 0) > held["update_id"]:
+                confirmed_while_down.append(down)
+
+        fake.on_get_updates = on_poll
+        with capture_logs() as logs:
+            await relay.cut()
+            held = fake.inject_message(chat, ann, "while down")
+
+            async def waited() -> bool:  # the poller met the unreachable archive, twice
+                told = [e for e in logs if e["event"].startswith("archive unreachable")]
+                return len(told) >= 2
+
+            assert await wait_until(waited, within=15)
+        down = False
+        await relay.restore()
+        await reply_in(fake, 11, "echo: while down", within=30)
+        assert not any(confirmed_while_down)
+        assert await user_texts(rig, "tg-11") == ["before", "while down"]
+        assert sent_to(fake, 11) == ["echo: before", "echo: while down"]
+    finally:
+        await stop_rig(rig)
+        await relay.close()
+        await _pg_drop(name)

@@ -40,6 +40,7 @@ from gateway.leadership import Leadership
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 from gateway.settings import TelegramMode
+from gateway.store.errors import DatabaseUnavailable
 
 log = get_logger(__name__)
 
@@ -93,6 +94,7 @@ class TelegramAdapter(ChatAdapter):
         self._refusals = Throttle(runtime.clock, REFUSAL_EVERY_SECONDS)
         self._one_at_a_time = asyncio.Lock()
         self._failed = False
+        self._unavailable: DatabaseUnavailable | None = None
         self.bot_id = 0
         self.bot_username = ""
         self._started = False
@@ -136,10 +138,13 @@ class TelegramAdapter(ChatAdapter):
 
     async def handle(self, update: Update) -> bool:
         """Run the handlers on `update`, one update at a time in the order they came; False
-        when a handler failed (it is logged by `on_error`)."""
+        when a handler failed (it is logged by `on_error`). Raises `DatabaseUnavailable` when
+        the archive could not be reached: the update is to be handled again, not dropped."""
         async with self._one_at_a_time:
-            self._failed = False
+            self._failed, self._unavailable = False, None
             await self.app.process_update(update)
+            if self._unavailable is not None:
+                raise self._unavailable
             return not self._failed
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -284,6 +289,9 @@ class TelegramAdapter(ChatAdapter):
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         self._failed = True
+        if isinstance(context.error, DatabaseUnavailable):
+            self._unavailable = context.error
+            return  # not a failure of this update: the poller holds it until the archive is back
         log.error("telegram handler failed", error=repr(context.error), exc_info=context.error)
 
     async def _refuse(self, message: Message) -> None:

@@ -6,6 +6,10 @@ an update caught by a crash in between was lost. Here each update is handled (st
 and only the next `getUpdates` call, or the last one at stop, moves the offset past it: after a
 crash Telegram delivers it again, and its `source_key` makes that store nothing.
 
+An update that finds the archive unreachable (`DatabaseUnavailable`) is not confirmed either: it
+is handled again, with backoff, until the archive answers or polling stops (another instance, or
+this one once it is back, then gets it again from Telegram).
+
 Failures of `getUpdates` itself (the network, a 5xx, 409 Conflict while another poller or a
 webhook holds the bot, 429) are logged and retried with backoff on the runtime's clock,
 forever: polling never gives up on its own.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, Final, TypeVar
@@ -25,6 +30,7 @@ from tenacity import AsyncRetrying, RetryCallState, wait_exponential_jitter
 
 from gateway.clock import Clock
 from gateway.logs import get_logger
+from gateway.store.errors import DatabaseUnavailable
 
 log = get_logger(__name__)
 
@@ -86,11 +92,8 @@ class Poller:
             for update in batch:
                 if self._stopping:
                     return  # not handled, so not confirmed: Telegram keeps it
-                self._handling = True
-                try:
-                    await self._handle_one(update)
-                finally:
-                    self._handling = False
+                if not await self._handle_one(update):
+                    return  # stopping while the archive is unreachable: Telegram keeps it
                 self.offset = update.update_id + 1
 
     async def _fetch(self) -> tuple[Update, ...]:
@@ -98,17 +101,41 @@ class Poller:
             offset=self.offset or None, timeout=self.timeout, allowed_updates=self.updates
         )
 
-    async def _handle_one(self, update: Update) -> None:
+    async def _handle_one(self, update: Update) -> bool:
+        """Handle `update`; whether to confirm it (False: polling stops with it unstored)."""
         # An update whose handling failed is confirmed all the same: one that fails every
         # time (a poison update) would otherwise block the bot's every chat for good. What was
-        # stored of it stays stored; the failure is logged.
-        try:
-            handled = await self._handle(update)
-        except Exception:
-            log.exception("telegram update failed", update_id=update.update_id)
-            return
-        if not handled:
-            log.warning("telegram update failed; confirmed anyway", update_id=update.update_id)
+        # stored of it stays stored; the failure is logged. An unreachable archive is not the
+        # update's fault: it waits, and so do the updates behind it (they could not be stored
+        # either), until the archive answers.
+        for attempt in itertools.count(1):
+            self._handling = True
+            try:
+                handled = await self._handle(update)
+            except DatabaseUnavailable as exc:
+                wait = min(self.max_wait, self.initial_wait * 2**attempt)
+                log.warning(
+                    "archive unreachable; the telegram update waits",
+                    update_id=update.update_id,
+                    error=str(exc),
+                    attempt=attempt,
+                    wait=round(wait, 2),
+                )
+            except Exception:
+                log.exception("telegram update failed", update_id=update.update_id)
+                return True
+            else:
+                if not handled:
+                    log.warning(
+                        "telegram update failed; confirmed anyway", update_id=update.update_id
+                    )
+                return True
+            finally:
+                self._handling = False
+            if self._stopping:
+                return False
+            await self.clock.sleep(wait)  # a stop meanwhile cancels the sleep: nothing confirmed
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         retrying = AsyncRetrying(
