@@ -481,3 +481,49 @@ async def test_an_update_that_finds_the_archive_down_waits_for_it_and_is_answere
         await stop_rig(rig)
         await relay.close()
         await _pg_drop(name)
+
+
+async def test_a_reply_delivered_while_the_archive_went_down_is_recorded_once_it_is_back(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """The database goes down while Telegram takes a reply: the delivery is recorded once the
+    database is back, so a restart does not send it again (marked ↻)."""
+    url, name = await _pg_database()
+    target = make_url(url)
+    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
+    relayed = target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+    home = tmp_path / "home"
+    rig = await start_rig(fake, home, database_url=relayed, lease_ttl_seconds=3)
+    try:
+
+        async def cut_on_reply(call: Any) -> None:
+            if call.method == "sendMessage" and "echo: cut" in str(call.data.get("text")):
+                fake.before_answer = None
+                await relay.cut()
+
+        fake.before_answer = cut_on_reply
+        with capture_logs() as logs:
+            fake.inject_message(fake.private_chat(11), fake.user(11, "Ann"), "cut")
+            await reply_in(fake, 11, "echo: cut")
+
+            async def waiting() -> bool:  # the courier met the unreachable archive
+                return any(e["event"].startswith("delivered, not yet recorded") for e in logs)
+
+            assert await wait_until(waiting, within=15)
+        await relay.restore()
+
+        async def recorded() -> bool:
+            return await outbox_table.undelivered(rig.runtime.store.db) == []
+
+        assert await wait_until(recorded, within=15)
+    finally:
+        await stop_rig(rig)
+    rig = await start_rig(fake, home, database_url=relayed, lease_ttl_seconds=3)
+    try:
+        fake.inject_message(fake.private_chat(11), fake.user(11, "Ann"), "after")
+        await reply_in(fake, 11, "echo: after")
+        assert sent_to(fake, 11) == ["echo: cut", "echo: after"]  # nothing sent again
+    finally:
+        await stop_rig(rig)
+        await relay.close()
+        await _pg_drop(name)

@@ -21,7 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
-from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 from gateway.adapter import Progress, Sink
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -30,6 +36,7 @@ from gateway.logs import get_logger
 from gateway.store import outbox as table
 from gateway.store.actionlog import ActionKind
 from gateway.store.db import Database
+from gateway.store.errors import DatabaseUnavailable
 from gateway.store.outbox import OutboxItem
 
 log = get_logger(__name__)
@@ -141,8 +148,26 @@ class Courier:
                 item.task_hash,
             )
             return False
-        await table.mark_delivered(self.db, item.id, message_id or "", parts=parts.unsaved)
+        # The platform has it now: what is left is to record that, however long the archive
+        # stays unreachable (sent again, it would reach the user twice).
+        await self._until_recorded(
+            lambda: table.mark_delivered(self.db, item.id, message_id or "", parts=parts.unsaved)
+        )
         return True
+
+    async def _until_recorded(self, write: Callable[[], Awaitable[None]]) -> None:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception_type(DatabaseUnavailable),
+            wait=wait_exponential_jitter(
+                multiplier=self.initial_wait, max=self.max_wait, jitter=self.initial_wait
+            ),
+            sleep=self.clock.sleep,
+            before_sleep=_log_unrecorded,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                await write()
 
     async def redeliver(self) -> int:
         """Send every pending entry whose platform has an adapter here; returns how many."""
@@ -183,3 +208,8 @@ class PartsRecord:
         if self.unsaved is not None:
             self._stored_sent = self.unsaved[0]
         self.unsaved = None
+
+
+def _log_unrecorded(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    log.warning("delivered, not yet recorded: archive unreachable", error=str(error))

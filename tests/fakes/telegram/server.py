@@ -49,6 +49,8 @@ class FakeTelegram(TelegramMethods):
             "username": bot_username,
         }
         self.uploads: list[Upload] = []
+        # Test side: awaited once a call succeeded, before it is answered (the sender waits).
+        self.before_answer: Callable[[BotApiCall], Awaitable[None]] | None = None
         self._methods: dict[str, tuple[str, Handler]] = {
             name.lower(): (name, handler)
             for name, handler in {
@@ -131,6 +133,8 @@ class FakeTelegram(TelegramMethods):
                 raise ApiError(404, "Not Found")
             self._fail_if_queued(record)
             status, body = 200, {"ok": True, "result": await handler(record.data)}
+            if self.before_answer is not None:
+                await self.before_answer(record)
         except ApiError as exc:
             status, body = exc.status, error_body(exc.status, exc.description, exc.parameters)
         record.response = body
