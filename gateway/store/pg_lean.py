@@ -68,6 +68,16 @@ class PgLean(Lean):
         await_only(self._conn.executemany(in_dialect("postgresql", sql), rows))
 
 
+def _again_or_raise(conn: Any, exc: Exception, *, last: bool, doing: str) -> None:
+    """After `exc` on a unit's first round trip: return to run the unit again on another
+    connection (this one ended), or raise."""
+    if not _ended(conn):
+        raise exc
+    if last:
+        raise DatabaseUnavailable("the database ended the connection") from exc
+    log.info(f"database connection was closed; {doing} again on a new one")
+
+
 def _ended(conn: Any) -> bool:
     """Whether the connection lent out closed (the error was its end, not the statement's)."""
     try:
@@ -111,11 +121,7 @@ class PgLeanPool:
                 try:
                     result: T = await greenlet_spawn(work, PgLean(conn))
                 except Exception as exc:
-                    if not _ended(conn):
-                        raise
-                    if last:
-                        raise DatabaseUnavailable("the database ended the connection") from exc
-                    log.info("database connection was closed; reading again on a new one")
+                    _again_or_raise(conn, exc, last=last, doing="reading")
                     continue
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
@@ -127,11 +133,7 @@ class PgLeanPool:
                 try:
                     await transaction.start()
                 except Exception as exc:
-                    if not _ended(conn):
-                        raise
-                    if last:
-                        raise DatabaseUnavailable("the database ended the connection") from exc
-                    log.info("database connection was closed; writing on a new one")
+                    _again_or_raise(conn, exc, last=last, doing="writing")
                     continue
                 try:
                     result: T = await greenlet_spawn(work, PgLean(conn))
