@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from conftest import _pg_database, _pg_drop
 from sqlalchemy.engine import make_url
+from structlog.testing import capture_logs
 from support import REDIS_URL, open_redis, wait_until
 from tcp_relay import Relay
 from test_http import READY, Server, serving
@@ -99,6 +100,46 @@ async def test_a_message_sent_while_the_database_is_gone_is_answered_503(
         assert body["error"]["code"] == "unavailable"
         assert "try again" in body["error"]["message"]
         assert "127.0.0.1" not in body["error"]["message"]  # the server's address stays in the log
+
+
+async def test_a_task_that_ends_while_the_database_is_down_is_recorded_once_it_is_back(
+    tmp_path: Path, pg_database: tuple[str, str]
+) -> None:
+    url, _ = pg_database
+    target = make_url(url)
+    relay = await Relay(target.host or "127.0.0.1", target.port or 0).start()
+    try:
+        # A long lease TTL: the instance's watchdog keeps out of the short outage.
+        stores = {"database_url": through(relay, url), "kv_url": REDIS_URL}
+        async with serving(tmp_path, lease_ttl_seconds=60, **stores) as srv:
+            sent = {"content": "!sleep 2", "session_id": "cli-down", "wait": 0}
+            status, body = await srv.call("POST", "/v1/send", json_body=sent)
+            assert status == 202, body
+            task = body["task_hash"]
+
+            async def sleeping() -> bool:  # the context read, into the agent's sleep
+                view = await srv.call("GET", f"/v1/session/cli-down/task/{task}")
+                return any(e.get("kind") == "text_delta" for e in view[1]["events"])
+
+            assert await wait_until(sleeping, within=5)
+            with capture_logs() as logs:
+                await relay.cut()  # while the agent sleeps: its end meets no database
+
+                async def waiting() -> bool:
+                    return any(e["event"].startswith("task ended, not yet recorded") for e in logs)
+
+                assert await wait_until(waiting, within=10)
+            await relay.restore()
+            status, body = await srv.call("GET", f"/v1/session/cli-down/task/{task}?wait=15")
+            outcome = (status, body["status"], body["text"])
+            assert outcome == (200, "done", "slept 2s"), body["error"]
+            messages = await srv.runtime.store.recent_messages("cli-down", 10)
+            assert [(m.role, m.content) for m in messages] == [
+                ("user", "!sleep 2"),
+                ("assistant", "slept 2s"),
+            ]
+    finally:
+        await relay.close()
 
 
 @pytest.mark.parametrize("part", ["database", "kv"])

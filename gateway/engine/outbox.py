@@ -21,13 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
+from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
 
 from gateway.adapter import Progress, Sink
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -36,7 +30,7 @@ from gateway.logs import get_logger
 from gateway.store import outbox as table
 from gateway.store.actionlog import ActionKind
 from gateway.store.db import Database
-from gateway.store.errors import DatabaseUnavailable
+from gateway.store.errors import until_available
 from gateway.store.outbox import OutboxItem
 
 log = get_logger(__name__)
@@ -150,24 +144,14 @@ class Courier:
             return False
         # The platform has it now: what is left is to record that, however long the archive
         # stays unreachable (sent again, it would reach the user twice).
-        await self._until_recorded(
-            lambda: table.mark_delivered(self.db, item.id, message_id or "", parts=parts.unsaved)
+        await until_available(
+            lambda: table.mark_delivered(self.db, item.id, message_id or "", parts=parts.unsaved),
+            sleep=self.clock.sleep,
+            what="delivered, not yet recorded",
+            initial=self.initial_wait,
+            maximum=self.max_wait,
         )
         return True
-
-    async def _until_recorded(self, write: Callable[[], Awaitable[None]]) -> None:
-        retrying = AsyncRetrying(
-            retry=retry_if_exception_type(DatabaseUnavailable),
-            wait=wait_exponential_jitter(
-                multiplier=self.initial_wait, max=self.max_wait, jitter=self.initial_wait
-            ),
-            sleep=self.clock.sleep,
-            before_sleep=_log_unrecorded,
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                await write()
 
     async def redeliver(self) -> int:
         """Send every pending entry whose platform has an adapter here; returns how many."""
@@ -208,8 +192,3 @@ class PartsRecord:
         if self.unsaved is not None:
             self._stored_sent = self.unsaved[0]
         self.unsaved = None
-
-
-def _log_unrecorded(state: RetryCallState) -> None:
-    error = state.outcome.exception() if state.outcome is not None else None
-    log.warning("delivered, not yet recorded: archive unreachable", error=str(error))

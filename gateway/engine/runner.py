@@ -40,6 +40,7 @@ from gateway.events import (
 from gateway.logs import get_logger
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
+from gateway.store.errors import until_available
 from gateway.store.sessions import RunRecord, SessionStore
 from gateway.store.usage import record_usage
 
@@ -254,11 +255,14 @@ class Runner:
         then `event` goes out."""
         pushed = self.dispatch.pushed(task.origin)
         usage = [task.usage] if task.usage is not None else []
-        items = await self.store.finish_run(
-            RunRecord(task.session_id, task.task_hash, task.text, reply, task.tool_results, usage),
-            reply,
-            sender=self.agent.name,
-            outbox=[self.dispatch.outbox_entry(task, event)] if pushed else [],
+        run = RunRecord(task.session_id, task.task_hash, task.text, reply, task.tool_results, usage)
+        outbox = [self.dispatch.outbox_entry(task, event)] if pushed else []
+        # The task is done: its end is recorded once the database is back, however long that
+        # takes (finish_run is idempotent per task), rather than lost with the queue's worker.
+        items = await until_available(
+            lambda: self.store.finish_run(run, reply, sender=self.agent.name, outbox=outbox),
+            sleep=self.dispatch.courier.clock.sleep,
+            what="task ended, not yet recorded",
         )
         self.crash.reach("recorded")
         task.usage = None  # went with the run

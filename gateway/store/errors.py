@@ -1,8 +1,49 @@
-"""What the archive raises when it cannot be reached, for front-ends to answer plainly."""
+"""What the archive raises when it cannot be reached, for front-ends to answer plainly, and a
+way to wait it out for a write that must happen whatever the wait."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
+
+from gateway.logs import get_logger
+
+log = get_logger(__name__)
+
+T = TypeVar("T")
 
 
 class DatabaseUnavailable(RuntimeError):
     """No working connection to the database: it refused, ended or stopped answering ours.
     Nothing of the work that raised it was committed; the same work may be tried again."""
+
+
+async def until_available(
+    write: Callable[[], Awaitable[T]],
+    *,
+    sleep: Callable[[float], Awaitable[None]],
+    what: str,
+    initial: float = 0.5,
+    maximum: float = 30.0,
+) -> T:
+    """`write()`, again with backoff for as long as the database is unavailable: for a record
+    that must be made once the database is back (the write must be idempotent). A stop cancels
+    the wait; what is left is the restart's, as after a crash."""
+
+    def told(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        log.warning(f"{what}: database unavailable, waiting", error=str(error))
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception_type(DatabaseUnavailable),
+        wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
+        sleep=sleep,
+        before_sleep=told,
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await write()
+    raise AssertionError("unreachable")  # pragma: no cover
