@@ -32,6 +32,11 @@ async def until_available(
     that must be made once the database is back (the write must be idempotent). A stop cancels
     the wait; what is left is the restart's, as after a crash."""
 
+    try:
+        return await write()
+    except DatabaseUnavailable:
+        pass  # only a write that met an unavailable database builds the retry machinery
+
     def told(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
         log.warning(f"{what}: database unavailable, waiting", error=str(error))
