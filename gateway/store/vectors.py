@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 from sqlalchemy import delete, func, insert, text
 from sqlalchemy import select as sa_select
-from sqlalchemy.engine import Connection
 from sqlmodel import Session, col, select
 
 from gateway.ids import validate_session_id
@@ -62,22 +61,6 @@ class VectorRows:
     vectors: list[bytes]
 
 
-def _newest_cursor(conn: Connection, session_id: str) -> Cursor | None:
-    stmt = (
-        select(
-            EmbeddingCursorRow.model,
-            EmbeddingCursorRow.message_cursor,
-            EmbeddingCursorRow.summary_cursor,
-            EmbeddingCursorRow.epoch,
-        )
-        .where(col(EmbeddingCursorRow.session_id) == session_id)
-        .order_by(col(EmbeddingCursorRow.id).desc())
-        .limit(1)
-    )
-    row = conn.execute(stmt).first()
-    return Cursor(*row) if row is not None else None
-
-
 _CURSOR = (
     "SELECT model, message_cursor, summary_cursor, epoch FROM embedding_cursor"
     " WHERE session_id = ? ORDER BY id DESC LIMIT 1"
@@ -96,6 +79,10 @@ _INSERT_EMBEDDING = (
 # The vector goes as pgvector's text form, named as text so the driver need not know the type.
 _TO_PGVECTOR = (
     "INSERT INTO embedding_pgvector (id, vec) VALUES (?, CAST(CAST(? AS text) AS vector))"
+)
+_MESSAGE_ROWS = (
+    "SELECT id, message_id, vector FROM embedding"
+    " WHERE session_id = ? AND model = ? AND id > ? AND kind = ? ORDER BY id"
 )
 _NEW_CURSOR = (
     "INSERT INTO embedding_cursor (session_id, model, message_cursor, summary_cursor, epoch)"
@@ -296,23 +283,12 @@ class VectorArchive:
     async def message_rows(self, session_id: str, model: str, after_row: int) -> VectorRows:
         """The session's message vectors of `model` stored after row `after_row`, in row order,
         with the epoch they belong to: one read, so the two agree."""
-        stmt = (
-            select(EmbeddingRow.id, EmbeddingRow.message_id, EmbeddingRow.vector)
-            .where(
-                col(EmbeddingRow.session_id) == session_id,
-                col(EmbeddingRow.model) == model,
-                col(EmbeddingRow.id) > after_row,
-                col(EmbeddingRow.kind) == MESSAGE,
-            )
-            .order_by(col(EmbeddingRow.id))
-        )
 
-        def work(session: Session) -> VectorRows:
-            conn = session.connection()
-            cursor = _newest_cursor(conn, session_id)
+        def work(sql: Lean) -> VectorRows:
+            cursor = _read_cursor(sql, session_id)
             if cursor is None:
                 return VectorRows("", [], [], [])
-            rows = conn.execute(stmt).all()
+            rows = sql.all(_MESSAGE_ROWS, session_id, model, after_row, MESSAGE)
             return VectorRows(
                 cursor.epoch,
                 [int(r[0]) for r in rows],
@@ -320,7 +296,8 @@ class VectorArchive:
                 [bytes(r[2]) for r in rows],
             )
 
-        return await self.db.read(work)
+        # Plain SQL (`lean`): recall brings a session's index up to date before every search.
+        return await self.db.read_lean(work)
 
     async def summary_rows(self, session_id: str, model: str) -> list[tuple[int, str, bytes]]:
         """The session's embedded summaries of `model`: (cursor, text, vector)."""
