@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 import pytest
+from structlog.testing import capture_logs
 
 from gateway.engine.order import Turns
 from gateway.engine.scheduler import Scheduler
@@ -217,6 +218,46 @@ async def test_hooks_run_before_each_job_and_once_a_session_is_idle() -> None:
     # Not before an empty queue: nothing waits there for what the hook would queue ahead.
     assert calls == ["before cli-a 1", "before cli-a 1", "idle cli-a"]
     assert job.status == "done"
+
+
+async def test_a_failing_hook_leaves_the_queue_running() -> None:
+    """The look before a task and the letting go meet an error (the database went away): the
+    session's worker logs it and goes on, instead of dying with tasks queued behind it."""
+    rig = Rig(slots=2)
+    failures: list[str] = []
+    idle = asyncio.Event()
+
+    async def before_next(session_id: str) -> None:
+        failures.append(f"before {session_id}")
+        raise RuntimeError("the database went away")
+
+    async def on_idle(session_id: str) -> None:
+        failures.append(f"idle {session_id}")
+        idle.set()
+        raise RuntimeError("the database went away")
+
+    rig.scheduler.before_next, rig.scheduler.on_idle = before_next, on_idle
+    with capture_logs() as logs:
+        first, _ = rig.add("cli-a", "first")
+        await rig.until("start first")
+        second, _ = rig.add("cli-a", "second")  # queued behind it: the hook runs before it
+        first.release.set()
+        await rig.until("start second")
+        second.release.set()
+        await rig.until("end second")
+        await asyncio.wait_for(idle.wait(), WAIT)  # raises and is logged in the same step
+    assert (first.status, second.status) == ("done", "done")
+    assert failures == ["before cli-a", "before cli-a", "idle cli-a"]
+    failed = [e["event"] for e in logs if e["log_level"] == "error"]
+    assert failed == [
+        "before a session's next task failed; the queue goes on",
+        "before a session's next task failed; the queue goes on",
+        "letting an idle session go failed; the queue goes on",
+    ]
+    third, _ = rig.add("cli-a", "third")  # the session is served as before
+    await rig.until("start third")
+    third.release.set()
+    await rig.until("end third")
 
 
 async def test_turns_are_served_in_the_order_they_were_taken() -> None:

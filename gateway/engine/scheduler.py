@@ -17,6 +17,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from gateway.logs import get_logger
+
+log = get_logger(__name__)
+
 
 class Job(Protocol):
     """What the scheduler needs of a task (the engine's `Task` is one)."""
@@ -230,9 +234,9 @@ class Scheduler(Generic[J]):
 
     async def _next(self, session_id: str, lane: _Lane[J]) -> J | None:
         if self.before_next is not None and lane.waiting and not self._closing:
-            await self.before_next(session_id)
+            await _survive(self.before_next(session_id), "before a session's next task")
         if self.gather is not None and len(lane.waiting) > 1 and not self._closing:
-            await self.gather(session_id, list(lane.waiting))
+            await _survive(self.gather(session_id, list(lane.waiting)), "gathering a queue")
         return await self._take_slots(lane)
 
     async def _drain(self, session_id: str, lane: _Lane[J]) -> None:
@@ -266,4 +270,13 @@ class Scheduler(Generic[J]):
             if not lane.waiting and self._lanes.get(session_id) is lane:
                 del self._lanes[session_id]
         if self.on_idle is not None and not self._closing and session_id not in self._lanes:
-            await self.on_idle(session_id)
+            await _survive(self.on_idle(session_id), "letting an idle session go")
+
+
+async def _survive(hook: Awaitable[None], what: str) -> None:
+    """Run a hook whose failure must not end the session's worker: the tasks queued behind it
+    would wait until the session's next message. The failure is logged; the queue goes on."""
+    try:
+        await hook
+    except Exception:
+        log.exception(f"{what} failed; the queue goes on")
