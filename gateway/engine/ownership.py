@@ -21,6 +21,7 @@ from gateway.bus import Bus
 from gateway.keyed_locks import KeyedLocks
 from gateway.leases import Leases, LocalLeases
 from gateway.logs import get_logger
+from gateway.store.errors import until_available
 from gateway.store.journals import JournalRecord
 from gateway.store.sessions import SessionStore
 
@@ -98,7 +99,11 @@ class Ownership:
         tasks run in archive order whoever received them."""
         if self.shared and self.leases.holds(lease_of(session_id)):
             await self._take_up(await self._unknown(session_id))
-            await self.store.resync_history(session_id)
+            await until_available(
+                lambda: self.store.resync_history(session_id),
+                sleep=asyncio.sleep,
+                what="bringing a session's history.json up to date",
+            )
 
     async def idle(self, session_id: str) -> None:
         """The session has nothing left to run here: let its lease go (with several instances
@@ -129,7 +134,13 @@ class Ownership:
             await self.leases.release(lease_of(session_id))
 
     async def _unknown(self, session_id: str) -> list[JournalRecord]:
-        records = await self.store.unfinished(session_id)
+        # A read: while the database is unreachable it is asked again (a stop cancels the
+        # wait) rather than fail the session's queue or its letting go.
+        records = await until_available(
+            lambda: self.store.unfinished(session_id),
+            sleep=asyncio.sleep,
+            what="looking for a session's tasks stored elsewhere",
+        )
         return [r for r in records if not self._is_live(r.task_hash)]
 
     async def _on_journal(self, message: dict[str, Any]) -> None:
