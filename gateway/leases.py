@@ -87,6 +87,7 @@ class PostgresLeases:
         self.clock = clock
         self._conn: Any = None
         self._lock = asyncio.Lock()  # one statement at a time on the connection
+        self._renewing = asyncio.Lock()  # one reconnection at a time
         self._held: set[str] = set()
         self._lost: list[LostHandler] = []
         self._watch: asyncio.Task[None] | None = None
@@ -119,6 +120,12 @@ class PostgresLeases:
     async def acquire(self, name: str) -> bool:
         if name in self._held:
             return True
+        if self._conn.is_closed():
+            if self._renewing.locked():
+                return False  # being replaced: another instance may take it meanwhile
+            # Known dead (the server or the network ended it): connect again now rather than
+            # refuse every lease until the watchdog's next look.
+            await self._renew(self._conn)
         try:
             async with self._lock:
                 got = await self._conn.fetchval("SELECT pg_try_advisory_lock($1)", lock_key(name))
@@ -156,14 +163,22 @@ class PostgresLeases:
         held may soon be another's: give it all up at once, and connect again."""
         while True:
             await self.clock.sleep(self.ttl / 3)
-            if await self.healthy():
-                continue
+            checked = self._conn
+            if not await self.healthy():
+                await self._renew(checked)
+
+    async def _renew(self, failed: Any) -> None:
+        """The connection `failed`: give up what it held and connect again — unless another
+        caller has already replaced it meanwhile."""
+        async with self._renewing:
+            if self._conn is not failed:
+                return
             lost, self._held = frozenset(self._held), set()
             log.error("lease connection lost; giving up every lease", leases=len(lost))
             for handler in self._lost:
                 handler(lost)
             with contextlib.suppress(Exception):
-                await self._conn.close(timeout=1)
+                await failed.close(timeout=1)
             try:
                 await self._connect()
             except Exception as exc:

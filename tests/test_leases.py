@@ -270,3 +270,28 @@ async def test_an_idle_session_lease_lingers_then_goes_and_closing_lets_it_go(
     assert first.leases.holds(lease_of("chat-l"))  # lingering again
     await first.close()  # shutting down does not wait out the linger
     assert await second.leases.acquire(lease_of("chat-l"))
+
+
+async def test_a_lease_asked_for_after_the_connection_died_connects_again_at_once(
+    database: str,
+) -> None:
+    """The watchdog looks only every third of the TTL: a lease asked for in between, on a
+    connection known to be dead, connects again there and then instead of being refused."""
+    leases = await leases_on(database, "a", ttl=60.0)  # the watchdog stays out of it
+    try:
+        lost: list[frozenset[str]] = []
+        leases.on_lost(lost.append)
+        assert await leases.acquire("session:x")
+        assert await terminate("agenvoy-leases:a") == 1
+
+        async def noticed() -> bool:
+            return bool(leases._conn.is_closed())
+
+        assert await wait_until(noticed, 5)
+        assert await leases.acquire("session:y")
+        # What the dead connection held was given up (another may hold it by now).
+        assert lost == [frozenset({"session:x"})]
+        assert not leases.holds("session:x") and leases.holds("session:y")
+        assert await leases.acquire("session:x")  # nobody else took it
+    finally:
+        await leases.close()
