@@ -260,6 +260,29 @@ async def test_a_failing_hook_leaves_the_queue_running() -> None:
     await rig.until("end third")
 
 
+async def test_a_run_that_fails_leaves_the_queue_running() -> None:
+    """A run whose end could not be recorded raises out of it: the tasks behind it still run."""
+    rig = Rig(slots=1)
+    run = rig.run
+
+    async def failing_first(job: Job) -> None:
+        if job.name == "first":
+            await rig.note("failing first")
+            raise RuntimeError("its end met no database")
+        await run(job)
+
+    rig.scheduler._run = failing_first
+    with capture_logs() as logs:
+        rig.add("cli-a", "first")
+        second, _ = rig.add("cli-a", "second")
+        await rig.until("start second")
+    second.release.set()
+    await rig.until("end second")
+    failed = [e["event"] for e in logs if e["log_level"] == "error"]
+    assert failed == ["a task's run failed; the queue goes on"]
+    assert rig.scheduler.load() == (0, 0)
+
+
 async def test_turns_are_served_in_the_order_they_were_taken() -> None:
     turns = Turns()
     served: list[str] = []

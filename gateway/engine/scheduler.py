@@ -255,6 +255,11 @@ class Scheduler(Generic[J]):
                         # end yet, so it is recorded here.
                         if not task.finished:
                             await self._canceled_before_start(task)
+                    except Exception:
+                        # The run records its own failures; one that escapes it (its end met
+                        # an error while being recorded) leaves the task as a crash would,
+                        # and must not take the tasks queued behind it down too.
+                        log.exception("a task's run failed; the queue goes on")
                 except asyncio.CancelledError:
                     # Shutdown: the task is interrupted, its journal kept for the next start.
                     if task.runner is not None and not task.runner.done():
