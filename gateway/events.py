@@ -74,6 +74,9 @@ class Inbound:
     # The platform's id of what brought the message ("telegram:<bot>:<update id>"): a
     # delivery the platform repeats (after a crash, to another instance) is stored once.
     source_key: str = ""
+    # The platform will not deliver the message again (Discord): while the archive is
+    # unreachable the intake waits for it, in the session's turn, rather than refuse it.
+    wait_for_store: bool = False
 
 
 # -- events -----------------------------------------------------------------------------------

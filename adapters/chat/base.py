@@ -17,6 +17,7 @@ primitives a platform implements (send a part, edit, delete, typing, a prompt wi
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -49,6 +50,8 @@ from gateway.text import UnstorableText
 log = get_logger(__name__)
 
 STREAM_EDIT_SECONDS: Final = 1.0
+# At stop, messages being taken in get this long to be stored before they are given up.
+ARRIVAL_GRACE_SECONDS: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,9 @@ class ChatAdapter(ABC):
     typing_every: ClassVar[float]
     preview_chars: ClassVar[int]
     preview_replies: ClassVar[bool]  # whether the preview answers the triggering message
+    # Whether the platform delivers a message again when taking it in failed (Telegram: an
+    # update not confirmed). One that does not (Discord) waits out an unreachable database.
+    redelivers: ClassVar[bool]
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -90,6 +96,8 @@ class ChatAdapter(ABC):
         self._previews: dict[str, _Preview] = {}
         self._preview_notes = PreviewNotes(runtime.kv, self.name, runtime.settings.instance_id)
         self.prompts = OpenPrompts(self.router)
+        self._arriving: set[asyncio.Task[object]] = set()
+        self.arrival_grace = ARRIVAL_GRACE_SECONDS
 
     def routes(self) -> list[HttpRoute]:
         return []
@@ -147,6 +155,28 @@ class ChatAdapter(ABC):
     async def arrive(self, arrival: Arrival) -> None:
         """Store a message (and start a task when it is addressed to the bot), in the order
         messages arrived. Call it before awaiting anything for the message."""
+        me = asyncio.current_task()
+        if me is not None:
+            self._arriving.add(me)
+        try:
+            await self._arrive(arrival)
+        finally:
+            self._arriving.discard(me)
+
+    async def end_arrivals(self) -> None:
+        """At stop, once the platform sends no more: messages still being taken in (one that
+        waits for an unreachable database) get `arrival_grace` seconds, then are given up.
+        A platform that does not deliver them again loses them: that is logged."""
+        left = {task for task in self._arriving if task is not asyncio.current_task()}
+        if left:
+            _, left = await asyncio.wait(left, timeout=self.arrival_grace)
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.gather(*left, return_exceptions=True)
+            log.warning("stopped while messages were being taken in: lost", count=len(left))
+
+    async def _arrive(self, arrival: Arrival) -> None:
         with self.router.take_turn(arrival.session_id) as turn:
             self.runtime.crash.reach("received")
             staged = Staged()
@@ -172,6 +202,7 @@ class ChatAdapter(ABC):
                     text,
                     staged.attachments,
                     source_key=arrival.source_key,
+                    wait_for_store=not self.redelivers,
                 )
                 if arrival.addressed:
                     await self.router.submit(inbound, turn=turn)

@@ -45,6 +45,7 @@ class DiscordAdapter(ChatAdapter):
     forbidden: ClassVar[type[Exception]] = discord.Forbidden
     typing_every: ClassVar[float] = 8.0  # Discord shows "typing" for 10 s
     preview_chars: ClassVar[int] = 1900
+    redelivers: ClassVar[bool] = False  # a gateway event missed is gone
     preview_replies: ClassVar[bool] = False
 
     def __init__(self, runtime: Runtime, **client_options: Any) -> None:
@@ -91,6 +92,7 @@ class DiscordAdapter(ChatAdapter):
         if self._runner is not None:
             with contextlib.suppress(Exception):
                 await self._runner
+        await self.end_arrivals()  # discord.py does not end its event handlers' tasks
 
     def add_commands(self, tree: app_commands.CommandTree[Any]) -> None:
         self.commands.add(tree, self.runtime.commands.menu(PLATFORM))

@@ -69,6 +69,7 @@ class TelegramAdapter(ChatAdapter):
     forbidden: ClassVar[type[Exception]] = Forbidden
     typing_every: ClassVar[float] = 4.0  # Telegram shows "typing" for 5 s
     preview_chars: ClassVar[int] = MAX_CHARS // 2
+    redelivers: ClassVar[bool] = True  # until its update is confirmed
     preview_replies: ClassVar[bool] = True
 
     def __init__(self, runtime: Runtime, application: TelegramApplication) -> None:

@@ -18,6 +18,7 @@ from gateway.engine.task import MessageTooLong, QueueFull, Submission, Task, Too
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Inbound, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
+from gateway.store.errors import until_available
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
 from gateway.store.sessions import SessionStore
@@ -62,6 +63,8 @@ class Intake:
         self.max_queued_per_session = max_queued_per_session
 
     async def submit(self, inbound: Inbound, turn: Turn | None = None) -> Submission:
+        """Take a message in. An unreachable database raises `DatabaseUnavailable`, or with
+        `inbound.wait_for_store` is waited out in the turn (later messages wait behind it)."""
         session_id = validate_session_id(inbound.session_id)
         async with turn or self.turns.take(session_id):
             self.check_text(inbound.text)
@@ -95,7 +98,8 @@ class Intake:
         return Submission(session_id, task.task_hash, position or 0)
 
     async def record(self, inbound: Inbound, turn: Turn | None = None) -> int | None:
-        """Keep a message as context; its archive id, or None if it was stored before."""
+        """Keep a message as context; its archive id, or None if it was stored before.
+        An unreachable database as for `submit`."""
         session_id = validate_session_id(inbound.session_id)
         origin = inbound.origin
         async with turn or self.turns.take(session_id):
@@ -105,12 +109,15 @@ class Intake:
             def log_it(_stored: StoredMessage) -> None:
                 log_file.append("user", inbound.text, window_hash=origin.window_hash)
 
-            stored = await self.store.take_in(
-                session_id,
-                inbound.text,
-                sender=origin.sender_name,
-                source_key=inbound.source_key,
-                then=log_it,
+            stored = await self._archive(
+                inbound.wait_for_store,
+                lambda: self.store.take_in(
+                    session_id,
+                    inbound.text,
+                    sender=origin.sender_name,
+                    source_key=inbound.source_key,
+                    then=log_it,
+                ),
             )
             if stored is None:
                 return None
@@ -136,6 +143,15 @@ class Intake:
             raise MessageTooLong(len(text), self.max_chars)
         check_storable(text, "the message")
 
+    async def _archive(
+        self, wait: bool, take_in: Callable[[], Awaitable[StoredMessage | None]]
+    ) -> StoredMessage | None:
+        """`take_in()`, waiting for the database if asked (one transaction: when it raises
+        `DatabaseUnavailable` nothing of it was committed, and it can run again)."""
+        if not wait:
+            return await take_in()
+        return await until_available(take_in, sleep=self.clock.sleep, what="taking a message in")
+
     async def _accept(self, session_id: str, inbound: Inbound) -> tuple[Task, Event] | None:
         """Archive the message and, in the same transaction, its task's journal; returns the
         task and its user event (recorded, not yet delivered), or None for a message the
@@ -160,13 +176,16 @@ class Intake:
 
         self.accepting.add(task_hash)
         try:
-            stored = await self.store.take_in(
-                session_id,
-                inbound.text,
-                sender=origin.sender_name,
-                task_hash=task_hash,
-                source_key=inbound.source_key,
-                journal=journal,
+            stored = await self._archive(
+                inbound.wait_for_store,
+                lambda: self.store.take_in(
+                    session_id,
+                    inbound.text,
+                    sender=origin.sender_name,
+                    task_hash=task_hash,
+                    source_key=inbound.source_key,
+                    journal=journal,
+                ),
             )
             if stored is None:
                 return None

@@ -1,0 +1,165 @@
+"""PostgreSQL goes away (its connections end, new ones are refused) under a running gateway:
+what cannot be asked again waits for it, in order, and nothing is lost or done twice. The
+database sits behind a TCP relay the test cuts and restores (`tcp_relay`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from conftest import _pg_database, _pg_drop
+from discord_rig import ANN, GENERAL, GUILD, contents, reply_in, running, start_rig
+from fakes.discord import FakeDiscord, point_discord_py_at, text_channel
+from sqlalchemy.engine import make_url
+from structlog.testing import capture_logs
+from support import wait_until
+from tcp_relay import Relay
+
+from gateway.bus import LocalBus
+from gateway.clock import SYSTEM_CLOCK
+from gateway.engine.journal import JournalHead
+from gateway.engine.ownership import Ownership, lease_of
+from gateway.events import Origin
+from gateway.leases import open_leases
+from gateway.settings import Settings
+from gateway.store.journals import JournalRecord
+from gateway.store.messages import StoredMessage
+from gateway.store.sessions import SessionStore
+
+
+@pytest.fixture
+async def database() -> AsyncIterator[tuple[str, Relay, str]]:
+    """A PostgreSQL database of the test's own: its url, a relay in front of it, and the url
+    through the relay."""
+    url, name = await _pg_database()
+    target = make_url(url)
+    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
+    try:
+        yield url, relay, target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+    finally:
+        await relay.close()
+        await _pg_drop(name)
+
+
+def waiting_logged(logs: list[dict[str, object]], what: str) -> bool:
+    return any(str(e["event"]) == f"{what}: database unavailable, waiting" for e in logs)
+
+
+async def test_a_discord_message_that_meets_the_outage_waits_for_the_database(
+    tmp_path: Path, database: tuple[str, Relay, str]
+) -> None:
+    """Discord does not deliver a message again: one that arrives while the database is down
+    is stored once it is back, answered once, and the message after it stays after it."""
+    _, relay, relayed = database
+    async with FakeDiscord() as fake:
+        fake.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[ANN])
+        with point_discord_py_at(fake):
+            home = tmp_path / "home"
+            async with running(fake, home, database_url=relayed, lease_ttl_seconds=3) as rig:
+                fake.inject_message(GENERAL, ANN, "before", mentions_bot=True)
+                await reply_in(fake, GENERAL, "echo: before")
+                with capture_logs() as logs:
+                    await relay.cut()
+                    fake.inject_message(GENERAL, ANN, "while down", mentions_bot=True)
+
+                    async def waiting() -> bool:
+                        return waiting_logged(logs, "taking a message in")
+
+                    assert await wait_until(waiting, within=15)
+                    fake.inject_message(GENERAL, ANN, "after it", mentions_bot=True)
+                    await relay.restore()
+                    await reply_in(fake, GENERAL, "echo: after it", within=30)
+                messages = await rig.runtime.store.recent_messages(f"dc-{GENERAL}", 20)
+                asked = [m.content for m in messages if m.role == "user"]
+                assert asked == ["before", "while down", "after it"]
+                echoes = [c for c in contents(fake, GENERAL) if c.startswith("echo:")]
+                assert echoes == ["echo: before", "echo: while down", "echo: after it"]
+
+
+async def test_the_look_for_tasks_stored_elsewhere_waits_for_the_database(
+    tmp_path: Path, database: tuple[str, Relay, str]
+) -> None:
+    """Before a shared session's next task its owner reads the journals other instances
+    stored. That read meeting the outage is asked again once the database is back, and finds
+    them, instead of failing the session's queue."""
+    url, relay, relayed = database
+    settings = Settings(home=tmp_path / "home", database_url=relayed, _env_file=None)  # type: ignore[call-arg]
+    store = await SessionStore.open(settings)
+    # The lease goes straight to the database: only the archive's connections are cut.
+    leases = await open_leases(url, "one", 60.0, SYSTEM_CLOCK)
+    taken: list[JournalRecord] = []
+
+    async def take_up(records: list[JournalRecord]) -> int:
+        taken.extend(records)
+        return len(records)
+
+    async def interrupt(_session_id: str) -> None:
+        raise AssertionError("the lease was never lost")
+
+    ownership = Ownership(
+        leases,
+        LocalBus(),
+        store,
+        take_up=take_up,
+        interrupt=interrupt,
+        is_busy=lambda _session: True,
+        is_live=lambda _task: False,
+    )
+    try:
+        ann = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
+
+        def journal(stored: StoredMessage) -> JournalRecord:  # as another instance stores it
+            return JournalHead("cli-o", "0123456789abcdef", ann, "hi", stored.id, 0, 0).record()
+
+        stored = await store.take_in(
+            "cli-o", "hi", sender="Ann", task_hash="0123456789abcdef", journal=journal
+        )
+        assert stored is not None
+        assert await leases.acquire(lease_of("cli-o"))
+        with capture_logs() as logs:
+            await relay.cut()
+            refresh = asyncio.create_task(ownership.refresh("cli-o"))
+
+            async def waiting() -> bool:
+                return waiting_logged(logs, "looking for a session's tasks stored elsewhere")
+
+            assert await wait_until(waiting, within=15)
+            assert not refresh.done()
+            await relay.restore()
+            await asyncio.wait_for(refresh, 30)
+        assert [r.task_hash for r in taken] == ["0123456789abcdef"]
+    finally:
+        await leases.close()
+        await store.close()
+
+
+async def test_a_stop_gives_up_a_message_still_waiting_for_the_database(
+    tmp_path: Path, database: tuple[str, Relay, str]
+) -> None:
+    """The gateway stops while a Discord message waits for the database: the stop does not
+    wait for it past the grace, the wait ends with it, and the loss is logged."""
+    _, relay, relayed = database
+    async with FakeDiscord() as fake:
+        fake.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[ANN])
+        with point_discord_py_at(fake):
+            rig = await start_rig(fake, tmp_path / "home", database_url=relayed)
+            rig.adapter.arrival_grace = 0.5
+            try:
+                with capture_logs() as logs:
+                    await relay.cut()
+                    fake.inject_message(GENERAL, ANN, "while down", mentions_bot=True)
+
+                    async def waiting() -> bool:
+                        return waiting_logged(logs, "taking a message in")
+
+                    assert await wait_until(waiting, within=15)
+                    assert len(rig.adapter._arriving) == 1
+                    waits = list(rig.adapter._arriving)
+                    await asyncio.wait_for(rig.adapter.stop(), 10)
+                assert all(task.done() for task in waits)
+                lost = [e for e in logs if e["event"].startswith("stopped while messages")]
+                assert [e["count"] for e in lost] == [1]
+            finally:
+                await rig.runtime.close()
