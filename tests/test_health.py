@@ -100,6 +100,11 @@ async def test_a_message_sent_while_the_database_is_gone_is_answered_503(
         assert body["error"]["code"] == "unavailable"
         assert "try again" in body["error"]["message"]
         assert "127.0.0.1" not in body["error"]["message"]  # the server's address stays in the log
+        # Reads that go through SQLAlchemy's engine, not the lean pool, say the same.
+        for path in ("/v1/search?q=hello", "/v1/sessions", "/v1/usage"):
+            async with srv.client.get(srv.url(path)) as resp:
+                body = await resp.json()
+                assert (resp.status, body["error"]["code"]) == (503, "unavailable"), path
 
 
 async def test_a_task_that_ends_while_the_database_is_down_is_recorded_once_it_is_back(

@@ -38,7 +38,8 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlmodel import Session
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -46,6 +47,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from gateway.crash import CrashPoints
 from gateway.logs import get_logger
+from gateway.store.errors import DatabaseUnavailable
 from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean
 from gateway.store.pg_lean import PgLeanPool
@@ -282,8 +284,21 @@ class Database:
     async def _async_work(self, work: Work[T], *, commit: bool) -> T:
         assert self._async_engine is not None
         async with AsyncSession(self._async_engine, expire_on_commit=False) as session:
-            # sqlmodel's AsyncSession hands run_sync its own sqlmodel Session.
-            result = await session.run_sync(work)  # type: ignore[arg-type]
+            # Failing before the commit, nothing of the work is kept: a connection that cannot
+            # be had (refused, none free, the database gone) or that ends under the work is
+            # the database's absence, as the lean pool reports it. A COMMIT cut on its way
+            # may have landed: that one is not retold.
+            try:
+                await session.connection()
+            except (OSError, SQLAlchemyTimeoutError, DBAPIError) as exc:
+                raise DatabaseUnavailable(f"the database cannot be reached: {exc!r}") from exc
+            try:
+                # sqlmodel's AsyncSession hands run_sync its own sqlmodel Session.
+                result = await session.run_sync(work)  # type: ignore[arg-type]
+            except (OSError, DBAPIError) as exc:
+                if isinstance(exc, DBAPIError) and not exc.connection_invalidated:
+                    raise
+                raise DatabaseUnavailable(f"the database ended the connection: {exc!r}") from exc
             if commit:
                 await session.commit()
             return result
