@@ -21,8 +21,9 @@ from gateway.bus import LocalBus
 from gateway.clock import SYSTEM_CLOCK
 from gateway.engine.journal import JournalHead
 from gateway.engine.ownership import Ownership, lease_of
-from gateway.events import Origin
+from gateway.events import Inbound, Origin
 from gateway.leases import open_leases
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
@@ -163,3 +164,39 @@ async def test_a_stop_gives_up_a_message_still_waiting_for_the_database(
                 assert [e["count"] for e in lost] == [1]
             finally:
                 await rig.runtime.close()
+
+
+async def test_a_task_canceled_during_the_outage_is_not_taken_up_again(
+    tmp_path: Path, database: tuple[str, Relay, str]
+) -> None:
+    """A running task is canceled while the database is down: its journal is removed once the
+    database is back, so no later start runs the canceled task again."""
+    _, relay, relayed = database
+    settings = Settings(  # type: ignore[call-arg]
+        home=tmp_path / "home", database_url=relayed, lease_ttl_seconds=60, _env_file=None
+    )
+    runtime = await Runtime.start(settings)
+    try:
+        ann = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
+        sent = await runtime.router.submit(Inbound(ann, "cli-c", "!sleep 30"))
+        task = sent.task_hash
+
+        async def sleeping() -> bool:  # its context is read: the agent sleeps
+            view = runtime.router.task(task)
+            return any(e.kind == "text_delta" for e in view.events)
+
+        assert await wait_until(sleeping, within=10)
+        with capture_logs() as logs:
+            await relay.cut()
+            assert await runtime.router.cancel("cli-c", task, by="ann")
+
+            async def waiting() -> bool:
+                return waiting_logged(logs, "task canceled, its journal not yet removed")
+
+            assert await wait_until(waiting, within=15)
+            await relay.restore()
+            view = await runtime.router.wait(task, 15)
+        assert view.status == "canceled"
+        assert [r.task_hash for r in await runtime.store.unfinished()] == []
+    finally:
+        await runtime.close()

@@ -278,5 +278,11 @@ class Runner:
             task, CanceledEvent(session_id=task.session_id, by=task.canceled_by)
         )
         self.counters["tasks_canceled"] += 1
-        await task.journal.close(recorded=False)  # before waiters hear of the end
+        # Before waiters hear of the end. A journal left behind would run the task again at
+        # the next start, so its removal waits for an unreachable database.
+        await until_available(
+            lambda: task.journal.close(recorded=False),
+            sleep=self.dispatch.courier.clock.sleep,
+            what="task canceled, its journal not yet removed",
+        )
         await task.set_status("canceled")
