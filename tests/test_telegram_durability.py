@@ -527,3 +527,45 @@ async def test_a_reply_delivered_while_the_archive_went_down_is_recorded_once_it
         await stop_rig(rig)
         await relay.close()
         await _pg_drop(name)
+
+
+async def test_a_button_pressed_while_the_archive_is_down_is_answered_once_it_is_back(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """An Approve press finds PostgreSQL down: it is not confirmed to Telegram, and once the
+    database is back the answer is recorded and the task goes on, once."""
+    url, name = await _pg_database()
+    target = make_url(url)
+    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
+    relayed = target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+    # A long lease TTL: the parked task stays here through the short outage.
+    rig = await start_rig(fake, tmp_path / "home", database_url=relayed, lease_ttl_seconds=60)
+    try:
+        chat, ann = fake.private_chat(41), fake.user(41, "Ann")
+        fake.inject_message(chat, ann, "!confirm deploy")
+        prompt = await fake.wait_for_call("sendMessage", lambda p: "reply_markup" in p, timeout=10)
+        approve = next(
+            b for b in prompt["reply_markup"]["inline_keyboard"][0] if b["text"] == "Approve"
+        )
+
+        async def delivered() -> bool:  # so that the cut finds nothing on its way
+            return await outbox_table.undelivered(rig.runtime.store.db) == []
+
+        assert await wait_until(delivered, within=10)
+        rig.adapter.poller.max_wait = 0.2  # the press is tried again soon once the archive is back
+        with capture_logs() as logs:
+            await relay.cut()
+            press = fake.inject_callback(ann, fake.sent_messages(41)[-1], approve["callback_data"])
+
+            async def met() -> bool:  # the press was handled while the archive was down
+                return any(e.get("update_id") == press["update_id"] for e in logs)
+
+            assert await wait_until(met, within=15)
+        await relay.restore()
+        await reply_in(fake, 41, "approved: deploy", within=30)
+        answers = [t for t in sent_to(fake, 41) if t.startswith("approved: deploy")]
+        assert answers == ["approved: deploy"]
+    finally:
+        await stop_rig(rig)
+        await relay.close()
+        await _pg_drop(name)
