@@ -10,13 +10,25 @@ from pathlib import Path
 
 import pytest
 from conftest import _pg_database, _pg_drop
-from discord_rig import ANN, GENERAL, GUILD, contents, reply_in, running, start_rig
+from discord_rig import (
+    ANN,
+    GENERAL,
+    GUILD,
+    INTERACTION_CALLBACK,
+    contents,
+    custom_ids,
+    prompt_in,
+    reply_in,
+    running,
+    start_rig,
+)
 from fakes.discord import FakeDiscord, point_discord_py_at, text_channel
 from sqlalchemy.engine import make_url
 from structlog.testing import capture_logs
 from support import wait_until
 from tcp_relay import Relay
 
+from adapters.discord.adapter import NOT_RECORDED
 from gateway.bus import LocalBus
 from gateway.clock import SYSTEM_CLOCK
 from gateway.engine.journal import JournalHead
@@ -25,6 +37,7 @@ from gateway.events import Inbound, Origin
 from gateway.leases import open_leases
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.store import outbox as outbox_table
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
 from gateway.store.sessions import SessionStore
@@ -200,3 +213,38 @@ async def test_a_task_canceled_during_the_outage_is_not_taken_up_again(
         assert [r.task_hash for r in await runtime.store.unfinished()] == []
     finally:
         await runtime.close()
+
+
+async def test_a_discord_press_that_meets_the_outage_is_told_to_press_again(
+    tmp_path: Path, database: tuple[str, Relay, str]
+) -> None:
+    """An Approve press cannot be recorded while the database is down: the presser alone is
+    told to press again (not Discord's "interaction failed"), the prompt stays open, and a
+    press once the database is back answers it."""
+    _, relay, relayed = database
+    async with FakeDiscord() as fake:
+        fake.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[ANN])
+        with point_discord_py_at(fake):
+            home = tmp_path / "home"
+            # A long lease TTL: the parked task stays here through the short outage.
+            async with running(fake, home, database_url=relayed, lease_ttl_seconds=60) as rig:
+                fake.inject_message(GENERAL, ANN, "!confirm deploy", mentions_bot=True)
+                prompt = await prompt_in(fake, GENERAL)
+                approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
+
+                async def delivered() -> bool:  # so that the cut finds nothing on its way
+                    return await outbox_table.undelivered(rig.runtime.store.db) == []
+
+                assert await wait_until(delivered, within=10)
+                await relay.cut()
+                fake.inject_component(ANN, prompt, approve)
+                told = await fake.wait_for_call(
+                    INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=10
+                )
+                assert told["data"]["content"] == NOT_RECORDED
+                assert told["data"]["flags"] & 64  # only the presser sees it
+                await relay.restore()
+                fake.inject_component(ANN, prompt, approve)
+                await reply_in(fake, GENERAL, "approved: deploy", within=15)
+                echoes = [c for c in contents(fake, GENERAL) if c.startswith("approved:")]
+                assert echoes == ["approved: deploy"]

@@ -29,10 +29,14 @@ from gateway.ids import discord_session_id
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.store.errors import DatabaseUnavailable
 
 log = get_logger(__name__)
 
 MAX_NONCE: Final = 25
+NOT_RECORDED: Final = (
+    "⚠️ That could not be recorded: the gateway cannot reach its database. Press again in a moment."
+)
 INTENT_HELP: Final = (
     "Discord refused the MESSAGE CONTENT intent. Enable it in the Developer Portal: "
     "Applications → your bot → Bot → Privileged Gateway Intents → MESSAGE CONTENT INTENT."
@@ -202,14 +206,20 @@ class DiscordAdapter(ChatAdapter):
         if not self.admits(interaction):
             await interaction.response.send_message(REFUSAL, ephemeral=True)
             return
-        result = await self.prompts.answer(
-            task_hash,
-            self.who(interaction.user),
-            approve=approve,
-            option=option,
-            text=text,
-            closes_message=True,
-        )
+        try:
+            result = await self.prompts.answer(
+                task_hash,
+                self.who(interaction.user),
+                approve=approve,
+                option=option,
+                text=text,
+                closes_message=True,
+            )
+        except DatabaseUnavailable:
+            # Nothing was recorded and the prompt stays open: the presser is told, as only
+            # they see, to press again (Discord would otherwise show "interaction failed").
+            await interaction.response.send_message(NOT_RECORDED, ephemeral=True)
+            return
         if isinstance(result, Refused):
             await interaction.response.send_message(result.reason, ephemeral=True)
             return
