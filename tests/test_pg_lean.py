@@ -126,3 +126,24 @@ async def test_no_server_to_connect_to_is_database_unavailable() -> None:
             await database.write_lean(lambda sql: sql.run("SELECT 1"))
     finally:
         await database.close()
+
+
+async def test_a_write_whose_connection_ends_half_way_is_written_once(
+    db: tuple[Database, str],
+) -> None:
+    """The server ends the connection between two statements of a write: nothing of it was
+    committed, so it runs again on another connection, and its rows are there once."""
+    database, name = db
+    attempts: list[int] = []
+
+    def two_rows(sql: Lean) -> None:
+        attempts.append(1)
+        sql.run("INSERT INTO lean_t VALUES (?, ?)", "a", 1)
+        if len(attempts) == 1:
+            _end_backends_blocking(name)  # between the two statements, COMMIT not yet sent
+        sql.run("INSERT INTO lean_t VALUES (?, ?)", "b", 2)
+
+    await database.write_lean(two_rows)
+    assert len(attempts) == 2
+    rows = await database.read_lean(lambda sql: sql.all("SELECT k, n FROM lean_t ORDER BY k"))
+    assert rows == [("a", 1), ("b", 2)]

@@ -12,10 +12,11 @@ it runs in a greenlet, and each statement hands its coroutine to the event loop.
 
 A connection the server closed (a restart, an administrator) is seen by the pool, which opens a
 new one on the next checkout. One whose end was not seen yet fails its first round trip: a read
-is then run again on a new connection, and so is a write whose BEGIN failed (nothing of it ran),
-which is what a ping before every checkout would buy, without its round trip. A write that
-fails later is not run again: its COMMIT may have landed. No connection to be had (the server
-refuses, or the pool stays busy past `ACQUIRE_TIMEOUT`) raises `DatabaseUnavailable`.
+is then run again on a new connection, and so is a write whose BEGIN failed, or whose connection
+ended before its COMMIT was sent (the server kept nothing of it): what a ping before every
+checkout would buy, without its round trip. A write whose COMMIT was cut is not run again: it
+may have landed. No connection to be had (the server refuses, or the pool stays busy past
+`ACQUIRE_TIMEOUT`) raises `DatabaseUnavailable`.
 """
 
 from __future__ import annotations
@@ -137,11 +138,16 @@ class PgLeanPool:
                     continue
                 try:
                     result: T = await greenlet_spawn(work, PgLean(conn))
-                except BaseException:
+                except BaseException as exc:
                     # A failed rollback leaves the connection to the pool's reset on release.
                     with contextlib.suppress(Exception):
                         await transaction.rollback()
-                    raise
+                    if not isinstance(exc, Exception):
+                        raise
+                    # Ended before the COMMIT was sent: the server kept nothing of it, so it
+                    # runs again on another connection, as if its BEGIN had failed.
+                    _again_or_raise(conn, exc, last=last, doing="writing")
+                    continue
                 await transaction.commit()
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
