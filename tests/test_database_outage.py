@@ -31,8 +31,9 @@ from tcp_relay import Relay
 from adapters.discord.adapter import NOT_RECORDED
 from gateway.bus import LocalBus
 from gateway.clock import SYSTEM_CLOCK
-from gateway.engine.journal import JournalHead
+from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.ownership import Ownership, lease_of
+from gateway.engine.tasks import TaskTable
 from gateway.events import Inbound, Origin
 from gateway.leases import open_leases
 from gateway.runtime import Runtime
@@ -248,3 +249,41 @@ async def test_a_discord_press_that_meets_the_outage_is_told_to_press_again(
                 await reply_in(fake, GENERAL, "approved: deploy", within=15)
                 echoes = [c for c in contents(fake, GENERAL) if c.startswith("approved:")]
                 assert echoes == ["approved: deploy"]
+
+
+async def test_a_task_whose_context_read_meets_the_outage_waits_for_it(
+    tmp_path: Path, database: tuple[str, Relay, str]
+) -> None:
+    """A task starts while the database is down: its context is read once it is back, and it
+    runs to its reply instead of ending in an error."""
+    _, relay, relayed = database
+    settings = Settings(  # type: ignore[call-arg]
+        home=tmp_path / "home", database_url=relayed, lease_ttl_seconds=60, _env_file=None
+    )
+    runtime = await Runtime.start(settings)
+    try:
+        ann = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
+        head: list[JournalHead] = []
+
+        def journal(stored: StoredMessage) -> JournalRecord:  # stored, not yet run anywhere
+            head.append(JournalHead("cli-r", "fedcba9876543210", ann, "hello", stored.id, 0, 0))
+            return head[0].record()
+
+        stored = await runtime.store.take_in(
+            "cli-r", "hello", sender="Ann", task_hash="fedcba9876543210", journal=journal
+        )
+        assert stored is not None
+        task = TaskTable(runtime.store).add(head[0], (), Replay())
+        with capture_logs() as logs:
+            await relay.cut()
+            run = asyncio.create_task(runtime.router.runner.run(task))
+
+            async def met() -> bool:  # the run met the outage, and waits for the database
+                return any(str(e["event"]).endswith("database unavailable, waiting") for e in logs)
+
+            assert await wait_until(met, within=15)
+            await relay.restore()
+            await asyncio.wait_for(run, 30)
+        assert (task.status, task.reply, task.error) == ("done", "echo: hello", "")
+    finally:
+        await runtime.close()

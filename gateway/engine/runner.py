@@ -104,18 +104,24 @@ class Runner:
         try:
             await task.set_status("running")
             # The journal written at submission already holds all a replay needs until a step.
-            context = await load_context(
-                task,
-                self.store,
-                self.prompts,
-                self.run_tool,
-                self.window,
-                self.tool_memory,
-                steer=self.steer,
-                subagents=self.subagents,
-                recall=self.recall,
-                # Only an agent that shows recalled messages to its model pays for them.
-                recall_into_context=getattr(self.agent, "reads_recall", False),
+            # Nothing has happened yet that a wait would hold up: an unreachable database is
+            # waited out here rather than end the task in an error.
+            context = await until_available(
+                lambda: load_context(
+                    task,
+                    self.store,
+                    self.prompts,
+                    self.run_tool,
+                    self.window,
+                    self.tool_memory,
+                    steer=self.steer,
+                    subagents=self.subagents,
+                    recall=self.recall,
+                    # Only an agent that shows recalled messages to its model pays for them.
+                    recall_into_context=getattr(self.agent, "reads_recall", False),
+                ),
+                sleep=self.dispatch.courier.clock.sleep,
+                what="task waiting for its context",
             )
             held.push_async_exit(context.cleanup)
             fold_soon = context.fold_soon
