@@ -25,6 +25,7 @@ from gateway.auth import Authority
 from gateway.bus import Bus, LocalBus
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.crash import NO_CRASH, CrashPoints
+from gateway.engine.cancels import Cancels
 from gateway.engine.dispatch import Dispatch, Subscription
 from gateway.engine.intake import CommandRunner, Intake
 from gateway.engine.journal import Answer
@@ -125,6 +126,13 @@ class Router:
             cancel_here=self._cancel_here,
         )
         self._dispatch.published = self._relay.publish
+        self._cancels = Cancels(
+            self._tasks,
+            self._scheduler,
+            self._relay,
+            self._authority,
+            shared=self._ownership.shared,
+        )
         self._queue_modes = QueueModes(store, self._scheduler, self._dispatch, self._tasks, crash)
         self._scheduler.gather = self._queue_modes.gather
         if self._ownership.shared:  # each reply sent by one instance, even seen by several
@@ -318,43 +326,18 @@ class Router:
 
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
         """Cancel a queued or running task (the running one when no hash is given)."""
-        validate_session_id(session_id)
-        if task_hash:
-            target = self._tasks.find(task_hash, session_id)
-            if target is None and self._ownership.shared:
-                target = await self._relay.follow(task_hash)
-        else:
-            target = self._scheduler.current(session_id)
-        if target is None or target.finished or target.session_id != session_id:
-            return False
-        if target.elsewhere:
-            return await self._relay.cancel(target, by or "user")
-        target.canceled_by = by or "user"
-        return await self._scheduler.cancel(target)
+        return await self._cancels.cancel(session_id, task_hash, by=by)
 
     async def _cancel_here(self, session_id: str, task_hash: str, by: str) -> bool:
         """Another instance asked to cancel a task this one runs."""
-        return await self.cancel(session_id, task_hash, by=by)
+        return await self._cancels.cancel(session_id, task_hash, by=by)
 
     async def cancel_for(self, who: Origin, session_id: str, task_hash: str) -> bool:
         """Cancel on behalf of `who`: its requester or an admin (NotAllowed otherwise)."""
-        task = self._tasks.find(task_hash, session_id)
-        if task is None and self._ownership.shared:
-            task = await self._relay.follow(task_hash)
-        if task is None or task.session_id != session_id:
-            raise TaskNotFound(f"no task {task_hash} in session {session_id}")
-        self._authority.require_requester(who, task.origin, "cancel this task")
-        by = who.sender_name or who.sender_id or who.platform
-        return await self.cancel(session_id, task_hash, by=by)
+        return await self._cancels.cancel_for(who, session_id, task_hash)
 
     async def cancel_all(self, session_id: str, *, by: str = "") -> int:
-        count = 0
-        for task in self._scheduler.queued(session_id):
-            count += await self.cancel(session_id, task.task_hash, by=by)
-        running = self._scheduler.current(session_id)
-        if running is not None:
-            count += await self.cancel(session_id, running.task_hash, by=by)
-        return count
+        return await self._cancels.cancel_all(session_id, by=by)
 
     # -- lifecycle -------------------------------------------------------------------------
 
