@@ -109,16 +109,7 @@ class Intake:
             def log_it(_stored: StoredMessage) -> None:
                 log_file.append("user", inbound.text, window_hash=origin.window_hash)
 
-            stored = await self._archive(
-                inbound.wait_for_store,
-                lambda: self.store.take_in(
-                    session_id,
-                    inbound.text,
-                    sender=origin.sender_name,
-                    source_key=inbound.source_key,
-                    then=log_it,
-                ),
-            )
+            stored = await self._archive(session_id, inbound, then=log_it)
             if stored is None:
                 return None
             self.crash.reach("stored")
@@ -144,11 +135,30 @@ class Intake:
         check_storable(text, "the message")
 
     async def _archive(
-        self, wait: bool, take_in: Callable[[], Awaitable[StoredMessage | None]]
+        self,
+        session_id: str,
+        inbound: Inbound,
+        *,
+        task_hash: str = "",
+        journal: Callable[[StoredMessage], JournalRecord] | None = None,
+        then: Callable[[StoredMessage], None] | None = None,
     ) -> StoredMessage | None:
-        """`take_in()`, waiting for the database if asked (one transaction: when it raises
-        `DatabaseUnavailable` nothing of it was committed, and it can run again)."""
-        if not wait:
+        """Archive the message (with its task's journal, or `then` after its history line);
+        with `inbound.wait_for_store`, waiting for an unreachable database. One transaction:
+        when it raises `DatabaseUnavailable` nothing of it was committed, so it can run again."""
+
+        def take_in() -> Awaitable[StoredMessage | None]:
+            return self.store.take_in(
+                session_id,
+                inbound.text,
+                sender=inbound.origin.sender_name,
+                task_hash=task_hash,
+                source_key=inbound.source_key,
+                journal=journal,
+                then=then,
+            )
+
+        if not inbound.wait_for_store:
             return await take_in()
         return await until_available(take_in, sleep=self.clock.sleep, what="taking a message in")
 
@@ -176,17 +186,7 @@ class Intake:
 
         self.accepting.add(task_hash)
         try:
-            stored = await self._archive(
-                inbound.wait_for_store,
-                lambda: self.store.take_in(
-                    session_id,
-                    inbound.text,
-                    sender=origin.sender_name,
-                    task_hash=task_hash,
-                    source_key=inbound.source_key,
-                    journal=journal,
-                ),
-            )
+            stored = await self._archive(session_id, inbound, task_hash=task_hash, journal=journal)
             if stored is None:
                 return None
             self.crash.reach("stored")
