@@ -2,10 +2,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 from support import REDIS_URL, open_redis, skip_or_fail, wipe_redis
+from tcp_relay import Relay
 
 from gateway.logs import configure_logging
 from gateway.runtime import Runtime
@@ -55,6 +58,29 @@ async def _pg_drop(name: str) -> None:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+@dataclass(frozen=True)
+class RelayedDatabase:
+    """A PostgreSQL database of one test's own behind a TCP relay the test can cut: `url`
+    reaches the server directly, `relayed` through the relay."""
+
+    url: str
+    relay: Relay
+    relayed: str
+
+
+@pytest.fixture
+async def relayed_database() -> AsyncIterator[RelayedDatabase]:
+    url, name = await _pg_database()
+    target = make_url(url)
+    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
+    relayed = target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+    try:
+        yield RelayedDatabase(url, relay, relayed)
+    finally:
+        await relay.close()
+        await _pg_drop(name)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fakes.discord import FakeDiscord, user
+from fakes.discord import FakeDiscord, point_discord_py_at, text_channel, user
 
 from adapters.discord import DiscordAdapter
 from gateway.clock import SYSTEM_CLOCK, Clock
@@ -63,6 +63,15 @@ async def running(fake: FakeDiscord, home: Path, **options: Any) -> AsyncIterato
 async def stop_rig(rig: Rig) -> None:
     await rig.adapter.stop()
     await rig.runtime.close()
+
+
+@contextlib.asynccontextmanager
+async def general_only() -> AsyncIterator[FakeDiscord]:
+    """The fake Discord with one guild, its #general and Ann, and discord.py pointed at it."""
+    async with FakeDiscord() as fake:
+        fake.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[ANN])
+        with point_discord_py_at(fake):
+            yield fake
 
 
 async def reply_in(

@@ -7,23 +7,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import _pg_database, _pg_drop
+from conftest import RelayedDatabase
 from discord_rig import (
     ANN,
     GENERAL,
-    GUILD,
     INTERACTION_CALLBACK,
     contents,
     custom_ids,
+    general_only,
     prompt_in,
     reply_in,
     running,
     start_rig,
 )
-from fakes.discord import FakeDiscord, point_discord_py_at, text_channel
-from sqlalchemy.engine import make_url
+from fakes.discord import FakeDiscord
 from structlog.testing import capture_logs
 from support import wait_until
 from tcp_relay import Relay
@@ -43,19 +43,43 @@ from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
 from gateway.store.sessions import SessionStore
 
+ANN_HTTP = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
+
 
 @pytest.fixture
-async def database() -> AsyncIterator[tuple[str, Relay, str]]:
-    """A PostgreSQL database of the test's own: its url, a relay in front of it, and the url
-    through the relay."""
-    url, name = await _pg_database()
-    target = make_url(url)
-    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
+async def relayed_runtime(
+    tmp_path: Path, relayed_database: RelayedDatabase
+) -> AsyncIterator[Runtime]:
+    """A gateway core on the relayed database. A long lease TTL: its tasks stay here through a
+    short outage."""
+    settings = Settings(  # type: ignore[call-arg]
+        home=tmp_path / "home",
+        database_url=relayed_database.relayed,
+        lease_ttl_seconds=60,
+        _env_file=None,
+    )
+    runtime = await Runtime.start(settings)
     try:
-        yield url, relay, target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+        yield runtime
     finally:
-        await relay.close()
-        await _pg_drop(name)
+        await runtime.close()
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    async with general_only() as server:
+        yield server
+
+
+async def cut_under_a_message(fake: FakeDiscord, relay: Relay, logs: list[Any]) -> None:
+    """Cut the database, then send "while down" in #general; return once its intake waits."""
+    await relay.cut()
+    fake.inject_message(GENERAL, ANN, "while down", mentions_bot=True)
+
+    async def waiting() -> bool:
+        return waiting_logged(logs, "taking a message in")
+
+    assert await wait_until(waiting, within=15)
 
 
 def waiting_logged(logs: list[dict[str, object]], what: str) -> bool:
@@ -63,43 +87,34 @@ def waiting_logged(logs: list[dict[str, object]], what: str) -> bool:
 
 
 async def test_a_discord_message_that_meets_the_outage_waits_for_the_database(
-    tmp_path: Path, database: tuple[str, Relay, str]
+    fake: FakeDiscord, tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:
     """Discord does not deliver a message again: one that arrives while the database is down
     is stored once it is back, answered once, and the message after it stays after it."""
-    _, relay, relayed = database
-    async with FakeDiscord() as fake:
-        fake.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[ANN])
-        with point_discord_py_at(fake):
-            home = tmp_path / "home"
-            async with running(fake, home, database_url=relayed, lease_ttl_seconds=3) as rig:
-                fake.inject_message(GENERAL, ANN, "before", mentions_bot=True)
-                await reply_in(fake, GENERAL, "echo: before")
-                with capture_logs() as logs:
-                    await relay.cut()
-                    fake.inject_message(GENERAL, ANN, "while down", mentions_bot=True)
-
-                    async def waiting() -> bool:
-                        return waiting_logged(logs, "taking a message in")
-
-                    assert await wait_until(waiting, within=15)
-                    fake.inject_message(GENERAL, ANN, "after it", mentions_bot=True)
-                    await relay.restore()
-                    await reply_in(fake, GENERAL, "echo: after it", within=30)
-                messages = await rig.runtime.store.recent_messages(f"dc-{GENERAL}", 20)
-                asked = [m.content for m in messages if m.role == "user"]
-                assert asked == ["before", "while down", "after it"]
-                echoes = [c for c in contents(fake, GENERAL) if c.startswith("echo:")]
-                assert echoes == ["echo: before", "echo: while down", "echo: after it"]
+    relay, relayed = relayed_database.relay, relayed_database.relayed
+    home = tmp_path / "home"
+    async with running(fake, home, database_url=relayed, lease_ttl_seconds=3) as rig:
+        fake.inject_message(GENERAL, ANN, "before", mentions_bot=True)
+        await reply_in(fake, GENERAL, "echo: before")
+        with capture_logs() as logs:
+            await cut_under_a_message(fake, relay, logs)
+            fake.inject_message(GENERAL, ANN, "after it", mentions_bot=True)
+            await relay.restore()
+            await reply_in(fake, GENERAL, "echo: after it", within=30)
+        messages = await rig.runtime.store.recent_messages(f"dc-{GENERAL}", 20)
+        asked = [m.content for m in messages if m.role == "user"]
+        assert asked == ["before", "while down", "after it"]
+        echoes = [c for c in contents(fake, GENERAL) if c.startswith("echo:")]
+        assert echoes == ["echo: before", "echo: while down", "echo: after it"]
 
 
 async def test_the_look_for_tasks_stored_elsewhere_waits_for_the_database(
-    tmp_path: Path, database: tuple[str, Relay, str]
+    tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:
     """Before a shared session's next task its owner reads the journals other instances
     stored. That read meeting the outage is asked again once the database is back, and finds
     them, instead of failing the session's queue."""
-    url, relay, relayed = database
+    url, relay, relayed = relayed_database.url, relayed_database.relay, relayed_database.relayed
     settings = Settings(home=tmp_path / "home", database_url=relayed, _env_file=None)  # type: ignore[call-arg]
     store = await SessionStore.open(settings)
     # The lease goes straight to the database: only the archive's connections are cut.
@@ -123,10 +138,10 @@ async def test_the_look_for_tasks_stored_elsewhere_waits_for_the_database(
         is_live=lambda _task: False,
     )
     try:
-        ann = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
 
         def journal(stored: StoredMessage) -> JournalRecord:  # as another instance stores it
-            return JournalHead("cli-o", "0123456789abcdef", ann, "hi", stored.id, 0, 0).record()
+            head = JournalHead("cli-o", "0123456789abcdef", ANN_HTTP, "hi", stored.id, 0, 0)
+            return head.record()
 
         stored = await store.take_in(
             "cli-o", "hi", sender="Ann", task_hash="0123456789abcdef", journal=journal
@@ -151,139 +166,111 @@ async def test_the_look_for_tasks_stored_elsewhere_waits_for_the_database(
 
 
 async def test_a_stop_gives_up_a_message_still_waiting_for_the_database(
-    tmp_path: Path, database: tuple[str, Relay, str]
+    fake: FakeDiscord, tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:
     """The gateway stops while a Discord message waits for the database: the stop does not
     wait for it past the grace, the wait ends with it, and the loss is logged."""
-    _, relay, relayed = database
-    async with FakeDiscord() as fake:
-        fake.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[ANN])
-        with point_discord_py_at(fake):
-            rig = await start_rig(fake, tmp_path / "home", database_url=relayed)
-            rig.adapter.arrival_grace = 0.5
-            try:
-                with capture_logs() as logs:
-                    await relay.cut()
-                    fake.inject_message(GENERAL, ANN, "while down", mentions_bot=True)
-
-                    async def waiting() -> bool:
-                        return waiting_logged(logs, "taking a message in")
-
-                    assert await wait_until(waiting, within=15)
-                    assert len(rig.adapter._arriving) == 1
-                    waits = list(rig.adapter._arriving)
-                    await asyncio.wait_for(rig.adapter.stop(), 10)
-                assert all(task.done() for task in waits)
-                lost = [e for e in logs if e["event"].startswith("stopped while messages")]
-                assert [e["count"] for e in lost] == [1]
-            finally:
-                await rig.runtime.close()
+    relay, relayed = relayed_database.relay, relayed_database.relayed
+    rig = await start_rig(fake, tmp_path / "home", database_url=relayed)
+    rig.adapter.arrival_grace = 0.5
+    try:
+        with capture_logs() as logs:
+            await cut_under_a_message(fake, relay, logs)
+            assert len(rig.adapter._arriving) == 1
+            waits = list(rig.adapter._arriving)
+            await asyncio.wait_for(rig.adapter.stop(), 10)
+        assert all(task.done() for task in waits)
+        lost = [e for e in logs if e["event"].startswith("stopped while messages")]
+        assert [e["count"] for e in lost] == [1]
+    finally:
+        await rig.runtime.close()
 
 
 async def test_a_task_canceled_during_the_outage_is_not_taken_up_again(
-    tmp_path: Path, database: tuple[str, Relay, str]
+    relayed_runtime: Runtime, relayed_database: RelayedDatabase
 ) -> None:
     """A running task is canceled while the database is down: its journal is removed once the
     database is back, so no later start runs the canceled task again."""
-    _, relay, relayed = database
-    settings = Settings(  # type: ignore[call-arg]
-        home=tmp_path / "home", database_url=relayed, lease_ttl_seconds=60, _env_file=None
-    )
-    runtime = await Runtime.start(settings)
-    try:
-        ann = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
-        sent = await runtime.router.submit(Inbound(ann, "cli-c", "!sleep 30"))
-        task = sent.task_hash
+    relay, runtime = relayed_database.relay, relayed_runtime
+    sent = await runtime.router.submit(Inbound(ANN_HTTP, "cli-c", "!sleep 30"))
+    task = sent.task_hash
 
-        async def sleeping() -> bool:  # its context is read: the agent sleeps
-            view = runtime.router.task(task)
-            return any(e.kind == "text_delta" for e in view.events)
+    async def sleeping() -> bool:  # its context is read: the agent sleeps
+        view = runtime.router.task(task)
+        return any(e.kind == "text_delta" for e in view.events)
 
-        assert await wait_until(sleeping, within=10)
-        with capture_logs() as logs:
-            await relay.cut()
-            assert await runtime.router.cancel("cli-c", task, by="ann")
+    assert await wait_until(sleeping, within=10)
+    with capture_logs() as logs:
+        await relay.cut()
+        assert await runtime.router.cancel("cli-c", task, by="ann")
 
-            async def waiting() -> bool:
-                return waiting_logged(logs, "task canceled, its journal not yet removed")
+        async def waiting() -> bool:
+            return waiting_logged(logs, "task canceled, its journal not yet removed")
 
-            assert await wait_until(waiting, within=15)
-            await relay.restore()
-            view = await runtime.router.wait(task, 15)
-        assert view.status == "canceled"
-        assert [r.task_hash for r in await runtime.store.unfinished()] == []
-    finally:
-        await runtime.close()
+        assert await wait_until(waiting, within=15)
+        await relay.restore()
+        view = await runtime.router.wait(task, 15)
+    assert view.status == "canceled"
+    assert [r.task_hash for r in await runtime.store.unfinished()] == []
 
 
 async def test_a_discord_press_that_meets_the_outage_is_told_to_press_again(
-    tmp_path: Path, database: tuple[str, Relay, str]
+    fake: FakeDiscord, tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:
     """An Approve press cannot be recorded while the database is down: the presser alone is
     told to press again (not Discord's "interaction failed"), the prompt stays open, and a
     press once the database is back answers it."""
-    _, relay, relayed = database
-    async with FakeDiscord() as fake:
-        fake.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[ANN])
-        with point_discord_py_at(fake):
-            home = tmp_path / "home"
-            # A long lease TTL: the parked task stays here through the short outage.
-            async with running(fake, home, database_url=relayed, lease_ttl_seconds=60) as rig:
-                fake.inject_message(GENERAL, ANN, "!confirm deploy", mentions_bot=True)
-                prompt = await prompt_in(fake, GENERAL)
-                approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
+    relay, relayed = relayed_database.relay, relayed_database.relayed
+    home = tmp_path / "home"
+    # A long lease TTL: the parked task stays here through the short outage.
+    async with running(fake, home, database_url=relayed, lease_ttl_seconds=60) as rig:
+        fake.inject_message(GENERAL, ANN, "!confirm deploy", mentions_bot=True)
+        prompt = await prompt_in(fake, GENERAL)
+        approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
 
-                async def delivered() -> bool:  # so that the cut finds nothing on its way
-                    return await outbox_table.undelivered(rig.runtime.store.db) == []
+        async def delivered() -> bool:  # so that the cut finds nothing on its way
+            return await outbox_table.undelivered(rig.runtime.store.db) == []
 
-                assert await wait_until(delivered, within=10)
-                await relay.cut()
-                fake.inject_component(ANN, prompt, approve)
-                told = await fake.wait_for_call(
-                    INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=10
-                )
-                assert told["data"]["content"] == NOT_RECORDED
-                assert told["data"]["flags"] & 64  # only the presser sees it
-                await relay.restore()
-                fake.inject_component(ANN, prompt, approve)
-                await reply_in(fake, GENERAL, "approved: deploy", within=15)
-                echoes = [c for c in contents(fake, GENERAL) if c.startswith("approved:")]
-                assert echoes == ["approved: deploy"]
+        assert await wait_until(delivered, within=10)
+        await relay.cut()
+        fake.inject_component(ANN, prompt, approve)
+        told = await fake.wait_for_call(
+            INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=10
+        )
+        assert told["data"]["content"] == NOT_RECORDED
+        assert told["data"]["flags"] & 64  # only the presser sees it
+        await relay.restore()
+        fake.inject_component(ANN, prompt, approve)
+        await reply_in(fake, GENERAL, "approved: deploy", within=15)
+        echoes = [c for c in contents(fake, GENERAL) if c.startswith("approved:")]
+        assert echoes == ["approved: deploy"]
 
 
 async def test_a_task_whose_context_read_meets_the_outage_waits_for_it(
-    tmp_path: Path, database: tuple[str, Relay, str]
+    relayed_runtime: Runtime, relayed_database: RelayedDatabase
 ) -> None:
     """A task starts while the database is down: its context is read once it is back, and it
     runs to its reply instead of ending in an error."""
-    _, relay, relayed = database
-    settings = Settings(  # type: ignore[call-arg]
-        home=tmp_path / "home", database_url=relayed, lease_ttl_seconds=60, _env_file=None
+    relay, runtime = relayed_database.relay, relayed_runtime
+    head: list[JournalHead] = []
+
+    def journal(stored: StoredMessage) -> JournalRecord:  # stored, not yet run anywhere
+        head.append(JournalHead("cli-r", "fedcba9876543210", ANN_HTTP, "hello", stored.id, 0, 0))
+        return head[0].record()
+
+    stored = await runtime.store.take_in(
+        "cli-r", "hello", sender="Ann", task_hash="fedcba9876543210", journal=journal
     )
-    runtime = await Runtime.start(settings)
-    try:
-        ann = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
-        head: list[JournalHead] = []
+    assert stored is not None
+    task = TaskTable(runtime.store).add(head[0], (), Replay())
+    with capture_logs() as logs:
+        await relay.cut()
+        run = asyncio.create_task(runtime.router.runner.run(task))
 
-        def journal(stored: StoredMessage) -> JournalRecord:  # stored, not yet run anywhere
-            head.append(JournalHead("cli-r", "fedcba9876543210", ann, "hello", stored.id, 0, 0))
-            return head[0].record()
+        async def met() -> bool:  # the run met the outage, and waits for the database
+            return any(str(e["event"]).endswith("database unavailable, waiting") for e in logs)
 
-        stored = await runtime.store.take_in(
-            "cli-r", "hello", sender="Ann", task_hash="fedcba9876543210", journal=journal
-        )
-        assert stored is not None
-        task = TaskTable(runtime.store).add(head[0], (), Replay())
-        with capture_logs() as logs:
-            await relay.cut()
-            run = asyncio.create_task(runtime.router.runner.run(task))
-
-            async def met() -> bool:  # the run met the outage, and waits for the database
-                return any(str(e["event"]).endswith("database unavailable, waiting") for e in logs)
-
-            assert await wait_until(met, within=15)
-            await relay.restore()
-            await asyncio.wait_for(run, 30)
-        assert (task.status, task.reply, task.error) == ("done", "echo: hello", "")
-    finally:
-        await runtime.close()
+        assert await wait_until(met, within=15)
+        await relay.restore()
+        await asyncio.wait_for(run, 30)
+    assert (task.status, task.reply, task.error) == ("done", "echo: hello", "")

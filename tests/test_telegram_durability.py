@@ -11,13 +11,11 @@ from typing import Any
 
 import pytest
 from clock import FakeClock
-from conftest import _pg_database, _pg_drop
+from conftest import RelayedDatabase
 from fakes.telegram import FakeTelegram
-from sqlalchemy.engine import make_url
 from store_rows import outbox_of_task
 from structlog.testing import capture_logs
 from support import wait_until
-from tcp_relay import Relay
 from telegram import Update
 from telegram_rig import (
     Rig,
@@ -433,16 +431,13 @@ async def test_a_replaced_preview_leaves_no_note(rig: Rig) -> None:
 
 
 async def test_an_update_that_finds_the_archive_down_waits_for_it_and_is_answered_once(
-    fake: FakeTelegram, tmp_path: Path
+    fake: FakeTelegram, tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:
     """PostgreSQL goes down (its connections end, new ones are refused) while a message comes
     in: it is not confirmed to Telegram, and once the database is back it is stored and
     answered, once."""
 
-    url, name = await _pg_database()
-    target = make_url(url)
-    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
-    relayed = target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+    relay, relayed = relayed_database.relay, relayed_database.relayed
     rig = await start_rig(fake, tmp_path / "home", database_url=relayed, lease_ttl_seconds=3)
     try:
         chat, ann = fake.private_chat(11), fake.user(11, "Ann")
@@ -479,19 +474,14 @@ async def test_an_update_that_finds_the_archive_down_waits_for_it_and_is_answere
         assert sent_to(fake, 11) == ["echo: before", "echo: while down"]
     finally:
         await stop_rig(rig)
-        await relay.close()
-        await _pg_drop(name)
 
 
 async def test_a_reply_delivered_while_the_archive_went_down_is_recorded_once_it_is_back(
-    fake: FakeTelegram, tmp_path: Path
+    fake: FakeTelegram, tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:
     """The database goes down while Telegram takes a reply: the delivery is recorded once the
     database is back, so a restart does not send it again (marked ↻)."""
-    url, name = await _pg_database()
-    target = make_url(url)
-    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
-    relayed = target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+    relay, relayed = relayed_database.relay, relayed_database.relayed
     home = tmp_path / "home"
     rig = await start_rig(fake, home, database_url=relayed, lease_ttl_seconds=3)
     try:
@@ -525,19 +515,14 @@ async def test_a_reply_delivered_while_the_archive_went_down_is_recorded_once_it
         assert sent_to(fake, 11) == ["echo: cut", "echo: after"]  # nothing sent again
     finally:
         await stop_rig(rig)
-        await relay.close()
-        await _pg_drop(name)
 
 
 async def test_a_button_pressed_while_the_archive_is_down_is_answered_once_it_is_back(
-    fake: FakeTelegram, tmp_path: Path
+    fake: FakeTelegram, tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:
     """An Approve press finds PostgreSQL down: it is not confirmed to Telegram, and once the
     database is back the answer is recorded and the task goes on, once."""
-    url, name = await _pg_database()
-    target = make_url(url)
-    relay = await Relay(target.host or "127.0.0.1", target.port or 5432).start()
-    relayed = target.set(host="127.0.0.1", port=relay.port).render_as_string(False)
+    relay, relayed = relayed_database.relay, relayed_database.relayed
     # A long lease TTL: the parked task stays here through the short outage.
     rig = await start_rig(fake, tmp_path / "home", database_url=relayed, lease_ttl_seconds=60)
     try:
@@ -567,5 +552,3 @@ async def test_a_button_pressed_while_the_archive_is_down_is_answered_once_it_is
         assert answers == ["approved: deploy"]
     finally:
         await stop_rig(rig)
-        await relay.close()
-        await _pg_drop(name)
