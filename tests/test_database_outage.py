@@ -29,6 +29,7 @@ from support import wait_until
 from tcp_relay import Relay
 
 from adapters.discord.adapter import NOT_RECORDED
+from adapters.discord.commands import UNAVAILABLE
 from gateway.bus import LocalBus
 from gateway.clock import SYSTEM_CLOCK
 from gateway.engine.journal import JournalHead, Replay
@@ -274,3 +275,24 @@ async def test_a_task_whose_context_read_meets_the_outage_waits_for_it(
         await relay.restore()
         await asyncio.wait_for(run, 30)
     assert (task.status, task.reply, task.error) == ("done", "echo: hello", "")
+
+
+async def test_a_slash_command_that_meets_the_outage_says_so(
+    fake: FakeDiscord, tmp_path: Path, relayed_database: RelayedDatabase
+) -> None:
+    """`/status` while the database is down: the one who asked is told to try again (not
+    Discord's "the application did not respond"); once it is back the command answers."""
+    relay, relayed = relayed_database.relay, relayed_database.relayed
+    async with running(fake, tmp_path / "home", database_url=relayed, lease_ttl_seconds=60):
+        await relay.cut()
+        fake.inject_command(ANN, GENERAL, "status")
+        told = await fake.wait_for_call(
+            INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=15
+        )
+        assert (told["data"]["content"], told["data"]["flags"] & 64) == (UNAVAILABLE, 64)
+        await relay.restore()
+        fake.inject_command(ANN, GENERAL, "status")
+        answered = await fake.wait_for_call(
+            INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=15
+        )
+        assert f"session: dc-{GENERAL}" in answered["data"]["content"]

@@ -19,11 +19,13 @@ from gateway.engine.router import Router
 from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import Inbound, Origin
 from gateway.ids import discord_session_id
+from gateway.store.errors import DatabaseUnavailable
 from gateway.text import UnstorableText
 
 PLATFORM: Final = "discord"
 INTERACTION_PREFIX: Final = "interaction:"
 REFUSAL: Final = "Sorry, this bot is not available here."
+UNAVAILABLE: Final = "⚠️ The gateway cannot reach its database right now: try again in a moment."
 
 
 class SlashCommands:
@@ -79,6 +81,10 @@ class SlashCommands:
             )
         except (MessageTooLong, UnstorableText, TooManyTasks) as exc:
             await interaction.response.send_message(f"⚠️ {exc}", ephemeral=True)
+            return
+        except DatabaseUnavailable:
+            # Said to the one who asked, rather than Discord's "the application did not respond".
+            await interaction.response.send_message(UNAVAILABLE, ephemeral=True)
             return
         reply = submission.command.text if submission.command else "done"
         await interaction.response.send_message(reply, allowed_mentions=NO_MASS_MENTIONS)
