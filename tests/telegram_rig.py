@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,7 @@ async def start_rig(
         confirm_timeout_seconds=30,
         _env_file=None,
         **extra,
-    )  # type: ignore[call-arg]
+    )
     runtime = await Runtime.start(settings, clock=clock)
     runtime.router.courier.initial_wait = 0.01
     adapter = TelegramAdapter.build(runtime)
@@ -83,9 +82,3 @@ async def reply_in(
         lambda p: p.get("chat_id") == chat_id and contains in str(p.get("text", "")),
         timeout=within,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 from fakes.anthropic import FakeAnthropic, ToolUse
 from fakes.anthropic import Text as AnthropicText
 from fakes.openai import FakeOpenAI, Text, ToolCalls
+from gateway_proc import free_port
 from mcp_rig import SERVER, started_pids, stdio_server, wait_gone, write_config
 from sqlalchemy import text
 from sqlmodel import Session
@@ -50,7 +50,7 @@ async def start(fake: FakeOpenAI, home: Path, **extra: Any) -> Runtime:
         "confirm_timeout_seconds": 30,
         **extra,
     }
-    return await Runtime.start(Settings(_env_file=None, **options))  # type: ignore[call-arg]
+    return await Runtime.start(Settings(_env_file=None, **options))
 
 
 @pytest.fixture
@@ -273,12 +273,6 @@ async def test_servers_stop_with_the_gateway_and_keep_no_secrets(
     # Its stderr went to the log, not the terminal.
     lines = [e.get("line") for e in logs if e["event"] == "MCP server stderr"]
     assert f"fake mcp server up {pid}" in lines
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_a_streamable_http_server(fake: FakeOpenAI, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_gateway_process import free_port
+from gateway_proc import free_port
 
 pytestmark = pytest.mark.schemathesis
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from clock import FakeClock
 from fakes.telegram import FakeTelegram
+from gateway_proc import free_port
 from telegram_rig import (
     Rig,
-    free_port,
     last_task_of,
     reply_in,
     running,
@@ -320,7 +320,7 @@ async def test_webhook_mode(fake: FakeTelegram, tmp_path: Path) -> None:
         telegram_webhook_secret="s3cret_value",
         api_token="api-token",
         _env_file=None,
-    )  # type: ignore[call-arg]
+    )
     runtime = await Runtime.start(settings)
     adapter = TelegramAdapter.build(runtime)
     runtime.http_routes.extend(adapter.routes())
@@ -350,9 +350,9 @@ def test_webhook_mode_needs_url_and_secret() -> None:
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="WEBHOOK_URL"):
-        Settings(telegram_mode="webhook", _env_file=None)  # type: ignore[call-arg]
+        Settings(telegram_mode="webhook", _env_file=None)
     with pytest.raises(ValidationError, match="WEBHOOK_SECRET"):
-        Settings(telegram_mode="webhook", telegram_webhook_url="https://x/hook", _env_file=None)  # type: ignore[call-arg]
+        Settings(telegram_mode="webhook", telegram_webhook_url="https://x/hook", _env_file=None)
 
 
 async def test_command_menu_lists_the_registry(rig: Rig) -> None:

@@ -13,13 +13,13 @@ import pytest
 from clock import FakeClock
 from conftest import RelayedDatabase
 from fakes.telegram import FakeTelegram
+from gateway_proc import free_port
 from store_rows import outbox_of_task
 from structlog.testing import capture_logs
 from support import wait_until
 from telegram import Update
 from telegram_rig import (
     Rig,
-    free_port,
     last_task_of,
     reply_in,
     running,
@@ -216,7 +216,7 @@ async def hooked(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[tuple[Rig,
         telegram_webhook_secret=SECRET,
         api_token="api-token",
         _env_file=None,
-    )  # type: ignore[call-arg]
+    )
     runtime = await Runtime.start(settings)
     runtime.router.courier.initial_wait = 0.01
     adapter = TelegramAdapter.build(runtime)

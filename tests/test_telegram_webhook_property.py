@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 import aiohttp
 import pytest
 from fakes.telegram import FakeTelegram
+from gateway_proc import free_port
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from telegram_rig import free_port
 from test_http_hostile_text import hostile
 from test_telegram_durability import SECRET, update_from
 
@@ -64,7 +64,7 @@ async def webhook(home: Path) -> AsyncIterator[str]:
                 telegram_webhook_url=url,
                 telegram_webhook_secret=SECRET,
                 _env_file=None,
-            )  # type: ignore[call-arg]
+            )
         )
         adapter = TelegramAdapter.build(runtime)
         runtime.http_routes.extend(adapter.routes())
