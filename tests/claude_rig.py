@@ -124,7 +124,7 @@ async def claude(
 
 async def start(claude: Cli, home: Path, **extra: Any) -> Runtime:
     options = {"home": home, **claude.options(), **extra}
-    return await Runtime.start(Settings(_env_file=None, **options))  # type: ignore[call-arg]
+    return await Runtime.start(Settings(_env_file=None, **options))
 
 
 @pytest.fixture

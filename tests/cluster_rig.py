@@ -36,7 +36,7 @@ class Cluster:
     http: aiohttp.ClientSession
     gateways: list[Gateway]
 
-    async def add(self, port: int | None = None, **env: str) -> Gateway:
+    async def add(self, port: int | None = None, /, **env: str) -> Gateway:
         n = len(self.gateways) + 1
         gateway = Gateway(
             self.tmp_path / f"home-{n}",
@@ -59,9 +59,7 @@ class Cluster:
     async def archive(self) -> SessionStore:
         url = self.backend["AGENVOY_DATABASE_URL"]
         home = self.tmp_path / "reader"
-        return await SessionStore.open(
-            Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
-        )
+        return await SessionStore.open(Settings(home=home, database_url=url, _env_file=None))
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ def _quiet_logs() -> None:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+    return Settings(home=tmp_path / "home", _env_file=None)
 
 
 PG_ADMIN_DSN = os.environ.get("AGENVOY_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")

@@ -42,7 +42,7 @@ async def start_rig(
         discord_gateway_url=fake.gateway_url,
         confirm_timeout_seconds=30,
         _env_file=None,
-    )  # type: ignore[call-arg]
+    )
     runtime = await Runtime.start(settings, clock=clock)
     runtime.router.courier.initial_wait = 0.01
     adapter = DiscordAdapter(runtime, guild_ready_timeout=0.05)

@@ -299,8 +299,8 @@ def main() -> int:
             denials.append({"tool_name": tool, "tool_use_id": call_id, "tool_input": args})
             emit(tool_result(call_id, refusal, is_error=True))
         elif tool == "Write":
-            with open(args["file_path"], "w", encoding="utf-8") as out:
-                out.write(args["content"])
+            with open(str(args["file_path"]), "w", encoding="utf-8") as out:
+                out.write(str(args["content"]))
             emit(
                 tool_result(
                     call_id, f"File created successfully at: {args['file_path']}", is_error=False
@@ -314,7 +314,7 @@ def main() -> int:
                 )
             )
         else:
-            command = ["sh", "-c", args["command"]]
+            command = ["sh", "-c", str(args["command"])]
             shown = subprocess.run(command, capture_output=True, text=True, check=False).stdout
             emit(tool_result(call_id, shown, is_error=False))
 
@@ -397,7 +397,7 @@ def result(
 ) -> dict[str, Any]:
     since, total = spend.take()
     # `usage` is the main thread's only (the first model's); the others hold every model.
-    main = next(iter(since.values()), {})
+    main: dict[str, Any] = next(iter(since.values()), {})
     return {
         "type": "result",
         "subtype": subtype,

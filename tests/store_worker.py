@@ -14,7 +14,7 @@ from gateway.store.sessions import SessionStore
 
 
 async def main(session_id: str, tag: str, count: int) -> None:
-    store = await SessionStore.open(Settings(_env_file=None))  # type: ignore[call-arg]
+    store = await SessionStore.open(Settings(_env_file=None))
     try:
         # A process checks a session's history.json against the archive before its first
         # write; done here, before the writers contend, so what contends is only appends.

@@ -41,7 +41,7 @@ def settings_for(fake: FakeAnthropic, home: Path, **extra: Any) -> Settings:
         "confirm_timeout_seconds": 30,
         **extra,
     }
-    return Settings(_env_file=None, **options)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **options)
 
 
 async def start(
@@ -256,7 +256,7 @@ async def test_thinking_follows_the_reasoning_level_and_goes_back_signed(
     # Unchanged, signature and all (the fake refuses the call otherwise).
     assert thinking["type"] == "thinking" and thinking["thinking"] == "The files will tell me."
     assert thinking["signature"].startswith("sig-")
-    streamed = "".join(e.text for e in state.events if e.kind == "text_delta")  # type: ignore[union-attr]
+    streamed = "".join(e.text for e in state.events if e.kind == "text_delta")
     assert streamed == "Nothing there."  # thinking is never reply text
 
     await runtime.store.update("cli-z", reasoning="low")
@@ -360,7 +360,7 @@ async def test_stream_cut_mid_answer_is_retried_without_repeating_text(
     fake.script(Cut(answer, pieces=4), Text(answer))
     state = await ask_through_backoffs(rt, clock, "cli-cut", "status?")
     assert (state.status, state.reply) == ("done", answer)
-    streamed = "".join(e.text for e in state.events if e.kind == "text_delta")  # type: ignore[union-attr]
+    streamed = "".join(e.text for e in state.events if e.kind == "text_delta")
     assert streamed == answer and len(fake.requests) == 2
 
 
@@ -479,10 +479,10 @@ async def test_a_tool_loop_that_never_answers_stops(fake: FakeAnthropic, tmp_pat
 def test_api_key_is_read_from_anthropics_own_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AGENVOY_ANTHROPIC_API_KEY", raising=False)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-from-env")
-    key = Settings(_env_file=None).anthropic_api_key  # type: ignore[call-arg]
+    key = Settings(_env_file=None).anthropic_api_key
     assert key is not None and key.get_secret_value() == "sk-ant-from-env"
     monkeypatch.setenv("AGENVOY_ANTHROPIC_API_KEY", "sk-ant-ours")
-    key = Settings(_env_file=None).anthropic_api_key  # type: ignore[call-arg]
+    key = Settings(_env_file=None).anthropic_api_key
     assert key is not None and key.get_secret_value() == "sk-ant-ours"
 
 

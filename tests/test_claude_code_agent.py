@@ -79,7 +79,7 @@ async def start(cli: FakeCli, home: Path, **extra: Any) -> Runtime:
         "model": "sonnet",
         **extra,
     }
-    settings = Settings(_env_file=None, **options)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, **options)
     return await Runtime.start(settings)
 
 
@@ -157,7 +157,7 @@ async def wait_gone(pid: int, within: float = 10.0) -> bool:
 async def test_answer_resume_file_and_usage(cli: FakeCli, runtime: Runtime) -> None:
     state = await ask(runtime.router, "cli-a", "hello there")
     assert (state.status, state.reply) == ("done", "echo: Ann: hello there")
-    deltas = [e.text for e in state.events if e.kind == "text_delta"]  # type: ignore[union-attr]
+    deltas = [e.text for e in state.events if e.kind == "text_delta"]
     assert deltas == ["echo: ", "Ann: hello there"]
 
     (call,) = cli.calls()
@@ -277,11 +277,11 @@ async def test_cli_tools_are_reported(cli: FakeCli, runtime: Runtime) -> None:
     assert state.reply == "echo: Ann: !tool look around"  # the text before the tools is not
     calls = [e for e in state.events if e.kind == "tool_call"]
     results = [e for e in state.events if e.kind == "tool_result"]
-    assert [(c.call_id, c.tool, c.args) for c in calls] == [  # type: ignore[union-attr]
+    assert [(c.call_id, c.tool, c.args) for c in calls] == [
         ("toolu_1", "Bash", {"command": "ls"}),
         ("toolu_2", "Read", {"file_path": "missing.txt"}),
     ]
-    assert [(r.call_id, r.tool, r.status, r.result) for r in results] == [  # type: ignore[union-attr]
+    assert [(r.call_id, r.tool, r.status, r.result) for r in results] == [
         ("toolu_1", "Bash", "ok", "notes.txt"),
         ("toolu_2", "Read", "error", "File does not exist."),
     ]
@@ -326,7 +326,7 @@ async def test_allowed_write_runs_unasked(cli: FakeCli, runtime: Runtime) -> Non
     state = await ask(runtime.router, "cli-d", "!write now")
     assert not [e for e in state.events if e.kind == "confirm"]
     (result,) = [e for e in state.events if e.kind == "tool_result"]
-    assert (result.tool, result.status) == ("Write", "ok")  # type: ignore[union-attr]
+    assert (result.tool, result.status) == ("Write", "ok")
     assert (runtime.store.files("cli-d").dir / "workspace" / "notes.txt").read_text() == "hello\n"
 
 
@@ -385,7 +385,7 @@ async def test_cancel_between_steps_still_stops_the_cli(cli: FakeCli, runtime: R
 
 
 async def test_missing_binary_is_a_start_up_error(tmp_path: Path) -> None:
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         _env_file=None,
         home=tmp_path / "home",
         agent="claude-code",

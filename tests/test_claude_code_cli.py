@@ -130,8 +130,8 @@ async def test_cli_environment_holds_no_gateway_secret(claude: Cli, runtime: Run
     state = await ask(runtime.router, "cli-e", "!env show me")
     assert state.status == "done", state.error
     (result,) = [e for e in state.events if e.kind == "tool_result"]
-    shown: str = result.result  # type: ignore[union-attr]
-    assert result.status == "ok" and "PATH=" in shown  # type: ignore[union-attr]
+    shown: str = result.result
+    assert result.status == "ok" and "PATH=" in shown
     for name, value in SECRETS.items():
         assert name not in shown and value not in shown
     assert "AGENVOY_" not in shown

@@ -88,8 +88,8 @@ async def test_write_denied_in_the_group_is_refused(claude: Cli, telegram: Rig) 
     assert not notes.exists()
     task = await telegram.runtime.router.wait(await last_task_of(telegram, "tg--301"), 10)
     (result,) = [e for e in task.events if e.kind == "tool_result"]
-    assert (result.tool, result.status) == ("Write", "error")  # type: ignore[union-attr]
-    assert "denied" in result.result  # type: ignore[union-attr]
+    assert (result.tool, result.status) == ("Write", "error")
+    assert "denied" in result.result
 
 
 @pytest.fixture
@@ -150,7 +150,7 @@ async def test_bash_redirection_denied_in_the_discord_channel_is_refused(
     await discord_reply_in(fake, GENERAL, "left it alone" if claude.real else "echo:", within=30)
     task = await discord.runtime.router.wait(await last_discord_task(discord), 10)
     (result,) = [e for e in task.events if e.kind == "tool_result"]
-    assert (result.tool, result.status) == ("Bash", "error")  # type: ignore[union-attr]
+    assert (result.tool, result.status) == ("Bash", "error")
     assert task.status == "done" and not out.exists()
 
 
@@ -172,7 +172,7 @@ async def test_a_configured_mcp_tool_is_asked_for_too(claude: Cli, tmp_path: Pat
         assert state.status == "done", state.error
         (result,) = [e for e in state.events if e.kind == "tool_result"]
         # as the CLI gives it to the model: the structured result, compact
-        assert (result.status, result.result) == ("ok", '{"result":"5"}')  # type: ignore[union-attr]
+        assert (result.status, result.result) == ("ok", '{"result":"5"}')
     finally:
         await rt.close()
 

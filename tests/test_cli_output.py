@@ -45,7 +45,7 @@ def invoke(args: list[str]) -> Result:
 async def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     monkeypatch.setenv("AGENVOY_HOME", str(home))
-    runtime = await Runtime.start(Settings(home=home, _env_file=None))  # type: ignore[call-arg]
+    runtime = await Runtime.start(Settings(home=home, _env_file=None))
     try:
         await runtime.store.ensure("cli-evil", name=f"name {HOSTILE}")
         await runtime.store.update("cli-evil", persona=HOSTILE)

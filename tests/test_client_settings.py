@@ -33,7 +33,7 @@ def both(
     env_file = tmp_path / ".env"
     if dotenv is not None:
         env_file.write_text(dotenv)
-    full = Settings(_env_file=env_file)  # type: ignore[call-arg]
+    full = Settings(_env_file=env_file)
     return read_client_settings(env_file=env_file), full.client()
 
 

@@ -49,7 +49,7 @@ async def until(check: Callable[[], Awaitable[bool]], what: str) -> None:
 
 async def open_archive(home: Path, backend: dict[str, str]) -> SessionStore:
     url = backend.get("AGENVOY_DATABASE_URL", "")
-    settings = Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=home, database_url=url, _env_file=None)
     # Alembic migrates through module-level state: the scenarios, running side by side in
     # this process, open their archives one at a time.
     async with OPENING.get():

@@ -44,7 +44,7 @@ AFTER_RESTART = 30.0
 async def archive_of(home: Path, env: dict[str, str], session_id: str) -> list[tuple[str, str]]:
     """The session as the archive has it, checked for what a crash must never leave."""
     url = env.get("AGENVOY_DATABASE_URL", "")
-    settings = Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=home, database_url=url, _env_file=None)
     async with OPENING.get():  # alembic migrates through module-level state
         store = await SessionStore.open(settings)
     try:
@@ -69,7 +69,7 @@ async def prompt_recorded_as_sent(home: Path, env: dict[str, str]) -> None:
     platform taking a message and that record sends it again (the documented window); these
     scenarios crash later, at the answer, so the answer waits for the record."""
     url = env.get("AGENVOY_DATABASE_URL", "")
-    settings = Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=home, database_url=url, _env_file=None)
     async with OPENING.get():
         store = await SessionStore.open(settings)
     try:

@@ -5,7 +5,7 @@ database sits behind a TCP relay the test cuts and restores (`tcp_relay`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ async def relayed_runtime(
 ) -> AsyncIterator[Runtime]:
     """A gateway core on the relayed database. A long lease TTL: its tasks stay here through a
     short outage."""
-    settings = Settings(  # type: ignore[call-arg]
+    settings = Settings(
         home=tmp_path / "home",
         database_url=relayed_database.relayed,
         lease_ttl_seconds=60,
@@ -72,7 +72,9 @@ async def fake() -> AsyncIterator[FakeDiscord]:
         yield server
 
 
-async def cut_under_a_message(fake: FakeDiscord, relay: Relay, logs: list[Any]) -> None:
+async def cut_under_a_message(
+    fake: FakeDiscord, relay: Relay, logs: Sequence[Mapping[str, Any]]
+) -> None:
     """Cut the database, then send "while down" in #general; return once its intake waits."""
     await relay.cut()
     fake.inject_message(GENERAL, ANN, "while down", mentions_bot=True)
@@ -83,7 +85,7 @@ async def cut_under_a_message(fake: FakeDiscord, relay: Relay, logs: list[Any]) 
     assert await wait_until(waiting, within=15)
 
 
-def waiting_logged(logs: list[dict[str, object]], what: str) -> bool:
+def waiting_logged(logs: Sequence[Mapping[str, Any]], what: str) -> bool:
     return any(str(e["event"]) == f"{what}: database unavailable, waiting" for e in logs)
 
 
@@ -116,7 +118,7 @@ async def test_the_look_for_tasks_stored_elsewhere_waits_for_the_database(
     stored. That read meeting the outage is asked again once the database is back, and finds
     them, instead of failing the session's queue."""
     url, relay, relayed = relayed_database.url, relayed_database.relay, relayed_database.relayed
-    settings = Settings(home=tmp_path / "home", database_url=relayed, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "home", database_url=relayed, _env_file=None)
     store = await SessionStore.open(settings)
     # The lease goes straight to the database: only the archive's connections are cut.
     leases = await open_leases(url, "one", 60.0, SYSTEM_CLOCK)

@@ -340,7 +340,7 @@ async def test_old_note_tables_are_left_alone(tmp_path: Path) -> None:
     legacy.close()
     settings = Settings(
         home=tmp_path / "home", database_url=f"sqlite+aiosqlite:///{path}", _env_file=None
-    )  # type: ignore[call-arg]
+    )
     store = await SessionStore.open(settings)
     try:
         await store.ensure("cli-n")
@@ -437,7 +437,7 @@ async def worker_ready(proc: asyncio.subprocess.Process) -> None:
 
 @pytest.mark.slow
 async def test_two_processes_append_concurrently(settings: Settings, database_url: str) -> None:
-    cfg = Settings(home=settings.home, database_url=database_url, _env_file=None)  # type: ignore[call-arg]
+    cfg = Settings(home=settings.home, database_url=database_url, _env_file=None)
     store = await SessionStore.open(cfg)
     await store.ensure("cli-shared")
     worker = Path(__file__).with_name("store_worker.py")

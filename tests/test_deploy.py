@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
 from adapters.http.binding import is_loopback

@@ -250,7 +250,7 @@ async def test_missing_message_content_intent_is_explained(
                 discord_api_url=server.api_base,
                 discord_gateway_url=server.gateway_url,
                 _env_file=None,
-            )  # type: ignore[call-arg]
+            )
             runtime = await Runtime.start(settings)
             adapter = DiscordAdapter(runtime, guild_ready_timeout=0.05)
             try:

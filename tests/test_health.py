@@ -115,7 +115,7 @@ async def test_a_task_that_ends_while_the_database_is_down_is_recorded_once_it_i
     relay = await Relay(target.host or "127.0.0.1", target.port or 0).start()
     try:
         # A long lease TTL: the instance's watchdog keeps out of the short outage.
-        stores = {"database_url": through(relay, url), "kv_url": REDIS_URL}
+        stores: dict[str, Any] = {"database_url": through(relay, url), "kv_url": REDIS_URL}
         async with serving(tmp_path, lease_ttl_seconds=60, **stores) as srv:
             sent = {"content": "!sleep 2", "session_id": "cli-down", "wait": 0}
             status, body = await srv.call("POST", "/v1/send", json_body=sent)
@@ -156,7 +156,7 @@ async def test_a_part_that_stops_answering_is_named_within_the_timeout(
     target = make_url(url) if part == "database" else redis
     relay = await Relay(target.host or "127.0.0.1", target.port or 0).start()
     if part == "database":
-        stores = {"database_url": through(relay, url), "kv_url": REDIS_URL}
+        stores: dict[str, Any] = {"database_url": through(relay, url), "kv_url": REDIS_URL}
         hung = {"database", "leases"}  # the leases live on a connection to the same server
     else:
         stores = {"database_url": url, "kv_url": f"redis://127.0.0.1:{relay.port}/{redis.database}"}

@@ -116,7 +116,7 @@ async def serving(
     `tester` by default, without, callers are anonymous."""
     options: dict[str, Any] = {"confirm_timeout_seconds": 5, "admins": "http:root"}
     options.update(overrides)
-    settings = Settings(home=tmp_path / "home", _env_file=None, **options)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "home", _env_file=None, **options)
     if users:
         write_tokens(settings.store_dir, users)
     runtime = await Runtime.start(settings, clock=clock)
@@ -734,7 +734,7 @@ async def test_token_auth(tmp_path: Path) -> None:
 
 
 async def test_insecure_binding(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "home", _env_file=None)
     runtime = await Runtime.start(settings)
     try:
         with pytest.raises(InsecureBinding, match=r"AGENVOY_API_TOKEN.*127\.0\.0\.1"):
@@ -751,9 +751,9 @@ async def test_insecure_binding(tmp_path: Path) -> None:
     empty = settings.model_copy(update={"api_token": None})
     with pytest.raises(InsecureBinding):
         check_binding("0.0.0.0", empty)
-    token = Settings(home=tmp_path / "h2", api_token="t", _env_file=None)  # type: ignore[call-arg]
+    token = Settings(home=tmp_path / "h2", api_token="t", _env_file=None)
     check_binding("0.0.0.0", token)
-    blank = Settings(home=tmp_path / "h3", api_token="", _env_file=None)  # type: ignore[call-arg]
+    blank = Settings(home=tmp_path / "h3", api_token="", _env_file=None)
     with pytest.raises(InsecureBinding):
         check_binding("0.0.0.0", blank)
 
@@ -1136,7 +1136,7 @@ async def test_log_streams_gauge(server: Server) -> None:
 
 
 async def test_shutdown_ends_streams_and_long_polls(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "home", _env_file=None)
     runtime = await Runtime.start(settings)
     try:
         runner = await start_http(runtime, "127.0.0.1", 0)

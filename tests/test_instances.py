@@ -202,7 +202,7 @@ async def test_an_update_delivered_to_two_webhook_instances_is_handled_once(
             "AGENVOY_TELEGRAM_WEBHOOK_SECRET": WEBHOOK_SECRET,
             "NO_PROXY": "127.0.0.1,localhost",
         }
-        await cluster.add(port=first_port, **bot)
+        await cluster.add(first_port, **bot)
         second = await cluster.add(**bot)
         ann = fake.user(CHAT, "Ann")
 

@@ -24,7 +24,7 @@ HOUR_MS = 3_600_000
 
 @pytest.fixture
 async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    rt = await Runtime.start(Settings(home=tmp_path / "home", _env_file=None))  # type: ignore[call-arg]
+    rt = await Runtime.start(Settings(home=tmp_path / "home", _env_file=None))
     try:
         yield rt
     finally:

@@ -116,7 +116,7 @@ async def _true(value: bool) -> bool:
 
 
 def settings_for(home: Path, instance: str, url: str) -> Settings:
-    return Settings(  # type: ignore[call-arg]
+    return Settings(
         home=home,
         instance_id=instance,
         database_url=url,

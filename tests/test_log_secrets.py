@@ -25,7 +25,7 @@ DB_PASSWORD = "p@ss:word/1"
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(  # type: ignore[call-arg]
+    return Settings(
         home=tmp_path / "home",
         telegram_token=BOT_TOKEN,
         discord_token="discord.token.value",
@@ -42,7 +42,7 @@ def masked(settings: Settings) -> Iterator[None]:
     try:
         yield
     finally:
-        hide_secrets(Settings(home=settings.home, _env_file=None))  # type: ignore[call-arg]
+        hide_secrets(Settings(home=settings.home, _env_file=None))
         configure_logging("WARNING", LogFormat.console)
 
 

@@ -26,7 +26,7 @@ ANN = Origin("http", sender_id="ann", sender_name="Ann")
 
 
 def settings(home: Path, **extra: Any) -> Settings:
-    return Settings(_env_file=None, home=home, **extra)  # type: ignore[call-arg]
+    return Settings(_env_file=None, home=home, **extra)
 
 
 @pytest.mark.parametrize(

@@ -64,8 +64,9 @@ async def test_tools_are_listed_with_their_argument_schemas(server: Server) -> N
     assert set(listed) == TOOLS
     send = listed["send_message"].input_schema
     assert "content" in send["required"] and send["additionalProperties"] is False
-    assert listed["read_history"].annotations.read_only_hint is True
-    assert listed["answer_prompt"].annotations.read_only_hint is False
+    reading, answering = listed["read_history"].annotations, listed["answer_prompt"].annotations
+    assert reading is not None and reading.read_only_hint is True
+    assert answering is not None and answering.read_only_hint is False
 
 
 async def test_send_read_search_and_list_as_the_caller(server: Server) -> None:
@@ -124,7 +125,7 @@ async def test_prompts_are_answered_only_by_the_requester_or_an_admin(server: Se
 
 async def test_bad_arguments_get_clear_errors_and_store_nothing(server: Server) -> None:
     async with mcp_client(server, bearer("ann")) as ann:
-        cases = {
+        cases: dict[str, dict[str, Any]] = {
             "unknown argument 'sender'": {"content": "hi", "sender": "root"},
             "argument 'content'": {"content": ""},
             "bad_text": {"content": "a\x00b"},

@@ -337,7 +337,7 @@ async def test_telegram_audio_file_is_transcribed(
 async def test_image_sent_while_a_tool_waits_is_shown_when_steered(
     model: FakeOpenAI, tmp_path: Path
 ) -> None:
-    settings = Settings(_env_file=None, home=tmp_path / "home", **openai_options(model))  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, home=tmp_path / "home", **openai_options(model))
     runtime = await Runtime.start(settings)
     ann = Origin("http", sender_id="ann", sender_name="Ann")
     try:

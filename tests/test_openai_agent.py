@@ -43,7 +43,7 @@ async def start(fake: FakeOpenAI, home: Path, clock: Clock = SYSTEM_CLOCK, **ext
         "confirm_timeout_seconds": 30,
         **extra,
     }
-    settings = Settings(_env_file=None, **options)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None, **options)
     return await Runtime.start(settings, clock=clock)
 
 
@@ -187,7 +187,7 @@ async def test_paths_outside_the_workspace_are_refused(fake: FakeOpenAI, runtime
     (tool,) = [m for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
     assert "outside the workspace" in tool["content"]
     results = [e for e in state.events if e.kind == "tool_result"]
-    assert results[0].status == "error"  # type: ignore[union-attr]
+    assert results[0].status == "error"
 
 
 def outside_folder(tmp_path: Path) -> Path:
@@ -511,7 +511,7 @@ async def test_stream_cut_mid_answer_is_retried_without_repeating_text(
     _sub, state = await ask_through_backoffs(runtime, clock, "cli-cut", "status?")
     assert (state.status, state.reply) == ("done", answer)
     assert len(fake.requests) == 2
-    streamed = "".join(e.text for e in state.events if e.kind == "text_delta")  # type: ignore[union-attr]
+    streamed = "".join(e.text for e in state.events if e.kind == "text_delta")
     assert streamed == answer  # what the first attempt showed is not shown twice
 
 

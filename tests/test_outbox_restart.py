@@ -54,7 +54,7 @@ class Sink:
 
 
 def settings_for(home: Path) -> Settings:
-    return Settings(home=home, confirm_timeout_seconds=30, _env_file=None)  # type: ignore[call-arg]
+    return Settings(home=home, confirm_timeout_seconds=30, _env_file=None)
 
 
 @pytest.fixture

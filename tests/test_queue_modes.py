@@ -33,7 +33,7 @@ def clock() -> FakeClock:
 async def runtime(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Runtime]:
     settings = Settings(
         home=tmp_path / "home", admins="http:root", max_queued_per_session=3, _env_file=None
-    )  # type: ignore[call-arg]
+    )
     rt = await Runtime.start(settings, clock=clock)
     try:
         yield rt
@@ -185,7 +185,7 @@ async def test_killed_after_collecting_answers_once(tmp_path: Path) -> None:
             await send("second")
         assert await gateway.died() != 0  # killed itself once the two were collected
         await gateway.start()
-        settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+        settings = Settings(home=tmp_path / "home", _env_file=None)
         store = await SessionStore.open(settings)
         try:
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -25,7 +27,7 @@ async def test_a_slow_read_does_not_hold_up_the_others(tmp_path: Path) -> None:
             return int(sql.value("SELECT 1"))
 
         held = asyncio.ensure_future(db.read_lean(slow))
-        quick = [await db.read_lean(lambda sql, i=i: sql.value("SELECT ?", i)) for i in range(20)]
+        quick = [await db.read_lean(partial(_select, i)) for i in range(20)]
         assert quick == list(range(20))
         assert not held.done()
         release.set()
@@ -58,12 +60,7 @@ async def test_a_failed_read_leaves_the_next_one_a_clean_connection(tmp_path: Pa
 async def test_close_answers_every_read_queued_before_it(tmp_path: Path) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'r.db'}")
     readers = ReaderThreads(engine, 2, "test-read")
-    reads = [
-        asyncio.ensure_future(
-            readers.run(lambda conn, i=i: conn.execute(text(f"SELECT {i}")).scalar())
-        )
-        for i in range(50)
-    ]
+    reads = [asyncio.ensure_future(readers.run(partial(_scalar, f"SELECT {i}"))) for i in range(50)]
     await asyncio.sleep(0)  # every read queued
     await asyncio.to_thread(readers.close)
     results = await asyncio.wait_for(asyncio.gather(*reads), 10)
@@ -78,3 +75,11 @@ async def test_a_closed_database_refuses_reads_and_writes_at_once(tmp_path: Path
         await asyncio.wait_for(db.read_lean(lambda sql: sql.value("SELECT 1")), 5)
     with pytest.raises(RuntimeError, match="closed"):
         await asyncio.wait_for(db.write_lean(lambda sql: sql.value("SELECT 1")), 5)
+
+
+def _select(value: int, sql: Lean) -> int:
+    return int(sql.value("SELECT ?", value))
+
+
+def _scalar(statement: str, conn: Connection) -> Any:
+    return conn.execute(text(statement)).scalar()

@@ -38,7 +38,7 @@ async def runtime(tmp_path: Path, database_url: str) -> AsyncIterator[Runtime]:
         database_url=database_url,
         history_window=4,
         recall_count=2,
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
     )
     rt = await Runtime.start(settings)
     try:
@@ -162,7 +162,7 @@ async def test_a_failed_batch_leaves_the_cursor_and_is_taken_again(
             openai_base_url=fake.url,
             openai_api_key=fake.api_key,
             embedding_model=DEFAULT_EMBEDDING_MODEL,
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
         )
         rt = await Runtime.start(settings)
         try:
@@ -235,7 +235,7 @@ async def test_the_openai_embedder_asks_in_batches(tmp_path: Path) -> None:
             openai_base_url=fake.url,
             openai_api_key=fake.api_key,
             embedding_model=DEFAULT_EMBEDDING_MODEL,
-            _env_file=None,  # type: ignore[call-arg]
+            _env_file=None,
         )
         embedder = OpenAIEmbedder(settings)
         try:

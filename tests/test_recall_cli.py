@@ -29,7 +29,7 @@ def invoke(args: list[str], code: int = 0) -> Result:
 async def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("AGENVOY_HOME", str(home))
-    runtime = await Runtime.start(Settings(home=home, _env_file=None))  # type: ignore[call-arg]
+    runtime = await Runtime.start(Settings(home=home, _env_file=None))
     try:
         for sid, text in [
             ("cli-a", "the lighthouse keeper feeds the seagulls"),
@@ -59,7 +59,7 @@ async def test_reindex_then_semantic_search(home: Path) -> None:
     assert all("retired" not in line for line in lines)  # another session's
 
     # A reindex of one session makes its embeddings again, and only its own.
-    store = await SessionStore.open(Settings(home=home, _env_file=None))  # type: ignore[call-arg]
+    store = await SessionStore.open(Settings(home=home, _env_file=None))
     try:
         before = await VectorArchive(store.db).cursor("cli-b")
         await asyncio.to_thread(invoke, ["reindex", "--session", "cli-a"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fakes.openai import DEFAULT_EMBEDDING_MODEL, Error, FakeOpenAI
 from test_http import err, serving
@@ -53,7 +54,7 @@ async def test_semantic_search_over_one_session(tmp_path: Path) -> None:
 
 async def test_semantic_search_says_when_the_embedding_endpoint_is_away(tmp_path: Path) -> None:
     async with FakeOpenAI() as fake:
-        options = {
+        options: dict[str, Any] = {
             "openai_base_url": fake.url,
             "openai_api_key": fake.api_key,
             "embedding_model": DEFAULT_EMBEDDING_MODEL,

@@ -44,7 +44,7 @@ async def runtime(fake: FakeOpenAI, tmp_path: Path) -> AsyncIterator[Runtime]:
         embedding_model=DEFAULT_EMBEDDING_MODEL,
         history_window=4,
         recall_count=2,
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
     )
     rt = await Runtime.start(settings)
     try:
@@ -110,7 +110,7 @@ def test_the_claude_agent_reads_recalled_messages_first_in_the_new_turn() -> Non
         text="what is the wifi password?",
         recalled=[old],
     )
-    turns = with_breakpoint(conversation(ctx))  # type: ignore[arg-type]
+    turns = with_breakpoint(conversation(ctx))
     blocks = turns[-1]["content"]
     assert RECALL_HEADER in blocks[-2]["text"]
     assert "[2023-11-14 22:13 UTC] Bob: the wifi password is lobster42" in blocks[-2]["text"]
@@ -118,7 +118,7 @@ def test_the_claude_agent_reads_recalled_messages_first_in_the_new_turn() -> Non
     assert "cache_control" in blocks[-1]
     # Without anything recalled the turn is as before.
     ctx.recalled = []
-    assert [b["text"] for b in conversation(ctx)[-1]["content"]] == [  # type: ignore[arg-type]
+    assert [b["text"] for b in conversation(ctx)[-1]["content"]] == [
         "Ann: lunch?",
         "Ann: what is the wifi password?",
     ]

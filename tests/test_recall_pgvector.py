@@ -35,7 +35,7 @@ async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
         home=tmp_path / "home",
         database_url=url,
         history_window=2,
-        _env_file=None,  # type: ignore[call-arg]
+        _env_file=None,
     )
     rt = await Runtime.start(settings)
     try:

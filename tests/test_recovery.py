@@ -16,7 +16,7 @@ ANN = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
 
 
 def settings_for(home: Path, instance: str) -> Settings:
-    return Settings(home=home, instance_id=instance, _env_file=None)  # type: ignore[call-arg]
+    return Settings(home=home, instance_id=instance, _env_file=None)
 
 
 async def test_a_task_left_by_another_instance_name_is_taken_up_at_start(

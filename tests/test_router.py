@@ -43,7 +43,7 @@ def clock() -> FakeClock:
 async def runtime(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Runtime]:
     settings = Settings(
         home=tmp_path / "home", confirm_timeout_seconds=5, admins="http:root", _env_file=None
-    )  # type: ignore[call-arg]
+    )
     rt = await Runtime.start(settings, clock=clock)
     try:
         yield rt
@@ -340,8 +340,9 @@ async def test_journal_tracks_steps(runtime: Runtime) -> None:
     assert waiting["origin"]["window_hash"] == "w1"
     # An answer is journaled before it is acknowledged.
     await runtime.router.answer("cli-j", sub.task_hash, ANN, approve=True)
-    (answered,) = [j for j in await store.unfinished() if j.task_hash == sub.task_hash] or [None]
-    if answered is not None:  # the task may already have ended, taking its journal with it
+    left = [j for j in await store.unfinished() if j.task_hash == sub.task_hash]
+    if left:
+        (answered,) = left  # the task may already have ended, taking its journal with it
         assert answered.steps[0]["answer"]["approved"] is True
     await finished(runtime.router, sub.task_hash)
     assert await store.unfinished() == []
@@ -349,7 +350,7 @@ async def test_journal_tracks_steps(runtime: Runtime) -> None:
 
 
 async def test_fifty_sessions_make_progress_together(tmp_path: Path, clock: FakeClock) -> None:
-    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=50, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=50, _env_file=None)
     rt = await Runtime.start(settings, clock=clock)
     try:
         tasks = await asyncio.gather(
@@ -419,7 +420,7 @@ async def test_a_nul_is_stored_as_a_replacement_on_every_backend(
     tmp_path: Path, database_url: str
 ) -> None:
     """PostgreSQL text cannot hold NUL: the task must still end, with its reply archived."""
-    settings = Settings(home=tmp_path / "h", database_url=database_url, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "h", database_url=database_url, _env_file=None)
     rt = await Runtime.start(settings)
     try:
         sub = await rt.router.submit(inbound("cli-nul", "a\x00b"))
@@ -441,7 +442,7 @@ async def test_one_sender_cannot_take_every_slot(tmp_path: Path, clock: FakeCloc
         max_running_per_sender=2,
         max_pending_per_sender=5,
         _env_file=None,
-    )  # type: ignore[call-arg]
+    )
     rt = await Runtime.start(settings, clock=clock)
     try:
         router = rt.router
@@ -464,7 +465,7 @@ async def test_one_sender_cannot_take_every_slot(tmp_path: Path, clock: FakeCloc
 
 
 async def test_sessions_take_turns_for_the_slots(tmp_path: Path, clock: FakeClock) -> None:
-    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=1, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=1, _env_file=None)
     rt = await Runtime.start(settings, clock=clock)
     try:
         router = rt.router
@@ -479,7 +480,7 @@ async def test_sessions_take_turns_for_the_slots(tmp_path: Path, clock: FakeCloc
         await router.wait(holder.task_hash, 10)
         for s in subs:
             await router.wait(s.task_hash, 10)
-        order = [e.text for _, e in sink.events if e.kind == "text"][1:]  # type: ignore[union-attr]
+        order = [e.text for _, e in sink.events if e.kind == "text"][1:]
         # After each task its session goes to the back of the line for the one slot.
         assert order == ["echo: a0", "echo: b0", "echo: a1", "echo: b1", "echo: a2", "echo: b2"]
     finally:
@@ -489,7 +490,7 @@ async def test_sessions_take_turns_for_the_slots(tmp_path: Path, clock: FakeCloc
 async def test_a_task_canceled_while_it_waits_for_a_slot_never_runs(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=1, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=1, _env_file=None)
     rt = await Runtime.start(settings, clock=clock)
     try:
         router = rt.router

@@ -138,7 +138,7 @@ def clock() -> FakeClock:
 
 
 async def start(home: Path, clock: FakeClock, **extra: Any) -> Runtime:
-    settings = Settings(home=home, admins="telegram:1", _env_file=None, **extra)  # type: ignore[call-arg]
+    settings = Settings(home=home, admins="telegram:1", _env_file=None, **extra)
     return await Runtime.start(settings, clock=clock)
 
 

@@ -43,7 +43,7 @@ PROMPT = "post the daily summary"
 @contextlib.asynccontextmanager
 async def archive(home: Path, env: dict[str, str]) -> AsyncIterator[SessionStore]:
     url = env.get("AGENVOY_DATABASE_URL", "")
-    settings = Settings(home=home, database_url=url, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=home, database_url=url, _env_file=None)
     store = await SessionStore.open(settings)
     try:
         yield store

@@ -69,9 +69,9 @@ async def test_every_per_session_table_has_an_index_leading_with_session_id(
             inspector = inspect(session.connection())
             found: dict[str, set[str]] = {}
             for table in PER_SESSION_TABLES:
-                firsts = {i["column_names"][0] for i in inspector.get_indexes(table.name)}
+                firsts = {str(i["column_names"][0]) for i in inspector.get_indexes(table.name)}
                 unique = inspector.get_unique_constraints(table.name)
-                firsts |= {u["column_names"][0] for u in unique}
+                firsts |= {str(u["column_names"][0]) for u in unique}
                 primary = inspector.get_pk_constraint(table.name)["constrained_columns"]
                 firsts |= set(primary[:1])
                 found[table.name] = firsts

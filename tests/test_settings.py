@@ -15,7 +15,7 @@ def test_defaults_live_under_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("HOME", str(tmp_path))
     for var in ("AGENVOY_HOME", "AGENVOY_DATABASE_URL", "AGENVOY_KV_URL"):
         monkeypatch.delenv(var, raising=False)
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
     home = tmp_path / ".config" / "agenvoy"
     assert settings.home == home
     assert settings.sessions_dir == home / "sessions"
@@ -31,7 +31,7 @@ def test_env_file_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         "AGENVOY_INSTANCE_ID=\n"
     )
     monkeypatch.setenv("AGENVOY_DATABASE_URL", "postgresql://bot:hunter2@db:5432/agenvoy")
-    settings = Settings(_env_file=env_file)  # type: ignore[call-arg]
+    settings = Settings(_env_file=env_file)
     assert settings.home == Path("/srv/agenvoy")
     assert settings.log_format is LogFormat.json
     assert settings.log_level == "DEBUG"
@@ -44,16 +44,16 @@ def test_env_file_and_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 def test_bad_values_are_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENVOY_LOG_FORMAT", "xml")
     with pytest.raises(ValidationError, match="log_format"):
-        Settings(_env_file=None)  # type: ignore[call-arg]
+        Settings(_env_file=None)
     monkeypatch.setenv("AGENVOY_LOG_FORMAT", "json")
     monkeypatch.setenv("AGENVOY_LOG_LEVEL", "chatty")
     with pytest.raises(ValidationError, match="log level"):
-        Settings(_env_file=None)  # type: ignore[call-arg]
+        Settings(_env_file=None)
 
 
 def test_secret_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENVOY_API_TOKEN", "s3cret-token")
-    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)
     assert settings.masked()["api_token"] == "***"
     assert "s3cret" not in repr(settings)
 
@@ -109,5 +109,5 @@ def test_anonymous_callers_cannot_be_admins() -> None:
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError, match="may not list http:anonymous"):
-        Settings(admins="telegram:1, http:anonymous", _env_file=None)  # type: ignore[call-arg]
-    assert Settings(admins="http:alice", _env_file=None).admin_keys == {"http:alice"}  # type: ignore[call-arg]
+        Settings(admins="telegram:1, http:anonymous", _env_file=None)
+    assert Settings(admins="http:alice", _env_file=None).admin_keys == {"http:alice"}

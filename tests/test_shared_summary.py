@@ -22,7 +22,7 @@ async def pair(tmp_path: Path) -> AsyncIterator[tuple[SessionStore, SessionStore
         url = (await backends.new())["AGENVOY_DATABASE_URL"]  # skips (or fails in CI) without it
         stores = [
             await SessionStore.open(
-                Settings(home=tmp_path / name, database_url=url, _env_file=None)  # type: ignore[call-arg]
+                Settings(home=tmp_path / name, database_url=url, _env_file=None)
             )
             for name in ("one", "two")
         ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import MutableMapping
+from typing import Any
 
 from structlog.testing import capture_logs
 
@@ -54,7 +56,7 @@ def test_a_stop_stuck_on_the_event_loop_itself_is_reported_and_ended() -> None:
         exits.append(status)
         exited.set()
 
-    async def stop_that_blocks_the_loop() -> list[dict[str, object]]:
+    async def stop_that_blocks_the_loop() -> list[MutableMapping[str, Any]]:
         watch = SlowStopWatch(0.05, 0.1, exit=record_exit)
         with capture_logs() as logs:
             watch.arm()

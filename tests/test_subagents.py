@@ -83,14 +83,18 @@ async def test_the_child_gets_the_parents_persona_and_tools(runtime: Runtime) ->
     (child,) = await children_of(runtime, "cli-p")
     row = await runtime.store.get(child)
     assert row is not None
-    assert (row.persona, row.model, row.allowed_tools) == ("terse", "m-1", {"write_file"})
+    assert (row.persona, row.model, row.allowed_tools) == (
+        "terse",
+        "m-1",
+        frozenset({"write_file"}),
+    )
     assert row.parent is not None and row.parent[0] == "cli-p"
 
 
 async def test_depth_and_count_are_limited(tmp_path: Path) -> None:
     settings = Settings(
         home=tmp_path / "home", max_subagent_depth=2, max_subagents_per_task=3, _env_file=None
-    )  # type: ignore[call-arg]
+    )
     rt = await Runtime.start(settings)
     try:
         _, state = await ask(rt, "cli-d", "!delegate !delegate !delegate deep")
@@ -98,7 +102,7 @@ async def test_depth_and_count_are_limited(tmp_path: Path) -> None:
         # Three subagents in one task are allowed, the fourth is refused, at any depth.
         _, state = await ask(rt, "cli-n", "!delegate !delegate !delegate !delegate x")
         assert state.reply.startswith("delegated: delegated: refused:"), state.reply
-        settings_none = Settings(home=tmp_path / "h2", max_subagent_depth=0, _env_file=None)  # type: ignore[call-arg]
+        settings_none = Settings(home=tmp_path / "h2", max_subagent_depth=0, _env_file=None)
     finally:
         await rt.close()
     rt = await Runtime.start(settings_none)
@@ -243,7 +247,7 @@ async def test_sigkill_while_a_subagent_waits_resumes_both(tmp_path: Path) -> No
 
 
 async def _parent_with_a_subagent(home: Path) -> str:
-    rt = await Runtime.start(Settings(home=home, _env_file=None))  # type: ignore[call-arg]
+    rt = await Runtime.start(Settings(home=home, _env_file=None))
     try:
         await ask(rt, "cli-parent", "!delegate hi")
         await rt.store.ensure("cli-other")

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from support import wait_until
 
+from gateway.agents.base import AgentContext, Step
 from gateway.agents.summary import RollingSummary
 from gateway.events import Inbound, Origin
 from gateway.runtime import Runtime
@@ -30,7 +31,7 @@ class Recording:
 
 
 async def test_each_message_is_folded_once_and_the_cursor_advances(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)
     rt = await Runtime.start(settings)
     rt.router.after_task.clear()  # this test drives the summary itself
     model = Recording(fail_first=True)
@@ -59,7 +60,7 @@ async def test_each_message_is_folded_once_and_the_cursor_advances(tmp_path: Pat
 
 
 async def test_summary_runs_in_the_background_after_replies(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "h", history_window=2, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "h", history_window=2, _env_file=None)
     rt = await Runtime.start(settings)
     try:
         assert rt.summary is not None  # the offline agent can summarize
@@ -83,16 +84,16 @@ async def test_summary_runs_in_the_background_after_replies(tmp_path: Path) -> N
 async def test_the_agent_sees_the_summary(tmp_path: Path) -> None:
     from gateway.store.files import Summary
 
-    rt = await Runtime.start(Settings(home=tmp_path / "h", _env_file=None))  # type: ignore[call-arg]
+    rt = await Runtime.start(Settings(home=tmp_path / "h", _env_file=None))
     try:
         await rt.store.ensure("cli-v")
         rt.store.files("cli-v").write_summary(Summary("they agreed on blue", 0, 1))
         seen: list[str] = []
         original = rt.agent.run
 
-        def spy(ctx: object) -> object:
-            seen.append(ctx.summary)  # type: ignore[attr-defined]
-            return original(ctx)  # type: ignore[arg-type]
+        def spy(ctx: AgentContext) -> AsyncIterator[Step]:
+            seen.append(ctx.summary)
+            return original(ctx)
 
         rt.agent.run = spy  # type: ignore[method-assign]
         sub = await rt.router.submit(Inbound(ANN, "cli-v", "hi"))
@@ -105,7 +106,7 @@ async def test_the_agent_sees_the_summary(tmp_path: Path) -> None:
 async def test_messages_are_folded_a_batch_at_a_time_and_seen_until_then(tmp_path: Path) -> None:
     """One summary call per batch, not per message; until a batch is due, what left the
     window is still in the agent's context."""
-    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)
     rt = await Runtime.start(settings)
     rt.router.after_task.clear()  # this test drives the summary itself
     model = Recording()
@@ -113,9 +114,9 @@ async def test_messages_are_folded_a_batch_at_a_time_and_seen_until_then(tmp_pat
     seen: list[list[str]] = []
     original = rt.agent.run
 
-    def spy(ctx: object) -> object:
-        seen.append([m.content for m in ctx.history])  # type: ignore[attr-defined]
-        return original(ctx)  # type: ignore[arg-type]
+    def spy(ctx: AgentContext) -> AsyncIterator[Step]:
+        seen.append([m.content for m in ctx.history])
+        return original(ctx)
 
     rt.agent.run = spy  # type: ignore[method-assign]
 
@@ -145,7 +146,7 @@ async def test_messages_are_folded_a_batch_at_a_time_and_seen_until_then(tmp_pat
 async def test_after_tasks_the_summary_folds_only_when_a_batch_may_be_due(tmp_path: Path) -> None:
     """The runtime's own hook: called after a task only when the context read said a batch
     may be due, and then it folds every message outside the window once."""
-    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)
     rt = await Runtime.start(settings)
     model = Recording()
     rolling = RollingSummary(rt.store, model, window=4)

@@ -15,7 +15,7 @@ ANN = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
 
 
 async def test_only_the_newest_finished_tasks_keep_their_events(tmp_path: Path) -> None:
-    store = await SessionStore.open(Settings(home=tmp_path, _env_file=None))  # type: ignore[call-arg]
+    store = await SessionStore.open(Settings(home=tmp_path, _env_file=None))
     try:
         table = TaskTable(store, keep=5, keep_events=2)
         hashes = []

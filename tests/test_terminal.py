@@ -7,6 +7,7 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,10 @@ def texts(app: ChatApp, selector: str = "#conversation > *") -> list[str]:
         elif isinstance(widget, Static):
             shown.append(str(widget.render()))
     return shown
+
+
+def _shows(app: ChatApp, text: str) -> bool:
+    return text in texts(app)
 
 
 async def until(pilot: Pilot[None], check: Callable[[], bool], within: float = 10.0) -> None:
@@ -413,7 +418,7 @@ def test_session_rows_order_and_short_ids() -> None:
 async def test_chat_without_a_gateway_says_how_to_start_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_gateway_process import free_port
+    from gateway_proc import free_port
 
     monkeypatch.setenv("AGENVOY_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AGENVOY_HTTP_PORT", str(free_port()))
@@ -430,7 +435,7 @@ async def test_chat_without_a_gateway_says_how_to_start_one(
 async def test_start_launches_a_gateway_in_the_background(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from test_gateway_process import free_port
+    from gateway_proc import free_port
 
     monkeypatch.setenv("AGENVOY_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AGENVOY_HTTP_PORT", str(free_port()))
@@ -469,8 +474,8 @@ async def test_prompt_of_a_window_on_a_discord_session_stays_out_of_discord(
     tmp_path: Path,
 ) -> None:
     """A window on dc-<channel> asks its confirmation in the window, never in the channel."""
+    from discord_rig import contents, reply_in, start_rig, stop_rig
     from fakes.discord import FakeDiscord, point_discord_py_at, text_channel, user
-    from test_discord import contents, reply_in, start_rig, stop_rig
 
     channel, member = 901, user(11, "ann")
     async with FakeDiscord() as fake:
@@ -519,7 +524,7 @@ async def retry_after_backoff(app: ChatApp, clock: FakeClock) -> None:
 
 
 async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home", _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "home", _env_file=None)
     runtime = await Runtime.start(settings)
     try:
         runner = await start_http(runtime, "127.0.0.1", 0)
@@ -531,7 +536,7 @@ async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> 
         notes: list[str] = []
         async with chat.run_test(size=SIZE) as pilot:
             await opened(pilot)
-            chat.notify = lambda message, **_: notes.append(message)  # type: ignore[assignment,method-assign]
+            chat.notify = lambda message, **_: notes.append(message)  # type: ignore[method-assign]
             await runner.cleanup()
             await until(pilot, lambda: not chat.live.is_set())
             # The gateway said why the stream ended.
@@ -553,7 +558,7 @@ async def test_window_reconnects_when_the_gateway_comes_back(tmp_path: Path) -> 
 
 
 async def test_open_prompt_comes_back_after_a_gateway_restart(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home", confirm_timeout_seconds=60, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(home=tmp_path / "home", confirm_timeout_seconds=60, _env_file=None)
     runtime = await Runtime.start(settings)
     runner = await start_http(runtime, "127.0.0.1", 0)
     port = runner.addresses[0][1]
@@ -704,7 +709,7 @@ async def test_a_long_conversation_keeps_only_the_latest_lines(
         app = await opened(pilot)
         for n in range(6):
             await type_and_send(pilot, f"message {n}")
-            await until(pilot, lambda n=n: f"echo: message {n}" in texts(app))
+            await until(pilot, partial(_shows, app, f"echo: message {n}"))
         shown = texts(app)
         assert len(shown) <= 6
         assert shown[-2:] == ["You: message 5", "echo: message 5"]

@@ -108,7 +108,7 @@ def settings(home: Path, kv_url: str, **extra: Any) -> Settings:
         "confirm_timeout_seconds": 30,
         **extra,
     }
-    return Settings(_env_file=None, **options)  # type: ignore[call-arg]
+    return Settings(_env_file=None, **options)
 
 
 async def openai_gateway(

@@ -147,7 +147,7 @@ async def test_attachments_are_not_written_through_a_planted_link(
     from gateway.settings import Settings
     from gateway.store.sessions import SessionStore
 
-    store = await SessionStore.open(Settings(home=tmp_path / "home", _env_file=None))  # type: ignore[call-arg]
+    store = await SessionStore.open(Settings(home=tmp_path / "home", _env_file=None))
     try:
         await store.ensure("tg-7")
         workspace = store.files("tg-7").dir / "workspace"
