@@ -57,7 +57,7 @@ async def load(chats: int, per_chat: int, record: object) -> tuple[float, list[f
 
 
 async def ours(root: Path, chats: int, per_chat: int) -> tuple[float, list[float]]:
-    runtime = await Runtime.start(Settings(home=root / "ours", _env_file=None))  # type: ignore[call-arg]
+    runtime = await Runtime.start(Settings(home=root / "ours", _env_file=None))
 
     async def record(sid: str, text: str, index: int, k: int) -> None:
         origin = Origin("telegram", sender_id=str(index), sender_name=f"user{index}")

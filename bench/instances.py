@@ -192,10 +192,10 @@ async def main() -> None:
         results["takeover_s"] = await takeover(root)
     floor = results["1"]["msg_per_s"]
     print(f"{'instances':>10} {'msg/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'vs 1':>6}")
-    for count in ("1", "2", "3"):
-        row = results[count]
+    for key in ("1", "2", "3"):
+        row = results[key]
         print(
-            f"{count:>10} {row['msg_per_s']:8.1f} {row['p50_ms']:8.1f} {row['p99_ms']:8.1f}"
+            f"{key:>10} {row['msg_per_s']:8.1f} {row['p50_ms']:8.1f} {row['p99_ms']:8.1f}"
             f" {row['msg_per_s'] / floor:5.2f}x"
         )
     print(f"takeover after SIGKILL: {results['takeover_s']:.2f} s (lease TTL {TTL:.0f} s)")

@@ -111,7 +111,7 @@ async def telegram_ours(spec: dict[str, str], *, limited: bool) -> AsyncIterator
 
     if not limited:
         # The limiter stays in the path (its retries too); only its limits go.
-        telegram_adapter.AIORateLimiter = functools.partial(  # type: ignore[misc]
+        telegram_adapter.AIORateLimiter = functools.partial(  # type: ignore[attr-defined,assignment]
             AIORateLimiter, overall_max_rate=0, group_max_rate=0
         )
     settings = Settings(
@@ -119,7 +119,7 @@ async def telegram_ours(spec: dict[str, str], *, limited: bool) -> AsyncIterator
         telegram_token=spec["token"],
         telegram_api_url=spec["url"],
         _env_file=None,
-    )  # type: ignore[call-arg]
+    )
     async with gateway_with(settings, telegram_adapter.TelegramAdapter.build):
         yield
 
@@ -172,7 +172,7 @@ async def discord_ours(spec: dict[str, str]) -> AsyncIterator[None]:
         discord_gateway_url=spec["gateway"],
         discord_allow_dms=True,
         _env_file=None,
-    )  # type: ignore[call-arg]
+    )
     async with gateway_with(settings, DiscordAdapter):
         yield
 

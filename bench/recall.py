@@ -138,6 +138,7 @@ async def run(size: int, queries: int, hnsw_min: int) -> dict[str, float]:
             first = await db.read(
                 lambda s: s.connection().exec_driver_sql("SELECT min(id) FROM messages").scalar()
             )
+            assert first is not None, "the archive is empty"
             before = int(first) + size - WINDOW
             rng = random.Random(11)
             ours_ms: list[float] = []

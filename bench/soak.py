@@ -441,7 +441,7 @@ async def main() -> None:
         parser.error("need at least two slices")
     if args.warmup is None:
         args.warmup = args.messages // 5
-    args.window = Settings(_env_file=None).history_window  # type: ignore[call-arg]
+    args.window = Settings(_env_file=None).history_window
     args.batch = fold_batch(args.window)
     print(
         f"Soak: {args.messages} messages over {args.sessions} sessions, {args.workers} at once "

@@ -149,7 +149,7 @@ def now_ms() -> int:
 
 
 def bench_settings(home: Path) -> Settings:
-    return Settings(home=home, instance_id=BENCH_INSTANCE, _env_file=None)  # type: ignore[call-arg]
+    return Settings(home=home, instance_id=BENCH_INSTANCE, _env_file=None)
 
 
 def bare_connect(path: Path) -> sqlite3.Connection:
