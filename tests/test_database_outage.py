@@ -25,15 +25,15 @@ from discord_rig import (
 )
 from fakes.discord import FakeDiscord
 from structlog.testing import capture_logs
-from support import wait_until
+from support import REDIS_URL, open_redis, wait_until
 from tcp_relay import Relay
 
 from adapters.discord.adapter import NOT_RECORDED
 from adapters.discord.commands import UNAVAILABLE
-from gateway.bus import LocalBus
+from gateway.bus import LocalBus, RedisBus
 from gateway.clock import SYSTEM_CLOCK
 from gateway.engine.journal import JournalHead, Replay
-from gateway.engine.ownership import Ownership, lease_of
+from gateway.engine.ownership import JOURNAL, Ownership, lease_of
 from gateway.engine.tasks import TaskTable
 from gateway.events import Inbound, Origin
 from gateway.leases import open_leases
@@ -298,3 +298,51 @@ async def test_a_slash_command_that_meets_the_outage_says_so(
             INTERACTION_CALLBACK, lambda b: b.get("type") == 4, timeout=15
         )
         assert f"session: dc-{GENERAL}" in answered["data"]["content"]
+
+
+async def test_a_signal_that_meets_the_outage_does_not_hold_up_the_bus(
+    tmp_path: Path, relayed_database: RelayedDatabase
+) -> None:
+    """A "journal" signal asks the owner to look for tasks stored elsewhere. Its look meeting
+    the outage fails at once (the next recovery tick looks again) rather than wait: the bus
+    reader runs handlers one after another, and every later signal would wait behind it."""
+    await (await open_redis()).close()  # skips without Redis (fails in CI)
+    url, relay = relayed_database.url, relayed_database.relay
+    settings = Settings(
+        home=tmp_path / "home", database_url=relayed_database.relayed, _env_file=None
+    )
+    store = await SessionStore.open(settings)
+    leases = await open_leases(url, "one", 60.0, SYSTEM_CLOCK)
+    bus = RedisBus(REDIS_URL, namespace=tmp_path.name)
+
+    async def take_up(records: list[JournalRecord]) -> int:
+        return len(records)
+
+    async def interrupt(_session_id: str) -> None:
+        return None
+
+    Ownership(
+        leases,
+        bus,
+        store,
+        take_up=take_up,
+        interrupt=interrupt,
+        is_busy=lambda _session: False,
+        is_live=lambda _task: False,
+    )
+    heard = asyncio.Event()
+
+    async def on_ping(_message: dict[str, Any]) -> None:
+        heard.set()
+
+    bus.on("ping", on_ping)
+    await bus.start()
+    try:
+        await relay.cut()
+        await bus.publish(JOURNAL, {"session_id": "cli-b"})
+        await bus.publish("ping", {})
+        await asyncio.wait_for(heard.wait(), 10)
+    finally:
+        await bus.close()
+        await leases.close()
+        await store.close()

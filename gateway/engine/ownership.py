@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import Any
 
 from gateway.bus import Bus
@@ -89,7 +90,7 @@ class Ownership:
         async with self._holding(session_id):
             if self._closing or not await self.leases.acquire(lease_of(session_id)):
                 return 0
-            taken = await self._take_up(await self._unknown(session_id))
+            taken = await self._take_up(await self._unknown(session_id, wait=False))
             if not taken and not self._is_busy(session_id):
                 await self.leases.release(lease_of(session_id))
             return taken
@@ -133,14 +134,17 @@ class Ownership:
                 return
             await self.leases.release(lease_of(session_id))
 
-    async def _unknown(self, session_id: str) -> list[JournalRecord]:
-        # A read: while the database is unreachable it is asked again (a stop cancels the
-        # wait) rather than fail the session's queue or its letting go.
-        records = await until_available(
-            lambda: self.store.unfinished(session_id),
-            sleep=asyncio.sleep,
-            what="looking for a session's tasks stored elsewhere",
-        )
+    async def _unknown(self, session_id: str, *, wait: bool = True) -> list[JournalRecord]:
+        """The session's journals not live here. A read: while the database is unreachable it
+        is asked again (a stop cancels the wait) rather than fail the session's queue or its
+        letting go; without `wait` (a bus signal, whose reader must not stall, or a recovery
+        tick, which comes again) the error is raised."""
+        read = partial(self.store.unfinished, session_id)
+        if wait:
+            what = "looking for a session's tasks stored elsewhere"
+            records = await until_available(read, sleep=asyncio.sleep, what=what)
+        else:
+            records = await read()
         return [r for r in records if not self._is_live(r.task_hash)]
 
     async def _on_journal(self, message: dict[str, Any]) -> None:
