@@ -19,9 +19,9 @@ from urllib.parse import quote
 
 import aiohttp
 import pytest
-from discord_rig import ANN, GENERAL, GUILD, reply_in
+from discord_rig import ANN, GENERAL, general_only, reply_in
 from discord_rig import running as discord_running
-from fakes.discord import FakeDiscord, point_discord_py_at, text_channel
+from fakes.discord import FakeDiscord
 from fakes.telegram import FakeTelegram
 from support import skip_or_fail, wait_until
 from telegram_rig import running as telegram_running
@@ -129,10 +129,8 @@ async def test_a_telegram_chat_appears_and_a_reply_streams(browser: Any, tmp_pat
 
 @pytest.fixture
 async def discord_fake() -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as server:
-        server.add_guild(GUILD, "guild", channels=[text_channel(GENERAL, "general")], members=[ANN])
-        with point_discord_py_at(server):
-            yield server
+    async with general_only() as server:
+        yield server
 
 
 async def test_a_discord_confirmation_is_approved_from_the_console(
