@@ -8,7 +8,7 @@ Sections (see bench/README.md for what each number means):
 2. Message inserts/s through SessionStore.append_message (SQL + history.json) and through
    Database.write alone (SQL only).
 3. The floor for 2: a bare sqlite3 loop, one commit per message, same pragmas, same schema.
-4. Full-text search latency (p50/p99) through search_messages over a large archive, against
+4. Full-text search latency (p50/p99) through Search.messages over a large archive, against
    the same MATCH queries run with bare sqlite3.
 
 Everything lives under one temporary directory that is removed at the end.
@@ -36,7 +36,7 @@ from gateway.logs import configure_logging
 from gateway.settings import Settings
 from gateway.store.db import Database, sqlite_pragmas
 from gateway.store.history_file import HistoryFile, HistoryMessage
-from gateway.store.search import search_messages
+from gateway.store.search import Search
 from gateway.store.sessions import SessionStore
 
 MIB = 1024 * 1024
@@ -505,6 +505,7 @@ async def bench_fts(root: Path, scale: Scale, text: TextMaker) -> dict[str, Any]
     log(f"archive of {scale.fts_messages:,} messages loaded in {fill_s:.1f}s")
 
     db = await Database.open(sqlite_url(path))
+    search = Search(db)
     floor_conn = bare_connect(path)
     queries = make_queries(scale.queries, random.Random(SEED + 4))
 
@@ -513,7 +514,7 @@ async def bench_fts(root: Path, scale: Scale, text: TextMaker) -> dict[str, Any]
     for q in queries:
         if q.kind not in seen:
             seen.add(q.kind)
-            await search_messages(db, q.text, limit=20)
+            await search.messages(q.text, limit=20)
             if q.floor_eligible:
                 await asyncio.to_thread(floor_query, floor_conn, q.match_expr())
 
@@ -530,7 +531,7 @@ async def bench_fts(root: Path, scale: Scale, text: TextMaker) -> dict[str, Any]
             ns, floor_hits = await asyncio.to_thread(floor_query, floor_conn, q.match_expr())
             floor_ms = ns / 1e6
         start = time.perf_counter_ns()
-        hits = await search_messages(db, q.text, limit=20)
+        hits = await search.messages(q.text, limit=20)
         took = (time.perf_counter_ns() - start) / 1e6
         if q.floor_eligible and i % 2 == 0:
             ns, floor_hits = await asyncio.to_thread(floor_query, floor_conn, q.match_expr())

@@ -36,7 +36,7 @@ judges no goal):
    three starts around the others (after one untimed start); also shown, a home with only
    the 10 tasks.
 4. Full-text search p99 over 1,000,000 messages (--quick: 50,000) < 20 ms: store_bench.py's
-   loader, query mix and measurement (ours `search_messages`, floor a bare sqlite3 MATCH),
+   loader, query mix and measurement (ours `Search.messages`, floor a bare sqlite3 MATCH),
    with 1,000 queries (--quick: 300) so that p99 is not one query's hiccup.
 
 Everything lives under one temporary directory that is removed at the end. The exit status
@@ -919,7 +919,7 @@ def render(results: dict[str, Any]) -> str:
             f"{f['db_bytes'] / MIB:.0f} MiB, loaded in {f['fill_seconds']:.0f}s; "
             f"{f['queries']} queries, every kind of store_bench.py)",
             f"   {'':<44}{'p50 ms':>10}{'p99 ms':>10}",
-            f"   {'ours: search_messages, all queries':<44}{f['ours_p50_ms']:>10.2f}"
+            f"   {'ours: Search.messages, all queries':<44}{f['ours_p50_ms']:>10.2f}"
             f"{f['ours_p99_ms']:>10.2f}",
             f"   {'ours: the trigram-only queries':<44}{f['ours_fts_only_p50_ms']:>10.2f}"
             f"{f['ours_fts_only_p99_ms']:>10.2f}",

@@ -74,9 +74,7 @@ def sessions() -> None:
     schedules each has."""
 
     async def work(store: SessionStore) -> tuple[list[SessionInfo], dict[str, int]]:
-        from gateway.store.schedules import counts
-
-        return await store.list_sessions(), await counts(store.db)
+        return await store.list_sessions(), await store.schedules.counts()
 
     infos, scheduled = _with_store(work)
     if not infos:
@@ -148,8 +146,6 @@ def search(
 ) -> None:
     """Full-text search of the message archive, newest first (or, with --semantic, one
     session's messages closest in meaning, best first)."""
-    from gateway.store.search import search_messages
-
     if session is not None:
         checked_id(session)
     if semantic:
@@ -158,9 +154,7 @@ def search(
         semantic_search(query, session, limit)
         return
     hits = _with_store(
-        lambda store: search_messages(
-            store.db, query, session_id=session, limit=limit, offset=offset
-        )
+        lambda store: store.search.messages(query, session_id=session, limit=limit, offset=offset)
     )
     if not hits:
         typer.echo("no matches")
@@ -177,10 +171,10 @@ def usage(
 ) -> None:
     """Token spend per model, with output tokens per second."""
     from gateway.clock import now_ms
-    from gateway.store.usage import DAY_MS, usage_summary
+    from gateway.store.usage import DAY_MS
 
     since = now_ms() - days * DAY_MS
-    rows = _with_store(lambda store: usage_summary(store.db, since_ms=since))
+    rows = _with_store(lambda store: store.usage.summary(since_ms=since))
     if not rows:
         typer.echo(f"no usage in the last {days} days")
         return
@@ -197,7 +191,7 @@ def usage(
 
 def doctor() -> None:
     """Print the resolved settings (secrets masked) and check the home and the database."""
-    from gateway.store.db import Database
+    from gateway.store.db import migrated_revision
     from gateway.store.kv import open_kv
 
     settings = load_settings()
@@ -214,13 +208,6 @@ def doctor() -> None:
         ok = False
         typer.secho(f"FAIL  home {settings.home} is not writable: {exc}", fg="red")
 
-    async def check_db() -> str | None:
-        db = await Database.open(settings.resolved_database_url)
-        try:
-            return await db.current_revision()
-        finally:
-            await db.close()
-
     async def check_kv() -> None:
         kv = await open_kv(settings.resolved_kv_url)
         try:
@@ -232,7 +219,7 @@ def doctor() -> None:
             await kv.close()
 
     try:
-        revision = asyncio.run(check_db())
+        revision = asyncio.run(migrated_revision(settings.resolved_database_url))
         typer.secho(f"ok    database migrated to revision {revision}", fg="green")
     except Exception as exc:  # any failure here is what doctor exists to report
         ok = False

@@ -31,7 +31,7 @@ def _with_memory(work: Callable[[SessionStore, Memory], Awaitable[T]]) -> T:
 
     async def main() -> T:
         store = await SessionStore.open(settings)
-        memory = Memory.open(settings, store.db)
+        memory = Memory.open(settings, store.vectors)
         try:
             return await work(store, memory)
         finally:

@@ -18,7 +18,6 @@ from gateway.logs import get_logger
 from gateway.presence import PRESENCE_PREFIX, Presence
 from gateway.store.kv import ERROR_MEMORY_PREFIX, TOOL_CACHE_PREFIX, KVStore
 from gateway.store.sessions import SessionStore
-from gateway.store.usage import purge_usage
 
 log = get_logger(__name__)
 
@@ -170,7 +169,7 @@ class SessionWatcher:
 
 
 async def trim_usage(store: SessionStore, retention_days: int) -> int:
-    deleted = await purge_usage(store.db, retention_days=retention_days)
+    deleted = await store.usage.purge(retention_days=retention_days)
     if deleted:
         log.info("usage rows past retention deleted", rows=deleted)
     return deleted

@@ -127,7 +127,7 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.probe = ReadinessProbe(
-            answers(self.store.db.ping), answers(self.kv.ping), self.leases.healthy
+            answers(self.store.ping), answers(self.kv.ping), self.leases.healthy
         )
 
     async def readiness(self) -> Readiness:
@@ -170,7 +170,7 @@ class Runtime:
         bus = open_bus(settings.resolved_kv_url, bus_namespace(settings.resolved_database_url))
         authority = Authority(settings.admin_keys)
         crash = CrashPoints(settings.crash_at)
-        store.db.set_crash_points(crash)
+        store.set_crash_points(crash)
         tool_memory = ToolMemory.open(kv, settings, clock)
         router = Router(
             settings,
@@ -215,7 +215,7 @@ class Runtime:
         if isinstance(agent, Summarizes):
             summary = RollingSummary(store, agent, settings.history_window)
             router.after_task.append(summary.schedule)
-        memory = Memory.open(settings, store.db, clock)
+        memory = Memory.open(settings, store.vectors, clock)
         router.runner.recall = memory.recall
         router.runner.subagents.limit(settings.max_subagent_depth, settings.max_subagents_per_task)
         return cls(

@@ -27,7 +27,6 @@ from gateway.events import Inbound, Origin
 from gateway.ids import Prefix, prefix_of, validate_session_id
 from gateway.logs import get_logger
 from gateway.schedule_spec import BadSchedule, Spec, parse_spec, parse_zone
-from gateway.store import schedules as table
 from gateway.store.models import ScheduleRow
 from gateway.store.schedules import Schedule
 from gateway.store.sessions import SessionStore
@@ -108,12 +107,11 @@ class Schedules:
         zone_name = new.timezone or self.default_timezone
         zone = parse_zone(zone_name)
         prompt = self._check_prompt(new.prompt)
-        if len(await table.of_session(self.store.db, session_id)) >= MAX_PER_SESSION:
+        if len(await self.store.schedules.of_session(session_id)) >= MAX_PER_SESSION:
             raise BadSchedule(f"a session has at most {MAX_PER_SESSION} schedules")
         now = self.clock.now_ms()
         await self.store.ensure(session_id)
-        made = await table.add(
-            self.store.db,
+        made = await self.store.schedules.add(
             ScheduleRow(
                 session_id=session_id,
                 spec=spec.text,
@@ -144,13 +142,13 @@ class Schedules:
         return prompt
 
     async def of_session(self, session_id: str) -> list[Schedule]:
-        return await table.of_session(self.store.db, validate_session_id(session_id))
+        return await self.store.schedules.of_session(validate_session_id(session_id))
 
     async def remove(self, session_id: str, who: Origin, schedule_id: int) -> None:
         """Raises NotAllowed or ScheduleNotFound."""
         validate_session_id(session_id)
         self.authority.require_shared_admin(who, session_id, "remove schedules of")
-        if not await table.remove(self.store.db, session_id, schedule_id):
+        if not await self.store.schedules.remove(session_id, schedule_id):
             raise ScheduleNotFound(f"no schedule #{schedule_id} in this session")
         log.info("schedule removed", session=session_id, schedule=schedule_id, by=who.sender_key)
 
@@ -161,7 +159,7 @@ class Schedules:
         in. Run by one instance at a time (the job's lease); a second one changes nothing."""
         now = self.clock.now_ms()
         fired = 0
-        for schedule in await table.due(self.store.db, now):
+        for schedule in await self.store.schedules.due(now):
             try:
                 fired += await self._fire(schedule, now)
             except Exception:  # one broken schedule must not hold up the others
@@ -174,7 +172,7 @@ class Schedules:
         upcoming = spec.next_after(now, parse_zone(schedule.timezone), due_ms=due)
         context = {"schedule": schedule.id, "session": schedule.session_id, "due": due}
         if now - due > self.grace_ms and schedule.skip_missed:
-            await table.advance(self.store.db, schedule.id, due, upcoming, fired_at=None)
+            await self.store.schedules.advance(schedule.id, due, upcoming, fired_at=None)
             log.info("schedule missed a due time: skipped", next_due=upcoming, **context)
             return False
         inbound = Inbound(
@@ -188,11 +186,11 @@ class Schedules:
         except (TooManyTasks, MessageTooLong, UnstorableText) as exc:
             # Refused for good at this due time (the session is flooded, a limit shrank):
             # the next one may go through.
-            await table.advance(self.store.db, schedule.id, due, upcoming, fired_at=None)
+            await self.store.schedules.advance(schedule.id, due, upcoming, fired_at=None)
             log.warning("schedule refused", reason=str(exc), **context)
             return False
         self.crash.reach("scheduled")
-        await table.advance(self.store.db, schedule.id, due, upcoming, fired_at=now)
+        await self.store.schedules.advance(schedule.id, due, upcoming, fired_at=now)
         log.info(
             "schedule fired",
             task=submission.task_hash,

@@ -12,7 +12,6 @@ from sqlmodel import Session, col, select
 
 from gateway.memory.embedders import LocalEmbedder
 from gateway.memory.indexer import Indexer
-from gateway.store import schedules
 from gateway.store.db import Database
 from gateway.store.files import Summary
 from gateway.store.journals import JournalRecord
@@ -20,8 +19,7 @@ from gateway.store.messages import StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, OutboxRow, ScheduleRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, outbox_item
 from gateway.store.sessions import RunRecord, SessionStore
-from gateway.store.usage import UsageRecord, record_usage
-from gateway.store.vectors import VectorArchive
+from gateway.store.usage import UsageRecord
 
 # Tables that hold no session's rows: the schema version, and the storage of the SQLite FTS5
 # index, whose entries are checked through the index itself.
@@ -58,11 +56,11 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
     await store.first_delivery(f"telegram:1:{marker}", session_id)  # a command it was sent
     # Its prompt answered on some instance.
     await store.claim_answer(session_id, waiting, 0, {"approved": True, "by": "ann"})
-    await record_usage(store.db, UsageRecord(session_id, "model-a", input=3, output=5))
+    await store.usage.record(UsageRecord(session_id, "model-a", input=3, output=5))
     schedule = ScheduleRow(session_id=session_id, spec="every 1h", prompt=f"count {marker}s")
-    await schedules.add(store.db, schedule)
+    await store.schedules.add(schedule)
     # Its messages and summary embedded (semantic recall), with their cursor.
-    await Indexer(VectorArchive(store.db), LocalEmbedder()).embed_session(session_id)
+    await Indexer(store.vectors, LocalEmbedder()).embed_session(session_id)
 
 
 async def rows_of(db: Database, session_id: str, *, marker: str) -> dict[str, int]:

@@ -30,7 +30,7 @@ from test_http import USERS, bearer, serving, write_tokens
 from adapters.http import start_http
 from gateway.events import Inbound, Origin
 from gateway.runtime import Runtime
-from gateway.store.usage import DAY_MS, UsageRecord, record_usage
+from gateway.store.usage import DAY_MS, UsageRecord
 
 DOCS = Path(__file__).parents[1] / "docs"
 WAIT_MS = 15_000
@@ -213,7 +213,7 @@ async def test_search_usage_charts_and_health(browser: Any, tmp_path: Path) -> N
                 elapsed_ms=1000,
                 send_at=now - days_ago * DAY_MS,
             )
-            await record_usage(runtime.store.db, record)
+            await runtime.store.usage.record(record)
         made = await runtime.router.submit(
             Inbound(
                 Origin("http", sender_id="ann", sender_name="Ann"),

@@ -30,7 +30,6 @@ from telegram_rig import reply_in as telegram_reply_in
 from telegram_rig import sent_to
 
 from gateway.settings import Settings
-from gateway.store import outbox as outbox_table
 from gateway.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
@@ -75,7 +74,7 @@ async def prompt_recorded_as_sent(home: Path, env: dict[str, str]) -> None:
     try:
 
         async def sent() -> bool:
-            return await outbox_table.undelivered(store.db) == []
+            return await store.outbox.undelivered() == []
 
         assert await wait_until(sent, 10), "the prompt was never recorded as delivered"
     finally:

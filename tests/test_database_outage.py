@@ -39,7 +39,6 @@ from gateway.events import Inbound, Origin
 from gateway.leases import open_leases
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store import outbox as outbox_table
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
 from gateway.store.sessions import SessionStore
@@ -234,7 +233,7 @@ async def test_a_discord_press_that_meets_the_outage_is_told_to_press_again(
         approve = next(cid for cid in custom_ids(prompt) if cid.endswith(":y"))
 
         async def delivered() -> bool:  # so that the cut finds nothing on its way
-            return await outbox_table.undelivered(rig.runtime.store.db) == []
+            return await rig.runtime.store.outbox.undelivered() == []
 
         assert await wait_until(delivered, within=10)
         await relay.cut()

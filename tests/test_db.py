@@ -20,16 +20,8 @@ from support import head_revision
 
 from gateway.settings import Settings
 from gateway.store.db import Database, DatabaseError
-from gateway.store.search import search_messages
 from gateway.store.sessions import RunRecord, SessionStore, UnknownSession
-from gateway.store.usage import (
-    DAY_MS,
-    UsageRecord,
-    daily_usage,
-    purge_usage,
-    record_usage,
-    usage_summary,
-)
+from gateway.store.usage import DAY_MS, UsageRecord
 
 HOSTILE_QUERIES = [
     '"',
@@ -94,27 +86,27 @@ async def seeded(
 
 @SEARCH_ONLY
 async def test_fts_finds_english_words(seeded: SessionStore) -> None:
-    hits = await search_messages(seeded.db, "quick fox")
+    hits = await seeded.search.messages("quick fox")
     assert [h.content for h in hits] == ["The quick brown fox jumps"]
-    hits = await search_messages(seeded.db, "FOX")  # case-insensitive, substring
+    hits = await seeded.search.messages("FOX")  # case-insensitive, substring
     assert [h.session_id for h in hits] == ["tg--42", "cli-en"]  # newest first
-    hits = await search_messages(seeded.db, "fox", session_id="cli-en")
+    hits = await seeded.search.messages("fox", session_id="cli-en")
     assert [h.sender for h in hits] == ["ann"]
-    assert await search_messages(seeded.db, "giraffe") == []
+    assert await seeded.search.messages("giraffe") == []
 
 
 @SEARCH_ONLY
 async def test_fts_finds_cjk_substrings(seeded: SessionStore) -> None:
     for query in ("東京", "明天在", "東京見面", "在東京"):
-        hits = await search_messages(seeded.db, query)
+        hits = await seeded.search.messages(query)
         assert [h.content for h in hits] == ["我们明天在東京見面吧"], query
-    assert await search_messages(seeded.db, "東京 fox") == []
+    assert await seeded.search.messages("東京 fox") == []
 
 
 @SEARCH_ONLY
 @pytest.mark.parametrize("query", HOSTILE_QUERIES)
 async def test_hostile_queries_never_raise(seeded: SessionStore, query: str) -> None:
-    hits = await search_messages(seeded.db, query)
+    hits = await seeded.search.messages(query)
     assert isinstance(hits, list)
     for hit in hits:
         assert all(term.lower() in hit.content.lower() for term in query.split())
@@ -124,18 +116,18 @@ async def test_hostile_queries_never_raise(seeded: SessionStore, query: str) -> 
 
 @SEARCH_ONLY
 async def test_hostile_query_matches_literally(seeded: SessionStore) -> None:
-    assert [h.sender for h in await search_messages(seeded.db, "NEAR (the")] == ["bo"]
-    assert [h.sender for h in await search_messages(seeded.db, "50%")] == ["bo"]
-    assert await search_messages(seeded.db, "5_%") == []
-    assert [h.sender for h in await search_messages(seeded.db, "*")] == ["bo"]
+    assert [h.sender for h in await seeded.search.messages("NEAR (the")] == ["bo"]
+    assert [h.sender for h in await seeded.search.messages("50%")] == ["bo"]
+    assert await seeded.search.messages("5_%") == []
+    assert [h.sender for h in await seeded.search.messages("*")] == ["bo"]
 
 
 async def test_search_pages_newest_first(store: SessionStore) -> None:
     await store.ensure("cli-p")
     for i in range(25):
         await store.append_message("cli-p", "user", f"needle number {i}")
-    first = await search_messages(store.db, "needle", limit=10)
-    second = await search_messages(store.db, "needle", limit=10, offset=10)
+    first = await store.search.messages("needle", limit=10)
+    second = await store.search.messages("needle", limit=10, offset=10)
     assert [h.content for h in first] == [f"needle number {i}" for i in range(24, 14, -1)]
     assert [h.content for h in second] == [f"needle number {i}" for i in range(14, 4, -1)]
 
@@ -281,10 +273,10 @@ async def test_usage_retention_deletes_exactly_old_rows(store: SessionStore) -> 
     now = 1_800_000_000_000
     cutoff = now - 28 * DAY_MS
     for offset, model in [(-1, "old"), (0, "edge"), (1, "new"), (-DAY_MS, "older")]:
-        await record_usage(store.db, UsageRecord("cli-u", model, output=1, send_at=cutoff + offset))
-    deleted = await purge_usage(store.db, retention_days=28, now=now)
+        await store.usage.record(UsageRecord("cli-u", model, output=1, send_at=cutoff + offset))
+    deleted = await store.usage.purge(retention_days=28, now=now)
     assert deleted == 2
-    assert {u.model for u in await usage_summary(store.db)} == {"edge", "new"}
+    assert {u.model for u in await store.usage.summary()} == {"edge", "new"}
 
 
 async def test_usage_summary_and_output_tps(store: SessionStore) -> None:
@@ -296,14 +288,14 @@ async def test_usage_summary_and_output_tps(store: SessionStore) -> None:
         UsageRecord("cli-v", "m2", input=5, output=0, elapsed_ms=0),
     ]
     for record in records:
-        await record_usage(store.db, record)
-    summary = {u.model: u for u in await usage_summary(store.db)}
+        await store.usage.record(record)
+    summary = {u.model: u for u in await store.usage.summary()}
     m1 = summary["m1"]
     assert (m1.calls, m1.input, m1.output, m1.cache_read, m1.cache_write) == (3, 111, 1200, 7, 3)
     assert m1.elapsed_ms == 4000
     assert m1.output_tps == pytest.approx(200 / 4.0)
     assert summary["m2"].output_tps == 0.0
-    only_v = await usage_summary(store.db, session_id="cli-v")
+    only_v = await store.usage.summary(session_id="cli-v")
     assert [u.model for u in only_v] == ["m2"]
 
 
@@ -318,8 +310,8 @@ async def test_daily_usage_groups_by_utc_day_and_model(store: SessionStore) -> N
         UsageRecord("cli-u", "m1", output=999, send_at=at - 1),  # before `since`
     ]
     for record in records:
-        await record_usage(store.db, record)
-    rows = await daily_usage(store.db, since_ms=at)
+        await store.usage.record(record)
+    rows = await store.usage.daily(since_ms=at)
     got = [(r.day, r.usage.model, r.usage.input, r.usage.output, r.usage.cache_read) for r in rows]
     assert got == [
         (day, "m1", 11, 22, 0),
@@ -345,7 +337,7 @@ async def test_old_note_tables_are_left_alone(tmp_path: Path) -> None:
     try:
         await store.ensure("cli-n")
         await store.append_message("cli-n", "user", "still works")
-        assert [h.content for h in await search_messages(store.db, "works")] == ["still works"]
+        assert [h.content for h in await store.search.messages("works")] == ["still works"]
     finally:
         await store.close()
     check = sqlite3.connect(path)
@@ -365,7 +357,7 @@ async def test_delete_session_removes_rows_and_files(store: SessionStore) -> Non
     await store.append_message("temp-z", "user", "bye now")
     assert await store.delete("temp-z")
     assert await store.get("temp-z") is None
-    assert await search_messages(store.db, "bye now") == []
+    assert await store.search.messages("bye now") == []
     assert not store.dirs.path_of("temp-z").is_dir()
 
 
@@ -384,7 +376,7 @@ async def test_many_sessions_deleted_in_chunks(
     assert gone == ids
     assert [await store.get(sid) for sid in ids] == [None] * 5
     assert not any(store.dirs.path_of(sid).is_dir() for sid in ids)
-    assert await search_messages(store.db, "note from") == []
+    assert await store.search.messages("note from") == []
     assert await store.get("temp-stays") is not None
 
 
@@ -395,7 +387,7 @@ async def test_deleted_session_leaves_no_row_in_any_table(store: SessionStore) -
     assert set(had) >= SESSION_TABLES
     assert await store.delete("temp-gone")
     assert await rows_of(store.db, "temp-gone", marker="zebrafish") == {}
-    assert await search_messages(store.db, "zebrafish") == []
+    assert await store.search.messages("zebrafish") == []
     assert await rows_of(store.db, "cli-stays", marker="hedgehog") == had
 
 
@@ -406,7 +398,7 @@ async def test_renamed_session_leaves_no_row_under_the_old_id(store: SessionStor
     assert await store.rename("tg--100", "tg--1001")
     assert await rows_of(store.db, "tg--100", marker="zebrafish") == {}
     assert await rows_of(store.db, "tg--1001", marker="zebrafish") == had
-    assert {m.session_id for m in await search_messages(store.db, "zebrafish")} == {"tg--1001"}
+    assert {m.session_id for m in await store.search.messages("zebrafish")} == {"tg--1001"}
     assert store.dirs.path_of("tg--1001").is_dir()
     assert not store.dirs.path_of("tg--100").exists()
 
@@ -422,7 +414,7 @@ async def test_session_renamed_onto_an_existing_one_joins_it(store: SessionStore
     for table in SESSION_TABLES - {"session"}:
         assert joined[table] == moving[table] + staying[table], table
     assert joined["session"] == 1
-    assert {m.session_id for m in await search_messages(store.db, "zebrafish")} == {"tg--1001"}
+    assert {m.session_id for m in await store.search.messages("zebrafish")} == {"tg--1001"}
     assert store.dirs.path_of("tg--100").is_dir()  # both had folders: the old one is kept
     assert not await store.rename("tg--100", "tg--1002")
 

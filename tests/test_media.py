@@ -26,7 +26,6 @@ from gateway.agents.images import Unreadable, prepare
 from gateway.events import Attachment, Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store.search import search_messages
 from gateway.store.sessions import StoredMessage
 
 
@@ -231,7 +230,7 @@ async def test_voice_note_transcript_is_archived_searchable_and_sent(
         stored = await first_message(rig, "tg-307")
         line = "[voice note transcript, "
         assert line in stored.content and "please water the ficus on tuesday" in stored.content
-        hits = await search_messages(rig.runtime.store.db, "ficus", session_id="tg-307")
+        hits = await rig.runtime.store.search.messages("ficus", session_id="tg-307")
         assert [h.id for h in hits] == [stored.id]
     assert "please water the ficus on tuesday" in last_text(model.requests[-1])
 

@@ -21,7 +21,6 @@ from gateway.events import Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.history_file import HistoryMessage
-from gateway.store.usage import usage_summary
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann")
 BOB = Origin("http", sender_id="bob", sender_name="Bob")
@@ -108,7 +107,7 @@ async def test_streamed_text_reply_and_usage(fake: FakeOpenAI, runtime: Runtime)
     assert request["messages"][-1] == {"role": "user", "content": "Ann: hi there"}
     ((model, inp, out, elapsed, calls),) = await usage_rows(runtime)
     assert (model, out, calls) == ("fake-model", 6, "[]") and inp > 0 and elapsed >= 0
-    (summary,) = await usage_summary(runtime.store.db)
+    (summary,) = await runtime.store.usage.summary()
     assert summary.model == "fake-model"
 
 

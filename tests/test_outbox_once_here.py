@@ -11,7 +11,6 @@ from store_rows import outbox_of_task
 from gateway.adapter import Progress
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime
-from gateway.store import outbox as table
 
 CHAT = Origin("chat", channel_id="c1", sender_id="ann", sender_name="Ann")
 
@@ -41,7 +40,7 @@ async def test_a_pass_over_pending_entries_skips_one_on_its_way(runtime: Runtime
     runtime.router.register_sink("chat", sink)
     sub = await runtime.router.submit(Inbound(CHAT, "dc-1", "hello"))
     await asyncio.wait_for(sink.holding.wait(), 10)  # the task's own delivery is under way
-    listed = await table.undelivered(runtime.store.db)
+    listed = await runtime.store.outbox.undelivered()
     assert [item.task_hash for item in listed] == [sub.task_hash]
     # Sent again, it would wait for the release like the first: the pass must not wait.
     assert await asyncio.wait_for(runtime.router.courier.redeliver(), 5) == 0

@@ -256,7 +256,7 @@ async def test_vectors_of_a_deleted_session_go_with_it(runtime: Runtime) -> None
     assert await runtime.memory.recall.search("cli-gone", "marmalade", 2)
     await runtime.store.delete("cli-gone")
     assert await runtime.memory.recall.search("cli-gone", "marmalade", 2) == []
-    assert await VectorArchive(runtime.store.db).cursor("cli-gone") is None
+    assert await runtime.store.vectors.cursor("cli-gone") is None
 
 
 async def test_every_summary_is_embedded_once_and_searchable(runtime: Runtime) -> None:

@@ -14,7 +14,6 @@ from gateway.memory.embedders import LOCAL_MODEL
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.sessions import SessionStore
-from gateway.store.vectors import VectorArchive
 
 BOB = Origin("http", sender_id="bob", sender_name="Bob\x1b[8m")
 
@@ -61,10 +60,10 @@ async def test_reindex_then_semantic_search(home: Path) -> None:
     # A reindex of one session makes its embeddings again, and only its own.
     store = await SessionStore.open(Settings(home=home, _env_file=None))
     try:
-        before = await VectorArchive(store.db).cursor("cli-b")
+        before = await store.vectors.cursor("cli-b")
         await asyncio.to_thread(invoke, ["reindex", "--session", "cli-a"])
-        assert await VectorArchive(store.db).cursor("cli-b") == before
-        after = await VectorArchive(store.db).message_rows("cli-a", LOCAL_MODEL, 0)
+        assert await store.vectors.cursor("cli-b") == before
+        after = await store.vectors.message_rows("cli-a", LOCAL_MODEL, 0)
         assert len(after.message_ids) == 2
     finally:
         await store.close()

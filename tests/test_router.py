@@ -16,7 +16,6 @@ from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store.search import search_messages
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
 BOB = Origin("http", sender_id="bob", sender_name="Bob", window_hash="w2")
@@ -88,7 +87,7 @@ async def test_echo_persists_everything(runtime: Runtime) -> None:
     assert all(r.task_hash == sub.task_hash for r in runtime.store.files("cli-a").action_log.read())
     assert list(runtime.store.files("cli-a").list_pending()) == []  # journal removed
     assert not await runtime.presence.is_running("cli-a")
-    hits = await search_messages(runtime.store.db, "there")
+    hits = await runtime.store.search.messages("there")
     assert len(hits) == 2
 
 
@@ -314,11 +313,9 @@ async def test_subscribers_get_events_and_slow_ones_drop(runtime: Runtime) -> No
 
 
 async def test_usage_rows_from_offline_agent(runtime: Runtime) -> None:
-    from gateway.store.usage import usage_summary
-
     sub = await runtime.router.submit(inbound("cli-u", "three word message"))
     await finished(runtime.router, sub.task_hash)
-    (row,) = await usage_summary(runtime.store.db)
+    (row,) = await runtime.store.usage.summary()
     assert (row.model, row.input, row.output) == ("offline", 3, 4)
 
 

@@ -23,7 +23,6 @@ from gateway.runtime import Runtime
 from gateway.schedule_spec import BadSchedule, parse_args, parse_spec, parse_zone
 from gateway.schedules import home_origin
 from gateway.settings import Settings
-from gateway.store import schedules as table
 
 MINUTE = 60.0
 HOUR = 3600.0
@@ -339,7 +338,7 @@ async def test_a_crash_between_storing_the_task_and_moving_on_fires_once(
         runtime.schedules.crash = CrashAt("scheduled")
         with pytest.raises(Crashed):
             await runtime.schedules._fire(
-                (await table.due(runtime.store.db, clock.now_ms()))[0], clock.now_ms()
+                (await runtime.store.schedules.due(clock.now_ms()))[0], clock.now_ms()
             )
         [made] = await runtime.schedules.of_session("cli-x")
         assert made.next_due_at == START_MS + 3_600_000  # not moved on
@@ -363,7 +362,7 @@ async def test_a_second_firing_of_one_due_time_stores_nothing(
     """Two instances that both saw the schedule due (a lease moving between them)."""
     await command(runtime, ANN, "cli-twice", "/schedule every 1h once")
     await clock.advance(HOUR)
-    [due] = await table.due(runtime.store.db, clock.now_ms())
+    [due] = await runtime.store.schedules.due(clock.now_ms())
     assert await runtime.schedules._fire(due, clock.now_ms())
     assert not await runtime.schedules._fire(due, clock.now_ms())
     assert await settle(runtime, "cli-twice") == ["echo: once"]
@@ -375,7 +374,7 @@ async def test_a_session_deleted_takes_its_schedules_with_it(runtime: Runtime) -
     assert await runtime.store.delete("cli-gone")
     assert await runtime.schedules.of_session("cli-gone") == []
     assert len(await runtime.schedules.of_session("cli-stays")) == 1
-    assert await table.counts(runtime.store.db) == {"cli-stays": 1}
+    assert await runtime.store.schedules.counts() == {"cli-stays": 1}
 
 
 async def test_a_schedule_moves_on_only_from_the_due_time_it_had(
@@ -384,9 +383,9 @@ async def test_a_schedule_moves_on_only_from_the_due_time_it_had(
     """An instance that read the schedule before another moved it on cannot move it back."""
     await command(runtime, ANN, "cli-stale", "/schedule every 1h x")
     [made] = await runtime.schedules.of_session("cli-stale")
-    db, first = runtime.store.db, made.next_due_at
-    assert await table.advance(db, made.id, first, first + 3_600_000, fired_at=first)
-    assert not await table.advance(db, made.id, first, first + 60_000, fired_at=None)
+    table, first = runtime.store.schedules, made.next_due_at
+    assert await table.advance(made.id, first, first + 3_600_000, fired_at=first)
+    assert not await table.advance(made.id, first, first + 60_000, fired_at=None)
     [now] = await runtime.schedules.of_session("cli-stale")
     assert (now.next_due_at, now.last_fired_at) == (first + 3_600_000, first)
 

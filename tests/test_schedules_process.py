@@ -27,7 +27,6 @@ from telegram_rig import reply_in, sent_to
 
 from gateway.clock import now_ms
 from gateway.settings import Settings
-from gateway.store import schedules as table
 from gateway.store.models import ScheduleRow
 from gateway.store.sessions import SessionStore
 
@@ -95,7 +94,7 @@ async def test_killed_between_storing_a_scheduled_task_and_moving_on_it_runs_onc
             await gateway.start(AGENVOY_CRASH_AT=step)
             assert await gateway.died() == -9
             async with archive(home, env) as store:
-                [schedule] = await table.of_session(store.db, f"tg-{GROUP}")
+                [schedule] = await store.schedules.of_session(f"tg-{GROUP}")
                 assert schedule.next_due_at == missed  # stored, not moved on
             await gateway.start()
             await reply_in(fake, GROUP, f"echo: {PROMPT}")
@@ -113,7 +112,7 @@ async def test_killed_between_storing_a_scheduled_task_and_moving_on_it_runs_onc
             ("assistant", "offline"),
         ]
         assert await store.unfinished() == []
-        [schedule] = await table.of_session(store.db, f"tg-{GROUP}")
+        [schedule] = await store.schedules.of_session(f"tg-{GROUP}")
         assert schedule.next_due_at > now_ms() and schedule.last_fired_at > missed
 
 
@@ -132,7 +131,7 @@ async def test_two_instances_fire_a_due_schedule_once(cluster: Cluster) -> None:
         await make_due(store, due)
 
         async def moved_on() -> bool:
-            [schedule] = await table.of_session(store.db, sid)
+            [schedule] = await store.schedules.of_session(sid)
             return schedule.next_due_at > due
 
         await until(moved_on, "the schedule moved on")

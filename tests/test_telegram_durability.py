@@ -36,7 +36,6 @@ from gateway.engine.task import Submission
 from gateway.events import Inbound, Origin, TextDeltaEvent, TextEvent
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store import outbox as outbox_table
 
 
 @pytest.fixture
@@ -445,7 +444,7 @@ async def test_an_update_that_finds_the_archive_down_waits_for_it_and_is_answere
         await reply_in(fake, 11, "echo: before")
 
         async def delivered() -> bool:  # so that the cut finds no reply on its way
-            return await outbox_table.undelivered(rig.runtime.store.db) == []
+            return await rig.runtime.store.outbox.undelivered() == []
 
         assert await wait_until(delivered, within=10)
         rig.adapter.poller.max_wait = 0.2  # the update tries again soon once the archive is back
@@ -503,7 +502,7 @@ async def test_a_reply_delivered_while_the_archive_went_down_is_recorded_once_it
         await relay.restore()
 
         async def recorded() -> bool:
-            return await outbox_table.undelivered(rig.runtime.store.db) == []
+            return await rig.runtime.store.outbox.undelivered() == []
 
         assert await wait_until(recorded, within=15)
     finally:
@@ -534,7 +533,7 @@ async def test_a_button_pressed_while_the_archive_is_down_is_answered_once_it_is
         )
 
         async def delivered() -> bool:  # so that the cut finds nothing on its way
-            return await outbox_table.undelivered(rig.runtime.store.db) == []
+            return await rig.runtime.store.outbox.undelivered() == []
 
         assert await wait_until(delivered, within=10)
         rig.adapter.poller.max_wait = 0.2  # the press is tried again soon once the archive is back

@@ -12,7 +12,7 @@ from adapters.http.replies import LogRecord, Message, Messages, ModelUsage, Usag
 from adapters.http.route import Call
 from adapters.http.sse import StreamClosed
 from gateway.events import event_to_json
-from gateway.store.usage import DAY_MS, usage_summary
+from gateway.store.usage import DAY_MS
 
 
 async def get_history(call: Call) -> Messages:
@@ -55,5 +55,5 @@ async def stream_log(call: Call) -> web.StreamResponse:
 async def usage(call: Call) -> UsageList:
     days = call.query(UsageQuery).days
     since = call.ctx.runtime.clock.now_ms() - days * DAY_MS
-    rows = await usage_summary(call.ctx.store.db, since_ms=since)
+    rows = await call.ctx.store.usage.summary(since_ms=since)
     return UsageList(models=[ModelUsage.of(r) for r in rows])

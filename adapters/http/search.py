@@ -13,7 +13,6 @@ from adapters.http.replies import Message, Reply
 from adapters.http.route import Call
 from gateway.ids import validate_session_id
 from gateway.memory.embedders import EmbeddingFailed
-from gateway.store.search import search_messages
 
 
 class SearchHit(Message):
@@ -34,8 +33,7 @@ async def search(call: Call) -> SearchHits:
     session_id = validate_session_id(query.session_id) if query.session_id else None
     if query.mode == "semantic":
         return await _semantic(call, query, session_id)
-    found = await search_messages(
-        call.ctx.store.db,
+    found = await call.ctx.store.search.messages(
         query.q,
         session_id=session_id,
         limit=query.limit,

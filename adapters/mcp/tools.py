@@ -44,7 +44,7 @@ from adapters.http.sessions import session_list
 from gateway.engine.task import TaskStatus
 from gateway.events import Inbound, Origin
 from gateway.ids import Prefix, new_session_id, validate_hash, validate_session_id
-from gateway.store.search import MAX_PAGE, search_messages
+from gateway.store.search import MAX_PAGE
 
 # Long enough for most replies; an MCP client's own request timeout may be shorter, and the
 # task goes on when it gives up: `get_task` finds it again.
@@ -134,8 +134,8 @@ async def _read_history(ctx: Context, who: Origin, args: ReadHistoryArgs) -> Mes
 
 async def _search_history(ctx: Context, who: Origin, args: SearchHistoryArgs) -> SearchResults:
     session_id = validate_session_id(args.session_id) if args.session_id else None
-    found = await search_messages(
-        ctx.store.db, args.query, session_id=session_id, limit=args.limit, offset=0
+    found = await ctx.store.search.messages(
+        args.query, session_id=session_id, limit=args.limit, offset=0
     )
     return SearchResults(results=[Message.of(m) for m in found])
 

@@ -14,8 +14,8 @@ from adapters.web.charts import Series, lines, stacked_bars
 from adapters.web.pages import Pages
 from gateway.ids import validate_session_id
 from gateway.memory.embedders import EmbeddingFailed
-from gateway.store.search import MAX_PAGE, search_messages
-from gateway.store.usage import DAY_MS, daily_usage, usage_summary
+from gateway.store.search import MAX_PAGE
+from gateway.store.usage import DAY_MS
 
 # What the archive keeps of usage (AGENVOY_USAGE_RETENTION_DAYS' default).
 USAGE_DAYS: Final = 28
@@ -54,8 +54,8 @@ class Overview:
         if query and semantic:
             results, problem = await self._by_meaning(query, sid)
         elif query:
-            found = await search_messages(
-                self.ctx.store.db, query, session_id=sid, limit=MAX_PAGE, offset=0
+            found = await self.ctx.store.search.messages(
+                query, session_id=sid, limit=MAX_PAGE, offset=0
             )
             results = [Found(m.session_id, m.role, m.sender, m.send_at, m.content) for m in found]
         return self.pages.render(
@@ -90,7 +90,7 @@ class Overview:
         today = now // DAY_MS
         days = list(range(today - USAGE_DAYS + 1, today + 1))
         since = days[0] * DAY_MS
-        rows = await daily_usage(self.ctx.store.db, since_ms=since)
+        rows = await self.ctx.store.usage.daily(since_ms=since)
         labels = [_day_label(day) for day in days]
         index = {day: i for i, day in enumerate(days)}
         per_model: dict[str, dict[str, list[float]]] = defaultdict(
@@ -118,7 +118,7 @@ class Overview:
             labels,
             [Series(model, values["tps"]) for model, values in sorted(per_model.items())],
         )
-        totals = await usage_summary(self.ctx.store.db, since_ms=since)
+        totals = await self.ctx.store.usage.summary(since_ms=since)
         return self.pages.render(
             "usage.html",
             viewer,

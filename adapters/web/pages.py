@@ -19,8 +19,6 @@ from gateway.events import Inbound
 from gateway.ids import Prefix, prefix_of, validate_hash, validate_session_id
 from gateway.logs import get_logger
 from gateway.session_settings import REASONING_LEVELS, SettingsChange, SettingsRefused
-from gateway.store.schedules import counts as schedule_counts
-from gateway.store.schedules import of_session as schedules_of
 
 log = get_logger(__name__)
 
@@ -105,7 +103,7 @@ class Pages:
             and (not needle or needle in info.id.lower() or needle in info.name.lower())
         ]
         waiting = {p.session_id for p in await router.open_prompts()}
-        scheduled = await schedule_counts(self.ctx.store.db)
+        scheduled = await self.ctx.store.schedules.counts()
         return self.render(
             "sessions.html",
             viewer,
@@ -127,7 +125,7 @@ class Pages:
         prompts = await self.ctx.router.open_prompts(sid)
         mine = answerable(self.ctx, viewer.origin(), prompts).pending
         running = self.ctx.router.running_task(sid)
-        schedules = await schedules_of(self.ctx.store.db, sid)
+        schedules = await self.ctx.store.schedules.of_session(sid)
         return self.render(
             "session.html",
             viewer,

@@ -15,7 +15,6 @@ from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
 from gateway.memory.recalled import Recalled
 from gateway.store.history_file import HistoryMessage
-from gateway.store.search import search_messages
 from gateway.store.sessions import SessionStore
 
 if TYPE_CHECKING:
@@ -108,7 +107,7 @@ class RunContext:
         return await self._subagents.run(self, text, key)
 
     async def search_history(self, query: str) -> list[dict[str, object]]:
-        hits = await search_messages(self._store.db, query, session_id=self.session_id)
+        hits = await self._store.search.messages(query, session_id=self.session_id)
         return [
             {
                 "id": h.id,

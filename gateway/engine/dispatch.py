@@ -20,7 +20,6 @@ from gateway.engine.task import Task
 from gateway.events import Event, Origin
 from gateway.ids import validate_session_id
 from gateway.logs import get_logger
-from gateway.store import outbox as outbox_table
 from gateway.store.outbox import OutboxEntry, OutboxItem
 from gateway.store.sessions import SessionStore
 
@@ -53,7 +52,7 @@ class Dispatch:
         self.counters = counters
         self.sinks: dict[str, Sink] = {}
         self.pulled: set[str] = set()
-        self.courier = Courier(store.db, self.sinks, self._log_for_courier, clock=clock)
+        self.courier = Courier(store.outbox, self.sinks, self._log_for_courier, clock=clock)
         self._subscribers: dict[str, set[Subscription]] = {}
         # Told of every event recorded here (the relay, which tells the other instances).
         self.published: Callable[[Task, Event], Awaitable[None]] | None = None
@@ -134,7 +133,7 @@ class Dispatch:
             return
         if event.kind in OUTBOX_KINDS:
             if item is None:
-                item = await outbox_table.claim(self.store.db, self.outbox_entry(task, event))
+                item = await self.store.outbox.claim(self.outbox_entry(task, event))
             await self.courier.send(item)
             return
         sink = self.sinks.get(task.origin.platform)

@@ -27,11 +27,9 @@ from gateway.adapter import Progress, Sink
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.events import Origin, event_from_obj
 from gateway.logs import get_logger
-from gateway.store import outbox as table
 from gateway.store.actionlog import ActionKind
-from gateway.store.db import Database
 from gateway.store.errors import until_available
-from gateway.store.outbox import OutboxItem
+from gateway.store.outbox import Outbox, OutboxItem, Parts
 
 log = get_logger(__name__)
 
@@ -42,7 +40,7 @@ SENT_KEPT = 4096  # entries remembered as sent by this process
 class Courier:
     def __init__(
         self,
-        db: Database,
+        outbox: Outbox,
         sinks: Mapping[str, Sink],
         log_action: Callable[[str, str, str, str], Awaitable[object]],
         *,
@@ -53,7 +51,7 @@ class Courier:
         claimant: str | None = None,
         claim_seconds: float = 30.0,
     ) -> None:
-        self.db = db
+        self.outbox = outbox
         self.sinks = sinks
         self._log_action = log_action
         self.clock = clock
@@ -92,9 +90,7 @@ class Courier:
             log.info("outbox entry waits for its adapter", platform=item.platform, id=item.id)
             return False
         if self.claimant is not None:
-            claimed = await table.take(
-                self.db, item.id, self.claimant, int(self.claim_seconds * 1000)
-            )
+            claimed = await self.outbox.take(item.id, self.claimant, int(self.claim_seconds * 1000))
             if claimed is None:
                 log.info("outbox entry sent by another instance", id=item.id)
                 return False
@@ -102,7 +98,7 @@ class Courier:
         origin = Origin.from_json(item.payload["origin"])
         event = event_from_obj(item.payload["event"])
 
-        parts = PartsRecord(self.db, item.id, item.parts_sent)
+        parts = PartsRecord(self.outbox, item.id, item.parts_sent)
         progress = Progress(item.parts_sent, item.parts_attempted, parts.save)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.attempts),
@@ -120,8 +116,8 @@ class Courier:
                         message_id = await sink.deliver(origin, event, progress)
                     except Exception as exc:
                         final = attempt.retry_state.attempt_number >= self.attempts
-                        await table.mark_attempt_failed(
-                            self.db, item.id, repr(exc), final=final, parts=parts.unsaved
+                        await self.outbox.mark_attempt_failed(
+                            item.id, repr(exc), final=final, parts=parts.unsaved
                         )
                         parts.saved()
                         raise
@@ -145,7 +141,7 @@ class Courier:
         # The platform has it now: what is left is to record that, however long the archive
         # stays unreachable (sent again, it would reach the user twice).
         await until_available(
-            lambda: table.mark_delivered(self.db, item.id, message_id or "", parts=parts.unsaved),
+            lambda: self.outbox.mark_delivered(item.id, message_id or "", parts=parts.unsaved),
             sleep=self.clock.sleep,
             what="delivered, not yet recorded",
             initial=self.initial_wait,
@@ -156,7 +152,7 @@ class Courier:
     async def redeliver(self) -> int:
         """Send every pending entry whose platform has an adapter here; returns how many."""
         sent = 0
-        for item in await table.undelivered(self.db, set(self.sinks)):
+        for item in await self.outbox.undelivered(set(self.sinks)):
             sent += await self.send(item)
         if sent:
             log.info("pending deliveries sent after restart", count=sent)
@@ -174,17 +170,17 @@ class PartsRecord:
     platform's answer leaves anyway.
     """
 
-    def __init__(self, db: Database, item_id: int, sent: int) -> None:
-        self.db = db
+    def __init__(self, outbox: Outbox, item_id: int, sent: int) -> None:
+        self.outbox = outbox
         self.item_id = item_id
         self._stored_sent = sent
-        self.unsaved: table.Parts | None = None
+        self.unsaved: Parts | None = None
 
     async def save(self, sent: int, attempted: int) -> None:
         if attempted == sent and sent > self._stored_sent:  # accepted parts, none in doubt
             self.unsaved = (sent, attempted)
             return
-        await table.record_parts(self.db, self.item_id, sent, attempted)
+        await self.outbox.record_parts(self.item_id, sent, attempted)
         self.saved()
         self._stored_sent = sent
 

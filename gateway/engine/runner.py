@@ -42,7 +42,6 @@ from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.store.errors import until_available
 from gateway.store.sessions import RunRecord, SessionStore
-from gateway.store.usage import record_usage
 
 log = get_logger(__name__)
 
@@ -207,7 +206,7 @@ class Runner:
         """Record the usage the task holds, if any (a step other than the end follows)."""
         if task.usage is not None:
             record, task.usage = task.usage, None
-            await record_usage(self.store.db, record)
+            await self.store.usage.record(record)
 
     async def _tool_started(self, task: Task, call: ToolCall) -> None:
         await self._record_usage(task)

@@ -10,7 +10,6 @@ from gateway.memory.embedders import open_embedder
 from gateway.memory.indexer import Indexer
 from gateway.memory.recall import Recall
 from gateway.settings import Settings
-from gateway.store.db import Database
 from gateway.store.vectors import VectorArchive
 
 
@@ -21,8 +20,10 @@ class Memory:
     recall: Recall
 
     @classmethod
-    def open(cls, settings: Settings, db: Database, clock: Clock = SYSTEM_CLOCK) -> Memory:
-        vectors = VectorArchive(db)
+    def open(
+        cls, settings: Settings, vectors: VectorArchive, clock: Clock = SYSTEM_CLOCK
+    ) -> Memory:
+        """Recall over the store's `vectors` (`SessionStore.vectors`)."""
         embedder = open_embedder(settings, clock)
         recall = Recall(
             vectors,

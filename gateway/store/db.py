@@ -304,6 +304,16 @@ class Database:
             return result
 
 
+async def migrated_revision(url: str) -> str | None:
+    """Open the database at `url`, bring its schema up to date, and name the revision it is
+    at: what `agenvoy doctor` checks."""
+    db = await Database.open(url)
+    try:
+        return await db.current_revision()
+    finally:
+        await db.close()
+
+
 @functools.cache
 def insert_ignoring(dialect: str, model: type[Any]) -> Any:
     """INSERT … ON CONFLICT DO NOTHING in the database's dialect; `.values()` to be added, or

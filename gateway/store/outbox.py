@@ -106,58 +106,6 @@ def claim_in(sql: Lean, entry: OutboxEntry) -> OutboxItem:
     return _item(row)
 
 
-async def claim(db: Database, entry: OutboxEntry) -> OutboxItem:
-    return await db.write_lean(lambda sql: claim_in(sql, entry))
-
-
-async def take(db: Database, item_id: int, claimant: str, claim_ms: int) -> OutboxItem | None:
-    """Claim a pending entry for `claimant` to send, for `claim_ms`: the entry as it stands,
-    or None while another instance's claim holds (or the entry is no longer pending). With
-    several instances, only the claim's holder sends an entry."""
-    now = now_ms()
-
-    def work(sql: Lean) -> OutboxItem | None:
-        if sql.run(_TAKE, claimant, now + claim_ms, item_id, claimant, now) != 1:
-            return None
-        row = sql.one(_BY_ID, item_id)
-        return _item(row) if row is not None else None
-
-    return await db.write_lean(work)
-
-
-async def mark_delivered(
-    db: Database, item_id: int, platform_message_id: str, *, parts: Parts | None = None
-) -> None:
-    """`parts`: (sent, attempted) not recorded yet, stored with the mark."""
-    at = now_ms()
-
-    def work(sql: Lean) -> None:
-        if parts is not None:
-            sql.run(_PARTS, *parts, item_id)
-        sql.run(_DELIVERED, platform_message_id, at, item_id)
-
-    await db.write_lean(work)
-
-
-async def record_parts(db: Database, item_id: int, parts_sent: int, parts_attempted: int) -> None:
-    """The platform accepted `parts_sent` parts of the entry's message so far, and was handed
-    `parts_attempted`."""
-    await db.write_lean(lambda sql: sql.run(_PARTS, parts_sent, parts_attempted, item_id))
-
-
-async def mark_attempt_failed(
-    db: Database, item_id: int, error: str, *, final: bool, parts: Parts | None = None
-) -> None:
-    status = "failed" if final else "pending"
-
-    def work(sql: Lean) -> None:
-        if parts is not None:
-            sql.run(_PARTS, *parts, item_id)
-        sql.run(_FAILED, status, error[:MAX_ERROR_CHARS], item_id)
-
-    await db.write_lean(work)
-
-
 def _item(row: Row) -> OutboxItem:
     """An entry from its `_COLUMNS`, in their order."""
     fields = dict(zip(_COLUMN_NAMES, row, strict=True))
@@ -165,17 +113,71 @@ def _item(row: Row) -> OutboxItem:
     return OutboxItem(**fields)
 
 
-async def undelivered(db: Database, platforms: set[str] | None = None) -> list[OutboxItem]:
-    stmt = select(OutboxRow).where(col(OutboxRow.status) == "pending").order_by(col(OutboxRow.id))
-    if platforms is not None:
-        stmt = stmt.where(col(OutboxRow.platform).in_(sorted(platforms)))
-
-    def work(session: Session) -> list[OutboxItem]:
-        return [outbox_item(row) for row in session.exec(stmt).all()]
-
-    return await db.read(work)
-
-
 def outbox_item(row: OutboxRow) -> OutboxItem:
     assert row.id is not None
     return _item(tuple(getattr(row, name) for name in _COLUMN_NAMES))
+
+
+class Outbox:
+    """The outbox table of one database: its entries claimed, sent and marked."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def claim(self, entry: OutboxEntry) -> OutboxItem:
+        return await self._db.write_lean(lambda sql: claim_in(sql, entry))
+
+    async def take(self, item_id: int, claimant: str, claim_ms: int) -> OutboxItem | None:
+        """Claim a pending entry for `claimant` to send, for `claim_ms`: the entry as it
+        stands, or None while another instance's claim holds (or the entry is no longer
+        pending). With several instances, only the claim's holder sends an entry."""
+        now = now_ms()
+
+        def work(sql: Lean) -> OutboxItem | None:
+            if sql.run(_TAKE, claimant, now + claim_ms, item_id, claimant, now) != 1:
+                return None
+            row = sql.one(_BY_ID, item_id)
+            return _item(row) if row is not None else None
+
+        return await self._db.write_lean(work)
+
+    async def mark_delivered(
+        self, item_id: int, platform_message_id: str, *, parts: Parts | None = None
+    ) -> None:
+        """`parts`: (sent, attempted) not recorded yet, stored with the mark."""
+        at = now_ms()
+
+        def work(sql: Lean) -> None:
+            if parts is not None:
+                sql.run(_PARTS, *parts, item_id)
+            sql.run(_DELIVERED, platform_message_id, at, item_id)
+
+        await self._db.write_lean(work)
+
+    async def record_parts(self, item_id: int, parts_sent: int, parts_attempted: int) -> None:
+        """The platform accepted `parts_sent` parts of the entry's message so far, and was
+        handed `parts_attempted`."""
+        await self._db.write_lean(lambda sql: sql.run(_PARTS, parts_sent, parts_attempted, item_id))
+
+    async def mark_attempt_failed(
+        self, item_id: int, error: str, *, final: bool, parts: Parts | None = None
+    ) -> None:
+        status = "failed" if final else "pending"
+
+        def work(sql: Lean) -> None:
+            if parts is not None:
+                sql.run(_PARTS, *parts, item_id)
+            sql.run(_FAILED, status, error[:MAX_ERROR_CHARS], item_id)
+
+        await self._db.write_lean(work)
+
+    async def undelivered(self, platforms: set[str] | None = None) -> list[OutboxItem]:
+        stmt = select(OutboxRow).where(col(OutboxRow.status) == "pending")
+        stmt = stmt.order_by(col(OutboxRow.id))
+        if platforms is not None:
+            stmt = stmt.where(col(OutboxRow.platform).in_(sorted(platforms)))
+
+        def work(session: Session) -> list[OutboxItem]:
+            return [outbox_item(row) for row in session.exec(stmt).all()]
+
+        return await self._db.read(work)

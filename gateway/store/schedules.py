@@ -60,56 +60,63 @@ def _of(row: ScheduleRow) -> Schedule:
     )
 
 
-async def add(db: Database, row: ScheduleRow) -> Schedule:
-    def work(session: Session) -> Schedule:
-        session.add(row)
-        session.flush()
-        return _of(row)
+class ScheduleTable:
+    """The schedule table of one database."""
 
-    return await db.write(work)
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
+    async def add(self, row: ScheduleRow) -> Schedule:
+        def work(session: Session) -> Schedule:
+            session.add(row)
+            session.flush()
+            return _of(row)
 
-async def of_session(db: Database, session_id: str) -> list[Schedule]:
-    stmt = select(ScheduleRow).where(col(ScheduleRow.session_id) == session_id)
-    stmt = stmt.order_by(col(ScheduleRow.id))
-    return await db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
+        return await self._db.write(work)
 
+    async def of_session(self, session_id: str) -> list[Schedule]:
+        stmt = select(ScheduleRow).where(col(ScheduleRow.session_id) == session_id)
+        stmt = stmt.order_by(col(ScheduleRow.id))
+        return await self._db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
 
-async def remove(db: Database, session_id: str, schedule_id: int) -> bool:
-    stmt = delete(ScheduleRow).where(
-        col(ScheduleRow.id) == schedule_id, col(ScheduleRow.session_id) == session_id
-    )
-    return await db.write(lambda session: bool(session.connection().execute(stmt).rowcount))
+    async def remove(self, session_id: str, schedule_id: int) -> bool:
+        stmt = delete(ScheduleRow).where(
+            col(ScheduleRow.id) == schedule_id, col(ScheduleRow.session_id) == session_id
+        )
+        return await self._db.write(
+            lambda session: bool(session.connection().execute(stmt).rowcount)
+        )
 
+    async def due(self, now_ms: int, limit: int = DUE_BATCH) -> list[Schedule]:
+        """Schedules due at `now_ms`, the longest overdue first."""
+        stmt = (
+            select(ScheduleRow)
+            .where(col(ScheduleRow.next_due_at) <= now_ms)
+            .order_by(col(ScheduleRow.next_due_at), col(ScheduleRow.id))
+            .limit(limit)
+        )
+        return await self._db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
 
-async def due(db: Database, now_ms: int, limit: int = DUE_BATCH) -> list[Schedule]:
-    """Schedules due at `now_ms`, the longest overdue first."""
-    stmt = (
-        select(ScheduleRow)
-        .where(col(ScheduleRow.next_due_at) <= now_ms)
-        .order_by(col(ScheduleRow.next_due_at), col(ScheduleRow.id))
-        .limit(limit)
-    )
-    return await db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
+    async def advance(
+        self, schedule_id: int, from_due: int, to_due: int, *, fired_at: int | None
+    ) -> bool:
+        """Move the schedule from due time `from_due` to `to_due` (and note when it fired, if
+        it did); False when someone moved it (or removed it) first."""
+        values: dict[str, int] = {"next_due_at": to_due}
+        if fired_at is not None:
+            values["last_fired_at"] = fired_at
+        stmt = (
+            update(ScheduleRow)
+            .where(col(ScheduleRow.id) == schedule_id, col(ScheduleRow.next_due_at) == from_due)
+            .values(**values)
+        )
+        return await self._db.write(
+            lambda session: bool(session.connection().execute(stmt).rowcount)
+        )
 
-
-async def advance(
-    db: Database, schedule_id: int, from_due: int, to_due: int, *, fired_at: int | None
-) -> bool:
-    """Move the schedule from due time `from_due` to `to_due` (and note when it fired, if
-    it did); False when someone moved it (or removed it) first."""
-    values: dict[str, int] = {"next_due_at": to_due}
-    if fired_at is not None:
-        values["last_fired_at"] = fired_at
-    stmt = (
-        update(ScheduleRow)
-        .where(col(ScheduleRow.id) == schedule_id, col(ScheduleRow.next_due_at) == from_due)
-        .values(**values)
-    )
-    return await db.write(lambda session: bool(session.connection().execute(stmt).rowcount))
-
-
-async def counts(db: Database) -> dict[str, int]:
-    """How many schedules each session has (sessions without any left out)."""
-    stmt = select(ScheduleRow.session_id, func.count()).group_by(col(ScheduleRow.session_id))
-    return await db.read(lambda session: {str(s): int(n) for s, n in session.exec(stmt).all()})
+    async def counts(self) -> dict[str, int]:
+        """How many schedules each session has (sessions without any left out)."""
+        stmt = select(ScheduleRow.session_id, func.count()).group_by(col(ScheduleRow.session_id))
+        return await self._db.read(
+            lambda session: {str(s): int(n) for s, n in session.exec(stmt).all()}
+        )

@@ -2,7 +2,8 @@
 
 `SessionStore` is assembled from one part per concern: the session rows and a session's
 whole life (here), the message archive (`messages`), finished runs and file versions
-(`runs`), on the state they share (`base`).
+(`runs`), on the state they share (`base`). The tables beside a session's life are reached
+through repositories of their own: `outbox`, `usage`, `schedules`, `search` and `vectors`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
+from gateway.crash import CrashPoints
 from gateway.ids import validate_session_id
 from gateway.logs import get_logger
 from gateway.settings import Settings
@@ -28,8 +30,13 @@ from gateway.store.db import Database
 from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.messages import MessageArchive, StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, MessageRow, SessionRow
+from gateway.store.outbox import Outbox
 from gateway.store.runs import RunArchive, RunRecord
+from gateway.store.schedules import ScheduleTable
+from gateway.store.search import Search
 from gateway.store.summaries import SummaryArchive
+from gateway.store.usage import Usage
+from gateway.store.vectors import VectorArchive
 
 __all__ = ["RunRecord", "SessionInfo", "SessionStore", "StoredMessage", "UnknownSession"]
 
@@ -66,6 +73,15 @@ def _parent_of(settings: str) -> str:
 
 
 class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, SummaryArchive):
+    def __init__(self, settings: Settings, db: Database) -> None:
+        super().__init__(settings, db)
+        self.outbox = Outbox(db)
+        self.usage = Usage(db)
+        self.schedules = ScheduleTable(db)
+        self.search = Search(db)
+        # One for the whole store: it remembers whether pgvector is there once asked.
+        self.vectors = VectorArchive(db)
+
     @classmethod
     async def open(cls, settings: Settings) -> SessionStore:
         db = await Database.open(settings.resolved_database_url)
@@ -75,6 +91,14 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
         await self.trash.close()
         await asyncio.to_thread(self.file_calls.close)
         await self.db.close()
+
+    async def ping(self) -> None:
+        """One trivial query; raises unless the database answers (a readiness check)."""
+        await self.db.ping()
+
+    def set_crash_points(self, crash: CrashPoints) -> None:
+        """Let a crash test stop the process in the middle of a group commit."""
+        self.db.set_crash_points(crash)
 
     async def ensure(self, session_id: str, *, name: str = "") -> SessionRow:
         """The session's row, creating it and its directory if this is its first message."""

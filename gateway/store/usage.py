@@ -59,11 +59,6 @@ def insert_usage(sql: Lean, record: UsageRecord) -> int:
     return int(row_id)
 
 
-async def record_usage(db: Database, record: UsageRecord) -> int:
-    validate_session_id(record.session_id)
-    return await db.write_lean(lambda sql: insert_usage(sql, record))
-
-
 def _values(record: UsageRecord) -> dict[str, object]:
     # In the column order of _INSERT_USAGE.
     return {
@@ -107,51 +102,59 @@ def _usage(model: str, sums: Sequence[Any]) -> ModelUsage:
     )
 
 
-async def usage_summary(
-    db: Database, *, since_ms: int | None = None, session_id: str | None = None
-) -> list[ModelUsage]:
-    # Nine columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
-    stmt = sa_select(col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
-    stmt = stmt.group_by(col(UsageRow.model))
-    if since_ms is not None:
-        stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
-    if session_id is not None:
-        stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
-    stmt = stmt.order_by(col(UsageRow.model))
-
-    def work(session: Session) -> list[ModelUsage]:
-        rows = session.connection().execute(stmt).all()
-        return [_usage(model, sums) for model, *sums in rows]
-
-    return await db.read(work)
-
-
 @dataclass(frozen=True, slots=True)
 class DailyUsage:
     day: int  # days since 1970-01-01, UTC
     usage: ModelUsage
 
 
-async def daily_usage(db: Database, *, since_ms: int) -> list[DailyUsage]:
-    """Usage per model per UTC day since `since_ms`, oldest day first."""
-    day = (col(UsageRow.send_at) // DAY_MS).label("day")
-    stmt = sa_select(day, col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
-    stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
-    stmt = stmt.group_by(day, col(UsageRow.model)).order_by(day, col(UsageRow.model))
+class Usage:
+    """The usage table of one database: a row per model call, summed per model."""
 
-    def work(session: Session) -> list[DailyUsage]:
-        rows = session.connection().execute(stmt).all()
-        return [DailyUsage(int(d), _usage(model, sums)) for d, model, *sums in rows]
+    def __init__(self, db: Database) -> None:
+        self._db = db
 
-    return await db.read(work)
+    async def record(self, record: UsageRecord) -> int:
+        validate_session_id(record.session_id)
+        return await self._db.write_lean(lambda sql: insert_usage(sql, record))
 
+    async def summary(
+        self, *, since_ms: int | None = None, session_id: str | None = None
+    ) -> list[ModelUsage]:
+        # Nine columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
+        stmt = sa_select(col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
+        stmt = stmt.group_by(col(UsageRow.model))
+        if since_ms is not None:
+            stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
+        if session_id is not None:
+            stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
+        stmt = stmt.order_by(col(UsageRow.model))
 
-async def purge_usage(db: Database, *, retention_days: int = 28, now: int | None = None) -> int:
-    """Delete usage rows older than the retention window; returns how many went."""
-    cutoff = (now if now is not None else now_ms()) - retention_days * DAY_MS
+        def work(session: Session) -> list[ModelUsage]:
+            rows = session.connection().execute(stmt).all()
+            return [_usage(model, sums) for model, *sums in rows]
 
-    def work(session: Session) -> int:
-        result = session.exec(delete(UsageRow).where(col(UsageRow.send_at) < cutoff))
-        return int(result.rowcount)
+        return await self._db.read(work)
 
-    return await db.write(work)
+    async def daily(self, *, since_ms: int) -> list[DailyUsage]:
+        """Usage per model per UTC day since `since_ms`, oldest day first."""
+        day = (col(UsageRow.send_at) // DAY_MS).label("day")
+        stmt = sa_select(day, col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
+        stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
+        stmt = stmt.group_by(day, col(UsageRow.model)).order_by(day, col(UsageRow.model))
+
+        def work(session: Session) -> list[DailyUsage]:
+            rows = session.connection().execute(stmt).all()
+            return [DailyUsage(int(d), _usage(model, sums)) for d, model, *sums in rows]
+
+        return await self._db.read(work)
+
+    async def purge(self, *, retention_days: int = 28, now: int | None = None) -> int:
+        """Delete usage rows older than the retention window; returns how many went."""
+        cutoff = (now if now is not None else now_ms()) - retention_days * DAY_MS
+
+        def work(session: Session) -> int:
+            result = session.exec(delete(UsageRow).where(col(UsageRow.send_at) < cutoff))
+            return int(result.rowcount)
+
+        return await self._db.write(work)
