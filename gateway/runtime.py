@@ -188,8 +188,8 @@ class Runtime:
             store,
             authority,
             max_persona_chars=settings.max_message_chars,
-            known_tools=getattr(agent, "tool_names", None),
-            tool_prefixes=getattr(agent, "tool_prefixes", ()),
+            known_tools=agent.tool_names,
+            tool_prefixes=agent.tool_prefixes,
         )
         commands = CommandRegistry(authority)
         BuiltinCommands(
@@ -252,9 +252,7 @@ class Runtime:
             await self.summary.close()
         if self.memory is not None:
             await self.memory.close()
-        closer = getattr(self.agent, "aclose", None)
-        if closer is not None:
-            await closer()
+        await self.agent.aclose()
         if self.mcp is not None:
             await self.mcp.aclose()  # ends the stdio servers' processes
         await self.kv.close()

@@ -177,9 +177,23 @@ class AgentContext(Protocol):
 
 
 class Agent(Protocol):
+    """What the core runs, and what it may ask of it: every agent declares each capability,
+    so the core never probes for one."""
+
     name: str
+    # Whether the model sees the context's `recalled` memories: only then does the runner pay
+    # for a search before each run.
+    reads_recall: bool
+    # The tools `/allow` may name: those the agent has, and prefixes of those found only once
+    # a server runs (`<server>__…`).
+    tool_names: frozenset[str]
+    tool_prefixes: tuple[str, ...]
 
     def run(self, ctx: AgentContext) -> AsyncIterator[Step]: ...
+
+    async def aclose(self) -> None:
+        """Release what the agent holds (HTTP sessions, files); called once, at stop."""
+        ...
 
 
 @contextlib.asynccontextmanager

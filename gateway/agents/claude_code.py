@@ -62,6 +62,8 @@ class ClaudeCodeUnavailable(ValueError):
 
 class ClaudeCodeAgent:
     name = "claude-code"
+    # The CLI keeps its own memory of the conversation; recalled messages are not handed it.
+    reads_recall = False
     # The CLI's own tools, as its permission settings name them: what `/allow` may let run
     # without asking (anything else is refused rather than passed to --allowedTools).
     tool_names = frozenset(
@@ -105,6 +107,9 @@ class ClaudeCodeAgent:
         self.mcp = mcp or McpConfig()
         self.tool_prefixes = self.mcp.prefixes("mcp__")
         self._mcp_file: Path | None = None
+
+    async def aclose(self) -> None:
+        """Holds nothing between runs: each run's CLI process ends with its run."""
 
     async def run(self, ctx: AgentContext) -> AsyncIterator[Step]:
         model = ctx.model or self.settings.model

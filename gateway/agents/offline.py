@@ -53,10 +53,15 @@ def _words(text: str) -> int:
 
 class OfflineAgent:
     name = "offline"
+    reads_recall = False
     tool_names = frozenset({"demo_action", *BUILTIN_TOOLS})
+    tool_prefixes: tuple[str, ...] = ()
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
+
+    async def aclose(self) -> None:
+        """Holds nothing."""
 
     async def summarize(self, previous: str, messages: Sequence[StoredMessage]) -> str:
         """A deterministic digest: one short line per message, newest kept within a bound."""

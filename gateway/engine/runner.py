@@ -117,7 +117,7 @@ class Runner:
                     subagents=self.subagents,
                     recall=self.recall,
                     # Only an agent that shows recalled messages to its model pays for them.
-                    recall_into_context=getattr(self.agent, "reads_recall", False),
+                    recall_into_context=self.agent.reads_recall,
                 ),
                 sleep=self.dispatch.courier.clock.sleep,
                 what="task waiting for its context",
