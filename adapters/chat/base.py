@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
@@ -30,7 +30,7 @@ from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
 from adapters.voice import with_transcripts
 from gateway.adapter import HttpRoute, Progress
-from gateway.engine.task import MessageTooLong, TooManyTasks
+from gateway.engine.task import MessageTooLong, Submission, TooManyTasks
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
@@ -65,6 +65,9 @@ class Arrival:
     downloads: Sequence[Download] = ()
     replied_to: Posted | None = None  # the bot's message this one is a reply to
     source_key: str = ""  # the platform's id of this delivery (Inbound.source_key)
+    # Where a refusal of the text is said (a slash command: in its interaction's response, to
+    # the one who asked alone); None: a reply in the chat.
+    refuse: Callable[[str], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -152,14 +155,16 @@ class ChatAdapter(ABC):
 
     # -- intake ----------------------------------------------------------------------------
 
-    async def arrive(self, arrival: Arrival) -> None:
+    async def arrive(self, arrival: Arrival) -> Submission | None:
         """Store a message (and start a task when it is addressed to the bot), in the order
-        messages arrived. Call it before awaiting anything for the message."""
+        messages arrived. Call it before awaiting anything for the message. The submission of
+        an addressed message (a gateway command's reply); None when it was kept as context,
+        answered a prompt, or was refused (and told so)."""
         me = asyncio.current_task()
         if me is not None:
             self._arriving.add(me)
         try:
-            await self._arrive(arrival)
+            return await self._arrive(arrival)
         finally:
             self._arriving.discard(me)
 
@@ -176,7 +181,7 @@ class ChatAdapter(ABC):
             await asyncio.gather(*left, return_exceptions=True)
             log.warning("stopped while messages were being taken in: lost", count=len(left))
 
-    async def _arrive(self, arrival: Arrival) -> None:
+    async def _arrive(self, arrival: Arrival) -> Submission | None:
         with self.router.take_turn(arrival.session_id) as turn:
             self.runtime.crash.reach("received")
             staged = Staged()
@@ -191,11 +196,11 @@ class ChatAdapter(ABC):
                 self.check_text(text)
                 await staged.keep()
                 if not text:
-                    return
+                    return None
                 answered = self.prompts.answered_by(arrival.replied_to)
                 if answered is not None:
                     await self._answer_by_reply(answered, arrival.origin, text)
-                    return
+                    return None
                 inbound = Inbound(
                     arrival.origin,
                     arrival.session_id,
@@ -205,12 +210,15 @@ class ChatAdapter(ABC):
                     wait_for_store=not self.redelivers,
                 )
                 if arrival.addressed:
-                    await self.router.submit(inbound, turn=turn)
-                else:
-                    await self.router.record(inbound, turn=turn)
+                    return await self.router.submit(inbound, turn=turn)
+                await self.router.record(inbound, turn=turn)
             except (MessageTooLong, UnstorableText, TooManyTasks) as exc:
                 await staged.drop()
-                await self.say(arrival.origin, f"⚠️ {exc}")
+                if arrival.refuse is not None:
+                    await arrival.refuse(f"⚠️ {exc}")
+                else:
+                    await self.say(arrival.origin, f"⚠️ {exc}")
+        return None
 
     def check_text(self, text: str) -> None:
         """Refuse what the intake would refuse, before anything is written for the message."""

@@ -3,9 +3,12 @@
 - A thread is a channel of its own, and a DM channel too, so DMs are per user.
 - The agent answers DMs, mentions of the bot (the mention is taken out of the text), replies
   to its messages, and everything in the listen channels; other messages in allowed channels
-  are kept as context. It never answers itself or another bot. Messages, slash commands and
-  button presses from outside the allowed guilds and channels are not served; DMs only while
-  no guild restriction is set. A message carries its id, so one delivered twice is stored once.
+  are kept as context. It never answers itself or another bot. Messages, slash commands,
+  button presses and modal submits pass one check (`allowlist`): from outside the allowed
+  guilds and channels they are not served, DMs only when allowed. A message carries its id,
+  so one delivered twice is stored once.
+- A slash command is taken in as the message `/name args` would be (same order, sender and
+  delivery id: one delivered twice runs once); its reply is the interaction's response.
 - Replies are split at 2,000 characters without breaking code blocks, reply to the trigger,
   and cannot mention @everyone, @here or roles. Each message carries a nonce derived from the
   outbox entry with `enforce_nonce`, so a retried send cannot post twice.
@@ -13,9 +16,9 @@
   start-up (dynamic items), so a button pressed after a restart still works. Only the
   requester or an admin may press them; anyone else gets an ephemeral refusal.
 
-Modules: `adapter` (what the bot answers, prompts, sending), `client` (the discord.py client
-and its buttons), `commands` (slash commands from the registry) and `split` (cutting replies
-to Discord's limit).
+Modules: `adapter` (what the bot answers, prompts, sending), `allowlist` (where it serves),
+`client` (the discord.py client and its buttons), `commands` (slash commands from the
+registry) and `split` (cutting replies to Discord's limit).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 from typing import Any, ClassVar, Final
 
@@ -13,6 +14,7 @@ from discord import app_commands, ui
 
 from adapters.attachments import Download
 from adapters.chat import Answered, Arrival, ChatAdapter, Posted, Refused
+from adapters.discord.allowlist import AllowList, guild_of
 from adapters.discord.client import (
     NO_MASS_MENTIONS,
     AnswerButton,
@@ -22,7 +24,13 @@ from adapters.discord.client import (
     OptionButton,
     point_at,
 )
-from adapters.discord.commands import INTERACTION_PREFIX, PLATFORM, REFUSAL, SlashCommands
+from adapters.discord.commands import (
+    INTERACTION_PREFIX,
+    PLATFORM,
+    REFUSAL,
+    UNAVAILABLE,
+    SlashCommands,
+)
 from adapters.discord.split import DISCORD_LIMIT, split_message
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import discord_session_id
@@ -55,8 +63,7 @@ class DiscordAdapter(ChatAdapter):
     def __init__(self, runtime: Runtime, **client_options: Any) -> None:
         super().__init__(runtime)
         settings = runtime.settings
-        self.allowed_guilds = Settings.id_set(settings.discord_allowed_guilds)
-        self.allowed_channels = Settings.id_set(settings.discord_allowed_channels)
+        self.allow_list = AllowList.from_settings(settings)
         self.listen_channels = Settings.id_set(settings.discord_listen_channels)
         self.admin_role = settings.discord_admin_role.strip()
         self.ready = asyncio.Event()
@@ -66,7 +73,7 @@ class DiscordAdapter(ChatAdapter):
             if shard_ids:
                 client_options.setdefault("shard_ids", shard_ids)
         self.client = GatewayClient(self, **client_options)
-        self.commands = SlashCommands(self.router, self.is_admin, self.admits)
+        self.commands = SlashCommands(self.on_command)
         self._runner: asyncio.Task[None] | None = None
         self._missing_permission_logged: set[str] = set()
 
@@ -113,22 +120,14 @@ class DiscordAdapter(ChatAdapter):
             )
         return False
 
-    def _allowed(self, channel: Any, guild_id: int | None) -> bool:
-        """Whether the bot may answer in `channel` (of guild `guild_id`; None for a DM)."""
-        if guild_id is None:
-            # Anyone can DM a bot: only when the admin said so.
-            return self.runtime.settings.discord_allow_dms
-        if self.allowed_guilds and guild_id not in self.allowed_guilds:
-            return False
-        if not self.allowed_channels:
+    async def admit(self, interaction: discord.Interaction[Any]) -> bool:
+        """The allow-lists for a slash command, a button press or a modal submit: from where
+        the bot does not serve, the one who asked alone is told so. Served, it awaits nothing,
+        so a command still takes its turn before anything is awaited for it."""
+        if self.allow_list.serves(interaction):
             return True
-        ids = {getattr(channel, "id", None), getattr(channel, "parent_id", None)}
-        return bool(ids & self.allowed_channels)
-
-    def admits(self, interaction: discord.Interaction[Any]) -> bool:
-        """Whether a slash command or a button press comes from where the bot may answer."""
-        channel = interaction.channel or discord.Object(interaction.channel_id or 0)
-        return self._allowed(channel, interaction.guild_id)
+        await self._tell(interaction, REFUSAL)
+        return False
 
     def who(self, user: discord.abc.User, channel_id: str = "", reply_to: str = "") -> Origin:
         return Origin(
@@ -144,8 +143,8 @@ class DiscordAdapter(ChatAdapter):
         me = self.client.user
         if message.author.bot or (me is not None and message.author.id == me.id):
             return
-        if not self._allowed(message.channel, _guild_id(message)):
-            return
+        if not self.allow_list.serves(message):
+            return  # not a word back: the bot is not there for whoever wrote it
         text = message.content
         mentioned = me is not None and any(u.id == me.id for u in message.mentions)
         if me is not None:
@@ -153,7 +152,7 @@ class DiscordAdapter(ChatAdapter):
         replied = message.reference.resolved if message.reference is not None else None
         to_me = isinstance(replied, discord.Message) and replied.author == me
         addressed = (
-            _guild_id(message) is None
+            guild_of(message) is None
             or mentioned
             or to_me
             or message.channel.id in self.listen_channels
@@ -180,15 +179,47 @@ class DiscordAdapter(ChatAdapter):
             )
         )
 
+    async def on_command(self, interaction: discord.Interaction[Any], name: str, args: str) -> None:
+        """A slash command, taken in as the message `/name args` would be: its place in the
+        channel's order, the same sender and a delivery id (a repeated delivery runs it once).
+        The reply is the interaction's response, as Discord wants within 3 s."""
+        if not await self.admit(interaction):
+            return
+        channel_id = interaction.channel_id or 0
+        origin = self.who(
+            interaction.user, str(channel_id), f"{INTERACTION_PREFIX}{interaction.id}"
+        )
+        arrival = Arrival(
+            origin,
+            discord_session_id(channel_id),
+            f"/{name} {args}".rstrip(),
+            addressed=True,
+            source_key=f"discord:{interaction.id}",
+            refuse=functools.partial(self._tell, interaction),
+        )
+        try:
+            submission = await self.arrive(arrival)
+        except DatabaseUnavailable:
+            # Said to the one who asked, rather than Discord's "the application did not respond".
+            await self._tell(interaction, UNAVAILABLE)
+            return
+        if submission is None or submission.duplicate:
+            return  # refused (and told), or delivered before and answered then
+        reply = submission.command.text if submission.command else "done"
+        await interaction.response.send_message(reply, allowed_mentions=NO_MASS_MENTIONS)
+
+    async def _tell(self, interaction: discord.Interaction[Any], text: str) -> None:
+        """The interaction's response, seen by the one who asked alone."""
+        await interaction.response.send_message(text, ephemeral=True)
+
     # -- answering prompts -----------------------------------------------------------------
 
     async def ask_for_answer(self, interaction: discord.Interaction[Any], task_hash: str) -> None:
-        if not self.admits(interaction):
-            await interaction.response.send_message(REFUSAL, ephemeral=True)
+        if not await self.admit(interaction):
             return
         refused = await self.prompts.refusal(task_hash, self.who(interaction.user))
         if refused is not None:
-            await interaction.response.send_message(refused.reason, ephemeral=True)
+            await self._tell(interaction, refused.reason)
             return
         await interaction.response.send_modal(AnswerModal(task_hash))
 
@@ -203,8 +234,7 @@ class DiscordAdapter(ChatAdapter):
     ) -> None:
         """A button pressed or a modal sent: answered (the interaction's response) only once
         the router has the answer journaled."""
-        if not self.admits(interaction):
-            await interaction.response.send_message(REFUSAL, ephemeral=True)
+        if not await self.admit(interaction):
             return
         try:
             result = await self.prompts.answer(
@@ -218,10 +248,10 @@ class DiscordAdapter(ChatAdapter):
         except DatabaseUnavailable:
             # Nothing was recorded and the prompt stays open: the presser is told, as only
             # they see, to press again (Discord would otherwise show "interaction failed").
-            await interaction.response.send_message(NOT_RECORDED, ephemeral=True)
+            await self._tell(interaction, NOT_RECORDED)
             return
         if isinstance(result, Refused):
-            await interaction.response.send_message(result.reason, ephemeral=True)
+            await self._tell(interaction, result.reason)
             return
         await self._close_pressed(interaction, result)
 
@@ -330,14 +360,6 @@ class DiscordAdapter(ChatAdapter):
                 error=str(exc),
             )
         raise exc
-
-
-def _guild_id(message: discord.Message) -> int | None:
-    """The message's guild, also when the guild is not in the client's cache; None in a DM."""
-    if message.guild is not None:
-        return message.guild.id
-    guild_id: int | None = getattr(message.channel, "guild_id", None)
-    return guild_id
 
 
 def _posted(message: discord.Message) -> Posted:

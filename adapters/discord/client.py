@@ -15,6 +15,7 @@ import discord
 import yarl
 from discord import app_commands, ui
 
+from adapters.discord.allowlist import AllowList
 from gateway.logs import get_logger
 from gateway.settings import Settings
 
@@ -36,7 +37,7 @@ class Owner(Protocol):
     """What the client hands on to the adapter."""
 
     ready: asyncio.Event
-    allowed_guilds: frozenset[int]
+    allow_list: AllowList  # its guilds get the commands; each press is checked by the owner
 
     def add_commands(self, tree: app_commands.CommandTree[Any]) -> None: ...
 
@@ -145,7 +146,7 @@ class GatewayClient(discord.AutoShardedClient):
     async def setup_hook(self) -> None:
         self.add_dynamic_items(ConfirmButton, OptionButton, AnswerButton)
         self.owner.add_commands(self.tree)
-        guilds = self.owner.allowed_guilds
+        guilds = self.owner.allow_list.guilds
         try:
             if guilds:
                 for guild_id in guilds:
