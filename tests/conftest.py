@@ -17,6 +17,15 @@ from gateway.store.kv import KVStore, RedisKV, SqliteKV
 from gateway.store.sessions import SessionStore
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto`: most tests wait on a subprocess, a socket or a fake server
+    rather than compute, so two per core keep the cores busy; AGENVOY_TEST_WORKERS overrides."""
+    chosen = os.environ.get("AGENVOY_TEST_WORKERS", "")
+    if chosen:
+        return int(chosen)
+    return 2 * len(os.sched_getaffinity(0))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _quiet_logs() -> None:
     configure_logging("WARNING")

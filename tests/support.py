@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from redis.exceptions import RedisError
@@ -15,7 +16,25 @@ from redis.exceptions import RedisError
 from gateway.store.db import alembic_config
 from gateway.store.kv import RedisKV
 
-REDIS_URL = os.environ.get("AGENVOY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+def worker_redis_url(base: str, worker: str) -> str:
+    """`base` with the Redis database of one parallel test worker (`gw0` → 1, `gw1` → 2, …;
+    `base`'s own when the tests run in one process). A gateway's presence keys carry its
+    host's name and each start clears its own: two workers on one database would clear each
+    other's."""
+    if not worker:
+        return base
+    index = int(worker.removeprefix("gw")) + 1
+    if index > 15:  # Redis' default configuration has databases 0-15
+        raise RuntimeError(f"test worker {worker}: at most 15 workers share one Redis")
+    parts = urlsplit(base)
+    return urlunsplit(parts._replace(path=f"/{index}"))
+
+
+REDIS_URL = worker_redis_url(
+    os.environ.get("AGENVOY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    os.environ.get("PYTEST_XDIST_WORKER", ""),
+)
 
 
 def service_required() -> bool:
