@@ -139,7 +139,8 @@ class Runtime:
         mcp_config = await asyncio.to_thread(load_config, settings)
         mcp = mcp_tools(settings, mcp_config)
         agent = build_agent(settings, clock, mcp, mcp_config)
-        store = await SessionStore.open(settings)
+        crash = CrashPoints(settings.crash_at)
+        store = await SessionStore.open(settings, crash=crash)
         try:
             kv = await open_kv(settings.resolved_kv_url, clock=clock)
         except BaseException:
@@ -169,9 +170,14 @@ class Runtime:
             raise
         bus = open_bus(settings.resolved_kv_url, bus_namespace(settings.resolved_database_url))
         authority = Authority(settings.admin_keys)
-        crash = CrashPoints(settings.crash_at)
-        store.set_crash_points(crash)
         tool_memory = ToolMemory.open(kv, settings, clock)
+        # Filled once the router exists (the built-in commands act on it); the router only
+        # ever calls `run`.
+        commands = CommandRegistry(authority, first_delivery=store.first_delivery)
+        summary = None
+        if isinstance(agent, Summarizes):
+            summary = RollingSummary(store, agent, settings.history_window)
+        memory = Memory.open(settings, store.vectors, clock)
         router = Router(
             settings,
             store,
@@ -183,6 +189,9 @@ class Runtime:
             leases=leases,
             bus=bus,
             tool_memory=tool_memory,
+            commands=commands.run,
+            recall=memory.recall,
+            after_task=[summary.schedule] if summary is not None else [],
         )
         session_settings = SessionSettings(
             store,
@@ -191,7 +200,6 @@ class Runtime:
             known_tools=agent.tool_names,
             tool_prefixes=agent.tool_prefixes,
         )
-        commands = CommandRegistry(authority)
         BuiltinCommands(
             commands, router, store, session_settings, agent.name, clock, tool_memory
         ).register()
@@ -208,16 +216,7 @@ class Runtime:
         # Scheduled tasks of sessions no chat holds are read like any task of their session.
         router.register_pulled(SCHEDULE_PLATFORM)
         ScheduleCommands(commands, schedules).register()
-        router.commands = commands.run
-        commands.first_delivery = store.first_delivery
         await bus.start()
-        summary = None
-        if isinstance(agent, Summarizes):
-            summary = RollingSummary(store, agent, settings.history_window)
-            router.after_task.append(summary.schedule)
-        memory = Memory.open(settings, store.vectors, clock)
-        router.runner.recall = memory.recall
-        router.runner.subagents.limit(settings.max_subagent_depth, settings.max_subagents_per_task)
         return cls(
             settings,
             store,

@@ -69,12 +69,17 @@ _ACCESS_NOTES = {
 
 
 class CommandRegistry:
-    def __init__(self, authority: Authority) -> None:
+    def __init__(
+        self,
+        authority: Authority,
+        first_delivery: Callable[[str, str], Awaitable[bool]] | None = None,
+    ) -> None:
+        """`first_delivery` records a delivery id (`Inbound.source_key`) and says whether it
+        is new: a command a platform delivers twice (after a crash, to two instances) runs
+        once. None: every delivery runs."""
         self.authority = authority
         self._commands: dict[str, Command] = {}
-        # Records a delivery id (`Inbound.source_key`) and says whether it is new: a command
-        # a platform delivers twice (after a crash, to two instances) runs once.
-        self.first_delivery: Callable[[str, str], Awaitable[bool]] | None = None
+        self.first_delivery = first_delivery
 
     def add(self, command: Command) -> None:
         if command.name in self._commands:

@@ -47,12 +47,30 @@ class Subscription:
 
 
 class Dispatch:
-    def __init__(self, store: SessionStore, counters: dict[str, int], clock: Clock) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        counters: dict[str, int],
+        clock: Clock,
+        *,
+        claimant: str | None = None,
+        claim_seconds: float = 30.0,
+    ) -> None:
+        """`claimant`: the name this instance claims deliveries under, when several send
+        from one outbox (None: one instance, nothing to claim); a claim lapses after
+        `claim_seconds`."""
         self.store = store
         self.counters = counters
         self.sinks: dict[str, Sink] = {}
         self.pulled: set[str] = set()
-        self.courier = Courier(store.outbox, self.sinks, self._log_for_courier, clock=clock)
+        self.courier = Courier(
+            store.outbox,
+            self.sinks,
+            self._log_for_courier,
+            clock=clock,
+            claimant=claimant,
+            claim_seconds=claim_seconds,
+        )
         self._subscribers: dict[str, set[Subscription]] = {}
         # Told of every event recorded here (the relay, which tells the other instances).
         self.published: Callable[[Task, Event], Awaitable[None]] | None = None

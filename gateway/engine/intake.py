@@ -43,6 +43,7 @@ class Intake:
         accepting: set[str] | None = None,
         queue_modes: QueueModes | None = None,
         max_queued_per_session: int | None = None,
+        commands: CommandRunner | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
@@ -57,8 +58,8 @@ class Intake:
         # Tasks whose journal is committed but which are not in the task table yet: another
         # part of this instance reading the journals meanwhile must not take them up.
         self.accepting: set[str] = accepting if accepting is not None else set()
-        # Gateway commands, answered before the agent sees a text (set by the runtime).
-        self.commands: CommandRunner | None = None
+        # Gateway commands, answered before the agent sees a text.
+        self.commands = commands
         self.queue_modes = queue_modes
         self.max_queued_per_session = max_queued_per_session
 

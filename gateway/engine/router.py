@@ -16,7 +16,7 @@ Everything outside the engine gets `TaskView` snapshots; no caller touches a tas
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from gateway.adapter import Sink
 from gateway.agents.base import Agent
@@ -45,6 +45,7 @@ from gateway.events import Event, Inbound, Origin
 from gateway.ids import validate_session_id
 from gateway.leases import Leases, LocalLeases
 from gateway.logs import get_logger
+from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.settings import Settings
 from gateway.store.sessions import SessionStore
@@ -76,7 +77,13 @@ class Router:
         leases: Leases | None = None,
         bus: Bus | None = None,
         tool_memory: ToolMemory | None = None,
+        commands: CommandRunner | None = None,
+        recall: Recall | None = None,
+        after_task: Sequence[Callable[[str], None]] = (),
     ) -> None:
+        """`commands`: gateway commands, answered before the agent sees a text; `recall`:
+        older messages recalled into each task's context; `after_task`: called with the
+        session id after each task that finished with a reply (the rolling summary)."""
         self._store = store
         self._presence = presence
         self._authority = authority or Authority(settings.admin_keys)
@@ -86,7 +93,16 @@ class Router:
         # does not know may be one a previous life left unfinished (front-ends say "ask again").
         self.taking_up = False
         self._tasks = TaskTable(store)
-        self._dispatch = Dispatch(store, self.counters, clock)
+        leases = leases or LocalLeases()
+        several = not isinstance(leases, LocalLeases)
+        self._dispatch = Dispatch(
+            store,
+            self.counters,
+            clock,
+            # Each reply is sent by one instance, even when several see it.
+            claimant=settings.instance_id if several else None,
+            claim_seconds=2 * settings.lease_ttl_seconds,
+        )
         self._scheduler: Scheduler[Task] = Scheduler(
             settings.max_concurrent_tasks,
             self._run,
@@ -96,7 +112,7 @@ class Router:
         bus = bus or LocalBus()
         self._takeover = Takeover(store, self._tasks, self._scheduler)
         self._ownership = Ownership(
-            leases or LocalLeases(),
+            leases,
             bus,
             store,
             take_up=self._takeover.take_up,
@@ -135,9 +151,6 @@ class Router:
         )
         self._queue_modes = QueueModes(store, self._scheduler, self._dispatch, self._tasks, crash)
         self._scheduler.gather = self._queue_modes.gather
-        if self._ownership.shared:  # each reply sent by one instance, even seen by several
-            self.courier.claimant = settings.instance_id
-            self.courier.claim_seconds = 2 * settings.lease_ttl_seconds
         self._runner = Runner(
             store,
             agent,
@@ -149,6 +162,10 @@ class Router:
             crash,
             tool_memory,
             steer=self._queue_modes.steer,
+            max_subagent_depth=settings.max_subagent_depth,
+            max_subagents_per_task=settings.max_subagents_per_task,
+            after_task=after_task,
+            recall=recall,
         )
         self._intake = Intake(
             store,
@@ -163,6 +180,7 @@ class Router:
             accepting=self._takeover.accepting,
             queue_modes=self._queue_modes,
             max_queued_per_session=settings.max_queued_per_session,
+            commands=commands,
         )
 
     # -- wiring ----------------------------------------------------------------------------
@@ -191,17 +209,8 @@ class Router:
         return self._dispatch.courier
 
     @property
-    def commands(self) -> CommandRunner | None:
-        """Gateway commands, answered before the agent sees a text."""
-        return self._intake.commands
-
-    @commands.setter
-    def commands(self, runner: CommandRunner | None) -> None:
-        self._intake.commands = runner
-
-    @property
     def runner(self) -> Runner:
-        """What runs this router's tasks (its hooks: `after_task`, `recall`)."""
+        """What runs this router's tasks, for a test that drives one run by itself."""
         return self._runner
 
     @property

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.agents.base import (
     Agent,
@@ -60,11 +60,21 @@ class Runner:
         tool_memory: ToolMemory | None = None,
         *,
         steer: Steer | None = None,
+        max_subagent_depth: int = 0,
+        max_subagents_per_task: int = 0,
+        after_task: Sequence[Callable[[str], None]] = (),
+        recall: Recall | None = None,
     ) -> None:
+        """`max_subagent_depth`: how deep subagents may nest (0: none);
+        `max_subagents_per_task`: how many one task may start."""
         self.store = store
-        # Off until the composition root sets its limits (`Subagents.limit`).
         self.subagents = Subagents(
-            store, agent, presence, dispatch.offer, max_depth=0, max_per_task=0
+            store,
+            agent,
+            presence,
+            dispatch.offer,
+            max_depth=max_subagent_depth,
+            max_per_task=max_subagents_per_task,
         )
         self.tool_memory = tool_memory
         self.agent = agent
@@ -78,9 +88,9 @@ class Runner:
         # Called with the session id after a task that finished with a reply when its context
         # said a summary fold may be due (the rolling summary hooks in here, off the reply
         # path; it checks again before it folds).
-        self.after_task: list[Callable[[str], None]] = []
+        self.after_task = list(after_task)
         # Semantic recall of older messages into each task's context (None: none).
-        self.recall: Recall | None = None
+        self.recall = recall
 
     async def run(self, task: Task) -> None:
         self.counters["tasks_started"] += 1

@@ -105,12 +105,8 @@ class Subagents:
     agent: Agent
     presence: Presence
     offer: Offer  # hands an event to a session's live subscribers
-    max_depth: int
-    max_per_task: int
-
-    def limit(self, max_depth: int, max_per_task: int) -> None:
-        """How deep subagents may nest (0: none) and how many one task may start."""
-        self.max_depth, self.max_per_task = max_depth, max_per_task
+    max_depth: int  # how deep subagents may nest (0: none)
+    max_per_task: int  # how many one task may start
 
     async def run(self, parent: RunContext, text: str, key: str = "") -> str:
         """The child's final answer to `text`; raises SubagentRefused or AgentFailed.

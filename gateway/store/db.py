@@ -45,7 +45,7 @@ from sqlmodel import Session
 from sqlmodel.ext.asyncio.session import AsyncSession
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
-from gateway.crash import CrashPoints
+from gateway.crash import NO_CRASH, CrashPoints
 from gateway.logs import get_logger
 from gateway.store.errors import DatabaseUnavailable
 from gateway.store.group_commit import GroupCommitWriter
@@ -92,7 +92,8 @@ def sqlite_pragmas() -> list[str]:
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, crash: CrashPoints = NO_CRASH) -> None:
+        """`crash`: where a crash test may stop the process in the middle of a group commit."""
         self.url = url
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
@@ -108,7 +109,7 @@ class Database:
             # Two connections: the group writer's, held for its life, and the migrations'.
             self._writer = _sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=2)
             self._reader = _sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS)
-            self._group = GroupCommitWriter(self._writer)
+            self._group = GroupCommitWriter(self._writer, crash=crash)
             self._readers = ReaderThreads(self._reader, SQLITE_READERS, "agenvoy-db-read")
         elif self.dialect == "postgresql":
             if parsed.drivername in ("postgresql", "postgres"):
@@ -132,8 +133,10 @@ class Database:
     # -- lifecycle -------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, url: str, *, migrate: bool = True) -> Database:
-        db = cls(url)
+    async def open(
+        cls, url: str, *, migrate: bool = True, crash: CrashPoints = NO_CRASH
+    ) -> Database:
+        db = cls(url, crash=crash)
         if migrate:
             try:
                 await db.migrate()
@@ -152,11 +155,6 @@ class Database:
         await asyncio.to_thread(self._readers.close)
         self._writer.dispose()
         self._reader.dispose()
-
-    def set_crash_points(self, crash: CrashPoints) -> None:
-        """Let a crash test stop the process in the middle of a group commit."""
-        if self._async_engine is None:
-            self._group.crash = crash
 
     async def migrate(self, revision: str = "head") -> None:
         """Bring the schema to `revision`. Safe to run by several processes at once."""

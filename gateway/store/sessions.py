@@ -20,7 +20,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
-from gateway.crash import CrashPoints
+from gateway.crash import NO_CRASH, CrashPoints
 from gateway.ids import validate_session_id
 from gateway.logs import get_logger
 from gateway.settings import Settings
@@ -83,8 +83,9 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
         self.vectors = VectorArchive(db)
 
     @classmethod
-    async def open(cls, settings: Settings) -> SessionStore:
-        db = await Database.open(settings.resolved_database_url)
+    async def open(cls, settings: Settings, *, crash: CrashPoints = NO_CRASH) -> SessionStore:
+        """`crash`: where a crash test may stop the process (inside a group commit too)."""
+        db = await Database.open(settings.resolved_database_url, crash=crash)
         return cls(settings, db)
 
     async def close(self) -> None:
@@ -95,10 +96,6 @@ class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, Su
     async def ping(self) -> None:
         """One trivial query; raises unless the database answers (a readiness check)."""
         await self.db.ping()
-
-    def set_crash_points(self, crash: CrashPoints) -> None:
-        """Let a crash test stop the process in the middle of a group commit."""
-        self.db.set_crash_points(crash)
 
     async def ensure(self, session_id: str, *, name: str = "") -> SessionRow:
         """The session's row, creating it and its directory if this is its first message."""
