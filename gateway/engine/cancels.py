@@ -1,11 +1,11 @@
 """Canceling tasks: a queued one leaves its queue, a running one is interrupted, and one that
-another instance runs is canceled there (through the relay). On someone's behalf, only its
+another instance runs is canceled there (`Elsewhere`). On someone's behalf, only its
 requester or an admin may."""
 
 from __future__ import annotations
 
 from gateway.auth import Authority
-from gateway.engine.relay import Relay
+from gateway.engine.elsewhere import Elsewhere
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Task, TaskNotFound
 from gateway.engine.tasks import TaskTable
@@ -18,38 +18,35 @@ class Cancels:
         self,
         tasks: TaskTable,
         scheduler: Scheduler[Task],
-        relay: Relay,
+        elsewhere: Elsewhere,
         authority: Authority,
-        *,
-        shared: bool,
     ) -> None:
         self._tasks = tasks
         self._scheduler = scheduler
-        self._relay = relay
+        self._elsewhere = elsewhere
         self._authority = authority
-        self._shared = shared  # several instances: a task may run on another
 
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
         """Cancel a queued or running task (the running one when no hash is given)."""
         validate_session_id(session_id)
         if task_hash:
             target = self._tasks.find(task_hash, session_id)
-            if target is None and self._shared:
-                target = await self._relay.follow(task_hash)
+            if target is None:
+                target = await self._elsewhere.follow(task_hash)
         else:
             target = self._scheduler.current(session_id)
         if target is None or target.finished or target.session_id != session_id:
             return False
         if target.elsewhere:
-            return await self._relay.cancel(target, by or "user")
+            return await self._elsewhere.cancel(target, by or "user")
         target.canceled_by = by or "user"
         return await self._scheduler.cancel(target)
 
     async def cancel_for(self, who: Origin, session_id: str, task_hash: str) -> bool:
         """Cancel on behalf of `who`: its requester or an admin (NotAllowed otherwise)."""
         task = self._tasks.find(task_hash, session_id)
-        if task is None and self._shared:
-            task = await self._relay.follow(task_hash)
+        if task is None:
+            task = await self._elsewhere.follow(task_hash)
         if task is None or task.session_id != session_id:
             raise TaskNotFound(f"no task {task_hash} in session {session_id}")
         self._authority.require_requester(who, task.origin, "cancel this task")

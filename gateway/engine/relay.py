@@ -6,8 +6,8 @@ hands them to its live subscribers of the session, and to its view of the task w
 one (it received the message, or someone asked it about the task): waiting on a task, or
 streaming it, works on any instance. An answer given on any instance is recorded in the
 archive first — the first answer to a prompt stands, wherever it was given — and then
-signalled to the instance running the task. Only with several instances (`shared`) is
-anything published.
+signalled to the instance running the task. A gateway that runs alone has
+`gateway.engine.elsewhere.SingleInstance` instead.
 """
 
 from __future__ import annotations
@@ -57,7 +57,6 @@ class Relay:
         self,
         bus: Bus,
         *,
-        shared: bool,
         tasks: TaskTable,
         dispatch: Dispatch,
         prompts: Prompts,
@@ -68,7 +67,6 @@ class Relay:
         self.bus = bus
         # Tells this instance's own messages apart when the bus echoes them back.
         self.instance = uuid.uuid4().hex
-        self.shared = shared
         self.tasks = tasks
         self.dispatch = dispatch
         self.asker = prompts
@@ -82,7 +80,7 @@ class Relay:
     # -- the instance running the task -----------------------------------------------------
 
     async def publish(self, task: Task, event: Event) -> None:
-        if self.shared and not task.elsewhere:
+        if not task.elsewhere:
             message = {"from": self.instance, "task": task.task_hash, "event": event_to_json(event)}
             await self.bus.publish(EVENT, message)
 
@@ -116,7 +114,7 @@ class Relay:
         runs (made from the journal the first time it is asked for); None if it is unknown
         here and no instance runs it."""
         task = self.tasks.find(task_hash)
-        if not self.shared or HASH_RE.fullmatch(task_hash) is None:
+        if HASH_RE.fullmatch(task_hash) is None:
             return task
         if task is not None and not (task.elsewhere and not task.finished):
             return task

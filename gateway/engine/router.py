@@ -27,6 +27,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.cancels import Cancels
 from gateway.engine.dispatch import Dispatch, Subscription
+from gateway.engine.elsewhere import Elsewhere, SingleInstance
 from gateway.engine.intake import CommandRunner, Intake
 from gateway.engine.journal import Answer
 from gateway.engine.order import Turn
@@ -129,26 +130,23 @@ class Router:
             clock,
             settings.confirm_timeout_seconds,
             crash,
-            answers=store if self._ownership.shared else None,
+            answers=store if several else None,
         )
-        self._relay = Relay(
-            bus,
-            shared=self._ownership.shared,
-            tasks=self._tasks,
-            dispatch=self._dispatch,
-            prompts=self._prompts,
-            store=store,
-            authority=self._authority,
-            cancel_here=self._cancel_here,
+        self._elsewhere: Elsewhere = (
+            Relay(
+                bus,
+                tasks=self._tasks,
+                dispatch=self._dispatch,
+                prompts=self._prompts,
+                store=store,
+                authority=self._authority,
+                cancel_here=self._cancel_here,
+            )
+            if several
+            else SingleInstance(self._tasks)
         )
-        self._dispatch.published = self._relay.publish
-        self._cancels = Cancels(
-            self._tasks,
-            self._scheduler,
-            self._relay,
-            self._authority,
-            shared=self._ownership.shared,
-        )
+        self._dispatch.published = self._elsewhere.publish
+        self._cancels = Cancels(self._tasks, self._scheduler, self._elsewhere, self._authority)
         self._queue_modes = QueueModes(store, self._scheduler, self._dispatch, self._tasks, crash)
         self._scheduler.gather = self._queue_modes.gather
         self._runner = Runner(
@@ -254,7 +252,7 @@ class Router:
         return (await self._task(task_hash)).view()
 
     async def _task(self, task_hash: str) -> Task:
-        task = await self._relay.follow(task_hash)
+        task = await self._elsewhere.follow(task_hash)
         if task is None:
             raise TaskNotFound(f"no such task: {task_hash}")
         return task
@@ -285,12 +283,11 @@ class Router:
         return sorted(prompts, key=lambda p: p.expires_at)
 
     async def open_prompts(self, session_id: str | None = None) -> list[Prompt]:
-        """`pending`, and with several instances the prompts of tasks the others run."""
+        """`pending`, and the prompts of tasks other instances run."""
         prompts = self.pending(session_id)
-        if self._ownership.shared:
-            known = {p.task_hash for p in prompts}
-            elsewhere = await self._relay.prompts(session_id)
-            prompts += [p for p in elsewhere if p.task_hash not in known]
+        known = {p.task_hash for p in prompts}
+        elsewhere = await self._elsewhere.prompts(session_id)
+        prompts += [p for p in elsewhere if p.task_hash not in known]
         return sorted(prompts, key=lambda p: p.expires_at)
 
     async def wait(self, task_hash: str, within: float, *, until_prompt: bool = False) -> TaskView:
@@ -306,7 +303,7 @@ class Router:
     async def may_answer(self, task_hash: str, responder: Origin) -> Prompt:
         """The task's open prompt if `responder` may answer it; raises PromptError or
         NotAllowed otherwise (for a front-end that asks for the answer in a second step)."""
-        task = await self._relay.follow(task_hash)
+        task = await self._elsewhere.follow(task_hash)
         if task is None:
             raise PromptNotFound(f"no task {task_hash}")
         return self._prompts.check(task, responder)
@@ -326,10 +323,9 @@ class Router:
         task = self._tasks.find(task_hash, session_id)
         if task is not None and not task.elsewhere:
             return await self._prompts.answer(task, responder, approve=approve, text=text)
-        if task is None and not self._ownership.shared:
-            raise PromptNotFound(f"no task {task_hash} in session {session_id}")
-        # Another instance runs the task: the answer is recorded here and signalled there.
-        return await self._relay.answer(
+        # Another instance runs the task, if any does: the answer is recorded here and
+        # signalled there.
+        return await self._elsewhere.answer(
             session_id, task_hash, responder, approve=approve, text=text
         )
 
