@@ -11,6 +11,7 @@ from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from patience import patient
 from redis.exceptions import RedisError
 
 from gateway.store.db import alembic_config
@@ -63,7 +64,9 @@ async def wipe_redis(kv: RedisKV) -> None:
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> bool:
-    """Poll `check` until it is true or `within` seconds pass; returns its last answer."""
+    """Poll `check` until it is true or `within` seconds (stretched in parallel workers:
+    tests/patience.py) pass; returns its last answer."""
+    within = patient(within)
 
     async def poll() -> bool:
         deadline = time.monotonic() + within

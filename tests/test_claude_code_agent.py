@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from clock import FakeClock
+from patience import patient
 from sqlalchemy import text
 from sqlmodel import Session
 from structlog.testing import capture_logs
@@ -95,7 +96,7 @@ async def runtime(cli: FakeCli, tmp_path: Path) -> AsyncIterator[Runtime]:
 async def ask(router: Router, sid: str, message: str, origin: Origin = ANN) -> TaskView:
     sub = await router.submit(Inbound(origin, sid, message))
     assert sub.task_hash
-    return await router.wait(sub.task_hash, 15)
+    return await router.wait(sub.task_hash, patient(15))
 
 
 async def wait_for_event(router: Router, task_hash: str, seen: Callable[[Event], bool]) -> None:

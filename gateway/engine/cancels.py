@@ -5,7 +5,7 @@ requester or an admin may."""
 from __future__ import annotations
 
 from gateway.auth import Authority
-from gateway.engine.elsewhere import Elsewhere
+from gateway.engine.cluster import Elsewhere
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Task, TaskNotFound
 from gateway.engine.tasks import TaskTable

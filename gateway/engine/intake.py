@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable
 from gateway.clock import Clock
 from gateway.commands.registry import CommandReply
 from gateway.crash import NO_CRASH, CrashPoints
+from gateway.engine.cluster import Owning
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.order import Turn, Turns
-from gateway.engine.ownership import Ownership
 from gateway.engine.queue_modes import QueueModes
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import MessageTooLong, QueueFull, Submission, Task, TooManyTasks
@@ -36,7 +36,7 @@ class Intake:
         scheduler: Scheduler[Task],
         clock: Clock,
         max_chars: int,
-        ownership: Ownership,
+        ownership: Owning,
         crash: CrashPoints = NO_CRASH,
         max_pending_per_sender: int | None = None,
         *,

@@ -7,7 +7,7 @@ shared archive); if it can take the lease it runs the task, and otherwise it sig
 lets the lease go when the session has nothing left to run; one that dies loses its leases with
 its database connection, and whoever next finds the session's journals takes it over.
 
-With one instance (SQLite, local leases) every claim succeeds and nothing is signalled.
+A gateway that runs alone has `gateway.engine.cluster.SoleOwner` instead.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from gateway.bus import Bus
 from gateway.keyed_locks import KeyedLocks
-from gateway.leases import Leases, LocalLeases
+from gateway.leases import Leases
 from gateway.logs import get_logger
 from gateway.store.errors import until_available
 from gateway.store.journals import JournalRecord
@@ -61,8 +61,6 @@ class Ownership:
         self._interrupt = interrupt
         self._is_busy = is_busy
         self._is_live = is_live
-        # Only several instances can store a task for a session this one runs.
-        self.shared = not isinstance(leases, LocalLeases)
         self._locks = KeyedLocks()
         self._closing = False
         self._stopping: set[asyncio.Task[None]] = set()
@@ -81,8 +79,7 @@ class Ownership:
         async with self._holding(session_id):
             if not self._closing and await self.leases.acquire(lease_of(session_id)):
                 return enqueue()
-        if self.shared:
-            await self.bus.publish(JOURNAL, {"session_id": session_id})
+        await self.bus.publish(JOURNAL, {"session_id": session_id})
         return None
 
     async def adopt(self, session_id: str) -> int:
@@ -98,7 +95,7 @@ class Ownership:
     async def refresh(self, session_id: str) -> None:
         """Before the session's next task: take up what other instances stored for it, so
         tasks run in archive order whoever received them."""
-        if self.shared and self.leases.holds(lease_of(session_id)):
+        if self.leases.holds(lease_of(session_id)):
             await self._take_up(await self._unknown(session_id))
             await until_available(
                 lambda: self.store.resync_history(session_id),
@@ -107,11 +104,9 @@ class Ownership:
             )
 
     async def idle(self, session_id: str) -> None:
-        """The session has nothing left to run here: let its lease go (with several instances
-        after a linger), unless a task was stored for it meanwhile."""
-        if not self.shared:
-            await self._let_go(session_id)
-        elif not self._closing:
+        """The session has nothing left to run here: let its lease go after a linger, unless
+        a task was stored for it meanwhile."""
+        if not self._closing:
             running = self._lingering.get(session_id)
             if running is None or running.done():
                 job = asyncio.create_task(self._let_go_later(session_id))
@@ -130,7 +125,7 @@ class Ownership:
         async with self._holding(session_id):
             if self._is_busy(session_id) or not self.leases.holds(lease_of(session_id)):
                 return
-            if self.shared and await self._take_up(await self._unknown(session_id)):
+            if await self._take_up(await self._unknown(session_id)):
                 return
             await self.leases.release(lease_of(session_id))
 
@@ -173,6 +168,5 @@ class Ownership:
             await self.leases.release(lease_of(session_id))
         for session_id in had:
             await self.leases.release(lease_of(session_id))
-        if self.shared:
-            for session_id in had:
-                await self.bus.publish(JOURNAL, {"session_id": session_id})
+        for session_id in had:
+            await self.bus.publish(JOURNAL, {"session_id": session_id})

@@ -26,8 +26,8 @@ from gateway.bus import Bus, LocalBus
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.cancels import Cancels
+from gateway.engine.cluster import Elsewhere, Owning, SingleInstance, SoleOwner
 from gateway.engine.dispatch import Dispatch, Subscription
-from gateway.engine.elsewhere import Elsewhere, SingleInstance
 from gateway.engine.intake import CommandRunner, Intake
 from gateway.engine.journal import Answer
 from gateway.engine.order import Turn
@@ -112,14 +112,18 @@ class Router:
         )
         bus = bus or LocalBus()
         self._takeover = Takeover(store, self._tasks, self._scheduler)
-        self._ownership = Ownership(
-            leases,
-            bus,
-            store,
-            take_up=self._takeover.take_up,
-            interrupt=self._takeover.interrupt,
-            is_busy=self._scheduler.is_busy,
-            is_live=self._takeover.is_live,
+        self._ownership: Owning = (
+            Ownership(
+                leases,
+                bus,
+                store,
+                take_up=self._takeover.take_up,
+                interrupt=self._takeover.interrupt,
+                is_busy=self._scheduler.is_busy,
+                is_live=self._takeover.is_live,
+            )
+            if several
+            else SoleOwner(store, take_up=self._takeover.take_up, is_live=self._takeover.is_live)
         )
         self._scheduler.before_next = self._ownership.refresh
         self._scheduler.on_idle = self._ownership.idle

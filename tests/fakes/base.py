@@ -4,7 +4,7 @@ a queued failure.
 
 Waits never poll: recording a call, answering it and any other change a test may wait for
 notify one ``asyncio.Condition``. Every wait has a deadline (:data:`DEFAULT_TIMEOUT` unless
-given) and fails with an ``AssertionError`` that lists what was recorded, so a missing call
+given, stretched in parallel test workers: ``tests/patience.py``) and fails with an ``AssertionError`` that lists what was recorded, so a missing call
 shows up as a readable failure instead of a hung test.
 """
 
@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, Generic, Self, TypeVar
 
 from aiohttp import web
+from patience import patient
 
 JSON = dict[str, Any]
 BodyPredicate = Callable[[JSON], bool]
@@ -314,6 +315,7 @@ class RecordingServer(LocalServer, Generic[R]):
                     return True
             return False
 
+        timeout = patient(timeout)
         try:
             async with asyncio.timeout(timeout), self._cond:
                 await self._cond.wait_for(ready)
@@ -327,6 +329,7 @@ class RecordingServer(LocalServer, Generic[R]):
         return self.call_log[found[0]]
 
     async def _wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:  # noqa: ASYNC109
+        timeout = patient(timeout)
         try:
             async with asyncio.timeout(timeout), self._cond:
                 await self._cond.wait_for(ready)

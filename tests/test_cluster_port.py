@@ -1,0 +1,94 @@
+"""The one-instance side of the cluster port (gateway/engine/cluster.py), on a store of its
+own and without a runtime: every session is this instance's, nothing is told to anyone."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.engine.cluster import SingleInstance, SoleOwner
+from gateway.engine.journal import JournalHead, Replay
+from gateway.engine.prompts import PromptNotFound
+from gateway.engine.tasks import TaskTable
+from gateway.events import Origin
+from gateway.settings import Settings
+from gateway.store.journals import JournalRecord
+from gateway.store.messages import StoredMessage
+from gateway.store.sessions import SessionStore
+
+ANN = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
+
+
+@pytest.fixture
+async def store(settings: Settings) -> AsyncIterator[SessionStore]:
+    opened = await SessionStore.open(settings)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def stored_task(store: SessionStore, session_id: str, task_hash: str) -> JournalHead:
+    """A message taken in with its task's journal, as the intake stores it."""
+    heads: list[JournalHead] = []
+
+    def journal(stored: StoredMessage) -> JournalRecord:
+        heads.append(JournalHead(session_id, task_hash, ANN, "hi", stored.id, 0, 0))
+        return heads[0].record()
+
+    assert await store.take_in(session_id, "hi", sender="Ann", task_hash=task_hash, journal=journal)
+    return heads[0]
+
+
+async def test_a_sole_owner_runs_every_stored_task_here_until_it_stops(
+    store: SessionStore,
+) -> None:
+    async def take_up(records: list[JournalRecord]) -> int:
+        raise AssertionError("nothing to take up")
+
+    owner = SoleOwner(store, take_up=take_up, is_live=bool)
+    queued: list[str] = []
+
+    def enqueue(name: str) -> Callable[[], int]:
+        def place() -> int:  # its place in the queue: how many are ahead
+            queued.append(name)
+            return len(queued) - 1
+
+        return place
+
+    assert await owner.run_here("cli-a", enqueue("one")) == 0
+    assert await owner.run_here("cli-a", enqueue("two")) == 1
+    await owner.close(["cli-a"])
+    # Stopping: the task stays in its journal for the next start, and is not queued here.
+    assert await owner.run_here("cli-a", enqueue("three")) is None
+    assert queued == ["one", "two"]
+
+
+async def test_a_sole_owner_adopts_only_the_journals_not_live_here(store: SessionStore) -> None:
+    live = await stored_task(store, "cli-a", "aaaaaaaaaaaaaaaa")
+    left = await stored_task(store, "cli-a", "bbbbbbbbbbbbbbbb")
+    await stored_task(store, "cli-b", "cccccccccccccccc")
+    taken: list[str] = []
+
+    async def take_up(records: list[JournalRecord]) -> int:
+        taken.extend(r.task_hash for r in records)
+        return len(records)
+
+    owner = SoleOwner(store, take_up=take_up, is_live=lambda task: task == live.task_hash)
+    assert await owner.adopt("cli-a") == 1
+    assert taken == [left.task_hash]
+    await owner.close([])
+    assert await owner.adopt("cli-b") == 0  # stopping: left for the next start
+
+
+async def test_a_single_instance_knows_only_its_own_tasks(store: SessionStore) -> None:
+    tasks = TaskTable(store)
+    head = await stored_task(store, "cli-a", "dddddddddddddddd")
+    task = tasks.add(head, (), Replay())
+    alone = SingleInstance(tasks)
+    assert await alone.follow(head.task_hash) is task
+    assert await alone.follow("eeeeeeeeeeeeeeee") is None
+    assert await alone.prompts() == []
+    with pytest.raises(PromptNotFound):
+        await alone.answer("cli-a", "eeeeeeeeeeeeeeee", ANN, approve=True, text=None)
