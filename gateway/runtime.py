@@ -20,13 +20,16 @@ from gateway.agents.tools import ToolSource
 from gateway.auth import Authority
 from gateway.bus import Bus, open_bus
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.cluster.one import OneInstance
+from gateway.cluster.several import SeveralInstances
 from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.registry import CommandRegistry
 from gateway.commands.schedules import ScheduleCommands
 from gateway.crash import CrashPoints
+from gateway.engine.cluster import Cluster
 from gateway.engine.router import Router
 from gateway.health import Readiness, ReadinessProbe, answers
-from gateway.leases import Leases, open_leases
+from gateway.leases import Leases, LocalLeases, open_leases
 from gateway.logs import get_logger
 from gateway.mcp_tools.config import McpConfig, load_config
 from gateway.memory.setup import Memory
@@ -178,16 +181,20 @@ class Runtime:
         if isinstance(agent, Summarizes):
             summary = RollingSummary(store, agent, settings.history_window)
         memory = Memory.open(settings, store.vectors, clock)
+        cluster: Cluster = (
+            OneInstance()
+            if isinstance(leases, LocalLeases)
+            else SeveralInstances(leases, bus, settings.instance_id, settings.lease_ttl_seconds)
+        )
         router = Router(
             settings,
             store,
             agent,
             presence,
+            cluster,
             authority=authority,
             clock=clock,
             crash=crash,
-            leases=leases,
-            bus=bus,
             tool_memory=tool_memory,
             commands=commands.run,
             recall=memory.recall,

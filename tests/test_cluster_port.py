@@ -1,4 +1,4 @@
-"""The one-instance side of the cluster port (gateway/engine/cluster.py), on a store of its
+"""The one-instance side of the cluster port (gateway/cluster/one.py), on a store of its
 own and without a runtime: every session is this instance's, nothing is told to anyone."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from gateway.engine.cluster import SingleInstance, SoleOwner
+from gateway.cluster.one import SingleInstance, SoleOwner
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.prompts import PromptNotFound
 from gateway.engine.tasks import TaskTable

@@ -32,8 +32,8 @@ from adapters.discord.adapter import NOT_RECORDED
 from adapters.discord.commands import UNAVAILABLE
 from gateway.bus import LocalBus, RedisBus
 from gateway.clock import SYSTEM_CLOCK
+from gateway.cluster.ownership import JOURNAL, Ownership, lease_of
 from gateway.engine.journal import JournalHead, Replay
-from gateway.engine.ownership import JOURNAL, Ownership, lease_of
 from gateway.engine.tasks import TaskTable
 from gateway.events import Inbound, Origin
 from gateway.leases import open_leases

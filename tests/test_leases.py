@@ -253,7 +253,7 @@ async def test_leadership_moves_when_the_leader_loses_its_connection(
 async def test_an_idle_session_lease_lingers_then_goes_and_closing_lets_it_go(
     runtimes: tuple[Runtime, Runtime],
 ) -> None:
-    from gateway.engine.ownership import LINGER_SECONDS, lease_of
+    from gateway.cluster.ownership import LINGER_SECONDS, lease_of
 
     first, second = runtimes
     sub = await first.router.submit(Inbound(ANN, "chat-l", "hello"))

@@ -1,27 +1,30 @@
-"""What the engine asks of the other instances, and the answers when there are none.
+"""The cluster port: what the engine asks of the other instances.
 
 Two questions: who runs a session (`Owning`: run a stored task here, or hand it to the
 owner), and what of tasks that run elsewhere (`Elsewhere`: their events, prompts, answers
-and cancels). A gateway that runs alone has `SoleOwner` and `SingleInstance` (here); several
-instances on one archive and one bus have `gateway.engine.ownership.Ownership` and
-`gateway.engine.relay.Relay`. The engine asks the same questions of either and never asks
-which it has.
+and cancels). A `Cluster` makes both for an engine as it is built, and says how deliveries
+and answers are shared. The composition root picks one of the two kinds in
+`gateway.cluster` (`OneInstance`, `SeveralInstances`); the engine asks the same questions
+of either and never asks which it has.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Protocol
 
+from gateway.auth import Authority
+from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import Answer
-from gateway.engine.prompts import PromptNotFound
+from gateway.engine.prompts import Prompts
 from gateway.engine.task import Prompt, Task
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Origin
-from gateway.keyed_locks import KeyedLocks
-from gateway.store.journals import JournalRecord
+from gateway.store.journals import JournalRecord, PromptAnswers
 from gateway.store.sessions import SessionStore
+
+TakeUp = Callable[[list[JournalRecord]], Awaitable[int]]
+CancelHere = Callable[[str, str, str], Awaitable[bool]]
 
 
 class Owning(Protocol):
@@ -41,50 +44,6 @@ class Owning(Protocol):
 
     async def close(self, had: list[str]) -> None:
         """Shutting down; `had`: the sessions this instance ran."""
-
-
-class SoleOwner:
-    """Alone, this instance owns every session: a stored task runs here, and nothing is
-    stored by anyone else to take up before the next one."""
-
-    def __init__(
-        self,
-        store: SessionStore,
-        *,
-        take_up: Callable[[list[JournalRecord]], Awaitable[int]],
-        is_live: Callable[[str], bool],
-    ) -> None:
-        """`take_up` queues journals here; `is_live(task)` says whether a task is running or
-        queued here."""
-        self._store = store
-        self._take_up = take_up
-        self._is_live = is_live
-        # A task queued while the session's journals are read would be taken up twice.
-        self._locks = KeyedLocks()
-        self._closing = False
-
-    def _holding(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return self._locks.hold(session_id)
-
-    async def run_here(self, session_id: str, enqueue: Callable[[], int]) -> int | None:
-        async with self._holding(session_id):
-            return None if self._closing else enqueue()
-
-    async def adopt(self, session_id: str) -> int:
-        async with self._holding(session_id):
-            if self._closing:
-                return 0
-            records = await self._store.unfinished(session_id)
-            return await self._take_up([r for r in records if not self._is_live(r.task_hash)])
-
-    async def refresh(self, session_id: str) -> None:
-        return None
-
-    async def idle(self, session_id: str) -> None:
-        return None
-
-    async def close(self, had: list[str]) -> None:
-        self._closing = True
 
 
 class Elsewhere(Protocol):
@@ -114,31 +73,40 @@ class Elsewhere(Protocol):
         """Cancel a task another instance runs."""
 
 
-class SingleInstance:
-    """No other instance: every task is this one's, and nothing needs telling."""
+class Cluster(Protocol):
+    """How this instance stands among others, for the engine to build its parts by."""
 
-    def __init__(self, tasks: TaskTable) -> None:
-        self._tasks = tasks
+    # The name this instance claims each delivery under before sending it (None: nothing to
+    # claim), and how long a claim holds.
+    claimant: str | None
+    claim_seconds: float
 
-    async def publish(self, task: Task, event: Event) -> None:
-        return None
+    def answers(self, store: SessionStore) -> PromptAnswers | None:
+        """Where an answer given on any instance is claimed before it counts (None: answers
+        are given here only)."""
 
-    async def follow(self, task_hash: str) -> Task | None:
-        return self._tasks.find(task_hash)
-
-    async def prompts(self, session_id: str | None = None) -> list[Prompt]:
-        return []
-
-    async def answer(
+    def owner(
         self,
-        session_id: str,
-        task_hash: str,
-        responder: Origin,
+        store: SessionStore,
         *,
-        approve: bool | None,
-        text: str | None,
-    ) -> Answer:
-        raise PromptNotFound(f"no task {task_hash} in session {session_id}")
+        take_up: TakeUp,
+        interrupt: Callable[[str], Coroutine[Any, Any, None]],
+        is_busy: Callable[[str], bool],
+        is_live: Callable[[str], bool],
+    ) -> Owning:
+        """Who runs which session. `take_up` queues journals here; `interrupt` stops a
+        session's tasks (keeping their journals); `is_busy(session)` says whether it has
+        tasks here; `is_live(task)` whether a task is running or queued here."""
 
-    async def cancel(self, task: Task, by: str) -> bool:
-        return False  # no task of another instance is ever known here
+    def elsewhere(
+        self,
+        *,
+        tasks: TaskTable,
+        dispatch: Dispatch,
+        prompts: Prompts,
+        store: SessionStore,
+        authority: Authority,
+        cancel_here: CancelHere,
+    ) -> Elsewhere:
+        """What of tasks other instances run. `cancel_here(session, task, by)` cancels a task
+        this one runs when another asks."""

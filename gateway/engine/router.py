@@ -22,21 +22,18 @@ from gateway.adapter import Sink
 from gateway.agents.base import Agent
 from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
-from gateway.bus import Bus, LocalBus
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.cancels import Cancels
-from gateway.engine.cluster import Elsewhere, Owning, SingleInstance, SoleOwner
+from gateway.engine.cluster import Cluster
 from gateway.engine.dispatch import Dispatch, Subscription
 from gateway.engine.intake import CommandRunner, Intake
 from gateway.engine.journal import Answer
 from gateway.engine.order import Turn
 from gateway.engine.outbox import Courier
-from gateway.engine.ownership import Ownership
 from gateway.engine.prompts import PromptNotFound, Prompts
 from gateway.engine.queue_modes import QueueModes
 from gateway.engine.recovery import import_journal_files
-from gateway.engine.relay import Relay
 from gateway.engine.runner import Runner
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.takeover import Takeover
@@ -44,7 +41,6 @@ from gateway.engine.task import Prompt, Submission, Task, TaskNotFound, TaskView
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Inbound, Origin
 from gateway.ids import validate_session_id
-from gateway.leases import Leases, LocalLeases
 from gateway.logs import get_logger
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
@@ -71,18 +67,18 @@ class Router:
         store: SessionStore,
         agent: Agent,
         presence: Presence,
+        cluster: Cluster,
         *,
         authority: Authority | None = None,
         clock: Clock = SYSTEM_CLOCK,
         crash: CrashPoints = NO_CRASH,
-        leases: Leases | None = None,
-        bus: Bus | None = None,
         tool_memory: ToolMemory | None = None,
         commands: CommandRunner | None = None,
         recall: Recall | None = None,
         after_task: Sequence[Callable[[str], None]] = (),
     ) -> None:
-        """`commands`: gateway commands, answered before the agent sees a text; `recall`:
+        """`cluster`: alone or one of several instances (`gateway.cluster`); `commands`:
+        gateway commands, answered before the agent sees a text; `recall`:
         older messages recalled into each task's context; `after_task`: called with the
         session id after each task that finished with a reply (the rolling summary)."""
         self._store = store
@@ -94,15 +90,12 @@ class Router:
         # does not know may be one a previous life left unfinished (front-ends say "ask again").
         self.taking_up = False
         self._tasks = TaskTable(store)
-        leases = leases or LocalLeases()
-        several = not isinstance(leases, LocalLeases)
         self._dispatch = Dispatch(
             store,
             self.counters,
             clock,
-            # Each reply is sent by one instance, even when several see it.
-            claimant=settings.instance_id if several else None,
-            claim_seconds=2 * settings.lease_ttl_seconds,
+            claimant=cluster.claimant,
+            claim_seconds=cluster.claim_seconds,
         )
         self._scheduler: Scheduler[Task] = Scheduler(
             settings.max_concurrent_tasks,
@@ -110,20 +103,13 @@ class Router:
             self._canceled_before_start,
             per_sender=settings.max_running_per_sender,
         )
-        bus = bus or LocalBus()
         self._takeover = Takeover(store, self._tasks, self._scheduler)
-        self._ownership: Owning = (
-            Ownership(
-                leases,
-                bus,
-                store,
-                take_up=self._takeover.take_up,
-                interrupt=self._takeover.interrupt,
-                is_busy=self._scheduler.is_busy,
-                is_live=self._takeover.is_live,
-            )
-            if several
-            else SoleOwner(store, take_up=self._takeover.take_up, is_live=self._takeover.is_live)
+        self._ownership = cluster.owner(
+            store,
+            take_up=self._takeover.take_up,
+            interrupt=self._takeover.interrupt,
+            is_busy=self._scheduler.is_busy,
+            is_live=self._takeover.is_live,
         )
         self._scheduler.before_next = self._ownership.refresh
         self._scheduler.on_idle = self._ownership.idle
@@ -134,20 +120,15 @@ class Router:
             clock,
             settings.confirm_timeout_seconds,
             crash,
-            answers=store if several else None,
+            answers=cluster.answers(store),
         )
-        self._elsewhere: Elsewhere = (
-            Relay(
-                bus,
-                tasks=self._tasks,
-                dispatch=self._dispatch,
-                prompts=self._prompts,
-                store=store,
-                authority=self._authority,
-                cancel_here=self._cancel_here,
-            )
-            if several
-            else SingleInstance(self._tasks)
+        self._elsewhere = cluster.elsewhere(
+            tasks=self._tasks,
+            dispatch=self._dispatch,
+            prompts=self._prompts,
+            store=store,
+            authority=self._authority,
+            cancel_here=self._cancel_here,
         )
         self._dispatch.published = self._elsewhere.publish
         self._cancels = Cancels(self._tasks, self._scheduler, self._elsewhere, self._authority)

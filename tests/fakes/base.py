@@ -4,8 +4,9 @@ a queued failure.
 
 Waits never poll: recording a call, answering it and any other change a test may wait for
 notify one ``asyncio.Condition``. Every wait has a deadline (:data:`DEFAULT_TIMEOUT` unless
-given, stretched in parallel test workers: ``tests/patience.py``) and fails with an ``AssertionError`` that lists what was recorded, so a missing call
-shows up as a readable failure instead of a hung test.
+given, stretched in parallel test workers: ``tests/patience.py``) and fails with an
+``AssertionError`` that lists what was recorded, so a missing call shows up as a readable
+failure instead of a hung test.
 """
 
 from __future__ import annotations

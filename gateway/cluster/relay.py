@@ -7,7 +7,7 @@ one (it received the message, or someone asked it about the task): waiting on a 
 streaming it, works on any instance. An answer given on any instance is recorded in the
 archive first — the first answer to a prompt stands, wherever it was given — and then
 signalled to the instance running the task. A gateway that runs alone has
-`gateway.engine.cluster.SingleInstance` instead.
+`gateway.cluster.one.SingleInstance` instead.
 """
 
 from __future__ import annotations

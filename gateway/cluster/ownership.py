@@ -7,7 +7,7 @@ shared archive); if it can take the lease it runs the task, and otherwise it sig
 lets the lease go when the session has nothing left to run; one that dies loses its leases with
 its database connection, and whoever next finds the session's journals takes it over.
 
-A gateway that runs alone has `gateway.engine.cluster.SoleOwner` instead.
+A gateway that runs alone has `gateway.cluster.one.SoleOwner` instead.
 """
 
 from __future__ import annotations

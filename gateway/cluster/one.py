@@ -1,0 +1,125 @@
+"""A gateway that runs alone: it owns every session, no task runs anywhere else, and
+nothing needs telling or claiming."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from gateway.auth import Authority
+from gateway.engine.cluster import CancelHere, TakeUp
+from gateway.engine.dispatch import Dispatch
+from gateway.engine.journal import Answer
+from gateway.engine.prompts import PromptNotFound, Prompts
+from gateway.engine.task import Prompt, Task
+from gateway.engine.tasks import TaskTable
+from gateway.events import Event, Origin
+from gateway.keyed_locks import KeyedLocks
+from gateway.store.journals import PromptAnswers
+from gateway.store.sessions import SessionStore
+
+
+class OneInstance:
+    claimant: str | None = None
+    claim_seconds = 30.0
+
+    def answers(self, store: SessionStore) -> PromptAnswers | None:
+        return None
+
+    def owner(
+        self,
+        store: SessionStore,
+        *,
+        take_up: TakeUp,
+        interrupt: Callable[[str], Coroutine[Any, Any, None]],
+        is_busy: Callable[[str], bool],
+        is_live: Callable[[str], bool],
+    ) -> SoleOwner:
+        return SoleOwner(store, take_up=take_up, is_live=is_live)
+
+    def elsewhere(
+        self,
+        *,
+        tasks: TaskTable,
+        dispatch: Dispatch,
+        prompts: Prompts,
+        store: SessionStore,
+        authority: Authority,
+        cancel_here: CancelHere,
+    ) -> SingleInstance:
+        return SingleInstance(tasks)
+
+
+class SoleOwner:
+    """Alone, this instance owns every session: a stored task runs here, and nothing is
+    stored by anyone else to take up before the next one."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        take_up: TakeUp,
+        is_live: Callable[[str], bool],
+    ) -> None:
+        """`take_up` queues journals here; `is_live(task)` says whether a task is running or
+        queued here."""
+        self._store = store
+        self._take_up = take_up
+        self._is_live = is_live
+        # A task queued while the session's journals are read would be taken up twice.
+        self._locks = KeyedLocks()
+        self._closing = False
+
+    def _holding(self, session_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._locks.hold(session_id)
+
+    async def run_here(self, session_id: str, enqueue: Callable[[], int]) -> int | None:
+        async with self._holding(session_id):
+            return None if self._closing else enqueue()
+
+    async def adopt(self, session_id: str) -> int:
+        async with self._holding(session_id):
+            if self._closing:
+                return 0
+            records = await self._store.unfinished(session_id)
+            return await self._take_up([r for r in records if not self._is_live(r.task_hash)])
+
+    async def refresh(self, session_id: str) -> None:
+        return None
+
+    async def idle(self, session_id: str) -> None:
+        return None
+
+    async def close(self, had: list[str]) -> None:
+        self._closing = True
+
+
+class SingleInstance:
+    """No other instance: every task is this one's, and nothing needs telling."""
+
+    def __init__(self, tasks: TaskTable) -> None:
+        self._tasks = tasks
+
+    async def publish(self, task: Task, event: Event) -> None:
+        return None
+
+    async def follow(self, task_hash: str) -> Task | None:
+        return self._tasks.find(task_hash)
+
+    async def prompts(self, session_id: str | None = None) -> list[Prompt]:
+        return []
+
+    async def answer(
+        self,
+        session_id: str,
+        task_hash: str,
+        responder: Origin,
+        *,
+        approve: bool | None,
+        text: str | None,
+    ) -> Answer:
+        raise PromptNotFound(f"no task {task_hash} in session {session_id}")
+
+    async def cancel(self, task: Task, by: str) -> bool:
+        return False  # no task of another instance is ever known here
