@@ -4,19 +4,16 @@ nothing needs telling or claiming."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
 
-from gateway.auth import Authority
-from gateway.engine.cluster import CancelHere, TakeUp
-from gateway.engine.dispatch import Dispatch
+from gateway.engine.cluster import OwnerParts, RelayParts
 from gateway.engine.journal import Answer
-from gateway.engine.prompts import PromptNotFound, Prompts
+from gateway.engine.prompts import PromptNotFound
 from gateway.engine.task import Prompt, Task
 from gateway.engine.tasks import TaskTable
 from gateway.events import Event, Origin
 from gateway.keyed_locks import KeyedLocks
-from gateway.store.journals import PromptAnswers
+from gateway.store.journals import JournalRecord, PromptAnswers
 from gateway.store.sessions import SessionStore
 
 
@@ -27,28 +24,11 @@ class OneInstance:
     def answers(self, store: SessionStore) -> PromptAnswers | None:
         return None
 
-    def owner(
-        self,
-        store: SessionStore,
-        *,
-        take_up: TakeUp,
-        interrupt: Callable[[str], Coroutine[Any, Any, None]],
-        is_busy: Callable[[str], bool],
-        is_live: Callable[[str], bool],
-    ) -> SoleOwner:
-        return SoleOwner(store, take_up=take_up, is_live=is_live)
+    def owner(self, parts: OwnerParts) -> SoleOwner:
+        return SoleOwner(parts.store, take_up=parts.take_up, is_live=parts.is_live)
 
-    def elsewhere(
-        self,
-        *,
-        tasks: TaskTable,
-        dispatch: Dispatch,
-        prompts: Prompts,
-        store: SessionStore,
-        authority: Authority,
-        cancel_here: CancelHere,
-    ) -> SingleInstance:
-        return SingleInstance(tasks)
+    def elsewhere(self, parts: RelayParts) -> SingleInstance:
+        return SingleInstance(parts.tasks)
 
 
 class SoleOwner:
@@ -59,7 +39,7 @@ class SoleOwner:
         self,
         store: SessionStore,
         *,
-        take_up: TakeUp,
+        take_up: Callable[[list[JournalRecord]], Awaitable[int]],
         is_live: Callable[[str], bool],
     ) -> None:
         """`take_up` queues journals here; `is_live(task)` says whether a task is running or

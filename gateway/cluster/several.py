@@ -4,17 +4,10 @@ and each delivery is claimed by the instance that sends it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from typing import Any
-
-from gateway.auth import Authority
 from gateway.bus import Bus
 from gateway.cluster.ownership import Ownership
 from gateway.cluster.relay import Relay
-from gateway.engine.cluster import CancelHere, TakeUp
-from gateway.engine.dispatch import Dispatch
-from gateway.engine.prompts import Prompts
-from gateway.engine.tasks import TaskTable
+from gateway.engine.cluster import OwnerParts, RelayParts
 from gateway.leases import Leases
 from gateway.store.journals import PromptAnswers
 from gateway.store.sessions import SessionStore
@@ -34,41 +27,24 @@ class SeveralInstances:
     def answers(self, store: SessionStore) -> PromptAnswers | None:
         return store
 
-    def owner(
-        self,
-        store: SessionStore,
-        *,
-        take_up: TakeUp,
-        interrupt: Callable[[str], Coroutine[Any, Any, None]],
-        is_busy: Callable[[str], bool],
-        is_live: Callable[[str], bool],
-    ) -> Ownership:
+    def owner(self, parts: OwnerParts) -> Ownership:
         return Ownership(
             self.leases,
             self.bus,
-            store,
-            take_up=take_up,
-            interrupt=interrupt,
-            is_busy=is_busy,
-            is_live=is_live,
+            parts.store,
+            take_up=parts.take_up,
+            interrupt=parts.interrupt,
+            is_busy=parts.is_busy,
+            is_live=parts.is_live,
         )
 
-    def elsewhere(
-        self,
-        *,
-        tasks: TaskTable,
-        dispatch: Dispatch,
-        prompts: Prompts,
-        store: SessionStore,
-        authority: Authority,
-        cancel_here: CancelHere,
-    ) -> Relay:
+    def elsewhere(self, parts: RelayParts) -> Relay:
         return Relay(
             self.bus,
-            tasks=tasks,
-            dispatch=dispatch,
-            prompts=prompts,
-            store=store,
-            authority=authority,
-            cancel_here=cancel_here,
+            tasks=parts.tasks,
+            dispatch=parts.dispatch,
+            prompts=parts.prompts,
+            store=parts.store,
+            authority=parts.authority,
+            cancel_here=parts.cancel_here,
         )

@@ -11,6 +11,7 @@ of either and never asks which it has.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.auth import Authority
@@ -23,8 +24,31 @@ from gateway.events import Event, Origin
 from gateway.store.journals import JournalRecord, PromptAnswers
 from gateway.store.sessions import SessionStore
 
-TakeUp = Callable[[list[JournalRecord]], Awaitable[int]]
-CancelHere = Callable[[str, str, str], Awaitable[bool]]
+
+@dataclass(frozen=True, slots=True)
+class OwnerParts:
+    """What an owner acts through: `take_up` queues journals here; `interrupt` stops a
+    session's tasks (keeping their journals); `is_busy(session)` says whether it has tasks
+    here; `is_live(task)` whether a task is running or queued here."""
+
+    store: SessionStore
+    take_up: Callable[[list[JournalRecord]], Awaitable[int]]
+    interrupt: Callable[[str], Coroutine[Any, Any, None]]
+    is_busy: Callable[[str], bool]
+    is_live: Callable[[str], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class RelayParts:
+    """What a view of the other instances' tasks acts through: `cancel_here(session, task,
+    by)` cancels a task this one runs when another asks."""
+
+    tasks: TaskTable
+    dispatch: Dispatch
+    prompts: Prompts
+    store: SessionStore
+    authority: Authority
+    cancel_here: Callable[[str, str, str], Awaitable[bool]]
 
 
 class Owning(Protocol):
@@ -85,28 +109,8 @@ class Cluster(Protocol):
         """Where an answer given on any instance is claimed before it counts (None: answers
         are given here only)."""
 
-    def owner(
-        self,
-        store: SessionStore,
-        *,
-        take_up: TakeUp,
-        interrupt: Callable[[str], Coroutine[Any, Any, None]],
-        is_busy: Callable[[str], bool],
-        is_live: Callable[[str], bool],
-    ) -> Owning:
-        """Who runs which session. `take_up` queues journals here; `interrupt` stops a
-        session's tasks (keeping their journals); `is_busy(session)` says whether it has
-        tasks here; `is_live(task)` whether a task is running or queued here."""
+    def owner(self, parts: OwnerParts) -> Owning:
+        """Who runs which session."""
 
-    def elsewhere(
-        self,
-        *,
-        tasks: TaskTable,
-        dispatch: Dispatch,
-        prompts: Prompts,
-        store: SessionStore,
-        authority: Authority,
-        cancel_here: CancelHere,
-    ) -> Elsewhere:
-        """What of tasks other instances run. `cancel_here(session, task, by)` cancels a task
-        this one runs when another asks."""
+    def elsewhere(self, parts: RelayParts) -> Elsewhere:
+        """What of tasks other instances run."""

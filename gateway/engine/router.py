@@ -25,7 +25,7 @@ from gateway.auth import Authority
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.cancels import Cancels
-from gateway.engine.cluster import Cluster
+from gateway.engine.cluster import Cluster, OwnerParts, RelayParts
 from gateway.engine.dispatch import Dispatch, Subscription
 from gateway.engine.intake import CommandRunner, Intake
 from gateway.engine.journal import Answer
@@ -105,11 +105,13 @@ class Router:
         )
         self._takeover = Takeover(store, self._tasks, self._scheduler)
         self._ownership = cluster.owner(
-            store,
-            take_up=self._takeover.take_up,
-            interrupt=self._takeover.interrupt,
-            is_busy=self._scheduler.is_busy,
-            is_live=self._takeover.is_live,
+            OwnerParts(
+                store,
+                take_up=self._takeover.take_up,
+                interrupt=self._takeover.interrupt,
+                is_busy=self._scheduler.is_busy,
+                is_live=self._takeover.is_live,
+            )
         )
         self._scheduler.before_next = self._ownership.refresh
         self._scheduler.on_idle = self._ownership.idle
@@ -123,12 +125,14 @@ class Router:
             answers=cluster.answers(store),
         )
         self._elsewhere = cluster.elsewhere(
-            tasks=self._tasks,
-            dispatch=self._dispatch,
-            prompts=self._prompts,
-            store=store,
-            authority=self._authority,
-            cancel_here=self._cancel_here,
+            RelayParts(
+                tasks=self._tasks,
+                dispatch=self._dispatch,
+                prompts=self._prompts,
+                store=store,
+                authority=self._authority,
+                cancel_here=self._cancel_here,
+            )
         )
         self._dispatch.published = self._elsewhere.publish
         self._cancels = Cancels(self._tasks, self._scheduler, self._elsewhere, self._authority)
