@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -38,12 +39,20 @@ class Job:
 class Rig:
     """A scheduler whose jobs run until the test releases them, recording what happened."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(
+        self,
+        slots: int,
+        *,
+        before_next: Callable[[str], Awaitable[None]] | None = None,
+        on_idle: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         self.started: list[str] = []
         self.placed = 0
         self.log: list[str] = []
         self.changed = asyncio.Condition()
-        self.scheduler: Scheduler[Job] = Scheduler(slots, self.run, self.canceled)
+        self.scheduler: Scheduler[Job] = Scheduler(
+            slots, self.run, self.canceled, before_next=before_next, on_idle=on_idle
+        )
 
     async def run(self, job: Job) -> None:
         job.status = "running"
@@ -194,7 +203,6 @@ async def test_interrupt_stops_one_session_and_hands_back_its_queue() -> None:
 
 
 async def test_hooks_run_before_each_job_and_once_a_session_is_idle() -> None:
-    rig = Rig(slots=4)
     calls: list[str] = []
     idle = asyncio.Event()
 
@@ -207,7 +215,7 @@ async def test_hooks_run_before_each_job_and_once_a_session_is_idle() -> None:
         calls.append(f"idle {session_id}")
         idle.set()
 
-    rig.scheduler.before_next, rig.scheduler.on_idle = before_next, on_idle
+    rig = Rig(slots=4, before_next=before_next, on_idle=on_idle)
     job, _ = rig.add("cli-a", "job")
     await rig.until("start late")
     assert rig.started == ["late"]
@@ -223,7 +231,6 @@ async def test_hooks_run_before_each_job_and_once_a_session_is_idle() -> None:
 async def test_a_failing_hook_leaves_the_queue_running() -> None:
     """The look before a task and the letting go meet an error (the database went away): the
     session's worker logs it and goes on, instead of dying with tasks queued behind it."""
-    rig = Rig(slots=2)
     failures: list[str] = []
     idle = asyncio.Event()
 
@@ -236,7 +243,7 @@ async def test_a_failing_hook_leaves_the_queue_running() -> None:
         idle.set()
         raise RuntimeError("the database went away")
 
-    rig.scheduler.before_next, rig.scheduler.on_idle = before_next, on_idle
+    rig = Rig(slots=2, before_next=before_next, on_idle=on_idle)
     with capture_logs() as logs:
         first, _ = rig.add("cli-a", "first")
         await rig.until("start first")

@@ -55,6 +55,7 @@ class Dispatch:
         *,
         claimant: str | None = None,
         claim_seconds: float = 30.0,
+        published: Callable[[Task, Event], Awaitable[None]] | None = None,
     ) -> None:
         """`claimant`: the name this instance claims deliveries under, when several send
         from one outbox (None: one instance, nothing to claim); a claim lapses after
@@ -73,7 +74,7 @@ class Dispatch:
         )
         self._subscribers: dict[str, set[Subscription]] = {}
         # Told of every event recorded here (the relay, which tells the other instances).
-        self.published: Callable[[Task, Event], Awaitable[None]] | None = None
+        self.published = published
 
     # -- wiring ----------------------------------------------------------------------------
 

@@ -90,18 +90,24 @@ class Router:
         # does not know may be one a previous life left unfinished (front-ends say "ask again").
         self.taking_up = False
         self._tasks = TaskTable(store)
+        # The owner, the queue modes and the relay are built on the scheduler and the
+        # dispatch; those reach them back through the router, which holds all of them.
         self._dispatch = Dispatch(
             store,
             self.counters,
             clock,
             claimant=cluster.claimant,
             claim_seconds=cluster.claim_seconds,
+            published=lambda task, event: self._elsewhere.publish(task, event),
         )
         self._scheduler: Scheduler[Task] = Scheduler(
             settings.max_concurrent_tasks,
             self._run,
             self._canceled_before_start,
             per_sender=settings.max_running_per_sender,
+            before_next=lambda session_id: self._ownership.refresh(session_id),
+            on_idle=lambda session_id: self._ownership.idle(session_id),
+            gather=lambda session_id, queue: self._queue_modes.gather(session_id, queue),
         )
         self._takeover = Takeover(store, self._tasks, self._scheduler)
         self._ownership = cluster.owner(
@@ -113,8 +119,6 @@ class Router:
                 is_live=self._takeover.is_live,
             )
         )
-        self._scheduler.before_next = self._ownership.refresh
-        self._scheduler.on_idle = self._ownership.idle
         self._prompts = Prompts(
             self._dispatch,
             self._scheduler,
@@ -134,10 +138,8 @@ class Router:
                 cancel_here=self._cancel_here,
             )
         )
-        self._dispatch.published = self._elsewhere.publish
         self._cancels = Cancels(self._tasks, self._scheduler, self._elsewhere, self._authority)
         self._queue_modes = QueueModes(store, self._scheduler, self._dispatch, self._tasks, crash)
-        self._scheduler.gather = self._queue_modes.gather
         self._runner = Runner(
             store,
             agent,

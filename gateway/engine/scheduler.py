@@ -65,6 +65,9 @@ class Scheduler(Generic[J]):
         canceled_before_start: Callable[[J], Coroutine[Any, Any, None]],
         *,
         per_sender: int | None = None,
+        before_next: Callable[[str], Awaitable[None]] | None = None,
+        on_idle: Callable[[str], Awaitable[None]] | None = None,
+        gather: Callable[[str, list[J]], Awaitable[None]] | None = None,
     ) -> None:
         """`run` carries a task through its life (it is canceled to cancel the task);
         `canceled_before_start` records the end of one canceled while it was still queued."""
@@ -79,11 +82,11 @@ class Scheduler(Generic[J]):
         # ahead of it what other instances stored before it); and once its queue is empty (to
         # let it go: what another instance stores for an idle session arrives by its signal,
         # or is found when the session is let go).
-        self.before_next: Callable[[str], Awaitable[None]] | None = None
-        self.on_idle: Callable[[str], Awaitable[None]] | None = None
+        self.before_next = before_next
+        self.on_idle = on_idle
         # Called with a session id and its queue when several tasks wait there, before the
         # next is picked: it may take some out (the `collect` queue mode).
-        self.gather: Callable[[str, list[J]], Awaitable[None]] | None = None
+        self.gather = gather
 
     # -- queue -----------------------------------------------------------------------------
 
