@@ -97,7 +97,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
             await adapter.start()
             stack.push_async_callback(adapter.stop)
         resumed = await runtime.router.recover(at_start=True)
-        sent = await runtime.router.courier.redeliver()
+        sent = await runtime.engine.courier.redeliver()
         for job in _jobs(runtime):
             stack.push_async_callback(_cancel, asyncio.create_task(job))
         log.info("gateway ready", agent=settings.agent, resumed=resumed, redelivered=sent)
@@ -158,7 +158,7 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
         jobs.append(
             every(
                 _recovery_interval(runtime),
-                router.courier.redeliver,
+                runtime.engine.courier.redeliver,
                 name="redelivery",
                 clock=runtime.clock,
                 now=False,

@@ -26,6 +26,7 @@ from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.registry import CommandRegistry
 from gateway.commands.schedules import ScheduleCommands
 from gateway.crash import CrashPoints
+from gateway.engine.assembly import Engine, assemble
 from gateway.engine.cluster import Cluster
 from gateway.engine.router import Router
 from gateway.health import Readiness, ReadinessProbe, answers
@@ -109,7 +110,7 @@ class Runtime:
     kv: KVStore
     presence: Presence
     agent: Agent
-    router: Router
+    engine: Engine
     authority: Authority
     commands: CommandRegistry
     session_settings: SessionSettings
@@ -125,10 +126,12 @@ class Runtime:
     memory: Memory | None = None  # semantic recall: the embedding job and the search
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
+    router: Router = field(init=False)  # the engine's face, which front-ends talk to
     probe: ReadinessProbe = field(init=False)
     _closed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
+        self.router = self.engine.router
         self.probe = ReadinessProbe(
             answers(self.store.ping), answers(self.kv.ping), self.leases.healthy
         )
@@ -186,7 +189,7 @@ class Runtime:
             if isinstance(leases, LocalLeases)
             else SeveralInstances(leases, bus, settings.instance_id, settings.lease_ttl_seconds)
         )
-        router = Router(
+        engine = assemble(
             settings,
             store,
             agent,
@@ -200,6 +203,7 @@ class Runtime:
             recall=memory.recall,
             after_task=[summary.schedule] if summary is not None else [],
         )
+        router = engine.router
         session_settings = SessionSettings(
             store,
             authority,
@@ -230,7 +234,7 @@ class Runtime:
             kv,
             presence,
             agent,
-            router,
+            engine,
             authority,
             commands,
             session_settings,

@@ -21,8 +21,8 @@ from gateway.auth import Authority
 from gateway.clock import Clock
 from gateway.commands.registry import parse_command
 from gateway.crash import NO_CRASH, CrashPoints
+from gateway.engine.errors import MessageTooLong, TooManyTasks
 from gateway.engine.router import Router
-from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import Inbound, Origin
 from gateway.ids import Prefix, prefix_of, validate_session_id
 from gateway.logs import get_logger

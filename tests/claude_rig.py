@@ -130,7 +130,7 @@ async def start(claude: Cli, home: Path, **extra: Any) -> Runtime:
 @pytest.fixture
 async def runtime(claude: Cli, tmp_path: Path) -> AsyncIterator[Runtime]:
     rt = await start(claude, tmp_path / "home")
-    rt.router.after_task.clear()  # no summaries in between: each CLI call is the test's
+    rt.engine.runner.after_task.clear()  # no summaries in between: each CLI call is the test's
     try:
         yield rt
     finally:

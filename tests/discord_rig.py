@@ -44,7 +44,7 @@ async def start_rig(
         _env_file=None,
     )
     runtime = await Runtime.start(settings, clock=clock)
-    runtime.router.courier.initial_wait = 0.01
+    runtime.engine.courier.initial_wait = 0.01
     adapter = DiscordAdapter(runtime, guild_ready_timeout=0.05)
     await adapter.start(ready_timeout=10)
     return Rig(fake, runtime, adapter)

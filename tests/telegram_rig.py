@@ -42,7 +42,7 @@ async def start_rig(
         **extra,
     )
     runtime = await Runtime.start(settings, clock=clock)
-    runtime.router.courier.initial_wait = 0.01
+    runtime.engine.courier.initial_wait = 0.01
     adapter = TelegramAdapter.build(runtime)
     adapter.poller.initial_wait = 0.01
     await asyncio.wait_for(adapter.start(poll_timeout=1), 10)

@@ -384,7 +384,7 @@ async def test_a_window_opening_with_a_reply_starts_at_a_user_turn(
     fake: FakeAnthropic, tmp_path: Path
 ) -> None:
     rt = await start(fake, tmp_path / "h", history_window=1)
-    rt.router.after_task.clear()  # the summary runs when the test says so
+    rt.engine.runner.after_task.clear()  # the summary runs when the test says so
     try:
         fake.script(Text("first answer"), Text("Ann asked."), Text("second answer"))
         await ask(rt.router, "cli-w1", "first question")
@@ -403,7 +403,7 @@ async def test_a_long_conversation_reads_its_messages_from_the_cache(
     """Past the window, the conversation's start moves only when a batch is folded: every
     call between two folds reads the whole previous prompt from the cache."""
     rt = await start(fake, tmp_path / "h", history_window=8)
-    rt.router.after_task.clear()  # folds happen when the test says so, after each turn
+    rt.engine.runner.after_task.clear()  # folds happen when the test says so, after each turn
     assert rt.summary is not None
     try:
         fake.script(*[Text("fine thanks")] * 40)
@@ -442,7 +442,7 @@ async def test_summary_fold_and_the_summary_in_the_cached_system(
     fake: FakeAnthropic, tmp_path: Path
 ) -> None:
     rt = await start(fake, tmp_path / "h", summary_model="claude-small", history_window=2)
-    rt.router.after_task.clear()  # the summary runs when the test says so
+    rt.engine.runner.after_task.clear()  # the summary runs when the test says so
     try:
         fake.script(Text("one"), Text("two"), Text("Ann greeted twice."))
         for message in ("hello", "hello again"):

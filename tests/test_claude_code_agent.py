@@ -24,7 +24,7 @@ from gateway.agents.claude_process import KILL_GRACE_SECONDS
 from gateway.agents.claude_resume import fingerprint, resume_point
 from gateway.agents.openai import BASE_INSTRUCTIONS, FORMATTING
 from gateway.engine.router import Router
-from gateway.engine.task import TaskView
+from gateway.engine.views import TaskView
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime, UnknownAgent
 from gateway.settings import Settings
@@ -215,7 +215,7 @@ async def test_next_task_resumes_with_only_what_is_new(cli: FakeCli, runtime: Ru
 
 async def test_resume_survives_a_sliding_window(cli: FakeCli, tmp_path: Path) -> None:
     rt = await start(cli, tmp_path / "home", history_window=2)
-    rt.router.after_task.clear()  # no background summary calls in between
+    rt.engine.runner.after_task.clear()  # no background summary calls in between
     try:
         for message in ("one", "two", "three"):
             assert (await ask(rt.router, "cli-w", message)).status == "done"
@@ -453,7 +453,7 @@ async def test_summary_is_one_tool_less_cli_call(
     cli: FakeCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt = await start(cli, tmp_path / "home", history_window=2, summary_model="haiku")
-    rt.router.after_task.clear()  # the summary runs when the test says so
+    rt.engine.runner.after_task.clear()  # the summary runs when the test says so
     try:
         for message in ("one", "two"):
             await ask(rt.router, "cli-s", message)

@@ -159,7 +159,7 @@ async def test_cancel_stops_the_cli_and_its_environment_is_clean(
 
 async def test_summary_has_no_tools_and_keeps_no_transcript(claude: Cli, tmp_path: Path) -> None:
     rt = await start(claude, tmp_path / "home", history_window=2, summary_model="haiku")
-    rt.router.after_task.clear()
+    rt.engine.runner.after_task.clear()
     try:
         claude.script(Text("one back"), Text("two back"))
         for message in ("one", "two"):
@@ -185,7 +185,7 @@ async def test_summary_has_no_tools_and_keeps_no_transcript(claude: Cli, tmp_pat
 
 async def test_default_reasoning_level_reaches_the_cli(claude: Cli, tmp_path: Path) -> None:
     rt = await start(claude, tmp_path / "home", reasoning="high")
-    rt.router.after_task.clear()
+    rt.engine.runner.after_task.clear()
     try:
         claude.script(Text("thought about it", thinking="Weighing it up carefully."))
         state = await ask(rt.router, "cli-r", "think hard")

@@ -33,7 +33,7 @@ __all__ = ["claude"]  # the fixture, parametrized over the fake CLI and the real
 async def telegram(claude: Cli, tmp_path: Path) -> AsyncIterator[Rig]:
     async with FakeTelegram() as fake:
         rig = await start_rig(fake, tmp_path / "home", **claude.options())
-        rig.runtime.router.after_task.clear()
+        rig.runtime.engine.runner.after_task.clear()
         try:
             yield rig
         finally:
@@ -103,7 +103,7 @@ async def discord(claude: Cli, tmp_path: Path) -> AsyncIterator[DiscordRig]:
         )
         with point_discord_py_at(fake):
             rig = await start_discord(fake, tmp_path / "home", **claude.options())
-            rig.runtime.router.after_task.clear()
+            rig.runtime.engine.runner.after_task.clear()
             try:
                 yield rig
             finally:
@@ -160,7 +160,7 @@ async def test_a_configured_mcp_tool_is_asked_for_too(claude: Cli, tmp_path: Pat
     home = tmp_path / "home"
     write_config(home, {"fake": stdio_server(tmp_path / "pids")})
     rt = await start(claude, home)
-    rt.router.after_task.clear()
+    rt.engine.runner.after_task.clear()
     try:
         claude.script(ToolUse([("toolu_m", "mcp__fake__add", {"a": 2, "b": 3})]), Text("it is 5"))
         sub = await rt.router.submit(Inbound(ANN, "cli-m", "!mcp add two and three"))

@@ -82,12 +82,20 @@ async def test_a_sole_owner_adopts_only_the_journals_not_live_here(store: Sessio
     assert await owner.adopt("cli-b") == 0  # stopping: left for the next start
 
 
-async def test_a_single_instance_knows_only_its_own_tasks(store: SessionStore) -> None:
+async def test_a_single_instance_follows_only_the_tasks_it_was_handed(
+    store: SessionStore,
+) -> None:
     tasks = TaskTable(store)
     head = await stored_task(store, "cli-a", "dddddddddddddddd")
     task = tasks.add(head, (), Replay())
-    alone = SingleInstance(tasks)
-    assert await alone.follow(head.task_hash) is task
+    alone = SingleInstance()
+    assert await alone.follow(head.task_hash) is None  # it runs here: the task table has it
+    # Stored while the gateway was stopping: the next start runs it; meanwhile it is followed.
+    alone.watch(tasks.drop(task))
+    assert head.task_hash not in tasks
+    assert await alone.follow(head.task_hash) is task.state
+    assert alone.release(head.task_hash) is task.state
+    assert await alone.follow(head.task_hash) is None
     assert await alone.follow("eeeeeeeeeeeeeeee") is None
     assert await alone.prompts() == []
     with pytest.raises(PromptNotFound):

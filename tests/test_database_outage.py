@@ -269,7 +269,7 @@ async def test_a_task_whose_context_read_meets_the_outage_waits_for_it(
     task = TaskTable(runtime.store).add(head[0], (), Replay())
     with capture_logs() as logs:
         await relay.cut()
-        run = asyncio.create_task(runtime.router.runner.run(task))
+        run = asyncio.create_task(runtime.engine.runner.run(task))
 
         async def met() -> bool:  # the run met the outage, and waits for the database
             return any(str(e["event"]).endswith("database unavailable, waiting") for e in logs)

@@ -148,12 +148,12 @@ async def test_a_runtime_that_loses_its_connection_stops_and_another_takes_over(
     assert await terminate("agenvoy-leases:one") == 1
 
     # First notices within the TTL and stops the task (its journal stays)...
-    def given_up() -> bool:
+    async def given_up() -> bool:
         # Its task back to queued, to follow the instance that takes it up.
-        status = first.router.task(sub.task_hash).status
+        status = (await first.router.find(sub.task_hash)).status
         return not first.router.is_busy("chat-x") and status == "queued"
 
-    assert await wait_until(lambda: _true(given_up()), 3)
+    assert await wait_until(given_up, 3)
     # ...and second finds it nobody's and takes it.
     assert await wait_until(lambda: _taken(second), 5)
     await second.router.wait(sub.task_hash, 10, until_prompt=True)

@@ -24,7 +24,7 @@ from structlog.testing import capture_logs
 from support import wait_until
 from test_claude_agent import settings_for
 
-from gateway.engine.task import TaskView
+from gateway.engine.views import TaskView
 from gateway.events import Inbound, Origin
 from gateway.logs import configure_logging
 from gateway.mcp_tools.server import START_ATTEMPTS

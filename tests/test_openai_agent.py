@@ -308,7 +308,7 @@ async def test_summary_model_folds_messages(fake: FakeOpenAI, tmp_path: Path) ->
     from gateway.agents.openai import OpenAIAgent
 
     rt = await start(fake, tmp_path / "h3", summary_model="small-model", history_window=2)
-    rt.router.after_task.clear()
+    rt.engine.runner.after_task.clear()
     try:
         fake.script(Text("one"), Text("two"), Text("Ann greeted twice."))
         for message in ("hello", "hello again"):
@@ -396,7 +396,7 @@ async def test_reset_empties_the_window_and_nothing_is_folded_again(
     fake: FakeOpenAI, tmp_path: Path
 ) -> None:
     rt = await start(fake, tmp_path / "h", history_window=2)
-    rt.router.after_task.clear()  # the summary runs when the test says so
+    rt.engine.runner.after_task.clear()  # the summary runs when the test says so
     try:
         fake.script(Text("one"), Text("two"), Text("Ann said hello twice."))
         for message in ("hello", "hello again"):
@@ -469,7 +469,7 @@ async def test_messages_not_folded_yet_stay_in_sight(fake: FakeOpenAI, tmp_path:
     # A window of 4 folds 2 at a time: until a pair has left the window, the model still
     # sees it next to the window, not neither in the window nor in the summary.
     rt = await start(fake, tmp_path / "h", history_window=4)
-    rt.router.after_task.clear()  # no fold runs: everything past the window is unfolded
+    rt.engine.runner.after_task.clear()  # no fold runs: everything past the window is unfolded
     try:
         fake.script(*(Text(f"answer {n}") for n in range(4)))
         for n in range(3):

@@ -43,11 +43,11 @@ async def test_a_pass_over_pending_entries_skips_one_on_its_way(runtime: Runtime
     listed = await runtime.store.outbox.undelivered()
     assert [item.task_hash for item in listed] == [sub.task_hash]
     # Sent again, it would wait for the release like the first: the pass must not wait.
-    assert await asyncio.wait_for(runtime.router.courier.redeliver(), 5) == 0
+    assert await asyncio.wait_for(runtime.engine.courier.redeliver(), 5) == 0
     sink.release.set()
     assert (await runtime.router.wait(sub.task_hash, 10)).status == "done"
     # The list read before the delivery ended is stale now: its entry is not sent again.
-    assert await runtime.router.courier.send(listed[0]) is True
+    assert await runtime.engine.courier.send(listed[0]) is True
     assert sink.delivered == ["text"]
     [item] = await outbox_of_task(runtime.store.db, sub.task_hash)
     assert (item.status, item.platform_message_id) == ("delivered", "message-1")

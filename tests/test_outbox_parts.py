@@ -59,7 +59,7 @@ async def test_each_part_goes_out_with_the_earlier_ones_recorded(runtime: Runtim
 
 
 async def test_a_failed_attempt_records_the_parts_out_before_it(runtime: Runtime) -> None:
-    runtime.router.courier.initial_wait = 0.01  # the retry comes at once
+    runtime.engine.courier.initial_wait = 0.01  # the retry comes at once
     sink = PartedSink(runtime.store.db)
     sink.fail_on = 2
     runtime.router.register_sink("chat", sink)

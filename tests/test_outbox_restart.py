@@ -65,7 +65,7 @@ def home(tmp_path: Path) -> Path:
 async def start(home: Path, sink: Sink) -> Runtime:
     rt = await Runtime.start(settings_for(home))
     rt.router.register_sink("chat", sink)
-    rt.router.courier.initial_wait = 0.01
+    rt.engine.courier.initial_wait = 0.01
     return rt
 
 
@@ -96,7 +96,7 @@ async def test_delivery_failing_for_good_is_recorded(runtime: tuple[Runtime, Sin
     sub = await rt.router.submit(Inbound(CHAT, "dc-2", "hello"))
     await rt.router.wait(sub.task_hash, 30)
     (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
-    assert item.status == "failed" and item.attempts == rt.router.courier.attempts
+    assert item.status == "failed" and item.attempts == rt.engine.courier.attempts
     errors = [r for r in rt.store.files("dc-2").action_log.read() if r.kind == "error"]
     assert errors and "failed after 5 attempts" in errors[0].body
 
@@ -113,10 +113,10 @@ async def test_reply_generated_but_not_delivered_is_sent_once_after_restart(home
     rt2 = await start(home, second_sink)
     try:
         assert await rt2.router.recover() == 0  # the run is recorded: nothing to replay
-        assert await rt2.router.courier.redeliver() == 1
+        assert await rt2.engine.courier.redeliver() == 1
         assert second_sink.kinds() == ["text"]
         assert second_sink.delivered[0].text == "echo: ping"  # type: ignore[union-attr]
-        assert await rt2.router.courier.redeliver() == 0  # and never again
+        assert await rt2.engine.courier.redeliver() == 0  # and never again
         messages = await rt2.store.recent_messages("dc-3")
         assert [(m.role, m.content) for m in messages] == [
             ("user", "ping"),

@@ -14,8 +14,9 @@ from gateway_proc import Gateway, free_port
 from support import wait_until
 from test_router import ANN, BOB, RecordingSink, inbound
 
+from gateway.engine.errors import QueueFull
 from gateway.engine.router import Router
-from gateway.engine.task import QueueFull, Submission
+from gateway.engine.views import Submission
 from gateway.events import Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gateway.cli import app as cli_app
 from gateway.crash import CrashPoints
-from gateway.engine.task import TaskNotFound
+from gateway.engine.errors import TaskNotFound
 from gateway.events import Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.schedule_spec import BadSchedule, parse_args, parse_spec, parse_zone

@@ -63,7 +63,7 @@ async def test_a_schedule_fires_into_a_telegram_group_once_across_a_restart(
         await clock.advance(HOUR)
         assert await rig.runtime.schedules.fire_due() == 1
         await reply_in(fake, GROUP, "echo: post the daily summary")
-        await rig.runtime.router.courier.redeliver()
+        await rig.runtime.engine.courier.redeliver()
         assert [m["text"] for m in echoes(fake)] == ["echo: post the daily summary"] * 2
         stored = await rig.runtime.store.recent_messages(f"tg-{GROUP}", 100)
         ran = [m.sender for m in stored if m.content == "post the daily summary"]

@@ -33,7 +33,7 @@ class Recording:
 async def test_each_message_is_folded_once_and_the_cursor_advances(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)
     rt = await Runtime.start(settings)
-    rt.router.after_task.clear()  # this test drives the summary itself
+    rt.engine.runner.after_task.clear()  # this test drives the summary itself
     model = Recording(fail_first=True)
     rolling = RollingSummary(rt.store, model, window=4)
     try:
@@ -108,7 +108,7 @@ async def test_messages_are_folded_a_batch_at_a_time_and_seen_until_then(tmp_pat
     window is still in the agent's context."""
     settings = Settings(home=tmp_path / "h", history_window=4, _env_file=None)
     rt = await Runtime.start(settings)
-    rt.router.after_task.clear()  # this test drives the summary itself
+    rt.engine.runner.after_task.clear()  # this test drives the summary itself
     model = Recording()
     rolling = RollingSummary(rt.store, model, window=4, batch=3)
     seen: list[list[str]] = []
@@ -156,8 +156,8 @@ async def test_after_tasks_the_summary_folds_only_when_a_batch_may_be_due(tmp_pa
         calls.append(session_id)
         rolling.schedule(session_id)
 
-    rt.router.after_task.clear()
-    rt.router.after_task.append(hook)
+    rt.engine.runner.after_task.clear()
+    rt.engine.runner.after_task.append(hook)
     try:
         sub = await rt.router.submit(Inbound(ANN, "cli-s", "message 0"))
         await rt.router.wait(sub.task_hash, 10)

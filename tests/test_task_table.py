@@ -23,7 +23,7 @@ async def test_only_the_newest_finished_tasks_keep_their_events(tmp_path: Path) 
             head = JournalHead("cli-t", f"{n:016x}", ANN, f"message {n}", n + 1, 0, 0)
             task = table.add(head, (), Replay())
             await task.add_event(TextEvent(session_id="cli-t", text=f"reply {n}"))
-            task.status, task.reply = "done", f"reply {n}"
+            await task.state.update(status="done", reply=f"reply {n}")
             table.ended(task)
             hashes.append(task.task_hash)
         views = [table.get(h).view() for h in hashes]

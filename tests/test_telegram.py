@@ -478,7 +478,7 @@ async def test_long_reply_cut_by_a_restart_goes_on_from_the_next_part(
 ) -> None:
     home = tmp_path / "home"
     rig = await start_rig(fake, home)
-    rig.runtime.router.courier.initial_wait = 60  # after the failure it waits past the restart
+    rig.runtime.engine.courier.initial_wait = 60  # after the failure it waits past the restart
     ann = fake.user(101, "Ann")
     chat = fake.private_chat(101)
     words = [f"w{i}" for i in range(2200)]  # about 11,000 characters: three parts
@@ -499,7 +499,7 @@ async def test_long_reply_cut_by_a_restart_goes_on_from_the_next_part(
     rig = await start_rig(fake, home)
     try:
         await rig.runtime.router.recover()
-        assert await rig.runtime.router.courier.redeliver() == 1
+        assert await rig.runtime.engine.courier.redeliver() == 1
         parts = [m["text"] for m in fake.sent_messages(101) if len(m.get("text", "")) > 1000]
         assert len(parts) == 3  # the first part was not sent again
         assert " ".join(parts).split() == ["echo:", *words]

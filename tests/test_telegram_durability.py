@@ -32,7 +32,7 @@ from adapters.http import start_http
 from adapters.telegram import TelegramAdapter
 from gateway.adapter import Progress
 from gateway.crash import CrashPoints
-from gateway.engine.task import Submission
+from gateway.engine.views import Submission
 from gateway.events import Inbound, Origin, TextDeltaEvent, TextEvent
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -217,7 +217,7 @@ async def hooked(fake: FakeTelegram, tmp_path: Path) -> AsyncIterator[tuple[Rig,
         _env_file=None,
     )
     runtime = await Runtime.start(settings)
-    runtime.router.courier.initial_wait = 0.01
+    runtime.engine.courier.initial_wait = 0.01
     adapter = TelegramAdapter.build(runtime)
     runtime.http_routes.extend(adapter.routes())
     http = await start_http(runtime, port=port)
@@ -354,7 +354,7 @@ async def test_a_part_telegram_may_have_taken_before_a_crash_goes_again_marked(
 ) -> None:
     home = tmp_path / "home"
     rig = await start_rig(fake, home)
-    rig.runtime.router.courier.initial_wait = 60  # no retry before the restart
+    rig.runtime.engine.courier.initial_wait = 60  # no retry before the restart
     # The second part is accepted by Telegram, then the process dies before the outbox
     # hears of it.
     rig.runtime.crash = CrashOnce("part_sent", 2)
@@ -372,7 +372,7 @@ async def test_a_part_telegram_may_have_taken_before_a_crash_goes_again_marked(
     rig = await start_rig(fake, home)
     try:
         await rig.runtime.router.recover()
-        assert await rig.runtime.router.courier.redeliver() == 1
+        assert await rig.runtime.engine.courier.redeliver() == 1
         parts = [m["text"] for m in fake.sent_messages(101) if len(m.get("text", "")) > 1000]
         assert len(parts) == 4
         assert parts[2] == "↻ " + parts[1]  # the one that may be a repeat says so

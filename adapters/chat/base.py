@@ -30,7 +30,7 @@ from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
 from adapters.voice import with_transcripts
 from gateway.adapter import HttpRoute, Progress
-from gateway.engine.task import MessageTooLong, Submission, TooManyTasks
+from gateway.engine import MessageTooLong, Submission, TooManyTasks
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,

@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from gateway.auth import NotAllowed
-from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
-from gateway.engine.router import Router
-from gateway.engine.task import TaskNotFound
+from gateway.engine import AlreadyAnswered, PromptError, PromptNotFound, Router, TaskNotFound
 from gateway.events import Origin
 from gateway.text import UnstorableText
 

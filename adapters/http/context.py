@@ -17,7 +17,7 @@ from adapters.http.metrics import HttpMetrics
 from adapters.http.models import MAX_WAIT_SECONDS, Caller
 from adapters.http.replies import OpenApiDocument, Restarting
 from adapters.http.sse import EventStream, restarting_error, sse_response
-from gateway.engine.task import TaskNotFound, TaskView
+from gateway.engine import TaskNotFound, TaskView
 from gateway.events import Origin
 from gateway.ids import new_window_hash
 from gateway.runtime import Runtime

@@ -14,8 +14,14 @@ from aiohttp.typedefs import Handler
 
 from adapters.http.replies import Error, ErrorDetail, json_reply
 from gateway.auth import NotAllowed
-from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
-from gateway.engine.task import MessageTooLong, TaskNotFound, TooManyTasks
+from gateway.engine import (
+    AlreadyAnswered,
+    MessageTooLong,
+    PromptError,
+    PromptNotFound,
+    TaskNotFound,
+    TooManyTasks,
+)
 from gateway.ids import InvalidHash, InvalidSessionId
 from gateway.logs import get_logger
 from gateway.store.errors import DatabaseUnavailable

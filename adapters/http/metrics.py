@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gateway.agents.tool_cache import ToolCache
-from gateway.engine.router import Router
+from gateway.engine import Router
 
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 CONTENT_TYPE: Final = prometheus_client.CONTENT_TYPE_PLAIN_0_0_4

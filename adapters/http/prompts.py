@@ -8,7 +8,7 @@ from adapters.http.errors import ApiError
 from adapters.http.models import AnswerRequest, TaskQuery
 from adapters.http.replies import Answered, Approved, Canceled, PendingList, TaskView
 from adapters.http.route import Call
-from gateway.engine.task import Prompt
+from gateway.engine import Prompt
 from gateway.events import Origin
 from gateway.ids import HASH_RE
 

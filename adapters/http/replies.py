@@ -16,10 +16,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, RootModel
 from typing_extensions import TypeAliasType
 
+import gateway.engine as engine
 from adapters.http.models import SessionId
 from gateway import events
-from gateway.engine import task as engine
-from gateway.engine.journal import PromptKind
+from gateway.engine import PromptKind
 from gateway.health import CheckState
 from gateway.store.actionlog import ActionRecord
 from gateway.store.sessions import StoredMessage

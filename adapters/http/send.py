@@ -23,7 +23,7 @@ from adapters.http.replies import (
 from adapters.http.route import Call
 from adapters.http.sse import StreamClosed
 from adapters.voice import with_transcripts
-from gateway.engine.task import Submission
+from gateway.engine import Submission
 from gateway.events import Event, Inbound, event_to_json
 from gateway.ids import Prefix, new_session_id, validate_session_id
 from gateway.logs import get_logger

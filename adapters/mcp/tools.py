@@ -41,7 +41,7 @@ from adapters.http.replies import (
     TaskView,
 )
 from adapters.http.sessions import session_list
-from gateway.engine.task import TaskStatus
+from gateway.engine import TaskStatus
 from gateway.events import Inbound, Origin
 from gateway.ids import Prefix, new_session_id, validate_hash, validate_session_id
 from gateway.store.search import MAX_PAGE

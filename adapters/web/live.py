@@ -10,7 +10,7 @@ from aiohttp import web
 from adapters.http.context import Context
 from adapters.http.sse import StreamClosed
 from adapters.web.auth import ConsoleAuth, SignInNeeded
-from gateway.engine.task import Prompt, TaskView
+from gateway.engine import Prompt, TaskView
 from gateway.events import event_to_json
 from gateway.ids import validate_session_id
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from gateway.cluster.followed import Followed
 from gateway.engine.cluster import OwnerParts, RelayParts
 from gateway.engine.journal import Answer
 from gateway.engine.prompts import PromptNotFound
-from gateway.engine.task import Prompt, Task
-from gateway.engine.tasks import TaskTable
+from gateway.engine.task import Task, TaskState
+from gateway.engine.views import Prompt
 from gateway.events import Event, Origin
 from gateway.keyed_locks import KeyedLocks
 from gateway.store.journals import JournalRecord, PromptAnswers
@@ -28,7 +29,7 @@ class OneInstance:
         return SoleOwner(parts.store, take_up=parts.take_up, is_live=parts.is_live)
 
     def elsewhere(self, parts: RelayParts) -> SingleInstance:
-        return SingleInstance(parts.tasks)
+        return SingleInstance()
 
 
 class SoleOwner:
@@ -76,16 +77,23 @@ class SoleOwner:
 
 
 class SingleInstance:
-    """No other instance: every task is this one's, and nothing needs telling."""
+    """No other instance: every task is this one's, and nothing needs telling. What it
+    follows are only the tasks stored while it was stopping: the next start runs them."""
 
-    def __init__(self, tasks: TaskTable) -> None:
-        self._tasks = tasks
+    def __init__(self) -> None:
+        self._followed = Followed()
 
     async def publish(self, task: Task, event: Event) -> None:
         return None
 
-    async def follow(self, task_hash: str) -> Task | None:
-        return self._tasks.find(task_hash)
+    async def follow(self, task_hash: str) -> TaskState | None:
+        return self._followed.find(task_hash)
+
+    def watch(self, state: TaskState) -> None:
+        self._followed.add(state)
+
+    def release(self, task_hash: str) -> TaskState | None:
+        return self._followed.pop(task_hash)
 
     async def prompts(self, session_id: str | None = None) -> list[Prompt]:
         return []
@@ -101,5 +109,5 @@ class SingleInstance:
     ) -> Answer:
         raise PromptNotFound(f"no task {task_hash} in session {session_id}")
 
-    async def cancel(self, task: Task, by: str) -> bool:
-        return False  # no task of another instance is ever known here
+    async def cancel(self, task: TaskState, by: str) -> bool:
+        return False  # no other instance runs it

@@ -20,11 +20,13 @@ from pydantic import ValidationError
 
 from gateway.auth import Authority
 from gateway.bus import Bus
+from gateway.cluster.followed import Followed
 from gateway.engine.dispatch import Dispatch
-from gateway.engine.journal import Answer, JournalHead, Replay
+from gateway.engine.journal import Answer, JournalHead
 from gateway.engine.prompts import AlreadyAnswered, PromptNotFound, Prompts, make_answer
-from gateway.engine.task import Prompt, Task
+from gateway.engine.task import KEEP, Task, TaskState
 from gateway.engine.tasks import TaskTable
+from gateway.engine.views import Prompt
 from gateway.events import (
     AnswerEvent,
     AskUserEvent,
@@ -73,6 +75,7 @@ class Relay:
         self.store = store
         self.authority = authority
         self._cancel_here = cancel_here
+        self._followed = Followed()
         bus.on(EVENT, self._on_event)
         bus.on(ANSWER, self._on_answer)
         bus.on(CANCEL, self._on_cancel)
@@ -80,18 +83,17 @@ class Relay:
     # -- the instance running the task -----------------------------------------------------
 
     async def publish(self, task: Task, event: Event) -> None:
-        if not task.elsewhere:
-            message = {"from": self.instance, "task": task.task_hash, "event": event_to_json(event)}
-            await self.bus.publish(EVENT, message)
+        message = {"from": self.instance, "task": task.task_hash, "event": event_to_json(event)}
+        await self.bus.publish(EVENT, message)
 
     async def _on_answer(self, message: dict[str, Any]) -> None:
         task = self.tasks.find(str(message.get("task", "")))
-        if task is not None and not task.elsewhere:
+        if task is not None:
             await self.asker.take_stored(task)
 
     async def _on_cancel(self, message: dict[str, Any]) -> None:
         task = self.tasks.find(str(message.get("task", "")))
-        if task is not None and not task.elsewhere:
+        if task is not None:
             await self._cancel_here(task.session_id, task.task_hash, str(message.get("by", "")))
 
     # -- every other instance --------------------------------------------------------------
@@ -105,53 +107,56 @@ class Relay:
             log.warning("unreadable event from another instance", sender=message.get("from"))
             return
         self.dispatch.offer(event)
-        task = self.tasks.find(str(message.get("task", "")))
-        if task is not None and task.elsewhere:
-            await _follow(task, event)
+        followed = self._followed.find(str(message.get("task", "")))
+        if followed is not None:
+            await _follow(followed, event)
 
-    async def follow(self, task_hash: str) -> Task | None:
-        """The task as this instance knows it: its own, or its view of one another instance
-        runs (made from the journal the first time it is asked for); None if it is unknown
-        here and no instance runs it."""
-        task = self.tasks.find(task_hash)
+    async def follow(self, task_hash: str) -> TaskState | None:
+        """What this instance sees of a task another instance runs (made from its journal the
+        first time it is asked for); None if no instance runs it."""
+        followed = self._followed.find(task_hash)
         if HASH_RE.fullmatch(task_hash) is None:
-            return task
-        if task is not None and not (task.elsewhere and not task.finished):
-            return task
-        # Unknown here, or a view that may have missed the end of the task (the bus drops
-        # messages while disconnected): the journal says whether it still runs.
+            return followed
+        if followed is not None and followed.finished:
+            return followed
+        # Unknown here, or followed but perhaps past its end unheard (the bus drops messages
+        # while disconnected): the journal says whether it still runs.
         record = await self.store.journal(task_hash)
-        if task is not None:
+        if followed is not None:
             if record is None:  # it ended elsewhere (its last events may still be on their way)
-                await self._ended(task)
-            return task
+                await self._ended(followed)
+            return followed
         if record is None:
             return None
         try:
-            task = self.tasks.add(JournalHead.of(record), (), Replay())
-            task.elsewhere = True
-            task.status = "waiting" if record.prompt else "running"
-            task.prompt = Prompt.from_json(record.prompt) if record.prompt else None
+            head = JournalHead.of(record)
+            prompt = Prompt.from_json(record.prompt) if record.prompt else None
         except (KeyError, TypeError, ValueError):
             log.warning("unreadable journal", task=task_hash)
             return None
-        return task
+        followed = self._followed.add(TaskState(head.session_id, task_hash, head.origin, head.text))
+        await followed.update(status="waiting" if prompt else "running", prompt=prompt)
+        return followed
 
-    async def _ended(self, task: Task) -> None:
-        """Bring a view up to the end the archive recorded: a reply (or the error's empty one)
-        when the run was recorded, canceled when the journal went without one."""
-        run = await self.store.finished_run(task.session_id, task.task_hash)
-        async with task.changed:
-            if task.finished:
-                return
-            if run is None:
-                task.prompt, task.status = None, "canceled"
-            elif run["reply"]:
-                task.prompt, task.reply, task.status = None, run["reply"], "done"
-            else:
-                task.prompt, task.status = None, "error"
-                task.error = task.error or "the task ended without a reply"
-            task.changed.notify_all()
+    def watch(self, state: TaskState) -> None:
+        self._followed.add(state)
+
+    def release(self, task_hash: str) -> TaskState | None:
+        return self._followed.pop(task_hash)
+
+    async def _ended(self, followed: TaskState) -> None:
+        """Bring a followed task up to the end the archive recorded: a reply (or the error's
+        empty one) when the run was recorded, canceled when the journal went without one."""
+        run = await self.store.finished_run(followed.session_id, followed.task_hash)
+        if followed.finished:
+            return
+        if run is None:
+            await followed.update(prompt=None, status="canceled")
+        elif run["reply"]:
+            await followed.update(prompt=None, reply=run["reply"], status="done")
+        else:
+            error = followed.error or "the task ended without a reply"
+            await followed.update(prompt=None, error=error, status="error")
 
     async def prompts(self, session_id: str | None = None) -> list[Prompt]:
         """Open prompts journaled by any instance (of one session, when given)."""
@@ -194,37 +199,33 @@ class Relay:
         await self.bus.publish(ANSWER, {"task": task_hash})
         return answer
 
-    async def cancel(self, task: Task, by: str) -> bool:
+    async def cancel(self, task: TaskState, by: str) -> bool:
         """Ask the instance running `task` to cancel it."""
         message = {"session_id": task.session_id, "task": task.task_hash, "by": by}
         await self.bus.publish(CANCEL, message)
         return True
 
 
-async def _follow(task: Task, event: Event) -> None:
-    """Bring this instance's view of `task` up to `event`."""
-    async with task.changed:
-        task.events.append(event)
-        if isinstance(event, ConfirmEvent | AskUserEvent):
-            task.prompt = _prompt_of(task, event)
-            task.status = "waiting"
-        elif isinstance(event, AnswerEvent):
-            task.prompt = None
-            task.status = "running"
-        elif isinstance(event, DoneEvent):
-            task.reply, task.status = event.text, "done"
-        elif isinstance(event, ErrorEvent):
-            task.error, task.status = event.message, "error"
-        elif isinstance(event, CanceledEvent):
-            task.prompt, task.status = None, "canceled"
-        elif isinstance(event, TextEvent):
-            task.reply = event.text
-        elif not isinstance(event, UserEvent) and task.status == "queued":
-            task.status = "running"
-        task.changed.notify_all()
+async def _follow(followed: TaskState, event: Event) -> None:
+    """Bring what this instance shows of a task another one runs up to `event`."""
+    if isinstance(event, ConfirmEvent | AskUserEvent):
+        await followed.update(event=event, prompt=_prompt_of(followed, event), status="waiting")
+    elif isinstance(event, AnswerEvent):
+        await followed.update(event=event, prompt=None, status="running")
+    elif isinstance(event, DoneEvent):
+        await followed.update(event=event, reply=event.text, status="done")
+    elif isinstance(event, ErrorEvent):
+        await followed.update(event=event, error=event.message, status="error")
+    elif isinstance(event, CanceledEvent):
+        await followed.update(event=event, prompt=None, status="canceled")
+    elif isinstance(event, TextEvent):
+        await followed.update(event=event, reply=event.text)
+    else:
+        started = not isinstance(event, UserEvent) and followed.status == "queued"
+        await followed.update(event=event, status="running" if started else KEEP)
 
 
-def _prompt_of(task: Task, event: ConfirmEvent | AskUserEvent) -> Prompt:
+def _prompt_of(task: TaskState, event: ConfirmEvent | AskUserEvent) -> Prompt:
     if isinstance(event, ConfirmEvent):
         return Prompt(
             "confirm",

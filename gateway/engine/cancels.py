@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from gateway.auth import Authority
 from gateway.engine.cluster import Elsewhere
+from gateway.engine.errors import TaskNotFound
 from gateway.engine.scheduler import Scheduler
-from gateway.engine.task import Task, TaskNotFound
+from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
 from gateway.events import Origin
 from gateway.ids import validate_session_id
@@ -29,24 +30,22 @@ class Cancels:
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
         """Cancel a queued or running task (the running one when no hash is given)."""
         validate_session_id(session_id)
-        if task_hash:
-            target = self._tasks.find(task_hash, session_id)
-            if target is None:
-                target = await self._elsewhere.follow(task_hash)
-        else:
+        target = self._tasks.find(task_hash, session_id) if task_hash else None
+        if not task_hash:
             target = self._scheduler.current(session_id)
-        if target is None or target.finished or target.session_id != session_id:
+        elif target is None:
+            followed = await self._elsewhere.follow(task_hash)
+            if followed is None or followed.finished or followed.session_id != session_id:
+                return False
+            return await self._elsewhere.cancel(followed, by or "user")
+        if target is None or target.finished:
             return False
-        if target.elsewhere:
-            return await self._elsewhere.cancel(target, by or "user")
-        target.canceled_by = by or "user"
+        target.cancel_as(by or "user")
         return await self._scheduler.cancel(target)
 
     async def cancel_for(self, who: Origin, session_id: str, task_hash: str) -> bool:
         """Cancel on behalf of `who`: its requester or an admin (NotAllowed otherwise)."""
-        task = self._tasks.find(task_hash, session_id)
-        if task is None:
-            task = await self._elsewhere.follow(task_hash)
+        task = self._tasks.find(task_hash, session_id) or await self._elsewhere.follow(task_hash)
         if task is None or task.session_id != session_id:
             raise TaskNotFound(f"no task {task_hash} in session {session_id}")
         self._authority.require_requester(who, task.origin, "cancel this task")

@@ -18,8 +18,9 @@ from gateway.auth import Authority
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import Answer
 from gateway.engine.prompts import Prompts
-from gateway.engine.task import Prompt, Task
+from gateway.engine.task import Task, TaskState
 from gateway.engine.tasks import TaskTable
+from gateway.engine.views import Prompt
 from gateway.events import Event, Origin
 from gateway.store.journals import JournalRecord, PromptAnswers
 from gateway.store.sessions import SessionStore
@@ -74,9 +75,16 @@ class Elsewhere(Protocol):
     async def publish(self, task: Task, event: Event) -> None:
         """Tell the other instances of an event of a task running here."""
 
-    async def follow(self, task_hash: str) -> Task | None:
-        """The task as this instance knows it: its own, or a view of one another instance
-        runs; None when no instance runs it."""
+    async def follow(self, task_hash: str) -> TaskState | None:
+        """What this instance sees of a task it does not run: None when no instance runs it
+        (or this one does: ask the task table first)."""
+
+    def watch(self, state: TaskState) -> None:
+        """A task stored or run here goes to another instance: follow it by `state`."""
+
+    def release(self, task_hash: str) -> TaskState | None:
+        """This instance takes the task up: the state it followed it by, if any, which the
+        task goes on with here."""
 
     async def prompts(self, session_id: str | None = None) -> list[Prompt]:
         """Open prompts of tasks the other instances run (of one session, when given)."""
@@ -93,7 +101,7 @@ class Elsewhere(Protocol):
         """Answer the prompt of a task this instance does not run (PromptNotFound if no
         instance does)."""
 
-    async def cancel(self, task: Task, by: str) -> bool:
+    async def cancel(self, task: TaskState, by: str) -> bool:
         """Cancel a task another instance runs."""
 
 

@@ -8,14 +8,16 @@ from collections.abc import Awaitable, Callable
 from gateway.clock import Clock
 from gateway.commands.registry import CommandReply
 from gateway.crash import NO_CRASH, CrashPoints
-from gateway.engine.cluster import Owning
+from gateway.engine.cluster import Elsewhere, Owning
 from gateway.engine.dispatch import Dispatch
+from gateway.engine.errors import MessageTooLong, QueueFull, TooManyTasks
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.order import Turn, Turns
 from gateway.engine.queue_modes import QueueModes
 from gateway.engine.scheduler import Scheduler
-from gateway.engine.task import MessageTooLong, QueueFull, Submission, Task, TooManyTasks
+from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
+from gateway.engine.views import Submission
 from gateway.events import Event, Inbound, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
 from gateway.store.errors import until_available
@@ -37,6 +39,7 @@ class Intake:
         clock: Clock,
         max_chars: int,
         ownership: Owning,
+        elsewhere: Elsewhere,
         crash: CrashPoints = NO_CRASH,
         max_pending_per_sender: int | None = None,
         *,
@@ -52,6 +55,7 @@ class Intake:
         self.clock = clock
         self.max_chars = max_chars
         self.ownership = ownership
+        self.elsewhere = elsewhere
         self.crash = crash
         self.max_pending_per_sender = max_pending_per_sender
         self.turns = Turns()
@@ -80,7 +84,7 @@ class Intake:
                     session_id, lambda: self.scheduler.enqueue(task)
                 )
                 if position is None:  # another instance runs the session: it takes the task
-                    task.elsewhere = True
+                    self.elsewhere.watch(self.tasks.drop(task))
                 elif position:
                     position -= self._answered_ahead(session_id)
         if command is not None and command.duplicate:

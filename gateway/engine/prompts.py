@@ -21,7 +21,8 @@ from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import Answer, PromptAsked, PromptKind
 from gateway.engine.scheduler import Scheduler
-from gateway.engine.task import Prompt, Task
+from gateway.engine.task import Task, TaskState
+from gateway.engine.views import Prompt
 from gateway.events import AnswerEvent, AskUserEvent, ConfirmEvent, Origin
 from gateway.store.journals import PromptAnswers
 from gateway.text import check_storable
@@ -113,13 +114,11 @@ class Prompts:
         task.journal.steps.append(step)
         # Journaled before anyone can see it open: a prompt shown is a prompt a restart asks.
         await task.journal.save("waiting", prompt.to_json())
-        task.prompt, task.prompt_step = prompt, step
-        task.answer = asyncio.get_running_loop().create_future()
-        task.status = "waiting"
+        answered = await task.ask(prompt, step)
         await self.dispatch.emit(task, _prompt_event(prompt))
         async with self.scheduler.parked(task):
-            answer = await self._wait(task, prompt, task.answer)
-        task.prompt = task.answer = task.prompt_step = None
+            answer = await self._wait(task, prompt, answered)
+        await task.close_prompt()
         await self.dispatch.emit(
             task,
             AnswerEvent(
@@ -172,17 +171,16 @@ class Prompts:
         """Journal the answer, then wake the task: an answer acknowledged stands after a
         crash. With several instances the answer is claimed first, and the one that stands
         (this one, or one given elsewhere) is returned. The caller holds the prompt lock."""
-        assert task.prompt is not None and task.prompt_step is not None
-        assert task.answer is not None
+        assert task.prompt is not None
         if self.answers is not None:
             _, standing = await self.answers.claim_answer(
                 task.session_id, task.task_hash, task.prompt.number, answer.to_json()
             )
             answer = Answer.from_json(standing)
-        task.prompt_step.answer = answer
+        task.record_answer(answer)
         await task.journal.save("waiting", None)
         self.crash.reach("answered")
-        task.answer.set_result(answer)
+        task.wake(answer)
         return answer
 
     async def take_stored(self, task: Task) -> None:
@@ -204,6 +202,16 @@ class Prompts:
             if any(isinstance(step, PromptAsked) for step in task.journal.steps):
                 raise AlreadyAnswered(f"the prompt of task {task.task_hash} was already answered")
             raise PromptNotFound(f"task {task.task_hash} is not waiting for an answer")
+        return self._allowed(prompt, responder)
+
+    def check_followed(self, followed: TaskState, responder: Origin) -> Prompt:
+        """`check`, for a task another instance runs, by what this instance sees of it."""
+        prompt = followed.prompt
+        if prompt is None or not followed.prompt_open():
+            raise PromptNotFound(f"task {followed.task_hash} is not waiting for an answer")
+        return self._allowed(prompt, responder)
+
+    def _allowed(self, prompt: Prompt, responder: Origin) -> Prompt:
         self.authority.require_requester(responder, prompt.origin, "answer this prompt")
         return prompt
 

@@ -86,14 +86,13 @@ class QueueModes:
             ahead.append(running)
         for task in ahead:
             if not task.finished:
-                task.canceled_by = INTERRUPTED_BY
+                task.cancel_as(INTERRUPTED_BY)
                 await self.scheduler.cancel(task)
         return bool(ahead)
 
     async def _collected(self, task: Task, *, into: Task) -> None:
-        task.collected_into = into.task_hash
         await task.journal.close(recorded=False)  # its message is answered by `into`
-        await task.set_status("collected")
+        await task.collect_into(into.task_hash)
         self.tasks.ended(task)
         log.info(
             "message collected", session=task.session_id, task=task.task_hash, into=into.task_hash
@@ -101,9 +100,4 @@ class QueueModes:
 
 
 def _fresh(task: Task) -> bool:
-    return (
-        task.status == "queued"
-        and not task.elsewhere
-        and task.journal.replay.empty
-        and task.prompt is None
-    )
+    return task.status == "queued" and task.journal.replay.empty and task.prompt is None

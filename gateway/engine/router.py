@@ -16,35 +16,27 @@ Everything outside the engine gets `TaskView` snapshots; no caller touches a tas
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator
 
 from gateway.adapter import Sink
-from gateway.agents.base import Agent
-from gateway.agents.tool_memory import ToolMemory
-from gateway.auth import Authority
-from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.crash import NO_CRASH, CrashPoints
+from gateway.clock import Clock
 from gateway.engine.cancels import Cancels
-from gateway.engine.cluster import Cluster, OwnerParts, RelayParts
+from gateway.engine.cluster import Elsewhere, Owning
 from gateway.engine.dispatch import Dispatch, Subscription
-from gateway.engine.intake import CommandRunner, Intake
+from gateway.engine.errors import TaskNotFound
+from gateway.engine.intake import Intake
 from gateway.engine.journal import Answer
 from gateway.engine.order import Turn
-from gateway.engine.outbox import Courier
 from gateway.engine.prompts import PromptNotFound, Prompts
-from gateway.engine.queue_modes import QueueModes
 from gateway.engine.recovery import import_journal_files
-from gateway.engine.runner import Runner
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.takeover import Takeover
-from gateway.engine.task import Prompt, Submission, Task, TaskNotFound, TaskView
+from gateway.engine.task import Task, TaskState
 from gateway.engine.tasks import TaskTable
+from gateway.engine.views import Prompt, Submission, TaskView
 from gateway.events import Event, Inbound, Origin
 from gateway.ids import validate_session_id
 from gateway.logs import get_logger
-from gateway.memory.recall import Recall
-from gateway.presence import Presence
-from gateway.settings import Settings
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
@@ -61,116 +53,39 @@ COUNTERS = (
 
 
 class Router:
+    """The engine's face. Built by `gateway.engine.assembly.assemble`, from its parts."""
+
     def __init__(
         self,
-        settings: Settings,
-        store: SessionStore,
-        agent: Agent,
-        presence: Presence,
-        cluster: Cluster,
         *,
-        authority: Authority | None = None,
-        clock: Clock = SYSTEM_CLOCK,
-        crash: CrashPoints = NO_CRASH,
-        tool_memory: ToolMemory | None = None,
-        commands: CommandRunner | None = None,
-        recall: Recall | None = None,
-        after_task: Sequence[Callable[[str], None]] = (),
+        store: SessionStore,
+        clock: Clock,
+        counters: dict[str, int],
+        tasks: TaskTable,
+        dispatch: Dispatch,
+        scheduler: Scheduler[Task],
+        intake: Intake,
+        prompts: Prompts,
+        cancels: Cancels,
+        takeover: Takeover,
+        ownership: Owning,
+        elsewhere: Elsewhere,
     ) -> None:
-        """`cluster`: alone or one of several instances (`gateway.cluster`); `commands`:
-        gateway commands, answered before the agent sees a text; `recall`:
-        older messages recalled into each task's context; `after_task`: called with the
-        session id after each task that finished with a reply (the rolling summary)."""
         self._store = store
-        self._presence = presence
-        self._authority = authority or Authority(settings.admin_keys)
         self._clock = clock
-        self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self.counters = counters
         # From `expect_recovery` until `recover(at_start=True)` has run, a task this instance
         # does not know may be one a previous life left unfinished (front-ends say "ask again").
         self.taking_up = False
-        self._tasks = TaskTable(store)
-        # The owner, the queue modes and the relay are built on the scheduler and the
-        # dispatch; those reach them back through the router, which holds all of them.
-        self._dispatch = Dispatch(
-            store,
-            self.counters,
-            clock,
-            claimant=cluster.claimant,
-            claim_seconds=cluster.claim_seconds,
-            published=lambda task, event: self._elsewhere.publish(task, event),
-        )
-        self._scheduler: Scheduler[Task] = Scheduler(
-            settings.max_concurrent_tasks,
-            self._run,
-            self._canceled_before_start,
-            per_sender=settings.max_running_per_sender,
-            before_next=lambda session_id: self._ownership.refresh(session_id),
-            on_idle=lambda session_id: self._ownership.idle(session_id),
-            gather=lambda session_id, queue: self._queue_modes.gather(session_id, queue),
-        )
-        self._takeover = Takeover(store, self._tasks, self._scheduler)
-        self._ownership = cluster.owner(
-            OwnerParts(
-                store,
-                take_up=self._takeover.take_up,
-                interrupt=self._takeover.interrupt,
-                is_busy=self._scheduler.is_busy,
-                is_live=self._takeover.is_live,
-            )
-        )
-        self._prompts = Prompts(
-            self._dispatch,
-            self._scheduler,
-            self._authority,
-            clock,
-            settings.confirm_timeout_seconds,
-            crash,
-            answers=cluster.answers(store),
-        )
-        self._elsewhere = cluster.elsewhere(
-            RelayParts(
-                tasks=self._tasks,
-                dispatch=self._dispatch,
-                prompts=self._prompts,
-                store=store,
-                authority=self._authority,
-                cancel_here=self._cancel_here,
-            )
-        )
-        self._cancels = Cancels(self._tasks, self._scheduler, self._elsewhere, self._authority)
-        self._queue_modes = QueueModes(store, self._scheduler, self._dispatch, self._tasks, crash)
-        self._runner = Runner(
-            store,
-            agent,
-            presence,
-            self._dispatch,
-            self._prompts,
-            self.counters,
-            settings.history_window,
-            crash,
-            tool_memory,
-            steer=self._queue_modes.steer,
-            max_subagent_depth=settings.max_subagent_depth,
-            max_subagents_per_task=settings.max_subagents_per_task,
-            after_task=after_task,
-            recall=recall,
-        )
-        self._intake = Intake(
-            store,
-            self._tasks,
-            self._dispatch,
-            self._scheduler,
-            clock,
-            settings.max_message_chars,
-            self._ownership,
-            crash,
-            settings.max_pending_per_sender,
-            accepting=self._takeover.accepting,
-            queue_modes=self._queue_modes,
-            max_queued_per_session=settings.max_queued_per_session,
-            commands=commands,
-        )
+        self._tasks = tasks
+        self._dispatch = dispatch
+        self._scheduler = scheduler
+        self._intake = intake
+        self._prompts = prompts
+        self._cancels = cancels
+        self._takeover = takeover
+        self._ownership = ownership
+        self._elsewhere = elsewhere
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -192,20 +107,6 @@ class Router:
 
     def subscribers(self, session_id: str) -> int:
         return self._dispatch.subscribers(session_id)
-
-    @property
-    def courier(self) -> Courier:
-        return self._dispatch.courier
-
-    @property
-    def runner(self) -> Runner:
-        """What runs this router's tasks, for a test that drives one run by itself."""
-        return self._runner
-
-    @property
-    def after_task(self) -> list[Callable[[str], None]]:
-        """Hooks called with the session id after each task that finished with a reply."""
-        return self._runner.after_task
 
     # -- intake ----------------------------------------------------------------------------
 
@@ -242,8 +143,9 @@ class Router:
         (raises TaskNotFound)."""
         return (await self._task(task_hash)).view()
 
-    async def _task(self, task_hash: str) -> Task:
-        task = await self._elsewhere.follow(task_hash)
+    async def _task(self, task_hash: str) -> Task | TaskState:
+        """The task if it runs here, else what this instance sees of it on another."""
+        task = self._tasks.find(task_hash) or await self._elsewhere.follow(task_hash)
         if task is None:
             raise TaskNotFound(f"no such task: {task_hash}")
         return task
@@ -294,10 +196,13 @@ class Router:
     async def may_answer(self, task_hash: str, responder: Origin) -> Prompt:
         """The task's open prompt if `responder` may answer it; raises PromptError or
         NotAllowed otherwise (for a front-end that asks for the answer in a second step)."""
-        task = await self._elsewhere.follow(task_hash)
-        if task is None:
+        task = self._tasks.find(task_hash)
+        if task is not None:
+            return self._prompts.check(task, responder)
+        followed = await self._elsewhere.follow(task_hash)
+        if followed is None:
             raise PromptNotFound(f"no task {task_hash}")
-        return self._prompts.check(task, responder)
+        return self._prompts.check_followed(followed, responder)
 
     # -- answering and canceling -------------------------------------------------------------
 
@@ -312,7 +217,7 @@ class Router:
     ) -> Answer:
         validate_session_id(session_id)
         task = self._tasks.find(task_hash, session_id)
-        if task is not None and not task.elsewhere:
+        if task is not None:
             return await self._prompts.answer(task, responder, approve=approve, text=text)
         # Another instance runs the task, if any does: the answer is recorded here and
         # signalled there.
@@ -322,10 +227,6 @@ class Router:
 
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
         """Cancel a queued or running task (the running one when no hash is given)."""
-        return await self._cancels.cancel(session_id, task_hash, by=by)
-
-    async def _cancel_here(self, session_id: str, task_hash: str, by: str) -> bool:
-        """Another instance asked to cancel a task this one runs."""
         return await self._cancels.cancel(session_id, task_hash, by=by)
 
     async def cancel_for(self, who: Origin, session_id: str, task_hash: str) -> bool:
@@ -368,12 +269,3 @@ class Router:
         had = self._scheduler.sessions()
         await self._scheduler.close()
         await self._ownership.close(had)
-
-    async def _run(self, task: Task) -> None:
-        await self._runner.run(task)
-        if task.finished:
-            self._tasks.ended(task)
-
-    async def _canceled_before_start(self, task: Task) -> None:
-        await self._runner.finish_canceled(task)
-        self._tasks.ended(task)

@@ -166,9 +166,9 @@ class Runner:
         elif isinstance(step, Usage):
             # Held until the next step: with the run when that is the end, else just before.
             await self._record_usage(task)
-            task.usage = step.record(sid, task.task_hash)
+            task.hold_usage(step.record(sid, task.task_hash))
         elif isinstance(step, Reply):
-            task.reply = step.text
+            await task.set_reply(step.text)
 
     # -- tools -----------------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ class Runner:
         if finished:
             task.journal.steps.extend(before)
             done = finished[-1]
-            task.tool_results.append(done.record())
+            task.add_tool_result(done.record())
             return ToolResult(call.call_id, call.tool, done.status, done.result)
         if before and not call.idempotent:
             task.journal.steps.extend(before)
@@ -214,8 +214,8 @@ class Runner:
 
     async def _record_usage(self, task: Task) -> None:
         """Record the usage the task holds, if any (a step other than the end follows)."""
-        if task.usage is not None:
-            record, task.usage = task.usage, None
+        record = task.take_usage()
+        if record is not None:
             await self.store.usage.record(record)
 
     async def _tool_started(self, task: Task, call: ToolCall) -> None:
@@ -231,7 +231,7 @@ class Runner:
 
     async def _tool_finished(self, task: Task, result: ToolResult) -> None:
         step = ToolFinished(result.call_id, result.tool, result.status, result.result)
-        task.tool_results.append(step.record())
+        task.add_tool_result(step.record())
         task.journal.steps.append(step)
         await task.save_journal()
         await self.dispatch.emit(
@@ -259,7 +259,7 @@ class Runner:
                 hook(task.session_id)
 
     async def _finish_error(self, task: Task, message: str) -> None:
-        task.error = message
+        await task.fail(message)
         await self._record_end(task, "", ErrorEvent(session_id=task.session_id, message=message))
         self.counters["tasks_failed"] += 1
         await task.journal.close(recorded=True)  # before waiters hear of the end
@@ -280,14 +280,11 @@ class Runner:
             what="task ended, not yet recorded",
         )
         self.crash.reach("recorded")
-        task.usage = None  # went with the run
-        task.recorded = True
+        task.mark_recorded()  # the usage held went with the run
         await self.dispatch.emit(task, event, item=items[0] if items else None)
 
     async def finish_canceled(self, task: Task) -> None:
-        if task.answer is not None and not task.answer.done():
-            task.answer.cancel()
-        task.prompt = task.answer = None
+        await task.close_prompt()
         await self._record_usage(task)
         await self.dispatch.emit(
             task, CanceledEvent(session_id=task.session_id, by=task.canceled_by)

@@ -26,8 +26,6 @@ class Job(Protocol):
     """What the scheduler needs of a task (the engine's `Task` is one)."""
 
     session_id: str
-    holds_slot: bool
-    runner: asyncio.Task[None] | None
 
     @property
     def sender(self) -> str: ...
@@ -77,6 +75,9 @@ class Scheduler(Generic[J]):
         self._per_sender = per_sender or slots
         self._senders: dict[str, _Sender] = {}
         self._lanes: dict[str, _Lane[J]] = {}
+        # The tasks holding a slot, and the asyncio task of each one that has started.
+        self._holding: set[J] = set()
+        self._runs: dict[J, asyncio.Task[None]] = {}
         self._closing = False
         # Called with a session id before its next task is picked, when one waits (to queue
         # ahead of it what other instances stored before it); and once its queue is empty (to
@@ -152,8 +153,9 @@ class Scheduler(Generic[J]):
             self._left(task)
             await self._canceled_before_start(task)
             return True
-        if task.runner is not None:
-            task.runner.cancel()
+        run = self._runs.get(task)
+        if run is not None:
+            run.cancel()
             return True
         return False
 
@@ -193,11 +195,11 @@ class Scheduler(Generic[J]):
         yield
         await self._sender(task.sender).slots.acquire()
         await self._slots.acquire()
-        task.holds_slot = True
+        self._holding.add(task)
 
     def _release(self, task: J) -> None:
-        if task.holds_slot:
-            task.holds_slot = False
+        if task in self._holding:
+            self._holding.discard(task)
             self._slots.release()
             self._sender(task.sender).slots.release()
 
@@ -229,7 +231,7 @@ class Scheduler(Generic[J]):
             if lane.waiting and lane.waiting[0] is head:
                 await self._slots.acquire()
                 if lane.waiting and lane.waiting[0] is head:
-                    head.holds_slot = True
+                    self._holding.add(head)
                     return lane.waiting.popleft()
                 self._slots.release()
             sender.slots.release()
@@ -246,10 +248,10 @@ class Scheduler(Generic[J]):
         try:
             while (task := await self._next(session_id, lane)) is not None:
                 lane.current = task
+                run = self._runs[task] = asyncio.create_task(self._run(task))
                 try:
-                    task.runner = asyncio.create_task(self._run(task))
                     try:
-                        await asyncio.shield(task.runner)
+                        await asyncio.shield(run)
                     except asyncio.CancelledError:
                         worker = asyncio.current_task()
                         if worker is not None and worker.cancelling():
@@ -265,12 +267,13 @@ class Scheduler(Generic[J]):
                         log.exception("a task's run failed; the queue goes on")
                 except asyncio.CancelledError:
                     # Shutdown: the task is interrupted, its journal kept for the next start.
-                    if task.runner is not None and not task.runner.done():
-                        task.runner.cancel()
+                    if not run.done():
+                        run.cancel()
                         with contextlib.suppress(asyncio.CancelledError):
-                            await task.runner
+                            await run
                     raise
                 finally:
+                    del self._runs[task]
                     self._release(task)
                     self._left(task)
                     lane.current = None

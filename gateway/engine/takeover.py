@@ -12,6 +12,7 @@ belong to a task stored, queued or finished here since.
 
 from __future__ import annotations
 
+from gateway.engine.cluster import Elsewhere
 from gateway.engine.journal import JournalHead, replay_of
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Task
@@ -24,10 +25,18 @@ log = get_logger(__name__)
 
 
 class Takeover:
-    def __init__(self, store: SessionStore, tasks: TaskTable, scheduler: Scheduler[Task]) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        tasks: TaskTable,
+        scheduler: Scheduler[Task],
+        elsewhere: Elsewhere,
+    ) -> None:
         self.store = store
         self.tasks = tasks
         self.scheduler = scheduler
+        # Follows the tasks this instance gives up, and hands back those it takes up again.
+        self.elsewhere = elsewhere
         # Tasks whose journal is committed but which are not in the task table yet (the
         # intake fills this): a journal read meanwhile must not take them up.
         self.accepting: set[str] = set()
@@ -36,8 +45,7 @@ class Takeover:
         """Whether the task is this instance's: being stored, queued, running or finished here."""
         if task_hash in self.accepting:
             return True
-        task = self.tasks.find(task_hash)
-        return task is not None and not task.elsewhere
+        return task_hash in self.tasks
 
     async def take_up(self, records: list[JournalRecord]) -> int:
         """Queue journaled tasks here (the caller holds their session); returns how many."""
@@ -53,7 +61,8 @@ class Takeover:
         # instance may have taken a task up, or stored it, since its journal was read.
         fresh = [(head, record) for head, record in found if not self.is_live(head.task_hash)]
         for head, record in fresh:
-            self.scheduler.enqueue(self.tasks.take_over(head, replay_of(record)))
+            followed = self.elsewhere.release(head.task_hash)
+            self.scheduler.enqueue(self.tasks.take_over(head, replay_of(record), followed))
         return len(fresh)
 
     async def interrupt(self, session_id: str) -> None:
@@ -62,6 +71,7 @@ class Takeover:
         running = self.scheduler.current(session_id)
         dropped = await self.scheduler.interrupt(session_id)
         for task in [*dropped, *([running] if running else [])]:
-            task.elsewhere = True
-            await task.set_status("queued")
+            state = self.tasks.drop(task)
+            await state.update(status="queued", prompt=None)
+            self.elsewhere.watch(state)
         log.warning("session given up", session=session_id, tasks=len(dropped) + bool(running))

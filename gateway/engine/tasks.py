@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 
+from gateway.engine.errors import TaskNotFound
 from gateway.engine.journal import Journal, JournalHead, Replay
-from gateway.engine.task import Task, TaskNotFound
+from gateway.engine.task import Task, TaskState
 from gateway.events import Attachment
 from gateway.store.sessions import SessionStore
 
@@ -36,17 +37,18 @@ class TaskTable:
 
     def add(self, head: JournalHead, attachments: tuple[Attachment, ...], replay: Replay) -> Task:
         """A new task for `head`, with its journal; the oldest finished tasks make room."""
-        task = Task(
-            session_id=head.session_id,
-            task_hash=head.task_hash,
-            origin=head.origin,
-            text=head.text,
-            attachments=attachments,
-            user_message_id=head.user_message_id,
-            user_sent_at=head.user_sent_at,
-            submitted_at=head.submitted_at,
-            journal=Journal(self._store, head, replay),
-        )
+        return self._keep_new(Task(head, attachments, Journal(self._store, head, replay)))
+
+    def take_over(self, head: JournalHead, replay: Replay, state: TaskState | None) -> Task:
+        """A task for `head` to run here from its journal; `state`: what this instance showed
+        of it while another instance ran it (whoever waits on or streams it goes on following
+        the same state), reset to queued."""
+        if state is None:
+            return self.add(head, (), replay)
+        state.run_here()
+        return self._keep_new(Task(head, (), Journal(self._store, head, replay), state))
+
+    def _keep_new(self, task: Task) -> Task:
         self._tasks[task.task_hash] = task
         while len(self._tasks) > self._keep:
             oldest_hash, oldest = next(iter(self._tasks.items()))
@@ -59,18 +61,13 @@ class TaskTable:
         """`task` finished: the oldest finished tasks beyond `keep_events` let their events go."""
         self._with_events.append(task)
         while len(self._with_events) > self._keep_events:
-            self._with_events.popleft().events.clear()
+            self._with_events.popleft().state.forget_events()
 
-    def take_over(self, head: JournalHead, replay: Replay) -> Task:
-        """The task for `head`, to run here from its journal: this instance's view of it when
-        it has one (whoever waits on or streams it keeps the same task), else a new one."""
-        known = self._tasks.get(head.task_hash)
-        if known is None or not known.elsewhere:
-            return self.add(head, tuple(known.attachments) if known else (), replay)
-        known.journal = Journal(self._store, head, replay)
-        known.prompt = known.answer = known.prompt_step = None
-        known.elsewhere, known.status = False, "queued"
-        return known
+    def drop(self, task: Task) -> TaskState:
+        """Forget `task`, which another instance runs from now on; its state, for this
+        instance to follow it by."""
+        self._tasks.pop(task.task_hash, None)
+        return task.state
 
     def get(self, task_hash: str) -> Task:
         try:

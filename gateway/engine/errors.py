@@ -1,0 +1,36 @@
+"""What the engine refuses with: a message too long, too many tasks, an unknown task."""
+
+from __future__ import annotations
+
+
+class MessageTooLong(ValueError):
+    def __init__(self, length: int, limit: int) -> None:
+        super().__init__(f"message is {length} characters; the limit is {limit}")
+        self.length, self.limit = length, limit
+
+
+class TaskNotFound(LookupError):
+    pass
+
+
+class TooManyTasks(RuntimeError):
+    """The sender has as many tasks waiting or running as one sender may; nothing was stored."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"too many requests: you have {limit} tasks waiting or running; "
+            "send more once some are answered"
+        )
+        self.limit = limit
+
+
+class QueueFull(TooManyTasks):
+    """The session has as many tasks waiting as one session may; nothing was stored."""
+
+    def __init__(self, limit: int) -> None:
+        RuntimeError.__init__(
+            self,
+            f"this conversation has {limit} messages waiting for the bot already; "
+            "send more once some are answered",
+        )
+        self.limit = limit
