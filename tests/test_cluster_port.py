@@ -9,7 +9,7 @@ import pytest
 
 from gateway.cluster.one import SingleInstance, SoleOwner
 from gateway.engine.journal import JournalHead, Replay
-from gateway.engine.prompts import PromptNotFound
+from gateway.engine.prompts import PromptNotFound, Reply
 from gateway.engine.tasks import TaskTable
 from gateway.events import Origin
 from gateway.settings import Settings
@@ -99,4 +99,4 @@ async def test_a_single_instance_follows_only_the_tasks_it_was_handed(
     assert await alone.follow("eeeeeeeeeeeeeeee") is None
     assert await alone.prompts() == []
     with pytest.raises(PromptNotFound):
-        await alone.answer("cli-a", "eeeeeeeeeeeeeeee", ANN, approve=True, text=None)
+        await alone.answer("cli-a", "eeeeeeeeeeeeeeee", ANN, Reply(approve=True))

@@ -193,7 +193,7 @@ class ChatAdapter(ABC):
                     described = describe(staged.attachments)
                     text = f"{text}\n{described}" if text else described
                     text = await with_transcripts(self.runtime.settings, text, staged)
-                self.check_text(text)
+                    self.check_text(text)  # grown by what the attachments are
                 await staged.keep()
                 if not text:
                     return None

@@ -94,15 +94,8 @@ class OpenPrompts:
         platform shows the outcome on the prompt message itself, so `closing` leaves that
         message alone."""
         try:
-            task = await self.router.find(task_hash)
-            if option is not None:
-                if task.prompt is None:
-                    raise AlreadyAnswered(ALREADY_ANSWERED)
-                if not 0 <= option < len(task.prompt.options):
-                    raise PromptError("that option does not exist")
-                text = task.prompt.options[option]
             answer = await self.router.answer(
-                task.session_id, task_hash, responder, approve=approve, text=text
+                None, task_hash, responder, approve=approve, text=text, option=option
             )
         except (NotAllowed, PromptError, TaskNotFound, UnstorableText) as exc:
             return _refused(exc)

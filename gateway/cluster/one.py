@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from gateway.cluster.followed import Followed
 from gateway.engine.cluster import OwnerParts, RelayParts
 from gateway.engine.journal import Answer
-from gateway.engine.prompts import PromptNotFound
+from gateway.engine.prompts import Reply, no_such_task
 from gateway.engine.task import Task, TaskState
 from gateway.engine.views import Prompt
 from gateway.events import Event, Origin
@@ -99,15 +99,9 @@ class SingleInstance:
         return []
 
     async def answer(
-        self,
-        session_id: str,
-        task_hash: str,
-        responder: Origin,
-        *,
-        approve: bool | None,
-        text: str | None,
+        self, session_id: str | None, task_hash: str, responder: Origin, reply: Reply
     ) -> Answer:
-        raise PromptNotFound(f"no task {task_hash} in session {session_id}")
+        raise no_such_task(task_hash, session_id)
 
     async def cancel(self, task: TaskState, by: str) -> bool:
         return False  # no other instance runs it

@@ -23,7 +23,14 @@ from gateway.bus import Bus
 from gateway.cluster.followed import Followed
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import Answer, JournalHead
-from gateway.engine.prompts import AlreadyAnswered, PromptNotFound, Prompts, make_answer
+from gateway.engine.prompts import (
+    AlreadyAnswered,
+    PromptNotFound,
+    Prompts,
+    Reply,
+    make_answer,
+    no_such_task,
+)
 from gateway.engine.task import KEEP, Task, TaskState
 from gateway.engine.tasks import TaskTable
 from gateway.engine.views import Prompt
@@ -173,26 +180,20 @@ class Relay:
         return found
 
     async def answer(
-        self,
-        session_id: str,
-        task_hash: str,
-        responder: Origin,
-        *,
-        approve: bool | None,
-        text: str | None,
+        self, session_id: str | None, task_hash: str, responder: Origin, reply: Reply
     ) -> Answer:
         """Answer the open prompt of a task another instance runs: checked against its
         journal, recorded (unless someone answered first), then signalled to that instance."""
         record = await self.store.journal(task_hash) if HASH_RE.fullmatch(task_hash) else None
-        if record is None or record.session_id != session_id:
-            raise PromptNotFound(f"no task {task_hash} in session {session_id}")
+        if record is None or session_id not in (None, record.session_id):
+            raise no_such_task(task_hash, session_id)
         if not record.prompt:
             raise PromptNotFound(f"task {task_hash} is not waiting for an answer")
         prompt = Prompt.from_json(record.prompt)
         self.authority.require_requester(responder, prompt.origin, "answer this prompt")
-        answer = make_answer(prompt, responder, approve=approve, text=text)
+        answer = make_answer(prompt, responder, reply)
         taken, _ = await self.store.claim_answer(
-            session_id, task_hash, prompt.number, answer.to_json()
+            record.session_id, task_hash, prompt.number, answer.to_json()
         )
         if not taken:
             raise AlreadyAnswered(f"the prompt of task {task_hash} was already answered")

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from gateway.auth import Authority
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.journal import Answer
-from gateway.engine.prompts import Prompts
+from gateway.engine.prompts import Prompts, Reply
 from gateway.engine.task import Task, TaskState
 from gateway.engine.tasks import TaskTable
 from gateway.engine.views import Prompt
@@ -90,13 +90,7 @@ class Elsewhere(Protocol):
         """Open prompts of tasks the other instances run (of one session, when given)."""
 
     async def answer(
-        self,
-        session_id: str,
-        task_hash: str,
-        responder: Origin,
-        *,
-        approve: bool | None,
-        text: str | None,
+        self, session_id: str | None, task_hash: str, responder: Origin, reply: Reply
     ) -> Answer:
         """Answer the prompt of a task this instance does not run (PromptNotFound if no
         instance does)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gateway.auth import Authority
@@ -43,6 +44,11 @@ class PromptNotFound(PromptError):
 
 class AlreadyAnswered(PromptError):
     code = "already_answered"
+
+
+def no_such_task(task_hash: str, session_id: str | None) -> PromptNotFound:
+    where = f" in session {session_id}" if session_id else ""
+    return PromptNotFound(f"no task {task_hash}{where}")
 
 
 class Prompts:
@@ -215,31 +221,42 @@ class Prompts:
         self.authority.require_requester(responder, prompt.origin, "answer this prompt")
         return prompt
 
-    async def answer(
-        self, task: Task, responder: Origin, *, approve: bool | None, text: str | None
-    ) -> Answer:
+    async def answer(self, task: Task, responder: Origin, reply: Reply) -> Answer:
         """Take an answer: checked, journaled, then given to the task. Once this returns, the
         answer survives a crash."""
         async with task.prompt_lock:
             prompt = self.check(task, responder)
-            answer = make_answer(prompt, responder, approve=approve, text=text)
+            answer = make_answer(prompt, responder, reply)
             standing = await self._settle(task, answer)
         if standing != answer:
             raise AlreadyAnswered(f"the prompt of task {task.task_hash} was already answered")
         return answer
 
 
-def make_answer(
-    prompt: Prompt, responder: Origin, *, approve: bool | None, text: str | None
-) -> Answer:
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What someone answered: `approve` to a confirmation; `text`, or one of its options by
+    index (`option`), to a question."""
+
+    approve: bool | None = None
+    text: str | None = None
+    option: int | None = None
+
+
+def make_answer(prompt: Prompt, responder: Origin, reply: Reply) -> Answer:
     """`responder`'s answer to `prompt`; raises PromptError when it does not fit the prompt."""
+    text = reply.text
+    if reply.option is not None:
+        if not 0 <= reply.option < len(prompt.options):
+            raise PromptError("that option does not exist")
+        text = prompt.options[reply.option]
     if text is not None:
         check_storable(text, "the answer")
     by = responder.sender_name or responder.sender_id or responder.platform
     if prompt.kind == "confirm":
-        if approve is None:
+        if reply.approve is None:
             raise PromptError("a confirmation is answered with approve: true or false")
-        return Answer(approved=approve, by=by)
+        return Answer(approved=reply.approve, by=by)
     if text is None:
         raise PromptError("a question is answered with a text answer")
     return Answer(text=text, by=by)

@@ -27,7 +27,7 @@ from gateway.engine.errors import TaskNotFound
 from gateway.engine.intake import Intake
 from gateway.engine.journal import Answer
 from gateway.engine.order import Turn
-from gateway.engine.prompts import PromptNotFound, Prompts
+from gateway.engine.prompts import PromptNotFound, Prompts, Reply
 from gateway.engine.recovery import import_journal_files
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.takeover import Takeover
@@ -208,22 +208,26 @@ class Router:
 
     async def answer(
         self,
-        session_id: str,
+        session_id: str | None,
         task_hash: str,
         responder: Origin,
         *,
         approve: bool | None = None,
         text: str | None = None,
+        option: int | None = None,
     ) -> Answer:
-        validate_session_id(session_id)
+        """`responder`'s answer to the task's open prompt: `approve` for a confirmation, `text`
+        or one of its `option`s (by index) for a question. `session_id`: the session the task
+        must be of (None: whichever it is, for a front-end that knows only the task)."""
+        if session_id is not None:
+            validate_session_id(session_id)
         task = self._tasks.find(task_hash, session_id)
+        reply = Reply(approve, text, option)
         if task is not None:
-            return await self._prompts.answer(task, responder, approve=approve, text=text)
+            return await self._prompts.answer(task, responder, reply)
         # Another instance runs the task, if any does: the answer is recorded here and
         # signalled there.
-        return await self._elsewhere.answer(
-            session_id, task_hash, responder, approve=approve, text=text
-        )
+        return await self._elsewhere.answer(session_id, task_hash, responder, reply)
 
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
         """Cancel a queued or running task (the running one when no hash is given)."""
