@@ -7,9 +7,11 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from gateway.cluster.followed import Followed
 from gateway.cluster.one import SingleInstance, SoleOwner
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.prompts import PromptNotFound, Reply
+from gateway.engine.task import TaskState
 from gateway.engine.tasks import TaskTable
 from gateway.events import Origin
 from gateway.settings import Settings
@@ -100,3 +102,18 @@ async def test_a_single_instance_follows_only_the_tasks_it_was_handed(
     assert await alone.prompts() == []
     with pytest.raises(PromptNotFound):
         await alone.answer("cli-a", "eeeeeeeeeeeeeeee", ANN, Reply(approve=True))
+
+
+async def test_followed_tasks_are_bounded_but_one_still_going_is_kept() -> None:
+    followed = Followed(keep=2)
+    states = [TaskState("cli-a", f"{n:016x}", ANN, f"message {n}") for n in range(3)]
+    for state in states:
+        followed.add(state)
+    # Past the bound, but the oldest has not finished: nothing is dropped.
+    assert all(followed.find(s.task_hash) is s for s in states)
+    await states[0].update(status="done")
+    followed.add(TaskState("cli-a", "ffffffffffffffff", ANN, "newest"))
+    assert followed.find(states[0].task_hash) is None  # finished, and the oldest: gone
+    # The next oldest is still going: it stays, and so does everything newer.
+    assert followed.find(states[1].task_hash) is states[1]
+    assert followed.find("ffffffffffffffff") is not None

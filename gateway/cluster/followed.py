@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from gateway.engine.task import TaskState
+from gateway.engine.tasks import trim_finished
 
 FOLLOWED_KEPT = 2000
 
@@ -20,11 +21,7 @@ class Followed:
 
     def add(self, state: TaskState) -> TaskState:
         self._states[state.task_hash] = state
-        while len(self._states) > self._keep:
-            oldest_hash, oldest = next(iter(self._states.items()))
-            if not oldest.finished:
-                break
-            del self._states[oldest_hash]
+        trim_finished(self._states, self._keep)
         return state
 
     def find(self, task_hash: str) -> TaskState | None:

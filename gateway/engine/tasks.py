@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Iterator
+from typing import Protocol, TypeVar
 
 from gateway.engine.errors import TaskNotFound
 from gateway.engine.journal import Journal, JournalHead, Replay
@@ -20,6 +21,24 @@ from gateway.store.sessions import SessionStore
 # Finished tasks stay answerable (task route, late waiters) until this many newer ones exist.
 FINISHED_TASKS_KEPT = 2000
 FINISHED_EVENTS_KEPT = 200
+
+
+class Finishes(Protocol):
+    @property
+    def finished(self) -> bool: ...
+
+
+F = TypeVar("F", bound=Finishes)
+
+
+def trim_finished(tasks: OrderedDict[str, F], keep: int) -> None:
+    """Drop the oldest tasks past `keep`, as long as they are finished: one still going stays
+    (and so do the newer ones behind it) until it ends."""
+    while len(tasks) > keep:
+        oldest_hash, oldest = next(iter(tasks.items()))
+        if not oldest.finished:
+            return
+        del tasks[oldest_hash]
 
 
 class TaskTable:
@@ -50,11 +69,7 @@ class TaskTable:
 
     def _keep_new(self, task: Task) -> Task:
         self._tasks[task.task_hash] = task
-        while len(self._tasks) > self._keep:
-            oldest_hash, oldest = next(iter(self._tasks.items()))
-            if not oldest.finished:
-                break
-            del self._tasks[oldest_hash]
+        trim_finished(self._tasks, self._keep)
         return task
 
     def ended(self, task: Task) -> None:
