@@ -237,8 +237,17 @@ class Credentials:
     @property
     def required(self) -> bool:
         """Whether callers need a token: one is configured or issued (else they may come as
-        `http:anonymous`, which only loopback allows)."""
+        `http:anonymous`, which only loopback allows), as far as this copy knows."""
         return bool(self._shared or self._issued)
+
+    async def admits_anonymous(self) -> bool:
+        """Whether a caller without a token is let in: none is configured or issued. Read
+        afresh each time it would say yes, so a token issued a moment ago closes the door
+        to the very next anonymous request (once one is required, nothing is read)."""
+        if self.required:
+            return False
+        await self._refresh(at_once=True)
+        return not self.required
 
     async def identify(self, token: str) -> Identity | None:
         """Who `token` stands for, or None when it stands for nobody."""
@@ -250,9 +259,9 @@ class Credentials:
         found = self._issued.get(_digest(token))
         return None if found is None else Identity("http", found.name, found.display)
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, *, at_once: bool = False) -> None:
         now = self._clock.monotonic()
-        if now - self._checked < RELOAD_SECONDS:
+        if now - self._checked < RELOAD_SECONDS and not at_once:
             return
         self._checked = now
         stamp = await asyncio.to_thread(_stamp, self._path)

@@ -249,3 +249,22 @@ def test_readme_lists_the_rule_of_every_route() -> None:
     wanted = {(route.method, route.path, route.access.value) for route in ROUTES}
     assert wanted <= rows, wanted - rows
     assert {r.access for r in ROUTES} >= {Access.anyone, Access.requester, Access.shared_admin}
+
+
+async def test_a_token_issued_is_enforced_on_the_very_next_anonymous_request(
+    anonymous: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No token was needed; `agenvoy token add` makes one needed at once, not at the first
+    request that happens to carry a token."""
+    srv = anonymous
+    monkeypatch.setenv("AGENVOY_HOME", str(srv.runtime.settings.home))
+    async with srv.client.get(srv.url("/v1/sessions")) as resp:
+        assert resp.status == 200  # open to anonymous callers on loopback
+    added = CliRunner().invoke(cli_app, ["token", "add", "bob"])
+    assert added.exit_code == 0, added.output
+    async with srv.client.get(srv.url("/v1/sessions")) as resp:
+        assert resp.status == 401
+    async with srv.client.post(srv.url("/v1/send"), json={"content": "hi"}) as resp:
+        assert resp.status == 401
+    bob = {"Authorization": f"Bearer {added.output.strip()}"}
+    assert (await srv.call("GET", "/v1/sessions", headers=bob))[0] == 200

@@ -41,7 +41,7 @@ class Authenticate:
 
     async def _identify(self, request: web.Request) -> Identity:
         header = request.headers.get("Authorization", "")
-        if not header and not self._credentials.required:
+        if not header and await self._credentials.admits_anonymous():
             return ANONYMOUS
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not given.strip():

@@ -66,7 +66,7 @@ class ConsoleAuth:
 
     async def viewer(self, request: web.Request) -> Viewer:
         token = request.cookies.get(COOKIE, "")
-        if not token and not self._credentials.required:
+        if not token and await self._credentials.admits_anonymous():
             return Viewer(ANONYMOUS, "")
         identity = await self.sign_in(token) if token else None
         if identity is None:
