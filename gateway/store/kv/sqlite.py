@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Final, TypeVar
@@ -104,13 +105,22 @@ class SqliteKV(KVStore):
     ) -> SqliteKV:
         file = Path(path)
         await asyncio.to_thread(file.parent.mkdir, parents=True, exist_ok=True)
-        # isolation_level=None: autocommit, so each statement is its own short transaction.
-        conn = await aiosqlite.connect(file, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
         try:
-            await _retry_locked(lambda: _init_schema(conn))
-        except BaseException:
-            await conn.close()
-            raise
+            conn = await _connect(file)
+        except sqlite3.DatabaseError as exc:
+            if not _is_corrupt(exc):
+                raise
+            # The file holds only caches and presence, which rebuild themselves: losing them
+            # costs a few cache misses, refusing to start costs the whole gateway. It is kept
+            # aside rather than deleted, for whoever wants to look at what happened to it.
+            aside = await asyncio.to_thread(_move_aside, file, clock.now_ms())
+            _log.warning(
+                "KV store unreadable; moved aside, starting with an empty one",
+                path=str(file),
+                moved_to=str(aside),
+                error=str(exc),
+            )
+            conn = await _connect(file)
         store = cls(conn, file, purge_interval=purge_interval, clock=clock)
         await store.purge_expired()
         return store
@@ -214,6 +224,41 @@ class SqliteKV(KVStore):
         if self._closed:
             raise RuntimeError("KV store is closed")
         return await _retry_locked(op)
+
+
+async def _connect(file: Path) -> aiosqlite.Connection:
+    """A connection to `file` with the schema in place, once SQLite has read the file whole."""
+    # isolation_level=None: autocommit, so each statement is its own short transaction.
+    conn = await aiosqlite.connect(file, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
+    try:
+        await _retry_locked(lambda: _init_schema(conn))
+        # A file damaged past its header opens and fails later, mid-request: found here, it
+        # is moved aside before anything uses it. The store is small (caches, presence).
+        rows = list(await conn.execute_fetchall("PRAGMA quick_check"))
+        if [tuple(row) for row in rows] != [("ok",)]:
+            raise sqlite3.DatabaseError(f"quick_check: {rows[0][0] if rows else 'no answer'}")
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+def _is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite could not make sense of the file itself ("file is not a database",
+    "database disk image is malformed"), as opposed to not reaching it (locked, no
+    permission, disk I/O), which moving the file aside would not mend."""
+    return not isinstance(exc, sqlite3.OperationalError)
+
+
+def _move_aside(file: Path, at_ms: int) -> Path:
+    """Rename `file` (and its WAL and shared-memory files, which belong to it) out of the way."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(at_ms / 1000))
+    aside = file.with_name(f"{file.name}.corrupt-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        part = file.with_name(file.name + suffix)
+        if part.exists():
+            part.rename(aside.with_name(aside.name + suffix))
+    return aside
 
 
 async def _init_schema(conn: aiosqlite.Connection) -> None:
