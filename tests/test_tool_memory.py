@@ -498,8 +498,11 @@ async def test_the_offline_agents_tool_hook(kv_url: str, tmp_path: Path, monkeyp
         assert await say(sid, '!tool read_file {"name": "o.txt"}') == "read_file: offline"
         assert runs["read_file"] == 1
         assert (await say(sid, "!tool read_file {")).startswith("refused: !tool <name>")
-        missing = await say(sid, '!tool list_files {"x": 1}')
-        assert missing == 'list_files: ["o.txt"]'  # other arguments: another entry
+        # An argument the schema does not take: refused before the cache or the tool.
+        extra = await say(sid, '!tool list_files {"x": 1}')
+        assert "Additional properties are not allowed ('x' was unexpected)" in extra
+        assert runs["list_files"] == 0
+        assert await say(sid, "!tool list_files {}") == 'list_files: ["o.txt"]'
         assert runs["list_files"] == 1
         assert "no tool named" in await say(sid, "!tool nope {}")
     finally:

@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 
 from gateway.agents.base import AgentContext, SubagentRefused, ToolCall, ToolResult
 from gateway.agents.error_memory import RepeatedFailure
+from gateway.agents.tool_args import InvalidArguments, check_args
 from gateway.agents.tool_cache import Reads, canonical_args
 from gateway.agents.tool_memory import ToolMemory
 from gateway.agents.workspace import Workspace, WorkspaceError, file_parts
@@ -82,14 +83,24 @@ async def with_found(builtin: Mapping[str, Tool], source: ToolSource | None) -> 
 async def call_tool(
     ctx: AgentContext, tools: Mapping[str, Tool], call_id: str, name: str, args: dict[str, Any]
 ) -> ToolResult:
-    """Run one call a model asked for: told of an earlier failure of the same call, confirmed
-    where the tool says so, then through the router (journaled, run once), from the tool
-    cache when it holds the result. Every agent with tools goes through here, so none of it
-    can differ between providers."""
+    """Run one call a model asked for: checked against the tool's schema, told of an earlier
+    failure of the same call, confirmed where the tool says so, then through the router
+    (journaled, run once), from the tool cache when it holds the result. Every agent with
+    tools goes through here, so none of it can differ between providers."""
     tool = tools.get(name)
     if tool is None:
         return ToolResult(call_id, name, "error", f"there is no tool named {name!r}")
     call = ToolCall(call_id, name, args, idempotent=tool.idempotent)
+    try:
+        check_args(name, tool.parameters, args)
+    except InvalidArguments as exc:
+        # Through the router like any result, so the audit trail shows the call it refused.
+        invalid = str(exc)
+
+        async def refuse_invalid() -> str:
+            raise InvalidArguments(invalid)
+
+        return await ctx.run_tool(call, refuse_invalid)
     memory = ctx.tool_memory
     key = canonical_args(args, tool.reads)
     failed_before = False
