@@ -370,3 +370,22 @@ async def test_attachments_are_links_served_safely(tmp_path: Path) -> None:
             url = f"/ui/session/{sid}/file?path=attachments"
             async with stranger.get(url, allow_redirects=False) as resp:
                 assert resp.status == 303 and resp.headers["Location"] == "/ui/login"
+
+
+async def test_every_console_response_forbids_sniffing_and_referrers(tmp_path: Path) -> None:
+    async with serving(tmp_path) as srv:
+        jar = aiohttp.CookieJar(unsafe=True)  # cookies for 127.0.0.1
+        async with aiohttp.ClientSession(base_url=str(srv.url("")), cookie_jar=jar) as browser:
+            seen = []
+            async with browser.get("/ui/", allow_redirects=False) as resp:
+                seen.append((resp.status, resp.headers))  # not signed in: sent to sign in
+            async with browser.get("/ui/login") as resp:
+                seen.append((resp.status, resp.headers))
+            async with browser.post("/ui/login", data={"token": "agv_test-bob"}) as resp:
+                seen.append((resp.status, resp.headers))
+            async with browser.get("/ui/session/cli-none") as resp:
+                seen.append((resp.status, resp.headers))  # an error page
+        assert [status for status, _ in seen] == [303, 200, 200, 404]
+        for _, headers in seen:
+            assert headers["X-Content-Type-Options"] == "nosniff"
+            assert headers["Referrer-Policy"] == "same-origin"
