@@ -10,15 +10,19 @@
 - A slash command is taken in as the message `/name args` would be (same order, sender and
   delivery id: one delivered twice runs once); its reply is the interaction's response.
 - Replies are split at 2,000 characters without breaking code blocks, reply to the trigger,
-  and cannot mention @everyone, @here or roles. Each message carries a nonce derived from the
-  outbox entry with `enforce_nonce`, so a retried send cannot post twice.
+  and mention nobody (no @everyone, @here, roles or users; the reply to the trigger pings
+  its author only). What the bot says itself (prompts, notices, command replies) shows the
+  names, arguments and answers in it as typed, Markdown escaped. Each message carries a
+  nonce derived from the outbox entry with `enforce_nonce`, so a retried send cannot post
+  twice.
 - Prompts are buttons whose custom ids carry the task hash; they are registered again at
   start-up (dynamic items), so a button pressed after a restart still works. Only the
   requester or an admin may press them; anyone else gets an ephemeral refusal.
 
 Modules: `adapter` (what the bot answers, prompts, sending), `allowlist` (where it serves),
 `client` (the discord.py client and its buttons), `commands` (slash commands from the
-registry) and `split` (cutting replies to Discord's limit).
+registry), `prompts` (the bot's own text, escaped) and `split` (cutting replies to Discord's
+limit).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from adapters.attachments import Download
 from adapters.chat import Answered, Arrival, ChatAdapter, Posted, Refused
 from adapters.discord.allowlist import AllowList, guild_of
 from adapters.discord.client import (
-    NO_MASS_MENTIONS,
+    NO_MENTIONS,
     AnswerButton,
     AnswerModal,
     ConfirmButton,
@@ -31,6 +31,7 @@ from adapters.discord.commands import (
     UNAVAILABLE,
     SlashCommands,
 )
+from adapters.discord.prompts import literal, outcome_content, prompt_content
 from adapters.discord.split import DISCORD_LIMIT, split_message
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import discord_session_id
@@ -206,7 +207,9 @@ class DiscordAdapter(ChatAdapter):
         if submission is None or submission.duplicate:
             return  # refused (and told), or delivered before and answered then
         reply = submission.command.text if submission.command else "done"
-        await interaction.response.send_message(reply, allowed_mentions=NO_MASS_MENTIONS)
+        await interaction.response.send_message(
+            literal(reply)[:DISCORD_LIMIT], allowed_mentions=NO_MENTIONS
+        )
 
     async def _tell(self, interaction: discord.Interaction[Any], text: str) -> None:
         """The interaction's response, seen by the one who asked alone."""
@@ -259,14 +262,19 @@ class DiscordAdapter(ChatAdapter):
         """The prompt's buttons disabled, and the outcome under its question."""
         message = interaction.message
         if message is None:
-            await interaction.response.send_message(f"→ {result.outcome}")
+            await interaction.response.send_message(
+                outcome_content(result.outcome), allowed_mentions=NO_MENTIONS
+            )
             return
         view = ui.View.from_message(message, timeout=None)
         for item in view.children:
             if isinstance(item, ui.Button):
                 item.disabled = True
+        # The content comes back as it was sent (escaped), so it is sent again as it is.
         await interaction.response.edit_message(
-            content=f"{message.content}\n→ {result.outcome}", view=view
+            content=f"{message.content}\n{outcome_content(result.outcome)}",
+            view=view,
+            allowed_mentions=NO_MENTIONS,
         )
 
     # -- chat primitives -------------------------------------------------------------------
@@ -296,7 +304,7 @@ class DiscordAdapter(ChatAdapter):
         sent = await self.channel(origin.channel_id).send(
             part,
             nonce=f"r{key}{index:03d}"[-MAX_NONCE:],
-            allowed_mentions=NO_MASS_MENTIONS,
+            allowed_mentions=NO_MENTIONS,
             **(_reply_to(origin) if index == 0 else {}),
         )
         return _posted(sent)
@@ -305,15 +313,19 @@ class DiscordAdapter(ChatAdapter):
         return not isinstance(exc, discord.HTTPException)  # an error answer: not taken
 
     async def send_text(self, origin: Origin, text: str, *, reply: bool) -> Posted:
+        # Notices, command replies and previews: plain text, as on Telegram, whatever part of
+        # them a person wrote (a name, a persona, an answer).
         sent = await self.channel(origin.channel_id).send(
-            text[:DISCORD_LIMIT],
-            allowed_mentions=NO_MASS_MENTIONS,
+            literal(text)[:DISCORD_LIMIT],
+            allowed_mentions=NO_MENTIONS,
             **(_reply_to(origin) if reply else {}),
         )
         return _posted(sent)
 
     async def edit_text(self, posted: Posted, text: str) -> None:
-        await self._message(posted).edit(content=text)
+        await self._message(posted).edit(
+            content=literal(text)[:DISCORD_LIMIT], allowed_mentions=NO_MENTIONS
+        )
 
     async def delete(self, posted: Posted) -> None:
         await self._message(posted).delete()
@@ -323,13 +335,11 @@ class DiscordAdapter(ChatAdapter):
 
     async def post_prompt(self, origin: Origin, event: ConfirmEvent | AskUserEvent) -> Posted:
         view = ui.View(timeout=None)
+        content = prompt_content(event)
         if isinstance(event, ConfirmEvent):
-            args = ", ".join(f"{k}={v!r}" for k, v in event.args.items())
-            content = f"🔐 **{event.requester}**, allow `{event.tool}`({args})?"
             view.add_item(ConfirmButton(event.task_hash, True))
             view.add_item(ConfirmButton(event.task_hash, False))
         else:
-            content = f"❓ **{event.requester}**: {event.question}"
             for index, label in enumerate(event.options[:25]):
                 view.add_item(OptionButton(event.task_hash, index, label))
             if not event.options:
@@ -338,13 +348,15 @@ class DiscordAdapter(ChatAdapter):
             content[:DISCORD_LIMIT],
             view=view,
             nonce=f"p{event.task_hash}{event.expires_at % 100000}"[-MAX_NONCE:],
-            allowed_mentions=NO_MASS_MENTIONS,
+            allowed_mentions=NO_MENTIONS,
             **_reply_to(origin),
         )
         return _posted(sent)
 
     async def show_outcome(self, posted: Posted, outcome: str) -> None:
-        await self._message(posted).edit(content=f"→ {outcome}", view=None)
+        await self._message(posted).edit(
+            content=outcome_content(outcome), view=None, allowed_mentions=NO_MENTIONS
+        )
 
     async def notice(self, origin: Origin, text: str) -> None:
         if origin.reply_to.startswith(INTERACTION_PREFIX):

@@ -21,8 +21,10 @@ from gateway.settings import Settings
 
 log = get_logger(__name__)
 
-NO_MASS_MENTIONS: Final = discord.AllowedMentions(
-    everyone=False, roles=False, users=True, replied_user=True
+# Nothing the bot posts pings anyone but the person it answers (a reply to their message):
+# a reply or a notice may echo what someone wrote, `@everyone` or `<@id>` included.
+NO_MENTIONS: Final = discord.AllowedMentions(
+    everyone=False, roles=False, users=False, replied_user=True
 )
 TASK: Final = r"(?P<task>[A-Za-z0-9_-]{1,64})"
 
@@ -139,7 +141,7 @@ class GatewayClient(discord.AutoShardedClient):
     def __init__(self, owner: Owner, **options: Any) -> None:
         intents = discord.Intents.default()
         intents.message_content = True
-        super().__init__(intents=intents, allowed_mentions=NO_MASS_MENTIONS, **options)
+        super().__init__(intents=intents, allowed_mentions=NO_MENTIONS, **options)
         self.owner = owner
         self.tree = app_commands.CommandTree(self)
 

@@ -53,10 +53,12 @@ def answered_by_reply(event: ConfirmEvent | AskUserEvent) -> bool:
 def prompt_message(
     event: ConfirmEvent | AskUserEvent,
 ) -> tuple[str, InlineKeyboardMarkup | ForceReply]:
-    """The HTML text of a prompt, and the buttons (or reply field) that answer it."""
+    """The HTML text of a prompt, and the buttons (or reply field) that answer it. Every part
+    a person or a model chose (the requester's name, the tool, its arguments, the question) is
+    escaped: a name such as `<a href=…>Admin</a>` shows as typed, never as markup."""
     if isinstance(event, ConfirmEvent):
         args = json.dumps(event.args, ensure_ascii=False)
-        text = f"🔐 {event.requester}, allow <b>{_esc(event.tool)}</b> {_esc(args)}?"
+        text = f"🔐 {_esc(event.requester)}, allow <b>{_esc(event.tool)}</b> {_esc(args)}?"
         buttons = [
             InlineKeyboardButton(
                 "Approve", callback_data=callback_data(CONFIRM, event.task_hash, "y")
@@ -66,7 +68,7 @@ def prompt_message(
             ),
         ]
         return text, InlineKeyboardMarkup([buttons])
-    question = f"❓ {event.requester}: {_esc(event.question)}"
+    question = f"❓ {_esc(event.requester)}: {_esc(event.question)}"
     if not answered_by_reply(event):
         rows = [
             [
