@@ -22,6 +22,7 @@ STEPS: Final = frozenset(
         "stored",  # message and journal committed, nothing acknowledged yet
         "mid_batch",  # a group commit ran part of its batch's writes; none is committed
         "collected",  # waiting tasks were collected into the newest: their journals are gone
+        "steered",  # messages are journaled as the running task's; its agent has not seen them
         "tool_started",  # the journal says the tool started; it has not run
         "tool_ran",  # the tool ran; its result is not journaled yet
         "answered",  # an answer is journaled; the one who gave it has not heard back

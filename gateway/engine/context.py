@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.agents.base import NewMessage, PastMessage, SubagentRefused, ToolCall, ToolResult
 from gateway.agents.summary import fold_batch
 from gateway.agents.tool_memory import ToolMemory
+from gateway.engine.journal import Steered
 from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
 from gateway.memory.recalled import Recalled
@@ -21,8 +22,8 @@ if TYPE_CHECKING:
     from gateway.memory.recall import Recall
 
 RunTool = Callable[[Task, ToolCall, Callable[[], Awaitable[str]]], Awaitable[ToolResult]]
-# Hands a running task the messages waiting behind it (the `steer` queue mode).
-Steer = Callable[[Task], Awaitable[list[Task]]]
+# Hands a running task the messages it takes in now (the `steer` queue mode).
+Steer = Callable[[Task], Awaitable[list[Steered]]]
 # Semantic recall (`gateway.memory.recall.Recall.search`, bound): session, query, how many, and
 # the oldest message id of the window (only older messages are recalled).
 Recaller = Callable[[str, str, int, int], Awaitable[list[Recalled]]]
@@ -98,7 +99,7 @@ class RunContext:
         if self._steer is None:
             return []
         taken = await self._steer(self._task)
-        return [NewMessage(t.origin.sender_name, t.text, tuple(t.attachments)) for t in taken]
+        return [NewMessage(s.head.origin.sender_name, s.head.text, s.attachments) for s in taken]
 
     async def delegate(self, text: str, key: str = "") -> str:
         """Run `text` as a sub-task in a new temp-* session and answer with its reply."""

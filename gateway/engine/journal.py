@@ -1,10 +1,11 @@
 """A task's journal: what it has done so far, kept in the archive (`task_journal`).
 
 The journal is stored with the task's message, in one transaction, updated after every step
-(a tool started, a tool finished, a prompt asked, a prompt answered), and taken out with the
-record of the task's end. A process that dies leaves it behind; the next start replays the
-task from it (`Replay`): a finished tool is not run again, a tool cut off mid-call is run again
-if it is idempotent and reported as interrupted otherwise, an answered prompt stands.
+(a tool started, a tool finished, a prompt asked, a prompt answered, a message steered in),
+and taken out with the record of the task's end. A process that dies leaves it behind; the
+next start replays the task from it (`Replay`): a finished tool is not run again, a tool cut
+off mid-call is run again if it is idempotent and reported as interrupted otherwise, an
+answered prompt stands, a message steered in is handed to the agent again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gateway.clock import now_ms
-from gateway.events import Origin
+from gateway.events import Attachment, Origin
+from gateway.ids import validate_hash
 from gateway.logs import get_logger
 from gateway.store.journals import JournalRecord
 from gateway.store.sessions import SessionStore
@@ -76,7 +78,17 @@ class PromptAsked:
     answer: Answer | None = None  # filled in when answered
 
 
-JournalStep = ToolStarted | ToolFinished | PromptAsked
+@dataclass(frozen=True, slots=True)
+class Steered:
+    """A message the run took in while it ran (the `steer` queue mode): the task that brought
+    it ends as collected in the transaction that records this step, so from then on this run
+    answers it, and a replay hands it to the agent again."""
+
+    head: JournalHead
+    attachments: tuple[Attachment, ...] = ()
+
+
+JournalStep = ToolStarted | ToolFinished | PromptAsked | Steered
 
 
 def step_to_json(step: JournalStep) -> dict[str, Any]:
@@ -90,6 +102,12 @@ def step_to_json(step: JournalStep) -> dict[str, Any]:
         }
     if isinstance(step, ToolFinished):
         return {"type": "tool", "state": "finished", **step.record()}
+    if isinstance(step, Steered):
+        files = [
+            {"name": a.name, "mime": a.mime, "size": a.size, "path": a.path}
+            for a in step.attachments
+        ]
+        return {"type": "steered", "head": step.head.to_json(), "attachments": files}
     answer = step.answer.to_json() if step.answer is not None else None
     return {"type": "prompt", "kind": step.kind, "answer": answer}
 
@@ -110,21 +128,62 @@ def step_from_json(data: object) -> JournalStep | None:
         given = data.get("answer")
         answer = Answer.from_json(given) if isinstance(given, dict) else None
         return PromptAsked(data["kind"], answer)
+    if kind == "steered":
+        return _steered_from_json(data)
     return None
 
 
-class Replay:
-    """The steps a previous life of a task recorded, looked up as the task runs again."""
+def _steered_from_json(data: dict[str, Any]) -> Steered | None:
+    head, files = data.get("head"), data.get("attachments")
+    if not isinstance(head, dict):
+        return None
+    try:
+        attachments = tuple(
+            Attachment(str(f["name"]), str(f["mime"]), int(f["size"]), str(f["path"]))
+            for f in (files if isinstance(files, list) else [])
+        )
+        return Steered(JournalHead.from_json(head), attachments)
+    except (KeyError, TypeError, ValueError):
+        return None
 
-    def __init__(self, steps: Sequence[JournalStep] = ()) -> None:
+
+class Replay:
+    """The steps a previous life of a task recorded, looked up as the task runs again.
+
+    `started`: that life may have begun to run it, even without a step (it ran, or it was its
+    session's oldest unfinished task: a session runs its tasks one at a time in archive order,
+    so no younger one can have begun)."""
+
+    def __init__(self, steps: Sequence[JournalStep] = (), *, started: bool = False) -> None:
         self._steps = list(steps)
         self._prompts = [s for s in self._steps if isinstance(s, PromptAsked)]
         self._prompts_seen = 0
+        self._steered = [s for s in self._steps if isinstance(s, Steered)]
+        self._steered_handed = False
+        self._started = started or bool(self._steps)
 
     @property
     def empty(self) -> bool:
         """Nothing was recorded: the task never got to a step."""
         return not self._steps
+
+    @property
+    def started(self) -> bool:
+        """A previous life may have run the task: it keeps its own run (never collected)."""
+        return self._started
+
+    @property
+    def steered(self) -> list[Steered]:
+        """The messages a previous life took in, in the order it took them."""
+        return list(self._steered)
+
+    def take_steered(self) -> list[Steered]:
+        """`steered`, the first time it is asked (when the run asks for messages again);
+        empty after that."""
+        if self._steered_handed:
+            return []
+        self._steered_handed = True
+        return list(self._steered)
 
     def tool(self, call_id: str) -> list[ToolStarted | ToolFinished]:
         """What was recorded of the tool call `call_id`, in order (empty if never started)."""
@@ -167,6 +226,33 @@ class JournalHead:
             submitted_at=self.submitted_at,
         )
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "task_hash": self.task_hash,
+            "origin": self.origin.to_json(),
+            "text": self.text,
+            "user_message_id": self.user_message_id,
+            "user_sent_at": self.user_sent_at,
+            "submitted_at": self.submitted_at,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> JournalHead:
+        """A head as written by `to_json` (KeyError, TypeError or ValueError if it is not)."""
+        origin = data["origin"]
+        if not isinstance(origin, dict):
+            raise TypeError("origin is not an object")
+        return cls(
+            session_id=str(data["session_id"]),
+            task_hash=validate_hash(str(data["task_hash"])),
+            origin=Origin.from_json(origin),
+            text=str(data["text"]),
+            user_message_id=int(data["user_message_id"]),
+            user_sent_at=int(data["user_sent_at"]),
+            submitted_at=int(data["submitted_at"]),
+        )
+
     @classmethod
     def of(cls, record: JournalRecord) -> JournalHead:
         return cls(
@@ -180,8 +266,11 @@ class JournalHead:
         )
 
 
-def replay_of(record: JournalRecord) -> Replay:
-    return Replay([s for s in map(step_from_json, record.steps) if s is not None])
+def replay_of(record: JournalRecord, *, oldest: bool = False) -> Replay:
+    """The replay of a journal; `oldest`: its task was the oldest unfinished one of its
+    session when it was taken up (so it may have run, as far as anyone can tell)."""
+    steps = [s for s in map(step_from_json, record.steps) if s is not None]
+    return Replay(steps, started=oldest or record.status != "queued")
 
 
 class Journal:
@@ -197,13 +286,23 @@ class Journal:
     ) -> None:
         self.store = store
         self.head = head
-        self.steps: list[JournalStep] = []
         self.replay = replay or Replay()
+        # Whatever the run does again, the messages it took in before stay its own: a save
+        # before the run asks for them again must not leave them out.
+        self.steps: list[JournalStep] = list(self.replay.steered)
         self._file_io: asyncio.Future[None] | None = None
         self._file_written = False
         self._closed = False
 
-    async def save(self, status: str, prompt: dict[str, Any] | None = None) -> None:
+    async def save(
+        self,
+        status: str,
+        prompt: dict[str, Any] | None = None,
+        *,
+        collected: Sequence[str] = (),
+    ) -> None:
+        """Record the steps so far; `collected`: tasks whose messages this one answers from
+        now on, whose journals go in the same transaction."""
         if self._closed:
             return
         await self.store.save_journal(
@@ -211,6 +310,7 @@ class Journal:
             status=status,
             steps=[step_to_json(s) for s in self.steps],
             prompt=prompt,
+            collected=collected,
         )
         if prompt is not None:
             await self._write_file(prompt)

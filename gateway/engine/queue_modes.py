@@ -8,18 +8,23 @@
   crash in between, the newest replays and still sees them; before, the queue is collected
   again on the next start.
 - `steer`: the running task takes it at its next step, when its agent asks
-  (`AgentContext.steering`); an agent that never asks leaves it to run as a follow-up.
+  (`AgentContext.steering`); an agent that never asks leaves it to run as a follow-up. What it
+  takes is in its journal, saved in the transaction that drops the journals of the tasks that
+  brought it: after a crash the running task replays with it, and nothing else answers it.
 - `interrupt`: the running task and those waiting are canceled; the newest is answered next.
 
 Only tasks that have not started are collected or steered: one replaying a step it took
-before a crash (a tool, a prompt) keeps its own run. The mode is read only when it matters (a
-busy session), so a message to an idle session costs no extra read.
+before a crash (a tool, a prompt, a message steered in), or the oldest of its session after a
+restart (it may have been running, with nothing journaled yet), keeps its own run. The mode
+is read only when it matters (a busy session), so a message to an idle session costs no extra
+read.
 """
 
 from __future__ import annotations
 
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.dispatch import Dispatch
+from gateway.engine.journal import Steered
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
@@ -65,15 +70,33 @@ class QueueModes:
         if taken:
             await self.dispatch.notice(newest.origin, f"collected {len(taken) + 1} messages")
 
-    async def steer(self, running: Task) -> list[Task]:
-        """The tasks waiting behind `running` that it takes in now (`steer` mode), in order."""
-        waiting = [task for task in self.scheduler.queued(running.session_id) if _fresh(task)]
-        if not waiting or await self.mode(running.session_id) != "steer":
-            return []
+    async def steer(self, running: Task) -> list[Steered]:
+        """The messages `running` takes in now (`steer` mode), in order: after a restart first
+        those its journal says it took before, then those waiting behind it. A message is
+        journaled as the running task's, and its own task's journal goes, in one transaction
+        before the agent sees it: a crash then replays it with the running task, and only
+        there; one before leaves it a task of its own."""
+        again = running.journal.replay.take_steered()
+        sid = running.session_id
+        waiting = [task for task in self.scheduler.queued(sid) if _fresh(task)]
+        if not waiting or await self.mode(sid) != "steer":
+            return again
         taken = [task for task in waiting if self.scheduler.take_out(task)]
+        steps = [Steered(task.journal.head, tuple(task.attachments)) for task in taken]
+        running.journal.steps.extend(steps)
+        try:
+            await running.save_journal(collected=[task.task_hash for task in taken])
+        except BaseException:
+            # Not taken in: the messages stay tasks of their own, answered after this one.
+            del running.journal.steps[-len(steps) :]
+            for task in taken:
+                self.scheduler.enqueue(task)
+            log.warning("messages not steered in: the journal could not be saved", session=sid)
+            raise
+        self.crash.reach("steered")
         for task in taken:
-            await self._collected(task, into=running)
-        return taken
+            await self._collected(task, into=running, journal_gone=True)
+        return again + steps
 
     async def interrupt_for(self, newest: Task) -> bool:
         """In `interrupt` mode, cancel what runs or waits ahead of `newest`; whether it did."""
@@ -90,8 +113,10 @@ class QueueModes:
                 await self.scheduler.cancel(task)
         return bool(ahead)
 
-    async def _collected(self, task: Task, *, into: Task) -> None:
-        await task.journal.close(recorded=False)  # its message is answered by `into`
+    async def _collected(self, task: Task, *, into: Task, journal_gone: bool = False) -> None:
+        """`task` ends as collected into `into`; `journal_gone`: its journal went already
+        (with the save of `into`'s)."""
+        await task.journal.close(recorded=journal_gone)
         await task.collect_into(into.task_hash)
         self.tasks.ended(task)
         log.info(
@@ -100,4 +125,5 @@ class QueueModes:
 
 
 def _fresh(task: Task) -> bool:
-    return task.status == "queued" and task.journal.replay.empty and task.prompt is None
+    """Whether `task` has not begun, in this life or (as far as can be told) a previous one."""
+    return task.status == "queued" and not task.journal.replay.started and task.prompt is None

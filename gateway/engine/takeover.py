@@ -13,7 +13,7 @@ belong to a task stored, queued or finished here since.
 from __future__ import annotations
 
 from gateway.engine.cluster import Elsewhere
-from gateway.engine.journal import JournalHead, replay_of
+from gateway.engine.journal import JournalHead, Replay, replay_of
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
@@ -60,10 +60,34 @@ class Takeover:
         # Checked again now, with nothing awaited before the enqueue: another path of this
         # instance may have taken a task up, or stored it, since its journal was read.
         fresh = [(head, record) for head, record in found if not self.is_live(head.task_hash)]
+        taken: list[Task] = []
         for head, record in fresh:
             followed = self.elsewhere.release(head.task_hash)
-            self.scheduler.enqueue(self.tasks.take_over(head, replay_of(record), followed))
+            replay = replay_of(record, oldest=self._first_here(head))
+            taken.append(self.tasks.take_over(head, replay, followed))
+            self.scheduler.enqueue(taken[-1])
+        for task in taken:
+            await self._steered_into(task)
         return len(fresh)
+
+    def _first_here(self, head: JournalHead) -> bool:
+        """Whether nothing of its session runs or waits here ahead of it: then it may be the
+        task a previous life was running, with nothing journaled yet."""
+        if self.scheduler.current(head.session_id) is not None:
+            return False
+        queued = self.scheduler.queued(head.session_id)
+        return all(task.order > head.user_message_id for task in queued)
+
+    async def _steered_into(self, task: Task) -> None:
+        """The messages a previous life of `task` took in end here as collected into it, so
+        whoever asks for them hears which task answers them."""
+        for step in task.journal.replay.steered:
+            if step.head.task_hash in self.tasks:
+                continue
+            steered = self.tasks.add(step.head, step.attachments, Replay())
+            await steered.journal.close(recorded=True)  # it went with the steering
+            await steered.collect_into(task.task_hash)
+            self.tasks.ended(steered)
 
     async def interrupt(self, session_id: str) -> None:
         """This instance may no longer run the session (its lease is lost): its tasks stop

@@ -343,6 +343,8 @@ class Task:
         self._answer = self._prompt_step = None
         await self.state.update(prompt=None)
 
-    async def save_journal(self) -> None:
+    async def save_journal(self, *, collected: Sequence[str] = ()) -> None:
+        """Record its journal; `collected`: tasks whose messages it now answers (their
+        journals go in the same transaction)."""
         prompt = self.prompt.to_json() if self.prompt else None
-        await self.journal.save(self.status, prompt)
+        await self.journal.save(self.status, prompt, collected=collected)

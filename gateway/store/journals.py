@@ -9,10 +9,11 @@ the engine's business (`gateway.engine.journal`); here it is JSON.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
@@ -90,8 +91,12 @@ class JournalArchive(StoreBase):
         status: str,
         steps: list[dict[str, Any]],
         prompt: dict[str, Any] | None,
+        collected: Sequence[str] = (),
     ) -> None:
-        """Record a task's progress; a task whose journal is gone (it ended) is left alone."""
+        """Record a task's progress; a task whose journal is gone (it ended) is left alone.
+        `collected`: tasks whose messages it answers from now on (steered into it), whose
+        journals go in the same transaction: each message has one task to answer it at any
+        moment, whenever a crash comes."""
         stmt = (
             update(TaskJournalRow)
             .where(col(TaskJournalRow.task_hash) == task_hash)
@@ -102,7 +107,16 @@ class JournalArchive(StoreBase):
                 updated_at=now_ms(),
             )
         )
-        await self.db.write(lambda session: session.connection().execute(stmt))
+        gone = [delete(TaskJournalRow).where(col(TaskJournalRow.task_hash).in_(collected))]
+        gone += [delete(PromptAnswerRow).where(col(PromptAnswerRow.task_hash).in_(collected))]
+
+        def work(session: Session) -> None:
+            session.connection().execute(stmt)
+            if collected:
+                for dropping in gone:
+                    session.connection().execute(dropping)
+
+        await self.db.write(work)
 
     async def insert_journal(self, record: JournalRecord) -> None:
         await self.db.write_lean(lambda sql: insert_journal(sql, record))
