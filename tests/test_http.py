@@ -1003,7 +1003,7 @@ async def test_cancel_route(server: Server) -> None:
     assert (status, err(body)) == (403, "not_allowed")
     assert await server.call("POST", f"/v1/session/{sid}/cancel/{queued}", headers=ROOT) == (
         200,
-        {"canceled": True},
+        {"canceled": True, "was": "queued"},
     )
     status, view = await server.call("GET", f"/v1/session/{sid}/task/{queued}")
     assert view["status"] == "canceled"
@@ -1011,12 +1011,15 @@ async def test_cancel_route(server: Server) -> None:
     cancel = f"/v1/session/{sid}/cancel/{task}"
     status, body = await server.call("POST", cancel, headers=BOB)
     assert (status, err(body)) == (403, "not_allowed")
-    assert await server.call("POST", cancel, headers=ANN) == (200, {"canceled": True})
+    assert await server.call("POST", cancel, headers=ANN) == (
+        200,
+        {"canceled": True, "was": "running"},  # parked on its prompt, its run begun
+    )
     status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
     assert view["status"] == "canceled" and view["events"][-1]["kind"] == "canceled"
     assert view["events"][-1]["by"] == "Ann"
     assert await server.call("GET", f"/v1/session/{sid}/pending") == (200, {"pending": []})
-    assert await server.call("POST", cancel, headers=ANN) == (200, {"canceled": False})
+    assert await server.call("POST", cancel, headers=ANN) == (200, {"canceled": False, "was": None})
     status, body = await server.call("POST", f"/v1/session/{sid}/cancel/nosuchtask")
     assert (status, err(body)) == (404, "not_found")
 

@@ -91,5 +91,5 @@ async def _archived(ctx: Context, session_id: str, task_hash: str) -> TaskView |
 async def cancel_task(call: Call) -> Canceled:
     """Only the sender who started the task, or an admin, may cancel."""
     state = await call.ctx.task_of(call.session_id, call.task_hash)
-    canceled = await call.ctx.router.cancel_for(call.origin(), state.session_id, state.task_hash)
-    return Canceled(canceled=canceled)
+    stood = await call.ctx.router.cancel_for(call.origin(), state.session_id, state.task_hash)
+    return Canceled(canceled=stood is not None, was=stood)

@@ -197,9 +197,12 @@ class Answered(Reply):
 
 
 class Canceled(Reply):
-    """Whether the task was canceled (false: it had already ended)."""
+    """Whether the task was canceled (false: it had already ended), and where it stood then:
+    `running`, `waiting_for_slot` (next in its session, every slot taken), `queued` (behind
+    another task of its session), or `elsewhere` (run by another instance)."""
 
     canceled: bool
+    was: Literal["running", "waiting_for_slot", "queued", "elsewhere"] | None = None
 
 
 # -- sessions ----------------------------------------------------------------------------------

@@ -6,8 +6,10 @@ from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Access
 from gateway.clock import Clock
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
+from gateway.engine.cancels import Canceled
+from gateway.engine.errors import TaskNotFound
 from gateway.engine.router import Router
-from gateway.ids import Prefix, new_session_id
+from gateway.ids import InvalidHash, Prefix, new_session_id
 from gateway.logs import get_logger
 from gateway.session_settings import (
     QUEUE_MODES,
@@ -18,6 +20,14 @@ from gateway.session_settings import (
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
+
+# What /cancel says of where the task it canceled stood.
+_STOOD: dict[Canceled, str] = {
+    "running": "it was running",
+    "waiting_for_slot": "it was waiting for a free slot",
+    "queued": "it was waiting in this conversation's queue",
+    "elsewhere": "it ran on another instance",
+}
 
 
 class BuiltinCommands:
@@ -43,7 +53,15 @@ class BuiltinCommands:
         add = self.registry.add
         add(Command("help", "this list", Access.anyone, self.help))
         add(Command("status", "session, running task, queue and model", Access.anyone, self.status))
-        add(Command("cancel", "cancel the running task", Access.requester, self.cancel))
+        add(
+            Command(
+                "cancel",
+                "cancel the running task, or the one waiting for a slot; or the task named",
+                Access.requester,
+                self.cancel,
+                usage="[task]",
+            )
+        )
         add(
             Command(
                 "reset",
@@ -135,11 +153,21 @@ class BuiltinCommands:
         return CommandReply(call.name, "\n".join(lines))
 
     async def cancel(self, call: CommandCall) -> CommandReply:
-        running = self.router.running_task(call.session_id)
-        if running is None:
-            return CommandReply(call.name, "nothing is running", ok=False)
-        await self.router.cancel_for(call.origin, call.session_id, running.task_hash)
-        return CommandReply(call.name, f"canceled {running.task_hash}")
+        sid = call.session_id
+        named = call.args.split()[0] if call.args.strip() else ""
+        target = self.router.cancel_target(sid) if not named else None
+        task_hash = named or (target.task_hash if target else "")
+        if not task_hash:
+            return CommandReply(call.name, "nothing is running or waiting", ok=False)
+        try:
+            stood = await self.router.cancel_for(call.origin, sid, task_hash)
+        except (TaskNotFound, InvalidHash):
+            return CommandReply(call.name, f"no task {task_hash[:64]} here", ok=False)
+        if stood is None:
+            return CommandReply(call.name, f"{task_hash} had already ended", ok=False)
+        # The running task is what /cancel has always meant; anything else says where it was.
+        where = f" ({_STOOD[stood]})" if stood != "running" else ""
+        return CommandReply(call.name, f"canceled {task_hash}{where}")
 
     async def reset(self, call: CommandCall) -> CommandReply:
         sid = call.session_id

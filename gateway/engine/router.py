@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator
 
 from gateway.adapter import Sink
 from gateway.clock import Clock
-from gateway.engine.cancels import Cancels
+from gateway.engine.cancels import Canceled, Cancels
 from gateway.engine.cluster import Elsewhere, Owning
 from gateway.engine.dispatch import Dispatch, Subscription
 from gateway.engine.errors import TaskNotFound
@@ -230,11 +230,19 @@ class Router:
         return await self._elsewhere.answer(session_id, task_hash, responder, reply)
 
     async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool:
-        """Cancel a queued or running task (the running one when no hash is given)."""
+        """Cancel a task, whether it runs, waits for a slot or waits in its session's queue
+        (with no hash: the one `cancel_target` names)."""
         return await self._cancels.cancel(session_id, task_hash, by=by)
 
-    async def cancel_for(self, who: Origin, session_id: str, task_hash: str) -> bool:
-        """Cancel on behalf of `who`: its requester or an admin (NotAllowed otherwise)."""
+    def cancel_target(self, session_id: str) -> TaskView | None:
+        """The task canceling the session's task ends: the running one, else the next one
+        (waiting for a slot)."""
+        task = self._cancels.target(session_id)
+        return task.view() if task else None
+
+    async def cancel_for(self, who: Origin, session_id: str, task_hash: str) -> Canceled | None:
+        """Cancel on behalf of `who`: its requester or an admin (NotAllowed otherwise); where
+        the task stood (running, waiting_for_slot, queued, elsewhere), None if it had ended."""
         return await self._cancels.cancel_for(who, session_id, task_hash)
 
     async def cancel_all(self, session_id: str, *, by: str = "") -> int:

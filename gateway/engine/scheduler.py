@@ -15,7 +15,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from gateway.logs import get_logger
 
@@ -40,6 +40,11 @@ class Job(Protocol):
 
 
 J = TypeVar("J", bound=Job)
+
+# Where a task stands: its run has begun (a task parked on a prompt included), it heads its
+# session's queue with nothing of its session running (it waits for a slot), or it waits
+# behind another task of its session.
+Stage = Literal["running", "waiting_for_slot", "queued"]
 
 
 @dataclass(eq=False)
@@ -111,6 +116,17 @@ class Scheduler(Generic[J]):
     def queued(self, session_id: str) -> list[J]:
         lane = self._lanes.get(session_id)
         return list(lane.waiting) if lane else []
+
+    def stage(self, task: J) -> Stage | None:
+        """Where `task` stands here; None when it is not queued or running here."""
+        lane = self._lanes.get(task.session_id)
+        if lane is None or task.finished:
+            return None
+        if task in self._runs or lane.current is task:
+            return "running"
+        if task not in lane.waiting:
+            return None
+        return "waiting_for_slot" if lane.current is None and lane.waiting[0] is task else "queued"
 
     def is_busy(self, session_id: str) -> bool:
         lane = self._lanes.get(session_id)
