@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Header, Markdown
+from textual.widgets import Footer, Header, Markdown, Static
 
 from adapters.http_client import GatewayError, GatewayUnavailable
 from adapters.terminal import last_session
@@ -20,6 +21,7 @@ from adapters.terminal.conversation import Conversation, TaskView
 from adapters.terminal.history import InputHistory
 from adapters.terminal.link import GatewayLink
 from adapters.terminal.picker import SessionPicker, SessionRow, short_id
+from adapters.terminal.plain import line, plain
 from adapters.terminal.widgets import MessageInput, OpenPrompt, PromptPanel, describe_confirm
 from adapters.terminal.window_commands import WINDOW_COMMANDS, help_text
 from adapters.terminal.windows import WindowClaim, claim_window
@@ -106,7 +108,8 @@ class ChatApp(App[None]):
         try:
             session_id = await self._first_session()
         except (GatewayUnavailable, GatewayError) as exc:
-            self.exit(return_code=1, message=str(exc))
+            # Printed on the operator's terminal once the window is gone: as text.
+            self.exit(return_code=1, message=Text(line(str(exc))))
             return
         await self.open_session(session_id)
         self.completer.learn(await self.link.client.commands())
@@ -161,7 +164,7 @@ class ChatApp(App[None]):
 
     def _set_title(self, meta: dict[str, Any]) -> None:
         name = str(meta.get("name") or "")
-        self.title = name or short_id(self.session_id)
+        self.title = line(name) or short_id(self.session_id)
         self.sub_title = self.session_id
 
     @work(exclusive=True, group="events")
@@ -231,17 +234,18 @@ class ChatApp(App[None]):
             self.attached.give_back(files)
             raise
         if "command" in reply:
-            await self.conversation.add(Markdown(str(reply.get("text", "")), classes="note"))
+            # Plain, as every front-end sends it: it may echo a name or a persona.
+            await self.conversation.add(Static(plain(str(reply.get("text", ""))), classes="note"))
         elif reply.get("task_hash"):
             self.conversation.view(str(reply["task_hash"]), mine=True)
 
     async def _cmd_attach(self, path: str) -> None:
         try:
-            line = await self.attached.add(path)
+            attached = await self.attached.add(path)
         except AttachRefused as exc:
             await self.conversation.error(str(exc))
             return
-        await self.conversation.add(Markdown(line, classes="note"))
+        await self.conversation.note(attached)
 
     async def _cmd_help(self, _args: str) -> None:
         await self.conversation.add(Markdown(help_text(self.completer), classes="note"))
@@ -280,7 +284,7 @@ class ChatApp(App[None]):
         if not self.listed_prompts:
             await self.conversation.note("nothing is waiting for you")
             return
-        lines = ["**Waiting for you** (`/approve N`, `/deny N`, `/answer N text`)", ""]
+        lines = ["Waiting for you (/approve N, /deny N, /answer N text):"]
         for number, prompt in enumerate(self.listed_prompts, 1):
             what = (
                 describe_confirm(prompt.get("tool", ""), prompt.get("args", {}))
@@ -290,8 +294,8 @@ class ChatApp(App[None]):
             origin = prompt.get("origin", {})
             here = origin.get("window_hash") == self.window_hash
             who = "this window" if here else origin.get("sender_name") or origin.get("platform")
-            lines.append(f"{number}. `{short_id(prompt['session_id'])}` {what} ({who})")
-        await self.conversation.add(Markdown("\n".join(lines), classes="note"))
+            lines.append(f"{number}. {short_id(prompt['session_id'])} {line(what)} ({line(who)})")
+        await self.conversation.note("\n".join(lines))
 
     async def _cmd_approve(self, args: str) -> None:
         await self._answer_listed("/approve", args, approve=True)

@@ -1,7 +1,8 @@
 """The conversation pane: a session's messages, streamed replies and tool activity.
 
 Tasks this window started show plainly; those started elsewhere on the same session (another
-window, a script over HTTP, a Discord channel) are marked as foreign.
+window, a script over HTTP, a Discord channel) are marked as foreign. What people and tools
+wrote shows as text (`adapters.terminal.plain`); only the agent's replies are Markdown.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
+from adapters.terminal.plain import body, plain
 from gateway.events import (
     AnswerEvent,
     CanceledEvent,
@@ -61,10 +63,10 @@ class Conversation(VerticalScroll):
         return view
 
     async def note(self, text: str) -> None:
-        await self.add(Static(text, classes="note"))
+        await self.add(Static(plain(text), classes="note"))
 
     async def error(self, text: str) -> None:
-        await self.add(Static(text, classes="error"))
+        await self.add(Static(plain(text), classes="error"))
 
     async def show(self, event: Event, *, mine: bool) -> None:
         """Render one event of the session; `mine`: of a task this window started."""
@@ -73,7 +75,7 @@ class Conversation(VerticalScroll):
         match event:
             case UserEvent():
                 who = "You" if mine else f"{event.sender or 'someone'} (elsewhere)"
-                await self.add(Static(f"{who}: {event.text}", classes="user" + foreign))
+                await self.add(Static(plain(f"{who}: {event.text}"), classes="user" + foreign))
             case TextDeltaEvent() if view is not None:
                 await self._stream(view, event.text)
             case TextEvent() if view is not None:
@@ -85,22 +87,23 @@ class Conversation(VerticalScroll):
                 await self._end_stream(view)
             case ToolCallEvent() if view is not None:
                 args = json.dumps(event.args, ensure_ascii=False)[:200]
-                await self.add(Static(f"⚙ {event.tool} {args}", classes="tool" + foreign))
+                await self.add(Static(plain(f"⚙ {event.tool} {args}"), classes="tool" + foreign))
             case ToolResultEvent() if view is not None:
                 shown = event.result if len(event.result) <= 200 else event.result[:199] + "…"
-                await self.add(Static(f"  ↳ {event.status}: {shown}", classes="tool" + foreign))
+                line = plain(f"  ↳ {event.status}: {shown}")
+                await self.add(Static(line, classes="tool" + foreign))
             case AnswerEvent() if mine and view is not None and event.prompt == "confirm":
                 verdict = "approved" if event.approved else "denied"
-                await self.add(Static(f"{verdict} by {event.answered_by}", classes="tool"))
+                await self.add(Static(plain(f"{verdict} by {event.answered_by}"), classes="tool"))
             case ErrorEvent() if view is not None:
                 view.finished = True
                 await self._end_stream(view)
-                await self.add(Static(f"error: {event.message}", classes="error" + foreign))
+                await self.add(Static(plain(f"error: {event.message}"), classes="error" + foreign))
             case CanceledEvent() if view is not None:
                 view.finished = True
                 await self._end_stream(view)
                 by = f" by {event.by}" if event.by else ""
-                await self.add(Static(f"canceled{by}", classes="note" + foreign))
+                await self.add(Static(plain(f"canceled{by}"), classes="note" + foreign))
             case _:
                 pass
 
@@ -108,7 +111,8 @@ class Conversation(VerticalScroll):
         """The task's reply widget; mounted with `text` (and None returned) the first time."""
         if view.reply is not None:
             return view.reply
-        view.reply = Markdown(text, classes="reply" + ("" if view.mine else " foreign"))
+        # Markdown on purpose, with its control characters shown like everyone else's.
+        view.reply = Markdown(body(text), classes="reply" + ("" if view.mine else " foreign"))
         await self.add(view.reply)
         return None
 
@@ -119,7 +123,7 @@ class Conversation(VerticalScroll):
             return
         if view.stream is None:
             view.stream = Markdown.get_stream(widget)
-        await view.stream.write(piece)
+        await view.stream.write(body(piece))
         self._scroll()
 
     async def _end_stream(self, view: TaskView) -> None:
@@ -135,7 +139,7 @@ class Conversation(VerticalScroll):
         widget = await self._reply_widget(view, text)
         if widget is not None:
             await self._end_stream(view)
-            await widget.update(text)
+            await widget.update(body(text))
             self._scroll()
 
     async def add(self, widget: Widget) -> None:

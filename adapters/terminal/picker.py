@@ -10,9 +10,12 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, TabbedContent, TabPane
 from textual.widgets.option_list import Option
+
+from adapters.terminal.plain import line
 
 PREFIX_ORDER = ("cli", "chat", "dc", "tg", "temp")
 
@@ -122,14 +125,16 @@ class SessionPicker(ModalScreen[str | None]):
         options = [Option(self._label(r), id=r.session_id) for r in rows]
         return OptionList(*options, id=f"list-{group}")
 
-    def _label(self, row: SessionRow) -> str:
+    def _label(self, row: SessionRow) -> Content:
+        """A row as text: a session's name is whatever a person or a chat's title made it."""
         mark = "▶" if row.session_id == self.current else " "
         running = "● running" if row.running else ""
-        name = row.name if len(row.name) <= 24 else row.name[:23] + "…"
+        shown = line(row.name)
+        name = shown if len(shown) <= 24 else shown[:23] + "…"
         sid = short_id(row.session_id)
         if row.parent:  # shown under the session that started it
             sid = f"↳ {sid}"
-        return f"{mark} {sid:<16} {name:<24} {when(row.updated_at):>10}  {running}"
+        return Content(f"{mark} {sid:<16} {name:<24} {when(row.updated_at):>10}  {running}")
 
     def on_mount(self) -> None:
         self.query(OptionList).first().focus()

@@ -13,6 +13,7 @@ from textual.widgets import Button, Input, Static, TextArea
 
 from adapters.terminal.completion import CommandHint, Completer
 from adapters.terminal.history import InputHistory
+from adapters.terminal.plain import line, plain
 
 # Keys that add a line break instead of sending: terminals report Shift+Enter only sometimes,
 # Ctrl+J (line feed) always.
@@ -122,14 +123,14 @@ class PromptPanel(Vertical):
 
     def ask(self, prompt: OpenPrompt) -> None:
         self.prompt = prompt
-        self.query_one("#prompt-text", Static).update(prompt.text)
+        self.query_one("#prompt-text", Static).update(plain(prompt.text))
         confirm = prompt.kind == "confirm"
         self.query_one("#prompt-buttons").display = confirm
         answer = self.query_one("#prompt-answer", Input)
         answer.display = not confirm
         answer.value = ""
         if prompt.options:
-            answer.placeholder = "one of: " + ", ".join(prompt.options)
+            answer.placeholder = "one of: " + ", ".join(line(o) for o in prompt.options)
         self.display = True
         if confirm:
             self.query_one("#approve", Button).focus()
