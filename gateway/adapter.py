@@ -56,6 +56,12 @@ class Progress:
             await self.save(self.sent, self.attempted)
 
 
+class Undeliverable(Exception):
+    """What a sink raises when the platform refused a message for good (the chat is gone, the
+    bot was blocked or removed, the request is one it will never take): trying again cannot
+    help, so the outbox ends the entry at once instead of retrying it for hours."""
+
+
 class Sink(Protocol):
     """How an adapter receives what the router sends to an origin on its platform."""
 
@@ -63,7 +69,8 @@ class Sink(Protocol):
         """Show `event` at `origin`; return the platform's message id, if there is one.
 
         A sink that splits a message reports each part through `progress` and skips the
-        `progress.sent` parts an earlier attempt delivered."""
+        `progress.sent` parts an earlier attempt delivered. `Undeliverable` says the platform
+        will never take it; any other error is retried."""
         ...
 
     async def notice(self, origin: Origin, text: str) -> None:

@@ -158,7 +158,7 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
         jobs.append(
             every(
                 _recovery_interval(runtime),
-                runtime.engine.courier.redeliver,
+                partial(runtime.engine.courier.redeliver, due_only=True),
                 name="redelivery",
                 clock=runtime.clock,
                 now=False,

@@ -256,6 +256,7 @@ class Runtime:
         self._closed = True
         await self.probe.close()
         await self.router.close()  # lets the sessions' leases go and says so on the bus
+        await self.engine.courier.close()  # what waits to be sent again stays in the outbox
         await self.leases.close()
         await self.bus.close()
         if self.summary is not None:

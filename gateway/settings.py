@@ -75,6 +75,9 @@ class Settings(BaseSettings):
     # e.g. "discord:123,telegram:456".
     admins: str = ""
     confirm_timeout_seconds: float = 600.0
+    # A reply or prompt the platform keeps failing to take is tried again, with backoff, for
+    # this long after its first failed attempt; then it is marked failed.
+    outbox_expiry_seconds: float = 6 * 3600.0
     max_concurrent_tasks: int = 16
     # One sender (a platform user, an HTTP identity) may have this many tasks running at once
     # and this many waiting or running: one client cannot take every slot or flood a queue.
@@ -294,6 +297,7 @@ class Settings(BaseSettings):
     @field_validator(
         "presence_refresh_seconds",
         "confirm_timeout_seconds",
+        "outbox_expiry_seconds",
         "max_concurrent_tasks",
         "max_running_per_sender",
         "max_pending_per_sender",

@@ -84,8 +84,11 @@ class FakeClock(Clock):
         def soon() -> list[float]:
             return [w for w in self.waiting() if w < under]
 
-        await self._until(lambda: bool(soon()), within)
-        return soon()[0]
+        while True:
+            await self._until(lambda: bool(soon()), within)
+            found = soon()  # a sleeper canceled since the wait saw it is gone again
+            if found:
+                return found[0]
 
     async def _until(self, ready: Callable[[], bool], within: float) -> None:
         async def wait() -> None:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 from store_rows import outbox_of_task
+from support import wait_until
 
-from gateway.adapter import Progress
+from gateway.adapter import Progress, Undeliverable
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -22,10 +23,16 @@ class Sink:
         self.failures = failures
         self.delivered: list[Event] = []
         self.hang_on_text = False
+        self.refuse = False
+        self.tries = 0
         self.arrived = asyncio.Event()
         self.stuck = asyncio.Event()
 
     async def deliver(self, origin: Origin, event: Event, progress: Progress) -> str | None:
+        if event.kind == "text":
+            self.tries += 1
+        if event.kind == "text" and self.refuse:
+            raise Undeliverable("chat not found") from LookupError("chat not found")
         if event.kind == "text" and self.hang_on_text:
             self.stuck.set()
             await asyncio.Event().wait()  # a platform that never answers
@@ -90,15 +97,41 @@ async def test_delivery_failing_twice_is_delivered_once(runtime: tuple[Runtime, 
     assert (item.status, item.attempts, item.platform_message_id) == ("delivered", 3, "text-1")
 
 
-async def test_delivery_failing_for_good_is_recorded(runtime: tuple[Runtime, Sink]) -> None:
+async def test_delivery_failing_until_its_expiry_is_recorded(
+    runtime: tuple[Runtime, Sink],
+) -> None:
     rt, sink = runtime
-    sink.failures = 100
+    rt.engine.courier.expiry_seconds = 0.5  # past the burst, a few tries in the background
+    sink.failures = 10_000
     sub = await rt.router.submit(Inbound(CHAT, "dc-2", "hello"))
     await rt.router.wait(sub.task_hash, 30)
+
+    async def failed() -> bool:
+        (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
+        return item.status == "failed"
+
+    assert await wait_until(failed, 10)
     (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
-    assert item.status == "failed" and item.attempts == rt.engine.courier.attempts
+    assert item.attempts > rt.engine.courier.attempts  # tried on after the first burst
     errors = [r for r in rt.store.files("dc-2").action_log.read() if r.kind == "error"]
-    assert errors and "failed after 5 attempts" in errors[0].body
+    assert [r.task_hash for r in errors] == [sub.task_hash]
+    assert f"failed after {item.attempts} attempts" in errors[0].body
+    assert rt.router.counters["deliveries_failed"] == 1
+    assert rt.engine.courier.waiting() == 0
+
+
+async def test_a_refusal_ends_the_entry_at_once(runtime: tuple[Runtime, Sink]) -> None:
+    rt, sink = runtime
+    sink.refuse = True
+    sub = await rt.router.submit(Inbound(CHAT, "dc-4", "hello"))
+    await rt.router.wait(sub.task_hash, 10)
+    (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
+    assert (item.status, item.attempts) == ("failed", 1)
+    assert sink.tries == 1
+    errors = [r for r in rt.store.files("dc-4").action_log.read() if r.kind == "error"]
+    assert [r.task_hash for r in errors] == [sub.task_hash]
+    assert "refused by chat" in errors[0].body and "chat not found" in errors[0].body
+    assert rt.router.counters["deliveries_failed"] == 1
 
 
 async def test_reply_generated_but_not_delivered_is_sent_once_after_restart(home: Path) -> None:

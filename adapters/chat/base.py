@@ -29,7 +29,7 @@ from adapters.chat.previews import PreviewNotes
 from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
 from adapters.voice import with_transcripts
-from gateway.adapter import HttpRoute, Progress
+from gateway.adapter import HttpRoute, Progress, Undeliverable
 from gateway.engine import MessageTooLong, Submission, TooManyTasks
 from gateway.events import (
     AnswerEvent,
@@ -151,7 +151,8 @@ class ChatAdapter(ABC):
 
     @abstractmethod
     async def unreachable(self, origin: Origin, event: Event, exc: Exception) -> str | None:
-        """The platform said `forbidden` while showing `event`: return, or raise to retry."""
+        """The platform said `forbidden` while showing `event`: return (as shown), raise
+        `Undeliverable` (never to be shown), or raise anything else to try again."""
 
     # -- intake ----------------------------------------------------------------------------
 
@@ -236,6 +237,15 @@ class ChatAdapter(ABC):
             return await self._show(origin, event, progress)
         except self.forbidden as exc:
             return await self.unreachable(origin, event, exc)
+        except self.errors as exc:
+            if self.refused_for_good(exc):
+                raise Undeliverable(str(exc)) from exc
+            raise
+
+    def refused_for_good(self, exc: Exception) -> bool:
+        """Whether the platform's error says it will never take this message (a request it
+        rejects as such): the outbox then stops trying it. Anything else is tried again."""
+        return False
 
     async def _show(self, origin: Origin, event: Event, progress: Progress) -> str | None:
         if isinstance(event, TextDeltaEvent):

@@ -33,6 +33,7 @@ from adapters.discord.commands import (
 )
 from adapters.discord.prompts import literal, outcome_content, prompt_content
 from adapters.discord.split import DISCORD_LIMIT, split_message
+from gateway.adapter import Undeliverable
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import discord_session_id
 from gateway.logs import get_logger
@@ -371,7 +372,12 @@ class DiscordAdapter(ChatAdapter):
                 channel=origin.channel_id,
                 error=str(exc),
             )
-        raise exc
+        raise Undeliverable(str(exc)) from exc
+
+    def refused_for_good(self, exc: Exception) -> bool:
+        # 400 (a request Discord rejects as such) and 404 (the channel is gone); a 5xx, a 429
+        # or no answer at all passes.
+        return isinstance(exc, discord.HTTPException) and exc.status in (400, 404)
 
 
 def _posted(message: discord.Message) -> Posted:

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from telegram import Bot, Message, Update
 from telegram.constants import ChatAction, ChatType
-from telegram.error import Forbidden, NetworkError, TelegramError
+from telegram.error import BadRequest, Forbidden, NetworkError, TelegramError
 from telegram.ext import (
     AIORateLimiter,
     Application,
@@ -33,7 +33,7 @@ from adapters.telegram.render import render_html
 from adapters.telegram.sender import MAX_CHARS, Sender
 from adapters.telegram.split import split_html
 from adapters.telegram.webhook import Webhook
-from gateway.adapter import HttpRoute
+from gateway.adapter import HttpRoute, Undeliverable
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import telegram_session_id
 from gateway.leadership import Leadership
@@ -354,10 +354,16 @@ class TelegramAdapter(ChatAdapter):
         await self.edit_text(posted, outcome)
 
     async def unreachable(self, origin: Origin, event: Event, exc: Exception) -> str | None:
-        # Removed from the chat: nothing can reach it, so its open prompts are canceled.
+        # Removed from the chat: nothing can reach it, so its open prompts are canceled, and
+        # the entry ends as failed rather than delivered.
         log.warning("telegram chat unreachable", chat=origin.channel_id, error=str(exc))
         await self.router.cancel_all(event.session_id, by="telegram: bot removed")
-        return None
+        raise Undeliverable(str(exc)) from exc
+
+    def refused_for_good(self, exc: Exception) -> bool:
+        # 400: the chat is not found, the message is one Telegram will never take. A 5xx, a
+        # 429 or no answer at all passes.
+        return isinstance(exc, BadRequest)
 
 
 def _is_migration(message: Message) -> bool:

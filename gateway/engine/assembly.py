@@ -84,6 +84,7 @@ def assemble(
         clock,
         claimant=cluster.claimant,
         claim_seconds=cluster.claim_seconds,
+        outbox_expiry_seconds=settings.outbox_expiry_seconds,
         published=lambda task, event: elsewhere.publish(task, event),
     )
     scheduler: Scheduler[Task] = Scheduler(

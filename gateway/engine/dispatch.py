@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from gateway.adapter import Progress, Sink
 from gateway.clock import Clock
-from gateway.engine.outbox import OUTBOX_KINDS, Courier
+from gateway.engine.outbox import DEFAULT_EXPIRY_SECONDS, OUTBOX_KINDS, Courier
 from gateway.engine.task import Task
 from gateway.events import Event, Origin
 from gateway.ids import validate_session_id
@@ -55,6 +55,7 @@ class Dispatch:
         *,
         claimant: str | None = None,
         claim_seconds: float = 30.0,
+        outbox_expiry_seconds: float = DEFAULT_EXPIRY_SECONDS,
         published: Callable[[Task, Event], Awaitable[None]] | None = None,
     ) -> None:
         """`claimant`: the name this instance claims deliveries under, when several send
@@ -71,6 +72,8 @@ class Dispatch:
             clock=clock,
             claimant=claimant,
             claim_seconds=claim_seconds,
+            expiry_seconds=outbox_expiry_seconds,
+            counters=counters,
         )
         self._subscribers: dict[str, set[Subscription]] = {}
         # Told of every event recorded here (the relay, which tells the other instances).

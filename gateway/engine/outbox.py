@@ -1,10 +1,17 @@
 """Once-only delivery: every reply and prompt goes out through the outbox.
 
 An entry is recorded (gateway.store.outbox) before it is handed to the adapter, and marked
-delivered with the platform's message id when the adapter returns. A failed hand-off is
-retried with backoff; one that keeps failing is marked failed, logged and written to the
-session's action.log — never dropped silently. After a restart, entries still pending are
-delivered; delivered ones are never sent again.
+delivered with the platform's message id when the adapter returns. A failed hand-off is tried
+again a few times at once, with short waits, inside the task that made it (a blip costs the
+user nothing and keeps the session's replies in order); past that, the entry waits in the
+background, tried with an exponential backoff (capped) until it is delivered or
+`expiry_seconds` after its first failure, when it is marked failed. Its attempts, next try
+and expiry are kept in the entry, so a restart goes on with them (trying each pending entry
+once at start). A later entry of the same session waits behind one in backoff, so replies
+still reach a chat in the order they were made. A platform that refuses an entry for good
+(`Undeliverable`: a chat that is gone, a bot that was blocked) ends it at once. Every entry
+that ends undelivered is counted (`deliveries_failed`), logged and written to the session's
+action.log, where the task's status shows it — never dropped silently.
 
 A reply the platform takes in several parts records each accepted part with its entry
 (`Progress`), so a restart between parts goes on from the next one. The one window left is a
@@ -19,11 +26,13 @@ send it once. A claim left by an instance that died lapses after `claim_seconds`
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import random
 from collections.abc import Awaitable, Callable, Mapping
+from enum import Enum
 
-from tenacity import AsyncRetrying, stop_after_attempt, wait_exponential_jitter
-
-from gateway.adapter import Progress, Sink
+from gateway.adapter import Progress, Sink, Undeliverable
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.events import Origin, event_from_obj
 from gateway.logs import get_logger
@@ -35,6 +44,14 @@ log = get_logger(__name__)
 
 OUTBOX_KINDS = frozenset({"text", "confirm", "ask_user", "error"})
 SENT_KEPT = 4096  # entries remembered as sent by this process
+DEFAULT_EXPIRY_SECONDS = 6 * 3600.0
+
+
+class Outcome(Enum):
+    DELIVERED = "delivered"
+    ENDED = "ended"  # failed for good: refused, or expired
+    WAITING = "waiting"  # to be tried again at its next_attempt_at
+    ELSEWHERE = "elsewhere"  # not this instance's to send (no adapter here, another's claim)
 
 
 class Courier:
@@ -48,9 +65,15 @@ class Courier:
         attempts: int = 5,
         initial_wait: float = 0.5,
         max_wait: float = 30.0,
+        retry_cap: float = 300.0,
+        expiry_seconds: float = DEFAULT_EXPIRY_SECONDS,
         claimant: str | None = None,
         claim_seconds: float = 30.0,
+        counters: dict[str, int] | None = None,
     ) -> None:
+        """`attempts` are made at once, `initial_wait` doubling between them; later ones
+        wait twice as long each time, up to `retry_cap`, for `expiry_seconds` in all.
+        `max_wait` caps the wait for the archive to record a delivery."""
         self.outbox = outbox
         self.sinks = sinks
         self._log_action = log_action
@@ -58,86 +81,112 @@ class Courier:
         self.attempts = attempts
         self.initial_wait = initial_wait
         self.max_wait = max_wait
+        self.retry_cap = retry_cap
+        self.expiry_seconds = expiry_seconds
         self.claimant = claimant
         self.claim_seconds = claim_seconds
+        self.counters = counters if counters is not None else {}
+        self.counters.setdefault("deliveries_failed", 0)  # /metrics shows it from the start
         # Entries this process is sending, and those it sent lately (bounded): a pass over
         # the pending ones (`redeliver`) lists an entry its own task may be sending, or have
         # sent since the list was read. Claims (`take`) settle that between instances only.
         self._sending: set[int] = set()
         self._sent: dict[int, None] = {}
+        # Per session, the entries waiting in backoff here, oldest first, and the task that
+        # tries them: what comes later for the session queues behind them.
+        self._backlog: dict[str, list[int]] = {}
+        self._drains: dict[str, asyncio.Task[None]] = {}
 
     async def send(self, item: OutboxItem) -> bool:
-        """Deliver `item` unless it already was; True once it is delivered."""
+        """Deliver `item` unless it already was; True once it is delivered. An entry that
+        keeps failing is left to the background (False)."""
+        return await self._send_once(item, burst=True) is Outcome.DELIVERED
+
+    async def _send_once(self, item: OutboxItem, *, burst: bool) -> Outcome:
         if item.status == "delivered" or item.id in self._sent:
-            return True
+            return Outcome.DELIVERED
         if item.id in self._sending:
-            return False  # on its way already, from here
+            return Outcome.WAITING  # on its way already, from here
+        backlog = self._backlog.get(item.session_id)
+        if backlog is not None:
+            # An earlier reply of the session is waiting: this one goes after it.
+            if item.id not in backlog:
+                backlog.append(item.id)
+                backlog.sort()
+            return Outcome.WAITING
+        outcome = await self._attempt(item, burst=burst)
+        if outcome is Outcome.WAITING:
+            self._queue(item.session_id, item.id)
+        return outcome
+
+    async def _attempt(self, item: OutboxItem, *, burst: bool) -> Outcome:
         self._sending.add(item.id)
         try:
-            delivered = await self._send(item)
+            outcome = await self._send(item, burst=burst)
         finally:
             self._sending.discard(item.id)
-        if delivered:
+        if outcome is Outcome.DELIVERED:
             self._sent[item.id] = None
             if len(self._sent) > SENT_KEPT:
                 del self._sent[next(iter(self._sent))]
-        return delivered
+        return outcome
 
-    async def _send(self, item: OutboxItem) -> bool:
+    async def _send(self, item: OutboxItem, *, burst: bool) -> Outcome:
         sink = self.sinks.get(item.platform)
         if sink is None:
             # No adapter for that platform in this process: it stays pending for one that has.
             log.info("outbox entry waits for its adapter", platform=item.platform, id=item.id)
-            return False
+            return Outcome.ELSEWHERE
         if self.claimant is not None:
             claimed = await self.outbox.take(item.id, self.claimant, int(self.claim_seconds * 1000))
             if claimed is None:
                 log.info("outbox entry sent by another instance", id=item.id)
-                return False
+                return Outcome.ELSEWHERE
             item = claimed
         origin = Origin.from_json(item.payload["origin"])
         event = event_from_obj(item.payload["event"])
 
         parts = PartsRecord(self.outbox, item.id, item.parts_sent)
         progress = Progress(item.parts_sent, item.parts_attempted, parts.save)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.attempts),
-            # Jitter in proportion to the first wait, so a short backoff stays short.
-            wait=wait_exponential_jitter(
-                multiplier=self.initial_wait, max=self.max_wait, jitter=self.initial_wait
-            ),
-            sleep=self.clock.sleep,
-            reraise=True,
-        )
-        try:
-            async for attempt in retrying:
-                with attempt:
-                    try:
-                        message_id = await sink.deliver(origin, event, progress)
-                    except Exception as exc:
-                        final = attempt.retry_state.attempt_number >= self.attempts
-                        await self.outbox.mark_attempt_failed(
-                            item.id, repr(exc), final=final, parts=parts.unsaved
-                        )
-                        parts.saved()
-                        raise
-        except Exception as exc:
-            log.error(
-                "delivery failed for good",
-                platform=item.platform,
-                session=item.session_id,
-                task=item.task_hash,
-                kind=item.kind,
-                error=repr(exc),
-            )
-            await self._log_action(
-                item.session_id,
-                ActionKind.error,
-                f"delivery of {item.kind} #{item.chunk_index} to {item.platform} failed "
-                f"after {self.attempts} attempts: {exc!r}",
-                item.task_hash,
-            )
-            return False
+        attempts, expires_at = item.attempts, item.expires_at
+        while True:
+            try:
+                message_id = await sink.deliver(origin, event, progress)
+                break
+            except Exception as exc:
+                attempts += 1
+                now = self.clock.now_ms()
+                expires_at = expires_at or now + int(self.expiry_seconds * 1000)
+                wait = self.wait_before(attempts + 1)
+                refused = isinstance(exc, Undeliverable)
+                final = refused or now + int(wait * 1000) >= expires_at
+                record = self.outbox.mark_attempt_failed(
+                    item.id,
+                    repr(exc.__cause__ or exc) if refused else repr(exc),
+                    final=final,
+                    parts=parts.unsaved,
+                    next_attempt_at=now + int(wait * 1000),
+                    expires_at=expires_at,
+                )
+                if final:
+                    # Recorded whole even when the refusal cancels the task sending it (a bot
+                    # removed from a chat ends the chat's tasks).
+                    await asyncio.shield(self._ended(record, item, exc, attempts, refused=refused))
+                    return Outcome.ENDED
+                await record
+                parts.saved()
+                if not burst or attempts >= self.attempts:
+                    log.warning(
+                        "delivery failed; tried again later",
+                        platform=item.platform,
+                        session=item.session_id,
+                        task=item.task_hash,
+                        attempts=attempts,
+                        wait=round(wait, 3),
+                        error=repr(exc),
+                    )
+                    return Outcome.WAITING
+                await self.clock.sleep(wait)
         # The platform has it now: what is left is to record that, however long the archive
         # stays unreachable (sent again, it would reach the user twice).
         await until_available(
@@ -147,16 +196,106 @@ class Courier:
             initial=self.initial_wait,
             maximum=self.max_wait,
         )
-        return True
+        return Outcome.DELIVERED
 
-    async def redeliver(self) -> int:
-        """Send every pending entry whose platform has an adapter here; returns how many."""
+    def wait_before(self, attempt: int) -> float:
+        """The wait before attempt number `attempt` (2 or more): exponential from
+        `initial_wait`, capped, with jitter in proportion to the first wait (so a short
+        backoff stays short, and entries failing together do not retry in step)."""
+        base = min(self.initial_wait * 2.0 ** max(0, attempt - 2), self.retry_cap)
+        return base + random.uniform(0, self.initial_wait)
+
+    async def _ended(
+        self,
+        record: Awaitable[None],
+        item: OutboxItem,
+        exc: Exception,
+        attempts: int,
+        *,
+        refused: bool,
+    ) -> None:
+        await record
+        self.counters["deliveries_failed"] += 1
+        why = f"refused by {item.platform}" if refused else f"failed after {attempts} attempts"
+        error = (exc.__cause__ or exc) if refused else exc
+        log.error(
+            "delivery failed for good",
+            platform=item.platform,
+            session=item.session_id,
+            task=item.task_hash,
+            kind=item.kind,
+            attempts=attempts,
+            refused=refused,
+            error=repr(error),
+        )
+        await self._log_action(
+            item.session_id,
+            ActionKind.error,
+            f"delivery of {item.kind} #{item.chunk_index} to {item.platform} {why}: {error!r}",
+            item.task_hash,
+        )
+
+    # -- the background ----------------------------------------------------------------------
+
+    def _queue(self, session_id: str, item_id: int) -> None:
+        backlog = self._backlog.setdefault(session_id, [])
+        if item_id not in backlog:
+            backlog.append(item_id)
+            backlog.sort()
+        if session_id not in self._drains:
+            self._drains[session_id] = asyncio.create_task(
+                self._drain(session_id), name=f"outbox:{session_id}"
+            )
+
+    async def _drain(self, session_id: str) -> None:
+        """Try the session's waiting entries, oldest first, each when it is due."""
+        backlog = self._backlog[session_id]
+        try:
+            while backlog:
+                try:
+                    if await self._try_head(backlog[0]):
+                        backlog.pop(0)
+                except Exception as exc:  # the archive away: the entry stays, tried later
+                    log.warning("outbox retry failed", session=session_id, error=repr(exc))
+                    await self.clock.sleep(self.max_wait)
+        finally:
+            del self._drains[session_id]
+            del self._backlog[session_id]
+
+    async def _try_head(self, item_id: int) -> bool:
+        """One attempt at the entry when it is due; True once it needs no more from here."""
+        item = await self.outbox.get(item_id)
+        if item is None or item.status != "pending":
+            return True
+        wait = (item.next_attempt_at - self.clock.now_ms()) / 1000
+        if wait > 0:
+            await self.clock.sleep(wait)
+        return await self._attempt(item, burst=False) is not Outcome.WAITING
+
+    async def redeliver(self, *, due_only: bool = False) -> int:
+        """Try every pending entry whose platform has an adapter here (with `due_only`, those
+        whose next attempt is due); returns how many were delivered. What fails waits in
+        the background for its next attempt."""
         sent = 0
-        for item in await self.outbox.undelivered(set(self.sinks)):
-            sent += await self.send(item)
+        due_by = self.clock.now_ms() if due_only else None
+        for item in await self.outbox.undelivered(set(self.sinks), due_by=due_by):
+            sent += await self._send_once(item, burst=False) is Outcome.DELIVERED
         if sent:
-            log.info("pending deliveries sent after restart", count=sent)
+            log.info("pending deliveries sent", count=sent)
         return sent
+
+    def waiting(self) -> int:
+        """Entries waiting in backoff here."""
+        return sum(len(backlog) for backlog in self._backlog.values())
+
+    async def close(self) -> None:
+        """Stop trying: what waits stays pending in the outbox, for the next start."""
+        drains = list(self._drains.values())
+        for drain in drains:
+            drain.cancel()
+        for drain in drains:
+            with contextlib.suppress(asyncio.CancelledError):
+                await drain
 
 
 class PartsRecord:

@@ -166,6 +166,10 @@ class OutboxRow(SQLModel, table=True):
     # The instance sending this entry, until when (several instances: each entry sent once).
     claimed_by: str = Field(default="", max_length=140)
     claimed_until: int = Field(default=0, sa_type=BigInteger)
+    # After a failed attempt: when the next one is due, and when the entry stops being tried
+    # (ms; 0 until its first failure). Kept here so a restart goes on with the same backoff.
+    next_attempt_at: int = Field(default=0, sa_type=BigInteger)
+    expires_at: int = Field(default=0, sa_type=BigInteger)
 
 
 class TaskJournalRow(SQLModel, table=True):

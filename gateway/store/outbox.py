@@ -53,6 +53,8 @@ class OutboxItem:
     platform_message_id: str
     parts_sent: int = 0
     parts_attempted: int = 0
+    next_attempt_at: int = 0  # ms; 0: due now
+    expires_at: int = 0  # ms; 0: not failed yet
 
 
 # Every reply to a platform takes these (recorded with its run, claimed, its parts counted,
@@ -60,14 +62,15 @@ class OutboxItem:
 # column is given, as the ORM's Python-side defaults do not apply here.
 _COLUMNS = (
     "id, session_id, task_hash, chunk_index, kind, platform, payload, status, attempts,"
-    " platform_message_id, parts_sent, parts_attempted"
+    " platform_message_id, parts_sent, parts_attempted, next_attempt_at, expires_at"
 )
 _COLUMN_NAMES = tuple(name.strip() for name in _COLUMNS.split(","))
 _INSERT = (
     "INSERT INTO outbox (session_id, task_hash, chunk_index, content_hash, kind, platform,"
     " payload, status, platform_message_id, attempts, parts_sent, parts_attempted,"
-    " last_error, created_at, delivered_at, claimed_by, claimed_until)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', '', 0, 0, 0, '', ?, 0, '', 0)"
+    " last_error, created_at, delivered_at, claimed_by, claimed_until, next_attempt_at,"
+    " expires_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', '', 0, 0, 0, '', ?, 0, '', 0, 0, 0)"
     " ON CONFLICT DO NOTHING"
 )
 _BY_KEY = (
@@ -83,7 +86,10 @@ _DELIVERED = (
     " attempts = attempts + 1 WHERE id = ?"
 )
 _PARTS = "UPDATE outbox SET parts_sent = ?, parts_attempted = ? WHERE id = ?"
-_FAILED = "UPDATE outbox SET status = ?, last_error = ?, attempts = attempts + 1 WHERE id = ?"
+_FAILED = (
+    "UPDATE outbox SET status = ?, last_error = ?, attempts = attempts + 1,"
+    " next_attempt_at = ?, expires_at = ? WHERE id = ?"
+)
 
 
 def claim_in(sql: Lean, entry: OutboxEntry) -> OutboxItem:
@@ -160,19 +166,41 @@ class Outbox:
         await self._db.write_lean(lambda sql: sql.run(_PARTS, parts_sent, parts_attempted, item_id))
 
     async def mark_attempt_failed(
-        self, item_id: int, error: str, *, final: bool, parts: Parts | None = None
+        self,
+        item_id: int,
+        error: str,
+        *,
+        final: bool,
+        parts: Parts | None = None,
+        next_attempt_at: int = 0,
+        expires_at: int = 0,
     ) -> None:
+        """One more failed attempt: the entry ends as failed (`final`), or stays pending with
+        its next attempt due at `next_attempt_at` and none after `expires_at`."""
         status = "failed" if final else "pending"
 
         def work(sql: Lean) -> None:
             if parts is not None:
                 sql.run(_PARTS, *parts, item_id)
-            sql.run(_FAILED, status, error[:MAX_ERROR_CHARS], item_id)
+            sql.run(_FAILED, status, error[:MAX_ERROR_CHARS], next_attempt_at, expires_at, item_id)
 
         await self._db.write_lean(work)
 
-    async def undelivered(self, platforms: set[str] | None = None) -> list[OutboxItem]:
+    async def get(self, item_id: int) -> OutboxItem | None:
+        def work(sql: Lean) -> OutboxItem | None:
+            row = sql.one(_BY_ID, item_id)
+            return _item(row) if row is not None else None
+
+        return await self._db.read_lean(work)
+
+    async def undelivered(
+        self, platforms: set[str] | None = None, *, due_by: int | None = None
+    ) -> list[OutboxItem]:
+        """Pending entries, oldest first; with `due_by` (ms), those whose next attempt is due
+        by then."""
         stmt = select(OutboxRow).where(col(OutboxRow.status) == "pending")
+        if due_by is not None:
+            stmt = stmt.where(col(OutboxRow.next_attempt_at) <= due_by)
         stmt = stmt.order_by(col(OutboxRow.id))
         if platforms is not None:
             stmt = stmt.where(col(OutboxRow.platform).in_(sorted(platforms)))

@@ -1,0 +1,139 @@
+"""A reply Telegram keeps refusing with a 5xx is tried with backoff for hours, across a
+restart, and arrives once when Telegram is back; a refusal for good (403) ends it at once.
+Time is a FakeClock: a simulated hour takes a second."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from clock import FakeClock
+from fakes.telegram import FakeTelegram
+from gateway_proc import free_port
+from store_rows import outbox_of_task
+from support import wait_until
+from telegram_rig import Rig, last_task_of, reply_in, sent_to, start_rig, stop_rig
+
+from adapters.http import start_http
+
+HOUR = 3600.0
+DOWN_FOR = 50 * 60.0  # Telegram answers 502 to the reply for 50 simulated minutes
+BACKOFF_CAP = 301.0  # a sleep shorter than this is a backoff (the courier's cap is 300 s)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        yield server
+
+
+async def started(fake: FakeTelegram, home: Path, clock: FakeClock) -> Rig:
+    rig = await start_rig(fake, home, clock=clock, outbox_expiry_seconds=3 * HOUR)
+    rig.runtime.engine.courier.initial_wait = 0.5  # the real schedule, on simulated time
+    return rig
+
+
+def the_reply(params: dict[str, Any]) -> bool:
+    return str(params.get("text", "")).startswith("echo:")
+
+
+def bad_gateways(fake: FakeTelegram) -> int:
+    return sum(c.method == "sendMessage" and c.status == 502 for c in fake.call_log)
+
+
+async def test_a_reply_through_an_hour_of_502s_and_a_restart_arrives_once(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    home = tmp_path / "home"
+    fake.fail_next(
+        "sendMessage",
+        502,
+        "Bad Gateway",
+        times=1_000_000,
+        when=lambda p: the_reply(p) and clock.monotonic() < DOWN_FOR,
+    )
+    rig = await started(fake, home, clock)
+    fake.inject_message(fake.private_chat(71), fake.user(71, "Ann"), "are you there?")
+
+    async def tried(times: int) -> bool:
+        return bad_gateways(fake) >= times
+
+    # The first burst and some background tries, then the gateway restarts, 20 minutes in.
+    assert await clock.past_backoffs(wait_until(lambda: tried(9), 30), under=BACKOFF_CAP, within=40)
+    while clock.monotonic() < 20 * 60:
+        await clock.advance(await clock.next_sleep(under=BACKOFF_CAP, within=10))
+    task = await last_task_of(rig, "tg-71")
+    await stop_rig(rig)
+
+    rig = await started(fake, home, clock)
+    try:
+        (before,) = await outbox_of_task(rig.runtime.store.db, task)
+        assert before.status == "pending" and before.attempts >= 9
+        assert before.expires_at - before.next_attempt_at > HOUR  # hours left, kept in the row
+        assert await rig.runtime.engine.courier.redeliver() == 0  # still 502: waits again
+        await clock.past_backoffs(
+            reply_in(fake, 71, "echo: are you there?", within=40), under=BACKOFF_CAP, within=60
+        )
+        assert DOWN_FOR <= clock.monotonic() < HOUR
+
+        async def delivered() -> bool:
+            (entry,) = await outbox_of_task(rig.runtime.store.db, task)
+            return entry.status == "delivered"
+
+        assert await wait_until(delivered, 10)
+        (after,) = await outbox_of_task(rig.runtime.store.db, task)
+        assert after.attempts == bad_gateways(fake) + 1  # the count went on across the restart
+        # Two waits at the cap at most, never a storm: about a dozen tries in the hour.
+        assert 12 <= after.attempts <= 30
+
+        # Another simulated hour: nothing more goes out.
+        await clock.advance(HOUR)
+        assert rig.runtime.engine.courier.waiting() == 0
+        assert await rig.runtime.engine.courier.redeliver() == 0
+        assert sent_to(fake, 71) == ["echo: are you there?"]
+        assert rig.runtime.router.counters["deliveries_failed"] == 0
+    finally:
+        await stop_rig(rig)
+
+
+async def test_a_reply_telegram_refuses_with_403_ends_at_once(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    rig = await started(fake, tmp_path / "home", clock)
+    port = free_port()
+    http = await start_http(rig.runtime, "127.0.0.1", port)
+    try:
+        fake.fail_next("sendMessage", 403, "Forbidden: bot was blocked by the user", when=the_reply)
+        fake.inject_message(fake.private_chat(72), fake.user(72, "Ann"), "bye")
+        await fake.wait_for_call("sendMessage", the_reply, ok=False, timeout=10)
+        task = await last_task_of(rig, "tg-72")
+
+        async def ended() -> bool:
+            (item,) = await outbox_of_task(rig.runtime.store.db, task)
+            return item.status == "failed"
+
+        assert await wait_until(ended, 10)  # no time had to pass
+        (item,) = await outbox_of_task(rig.runtime.store.db, task)
+        assert item.attempts == 1
+        await clock.advance(HOUR)
+        replies = [
+            c.status for c in fake.call_log if c.method == "sendMessage" and the_reply(c.data)
+        ]
+        assert replies == [403]  # tried once, never again
+
+        # Visible: in the task's action.log, and counted in /metrics.
+        records = rig.runtime.store.files("tg-72").action_log.read()
+        failed = [r for r in records if r.kind == "error" and r.task_hash == task]
+        assert len(failed) == 1 and "refused by telegram" in failed[0].body
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as client, client.get(f"{base}/metrics") as resp:
+            metrics = await resp.text()
+        assert "agenvoy_deliveries_failed_total 1.0" in metrics
+    finally:
+        await http.cleanup()
+        await stop_rig(rig)
