@@ -197,12 +197,10 @@ class Answered(Reply):
 
 
 class Canceled(Reply):
-    """Whether the task was canceled (false: it had already ended), and where it stood then:
-    `running`, `waiting_for_slot` (next in its session, every slot taken), `queued` (behind
-    another task of its session), or `elsewhere` (run by another instance)."""
+    """Whether the task was canceled (false: it had ended), and where it stood (README)."""
 
     canceled: bool
-    was: Literal["running", "waiting_for_slot", "queued", "elsewhere"] | None = None
+    was: Literal["running", "waiting_for_slot", "queued", "elsewhere"] | None
 
 
 # -- sessions ----------------------------------------------------------------------------------
@@ -377,8 +375,7 @@ class OpenApiDocument(RootModel[dict[str, Any]]):
 
 
 class Restarting(Reply):
-    """The last frame of a stream the gateway ends because it is shutting down: what to ask
-    for once it is back (after `retry_after` seconds or so)."""
+    """The last frame of a stream a shutdown ends: what to ask for once the gateway is back."""
 
     session_id: SessionId
     task_hash: str | None = Field(description="The task a task stream followed; null for a log")
