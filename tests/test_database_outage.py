@@ -88,30 +88,6 @@ def waiting_logged(logs: Sequence[Mapping[str, Any]], what: str) -> bool:
     return any(str(e["event"]) == f"{what}: database unavailable, waiting" for e in logs)
 
 
-async def test_a_discord_message_that_meets_the_outage_waits_for_the_database(
-    fake: FakeDiscord, tmp_path: Path, relayed_database: RelayedDatabase
-) -> None:
-    """Discord does not deliver a message again: one that arrives while the database is down
-    is stored once it is back, answered once, and the message after it stays after it."""
-    relay, relayed = relayed_database.relay, relayed_database.relayed
-    home = tmp_path / "home"
-    # A long lease TTL keeps the lease watchdog out of the short outage: a lease refused while
-    # it reconnects leaves the task to the next recovery tick, which this rig does not run.
-    async with running(fake, home, database_url=relayed, lease_ttl_seconds=60) as rig:
-        fake.inject_message(GENERAL, ANN, "before", mentions_bot=True)
-        await reply_in(fake, GENERAL, "echo: before")
-        with capture_logs() as logs:
-            await cut_under_a_message(fake, relay, logs)
-            fake.inject_message(GENERAL, ANN, "after it", mentions_bot=True)
-            await relay.restore()
-            await reply_in(fake, GENERAL, "echo: after it", within=30)
-        messages = await rig.runtime.store.recent_messages(f"dc-{GENERAL}", 20)
-        asked = [m.content for m in messages if m.role == "user"]
-        assert asked == ["before", "while down", "after it"]
-        echoes = [c for c in contents(fake, GENERAL) if c.startswith("echo:")]
-        assert echoes == ["echo: before", "echo: while down", "echo: after it"]
-
-
 async def test_the_look_for_tasks_stored_elsewhere_waits_for_the_database(
     tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:

@@ -429,52 +429,6 @@ async def test_a_replaced_preview_leaves_no_note(rig: Rig) -> None:
     assert sent_to(rig.fake, 181) == ["the whole reply"]
 
 
-async def test_an_update_that_finds_the_archive_down_waits_for_it_and_is_answered_once(
-    fake: FakeTelegram, tmp_path: Path, relayed_database: RelayedDatabase
-) -> None:
-    """PostgreSQL goes down (its connections end, new ones are refused) while a message comes
-    in: it is not confirmed to Telegram, and once the database is back it is stored and
-    answered, once."""
-
-    relay, relayed = relayed_database.relay, relayed_database.relayed
-    rig = await start_rig(fake, tmp_path / "home", database_url=relayed, lease_ttl_seconds=3)
-    try:
-        chat, ann = fake.private_chat(11), fake.user(11, "Ann")
-        fake.inject_message(chat, ann, "before")
-        await reply_in(fake, 11, "echo: before")
-
-        async def delivered() -> bool:  # so that the cut finds no reply on its way
-            return await rig.runtime.store.outbox.undelivered() == []
-
-        assert await wait_until(delivered, within=10)
-        rig.adapter.poller.max_wait = 0.2  # the update tries again soon once the archive is back
-        down = True
-        confirmed_while_down: list[bool] = []
-
-        async def on_poll(params: dict[str, Any]) -> None:
-            if int(params.get("offset") or 0) > held["update_id"]:
-                confirmed_while_down.append(down)
-
-        fake.on_get_updates = on_poll
-        with capture_logs() as logs:
-            await relay.cut()
-            held = fake.inject_message(chat, ann, "while down")
-
-            async def waited() -> bool:  # the poller met the unreachable archive, twice
-                told = [e for e in logs if e["event"].startswith("archive unreachable")]
-                return len(told) >= 2
-
-            assert await wait_until(waited, within=15)
-        down = False
-        await relay.restore()
-        await reply_in(fake, 11, "echo: while down", within=30)
-        assert not any(confirmed_while_down)
-        assert await user_texts(rig, "tg-11") == ["before", "while down"]
-        assert sent_to(fake, 11) == ["echo: before", "echo: while down"]
-    finally:
-        await stop_rig(rig)
-
-
 async def test_a_reply_delivered_while_the_archive_went_down_is_recorded_once_it_is_back(
     fake: FakeTelegram, tmp_path: Path, relayed_database: RelayedDatabase
 ) -> None:
