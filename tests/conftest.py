@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from clock import FakeClock
+from engine_rig import Engine, EngineRig, MigratedArchive
 from sqlalchemy.engine import make_url
 from support import REDIS_URL, open_redis, skip_or_fail, wipe_redis
 from tcp_relay import Relay
@@ -19,10 +21,14 @@ from gateway.store.sessions import SessionStore
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for `-n auto`: most tests wait on a subprocess, a socket or a fake server
-    rather than compute, so two per core keep the cores busy; AGENVOY_TEST_WORKERS overrides."""
+    rather than compute, so two per core keep the cores busy; AGENVOY_TEST_WORKERS overrides.
+    The fast tier (`-m fast`) runs in this one process: every worker would first collect the
+    whole suite, which takes longer than the tier's tests themselves."""
     chosen = os.environ.get("AGENVOY_TEST_WORKERS", "")
     if chosen:
         return int(chosen)
+    if config.option.markexpr == "fast":
+        return 0
     return 2 * len(os.sched_getaffinity(0))
 
 
@@ -113,6 +119,30 @@ async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
         yield started
     finally:
         await started.close()
+
+
+@pytest.fixture(scope="session")
+def migrated_archive(tmp_path_factory: pytest.TempPathFactory) -> MigratedArchive:
+    return MigratedArchive(tmp_path_factory.mktemp("migrated"))
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def engines(tmp_path: Path, clock: FakeClock, migrated_archive: MigratedArchive) -> EngineRig:
+    """Opens engines without a runtime (tests/engine_rig.py) in the test's home."""
+    return EngineRig(tmp_path / "home", clock, migrated_archive)
+
+
+@pytest.fixture
+async def engine(engines: EngineRig) -> AsyncIterator[Engine]:
+    """The engine on the default settings; modules that need other settings define their
+    own from `engines`."""
+    async with engines.open() as opened:
+        yield opened
 
 
 @pytest.fixture

@@ -1,11 +1,12 @@
-"""The one-instance side of the cluster port (gateway/cluster/one.py), on a store of its
-own and without a runtime: every session is this instance's, nothing is told to anyone."""
+"""The one-instance side of the cluster port (gateway/cluster/one.py), on the rig's store
+and without a runtime: every session is this instance's, nothing is told to anyone."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
+from engine_rig import Engine
 
 from gateway.cluster.followed import Followed
 from gateway.cluster.one import SingleInstance, SoleOwner
@@ -14,21 +15,19 @@ from gateway.engine.prompts import PromptNotFound, Reply
 from gateway.engine.task import TaskState
 from gateway.engine.tasks import TaskTable
 from gateway.events import Origin
-from gateway.settings import Settings
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
 from gateway.store.sessions import SessionStore
+
+pytestmark = pytest.mark.fast
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
 
 
 @pytest.fixture
-async def store(settings: Settings) -> AsyncIterator[SessionStore]:
-    opened = await SessionStore.open(settings)
-    try:
-        yield opened
-    finally:
-        await opened.close()
+def store(engine: Engine) -> SessionStore:
+    """The archive of the rig's engine; the parts under test are made here, beside its own."""
+    return engine.store
 
 
 async def stored_task(store: SessionStore, session_id: str, task_hash: str) -> JournalHead:

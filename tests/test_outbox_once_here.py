@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+from engine_rig import Engine
 from store_rows import outbox_of_task
 
 from gateway.adapter import Progress
 from gateway.events import Event, Inbound, Origin
-from gateway.runtime import Runtime
+
+pytestmark = pytest.mark.fast
 
 CHAT = Origin("chat", channel_id="c1", sender_id="ann", sender_name="Ann")
 
@@ -35,19 +38,19 @@ class SlowSink:
         return None
 
 
-async def test_a_pass_over_pending_entries_skips_one_on_its_way(runtime: Runtime) -> None:
+async def test_a_pass_over_pending_entries_skips_one_on_its_way(engine: Engine) -> None:
     sink = SlowSink()
-    runtime.router.register_sink("chat", sink)
-    sub = await runtime.router.submit(Inbound(CHAT, "dc-1", "hello"))
+    engine.router.register_sink("chat", sink)
+    sub = await engine.router.submit(Inbound(CHAT, "dc-1", "hello"))
     await asyncio.wait_for(sink.holding.wait(), 10)  # the task's own delivery is under way
-    listed = await runtime.store.outbox.undelivered()
+    listed = await engine.store.outbox.undelivered()
     assert [item.task_hash for item in listed] == [sub.task_hash]
     # Sent again, it would wait for the release like the first: the pass must not wait.
-    assert await asyncio.wait_for(runtime.engine.courier.redeliver(), 5) == 0
+    assert await asyncio.wait_for(engine.assembled.courier.redeliver(), 5) == 0
     sink.release.set()
-    assert (await runtime.router.wait(sub.task_hash, 10)).status == "done"
+    assert (await engine.router.wait(sub.task_hash, 10)).status == "done"
     # The list read before the delivery ended is stale now: its entry is not sent again.
-    assert await runtime.engine.courier.send(listed[0]) is True
+    assert await engine.assembled.courier.send(listed[0]) is True
     assert sink.delivered == ["text"]
-    [item] = await outbox_of_task(runtime.store.db, sub.task_hash)
+    [item] = await outbox_of_task(engine.store.db, sub.task_hash)
     assert (item.status, item.platform_message_id) == ("delivered", "message-1")

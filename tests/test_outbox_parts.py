@@ -7,12 +7,16 @@ was accepted is written with the next write the delivery makes rather than alone
 
 from __future__ import annotations
 
+import pytest
+from clock import FakeClock
+from engine_rig import Engine
 from store_rows import outbox_of_task
 
 from gateway.adapter import Progress
 from gateway.events import Event, Inbound, Origin
-from gateway.runtime import Runtime
 from gateway.store.db import Database
+
+pytestmark = pytest.mark.fast
 
 CHAT = Origin("chat", channel_id="c1", sender_id="ann", sender_name="Ann")
 PARTS = 3
@@ -47,26 +51,29 @@ class PartedSink:
         return None
 
 
-async def test_each_part_goes_out_with_the_earlier_ones_recorded(runtime: Runtime) -> None:
-    sink = PartedSink(runtime.store.db)
-    runtime.router.register_sink("chat", sink)
-    sub = await runtime.router.submit(Inbound(CHAT, "dc-1", "hello"))
-    assert (await runtime.router.wait(sub.task_hash, 10)).status == "done"
+async def test_each_part_goes_out_with_the_earlier_ones_recorded(engine: Engine) -> None:
+    sink = PartedSink(engine.store.db)
+    engine.router.register_sink("chat", sink)
+    sub = await engine.router.submit(Inbound(CHAT, "dc-1", "hello"))
+    assert (await engine.router.wait(sub.task_hash, 10)).status == "done"
     assert sink.seen_before_part == [(0, 0, 1), (1, 1, 2), (2, 2, 3)]
-    [item] = await outbox_of_task(runtime.store.db, sub.task_hash)
+    [item] = await outbox_of_task(engine.store.db, sub.task_hash)
     assert (item.status, item.parts_sent, item.parts_attempted) == ("delivered", PARTS, PARTS)
     assert sink.posted == [f"part {i}" for i in range(PARTS)]
 
 
-async def test_a_failed_attempt_records_the_parts_out_before_it(runtime: Runtime) -> None:
-    runtime.engine.courier.initial_wait = 0.01  # the retry comes at once
-    sink = PartedSink(runtime.store.db)
+async def test_a_failed_attempt_records_the_parts_out_before_it(
+    engine: Engine, clock: FakeClock
+) -> None:
+    sink = PartedSink(engine.store.db)
     sink.fail_on = 2
-    runtime.router.register_sink("chat", sink)
-    sub = await runtime.router.submit(Inbound(CHAT, "dc-2", "hello"))
-    assert (await runtime.router.wait(sub.task_hash, 10)).status == "done"
+    engine.router.register_sink("chat", sink)
+    sub = await engine.router.submit(Inbound(CHAT, "dc-2", "hello"))
+    # The retry waits on the engine's clock: time moves past that wait as soon as it starts.
+    ended = await clock.past_backoffs(engine.router.wait(sub.task_hash, 10), under=2)
+    assert ended.status == "done"
     # The retry goes on from the refused part, with the two before it recorded as out.
     assert sink.seen_before_part == [(0, 0, 1), (1, 1, 2), (2, 2, 3), (2, 2, 3)]
     assert sink.posted == [f"part {i}" for i in range(PARTS)]
-    [item] = await outbox_of_task(runtime.store.db, sub.task_hash)
+    [item] = await outbox_of_task(engine.store.db, sub.task_hash)
     assert (item.status, item.attempts, item.parts_sent) == ("delivered", 2, PARTS)

@@ -1,16 +1,14 @@
 """Queue modes: what messages that arrive while a session runs a `!sleep` task do — followed up,
-collected into one task, handed to the running task, or interrupting it — through the router,
-and a real gateway killed between collecting and answering."""
+collected into one task, handed to the running task, or interrupting it — through the router.
+Real gateways killed at these moments: tests/test_queue_modes_crash.py."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 
-import aiohttp
 import pytest
 from clock import FakeClock
-from gateway_proc import Gateway, free_port
+from engine_rig import Engine, EngineRig
 from support import wait_until
 from test_router import ANN, BOB, RecordingSink, inbound
 
@@ -18,28 +16,17 @@ from gateway.engine.errors import QueueFull
 from gateway.engine.router import Router
 from gateway.engine.views import Submission
 from gateway.events import Inbound, Origin
-from gateway.runtime import Runtime
-from gateway.settings import Settings
 from gateway.store.sessions import SessionStore
+
+pytestmark = pytest.mark.fast
 
 ROOT = Origin("http", sender_id="root", sender_name="Root", window_hash="w0")
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Runtime]:
-    settings = Settings(
-        home=tmp_path / "home", admins="http:root", max_queued_per_session=3, _env_file=None
-    )
-    rt = await Runtime.start(settings, clock=clock)
-    try:
-        yield rt
-    finally:
-        await rt.close()
+async def engine(engines: EngineRig) -> AsyncIterator[Engine]:
+    async with engines.open(admins="http:root", max_queued_per_session=3) as opened:
+        yield opened
 
 
 async def set_mode(router: Router, sid: str, mode: str) -> None:
@@ -72,8 +59,8 @@ async def replies(store: SessionStore, sid: str) -> list[str]:
     return [m.content for m in await store.recent_messages(sid, 50) if m.role == "assistant"]
 
 
-async def test_followup_is_the_default(runtime: Runtime, clock: FakeClock) -> None:
-    router = runtime.router
+async def test_followup_is_the_default(engine: Engine, clock: FakeClock) -> None:
+    router = engine.router
     sleeper = await router.submit(inbound("cli-f", "!sleep 2"))
     await running(router, sleeper)
     later = [await router.submit(inbound("cli-f", text)) for text in ("one", "two")]
@@ -85,8 +72,8 @@ async def test_followup_is_the_default(runtime: Runtime, clock: FakeClock) -> No
     ]
 
 
-async def test_collect_answers_what_waited_in_one_task(runtime: Runtime, clock: FakeClock) -> None:
-    router, sink = runtime.router, RecordingSink()
+async def test_collect_answers_what_waited_in_one_task(engine: Engine, clock: FakeClock) -> None:
+    router, sink = engine.router, RecordingSink()
     router.register_sink("http", sink)
     await set_mode(router, "cli-c", "collect")
     assert "queue: collect" in (await router.submit(Inbound(ANN, "cli-c", "/queue"))).command.text  # type: ignore[union-attr]
@@ -100,14 +87,14 @@ async def test_collect_answers_what_waited_in_one_task(runtime: Runtime, clock: 
     assert (collected.status, collected.collected_into) == ("collected", second.task_hash)
     assert (BOB, "collected 2 messages") in sink.notices
     # Both messages stay in the archive in the order they came; one reply answers them.
-    archived = [m.content for m in await runtime.store.recent_messages("cli-c", 50)]
+    archived = [m.content for m in await engine.store.recent_messages("cli-c", 50)]
     assert archived[-4:] == ["first", "second", "slept 2s", "echo: second"]
-    assert await replies(runtime.store, "cli-c") == ["slept 2s", "echo: second"]
-    assert await runtime.store.unfinished() == []  # the collected task's journal went too
+    assert await replies(engine.store, "cli-c") == ["slept 2s", "echo: second"]
+    assert await engine.store.unfinished() == []  # the collected task's journal went too
 
 
-async def test_a_lone_waiting_message_is_not_collected(runtime: Runtime, clock: FakeClock) -> None:
-    router = runtime.router
+async def test_a_lone_waiting_message_is_not_collected(engine: Engine, clock: FakeClock) -> None:
+    router = engine.router
     await set_mode(router, "cli-l", "collect")
     sleeper = await router.submit(inbound("cli-l", "!sleep 1"))
     await running(router, sleeper)
@@ -116,8 +103,8 @@ async def test_a_lone_waiting_message_is_not_collected(runtime: Runtime, clock: 
     assert await ended(router, only) == ("done", "echo: alone")
 
 
-async def test_steer_hands_messages_to_the_running_task(runtime: Runtime, clock: FakeClock) -> None:
-    router = runtime.router
+async def test_steer_hands_messages_to_the_running_task(engine: Engine, clock: FakeClock) -> None:
+    router = engine.router
     await set_mode(router, "cli-s", "steer")
     sleeper = await router.submit(inbound("cli-s", "!sleep 3"))
     await running(router, sleeper)
@@ -126,11 +113,11 @@ async def test_steer_hands_messages_to_the_running_task(runtime: Runtime, clock:
     assert await ended(router, sleeper) == ("done", "slept 3s; took in: also this")
     view = router.task(note.task_hash)
     assert (view.status, view.collected_into) == ("collected", sleeper.task_hash)
-    assert await replies(runtime.store, "cli-s") == ["slept 3s; took in: also this"]
+    assert await replies(engine.store, "cli-s") == ["slept 3s; took in: also this"]
 
 
-async def test_interrupt_cancels_what_runs_and_waits(runtime: Runtime, clock: FakeClock) -> None:
-    router = runtime.router
+async def test_interrupt_cancels_what_runs_and_waits(engine: Engine, clock: FakeClock) -> None:
+    router = engine.router
     await set_mode(router, "cli-i", "interrupt")
     sleeper = await router.submit(inbound("cli-i", "!sleep 30"))
     await running(router, sleeper)
@@ -138,64 +125,27 @@ async def test_interrupt_cancels_what_runs_and_waits(runtime: Runtime, clock: Fa
     assert newest.position == 0  # not "queued": what was ahead is gone
     assert await ended(router, newest) == ("done", "echo: never mind")
     assert await ended(router, sleeper) == ("canceled", "")
-    assert await replies(runtime.store, "cli-i") == ["echo: never mind"]
+    assert await replies(engine.store, "cli-i") == ["echo: never mind"]
 
 
-async def test_a_full_queue_refuses_with_a_clear_message(
-    runtime: Runtime, clock: FakeClock
-) -> None:
-    router = runtime.router
+async def test_a_full_queue_refuses_with_a_clear_message(engine: Engine, clock: FakeClock) -> None:
+    router = engine.router
     sleeper = await router.submit(inbound("cli-cap", "!sleep 5"))
     await running(router, sleeper)
     for n in range(3):
         await router.submit(inbound("cli-cap", f"wait {n}", BOB))
-    before = len(await runtime.store.recent_messages("cli-cap", 50))
+    before = len(await engine.store.recent_messages("cli-cap", 50))
     with pytest.raises(QueueFull, match="3 messages waiting"):
         await router.submit(inbound("cli-cap", "one too many"))
-    assert len(await runtime.store.recent_messages("cli-cap", 50)) == before  # nothing stored
+    assert len(await engine.store.recent_messages("cli-cap", 50)) == before  # nothing stored
     await router.cancel_all("cli-cap", by="test")
 
 
-async def test_only_admins_change_the_mode_of_a_shared_chat(runtime: Runtime) -> None:
+async def test_only_admins_change_the_mode_of_a_shared_chat(engine: Engine) -> None:
     group = Origin("telegram", channel_id="-100", sender_id="5", sender_name="Eve")
-    reply = await runtime.router.submit(Inbound(group, "tg--100", "/queue interrupt"))
+    reply = await engine.router.submit(Inbound(group, "tg--100", "/queue interrupt"))
     assert reply.command is not None and not reply.command.ok
-    row = await runtime.store.get("tg--100")
+    row = await engine.store.get("tg--100")
     assert row is None or row.queue_mode == "followup"
-    reply = await runtime.router.submit(Inbound(ROOT, "cli-m", "/queue sideways"))
+    reply = await engine.router.submit(Inbound(ROOT, "cli-m", "/queue sideways"))
     assert reply.command is not None and "unknown queue mode" in reply.command.text
-
-
-@pytest.mark.slow
-async def test_killed_after_collecting_answers_once(tmp_path: Path) -> None:
-    gateway = Gateway(tmp_path / "home", free_port())
-    sid = "chat-killed"
-    try:
-        await gateway.start(AGENVOY_CRASH_AT="collected")
-        async with aiohttp.ClientSession() as http:
-
-            async def send(text: str) -> dict[str, object]:
-                body = {"session_id": sid, "content": text, "wait": 0}
-                async with http.post(gateway.url + "/v1/send", json=body) as resp:
-                    assert resp.status < 300, await resp.text()
-                    return dict(await resp.json())
-
-            assert (await send("/queue collect"))["ok"]
-            await send("!sleep 2")
-            await send("first")
-            await send("second")
-        assert await gateway.died() != 0  # killed itself once the two were collected
-        await gateway.start()
-        settings = Settings(home=tmp_path / "home", _env_file=None)
-        store = await SessionStore.open(settings)
-        try:
-
-            async def answered() -> bool:
-                return len(await replies(store, sid)) >= 2 and not await store.unfinished()
-
-            assert await wait_until(answered, 20)
-            assert await replies(store, sid) == ["slept 2s", "echo: second"]
-        finally:
-            await store.close()
-    finally:
-        await gateway.close()

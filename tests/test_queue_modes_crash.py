@@ -132,3 +132,41 @@ async def test_the_task_running_at_a_kill_keeps_its_own_reply(
         assert (await api.task(sid, sleeper))["status"] == "done"
         assert (await api.task(sid, first))["status"] == "collected"
         await gateway.stop()
+
+
+async def replies(store: SessionStore, sid: str) -> list[str]:
+    return [m.content for m in await store.recent_messages(sid, 50) if m.role == "assistant"]
+
+
+async def test_killed_after_collecting_answers_once(tmp_path: Path) -> None:
+    gateway = Gateway(tmp_path / "home", free_port())
+    sid = "chat-killed"
+    try:
+        await gateway.start(AGENVOY_CRASH_AT="collected")
+        async with aiohttp.ClientSession() as http:
+
+            async def send(text: str) -> dict[str, object]:
+                body = {"session_id": sid, "content": text, "wait": 0}
+                async with http.post(gateway.url + "/v1/send", json=body) as resp:
+                    assert resp.status < 300, await resp.text()
+                    return dict(await resp.json())
+
+            assert (await send("/queue collect"))["ok"]
+            await send("!sleep 2")
+            await send("first")
+            await send("second")
+        assert await gateway.died() != 0  # killed itself once the two were collected
+        await gateway.start()
+        settings = Settings(home=tmp_path / "home", _env_file=None)
+        store = await SessionStore.open(settings)
+        try:
+
+            async def answered() -> bool:
+                return len(await replies(store, sid)) >= 2 and not await store.unfinished()
+
+            assert await wait_until(answered, 20)
+            assert await replies(store, sid) == ["slept 2s", "echo: second"]
+        finally:
+            await store.close()
+    finally:
+        await gateway.close()

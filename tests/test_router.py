@@ -7,15 +7,16 @@ from pathlib import Path
 
 import pytest
 from clock import FakeClock
+from engine_rig import Engine, EngineRig
 
 from gateway.adapter import Progress
 from gateway.auth import NotAllowed
+from gateway.engine.errors import MessageTooLong, TooManyTasks
 from gateway.engine.prompts import AlreadyAnswered, PromptNotFound
 from gateway.engine.router import Router
-from gateway.engine.task import MessageTooLong, TooManyTasks
 from gateway.events import Event, Inbound, Origin
-from gateway.runtime import Runtime
-from gateway.settings import Settings
+
+pytestmark = pytest.mark.fast
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")
 BOB = Origin("http", sender_id="bob", sender_name="Bob", window_hash="w2")
@@ -34,20 +35,9 @@ class RecordingSink:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Runtime]:
-    settings = Settings(
-        home=tmp_path / "home", confirm_timeout_seconds=5, admins="http:root", _env_file=None
-    )
-    rt = await Runtime.start(settings, clock=clock)
-    try:
-        yield rt
-    finally:
-        await rt.close()
+async def engine(engines: EngineRig) -> AsyncIterator[Engine]:
+    async with engines.open(confirm_timeout_seconds=5, admins="http:root") as opened:
+        yield opened
 
 
 def drain(queue: asyncio.Queue[Event]) -> list[Event]:
@@ -68,38 +58,38 @@ async def finished(router: Router, task_hash: str) -> str:
     return state.reply
 
 
-async def test_echo_persists_everything(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_echo_persists_everything(engine: Engine) -> None:
+    router = engine.router
     sub = await router.submit(inbound("cli-a", "hello there"))
     # The user's message is stored before submit returns.
-    stored = await runtime.store.recent_messages("cli-a")
+    stored = await engine.store.recent_messages("cli-a")
     assert [(m.role, m.content, m.sender) for m in stored][:1] == [("user", "hello there", "Ann")]
     assert await finished(router, sub.task_hash) == "echo: hello there"
-    stored = await runtime.store.recent_messages("cli-a")
+    stored = await engine.store.recent_messages("cli-a")
     assert [(m.role, m.content) for m in stored] == [
         ("user", "hello there"),
         ("assistant", "echo: hello there"),
     ]
-    history = runtime.store.files("cli-a").history.read()
+    history = engine.store.files("cli-a").history.read()
     assert [m.content for m in history] == ["hello there", "echo: hello there"]
-    kinds = [r.kind for r in runtime.store.files("cli-a").action_log.read()]
+    kinds = [r.kind for r in engine.store.files("cli-a").action_log.read()]
     assert kinds == ["user", "text", "done"]
-    assert all(r.task_hash == sub.task_hash for r in runtime.store.files("cli-a").action_log.read())
-    assert list(runtime.store.files("cli-a").list_pending()) == []  # journal removed
-    assert not await runtime.presence.is_running("cli-a")
-    hits = await runtime.store.search.messages("there")
+    assert all(r.task_hash == sub.task_hash for r in engine.store.files("cli-a").action_log.read())
+    assert list(engine.store.files("cli-a").list_pending()) == []  # journal removed
+    assert not await engine.presence.is_running("cli-a")
+    hits = await engine.store.search.messages("there")
     assert len(hits) == 2
 
 
-async def test_one_task_at_a_time_in_archive_order(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_one_task_at_a_time_in_archive_order(engine: Engine) -> None:
+    router = engine.router
     with router.subscribe("cli-q") as sub:
         sub.queue = asyncio.Queue()  # unbounded: this test wants every event
         subs = await asyncio.gather(*(router.submit(inbound("cli-q", f"m{i}")) for i in range(50)))
         for s in subs:
             await finished(router, s.task_hash)
         events = [sub.queue.get_nowait() for _ in range(sub.queue.qsize())]
-    archived = await runtime.store.recent_messages("cli-q", 100)
+    archived = await engine.store.recent_messages("cli-q", 100)
     asked = [m.task_hash for m in archived if m.role == "user"]
     answered = [m.task_hash for m in archived if m.role == "assistant"]
     assert sorted(asked) == sorted(s.task_hash for s in subs)
@@ -109,13 +99,13 @@ async def test_one_task_at_a_time_in_archive_order(runtime: Runtime) -> None:
     assert [e.task_hash for e in run_events if e.kind == "done"] == asked
     assert [e.task_hash for e in run_events] == [h for h in asked for _ in ("text", "done")]
     assert answered == asked
-    history = runtime.store.files("cli-q").history.read()
+    history = engine.store.files("cli-q").history.read()
     assert [m.content for m in history if m.role == "user"] == [router.task(h).text for h in asked]
     assert all(router.task(h).reply == f"echo: {router.task(h).text}" for h in asked)
 
 
-async def test_sessions_run_concurrently(runtime: Runtime, clock: FakeClock) -> None:
-    router = runtime.router
+async def test_sessions_run_concurrently(engine: Engine, clock: FakeClock) -> None:
+    router = engine.router
     subs = [await router.submit(inbound(f"cli-p{i}", "!sleep 1", person(i))) for i in range(5)]
     # All five are asleep at once: none waits for another session's task to end.
     await clock.until_sleeping(5, seconds=1)
@@ -125,7 +115,7 @@ async def test_sessions_run_concurrently(runtime: Runtime, clock: FakeClock) -> 
         assert await finished(router, s.task_hash) == "slept 1s"
 
 
-async def test_no_queue_notice_while_the_previous_reply_goes_out(runtime: Runtime) -> None:
+async def test_no_queue_notice_while_the_previous_reply_goes_out(engine: Engine) -> None:
     """The task ahead has its reply recorded and is handing it to the platform: the next
     message is not "queued" for its sender, who already has (or is getting) the answer."""
     delivering = asyncio.Event()
@@ -139,39 +129,39 @@ async def test_no_queue_notice_while_the_previous_reply_goes_out(runtime: Runtim
             await super().deliver(origin, event, progress)
 
     sink = SlowSink()
-    runtime.router.register_sink("http", sink)
-    first = await runtime.router.submit(inbound("cli-w", "one"))
+    engine.router.register_sink("http", sink)
+    first = await engine.router.submit(inbound("cli-w", "one"))
     await asyncio.wait_for(delivering.wait(), 10)
-    second = await runtime.router.submit(inbound("cli-w", "two"))
+    second = await engine.router.submit(inbound("cli-w", "two"))
     assert second.position == 0
     assert not [text for _, text in sink.notices if text.startswith("queued")]
     release.set()
-    assert await finished(runtime.router, first.task_hash) == "echo: one"
-    assert await finished(runtime.router, second.task_hash) == "echo: two"
+    assert await finished(engine.router, first.task_hash) == "echo: one"
+    assert await finished(engine.router, second.task_hash) == "echo: two"
 
 
-async def test_queue_position_is_told_to_the_origin(runtime: Runtime, clock: FakeClock) -> None:
+async def test_queue_position_is_told_to_the_origin(engine: Engine, clock: FakeClock) -> None:
     sink = RecordingSink()
-    runtime.router.register_sink("http", sink)
-    first = await runtime.router.submit(inbound("cli-w", "!sleep 1"))
-    second = await runtime.router.submit(inbound("cli-w", "after"))
+    engine.router.register_sink("http", sink)
+    first = await engine.router.submit(inbound("cli-w", "!sleep 1"))
+    second = await engine.router.submit(inbound("cli-w", "after"))
     assert second.position == 1
     assert (ANN, "queued (1 ahead)") in sink.notices
     await clock.until_sleeping(1, seconds=1)
-    assert runtime.router.task(second.task_hash).status == "queued"
+    assert engine.router.task(second.task_hash).status == "queued"
     await clock.advance(1)
-    await finished(runtime.router, second.task_hash)
-    assert runtime.router.task(first.task_hash).status == "done"
+    await finished(engine.router, second.task_hash)
+    assert engine.router.task(first.task_hash).status == "done"
 
 
-async def test_confirm_only_requester_or_admin(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_confirm_only_requester_or_admin(engine: Engine) -> None:
+    router = engine.router
     sink = RecordingSink()
     router.register_sink("http", sink)
     sub = await router.submit(inbound("cli-c", "!confirm launch"))
     state = await router.wait(sub.task_hash, 10, until_prompt=True)
     assert state.prompt is not None and state.status == "waiting"
-    pending = runtime.store.files("cli-c").read_pending(sub.task_hash)
+    pending = engine.store.files("cli-c").read_pending(sub.task_hash)
     assert pending is not None and pending["prompt"]["tool"] == "demo_action"
     with pytest.raises(NotAllowed, match="only Ann or an admin"):
         await router.answer("cli-c", sub.task_hash, BOB, approve=True)
@@ -184,8 +174,8 @@ async def test_confirm_only_requester_or_admin(runtime: Runtime) -> None:
     assert len(confirms) == 1 and confirms[0].window_hash == "w1"
 
 
-async def test_admin_may_answer_and_ask_user(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_admin_may_answer_and_ask_user(engine: Engine) -> None:
+    router = engine.router
     sub = await router.submit(inbound("cli-k", "!ask favourite colour?"))
     await router.wait(sub.task_hash, 10, until_prompt=True)
     root = Origin("http", sender_id="root", sender_name="Root")
@@ -193,40 +183,40 @@ async def test_admin_may_answer_and_ask_user(runtime: Runtime) -> None:
     assert await finished(router, sub.task_hash) == "answer: green"
 
 
-async def test_prompt_expiry(runtime: Runtime, clock: FakeClock) -> None:
+async def test_prompt_expiry(engine: Engine, clock: FakeClock) -> None:
     sink = RecordingSink()
-    runtime.router.register_sink("http", sink)
-    timeout = runtime.settings.confirm_timeout_seconds
-    confirm = await runtime.router.submit(inbound("cli-e", "!confirm x"))
-    await runtime.router.wait(confirm.task_hash, 10, until_prompt=True)
+    engine.router.register_sink("http", sink)
+    timeout = engine.settings.confirm_timeout_seconds
+    confirm = await engine.router.submit(inbound("cli-e", "!confirm x"))
+    await engine.router.wait(confirm.task_hash, 10, until_prompt=True)
     await clock.until_sleeping(1, seconds=timeout)
     await clock.advance(timeout - 0.001)
-    assert runtime.router.task(confirm.task_hash).status == "waiting"  # not a moment early
+    assert engine.router.task(confirm.task_hash).status == "waiting"  # not a moment early
     await clock.advance(0.001)
-    assert await finished(runtime.router, confirm.task_hash) == "denied: x"
-    ask = await runtime.router.submit(inbound("cli-e", "!ask anyone?"))
-    await runtime.router.wait(ask.task_hash, 10, until_prompt=True)
+    assert await finished(engine.router, confirm.task_hash) == "denied: x"
+    ask = await engine.router.submit(inbound("cli-e", "!ask anyone?"))
+    await engine.router.wait(ask.task_hash, 10, until_prompt=True)
     await clock.until_sleeping(1, seconds=timeout)
     await clock.advance(timeout)
-    assert await finished(runtime.router, ask.task_hash) == "answer: (none)"
+    assert await finished(engine.router, ask.task_hash) == "answer: (none)"
     texts = [t for _, t in sink.notices]
     assert "The confirmation expired and was treated as denied." in texts
     assert "The question expired and was left unanswered." in texts
 
 
-async def test_unknown_prompt_and_wrong_session(runtime: Runtime) -> None:
+async def test_unknown_prompt_and_wrong_session(engine: Engine) -> None:
     with pytest.raises(PromptNotFound):
-        await runtime.router.answer("cli-x", "nosuchtask", ANN, approve=True)
-    sub = await runtime.router.submit(inbound("cli-y", "!confirm y"))
-    await runtime.router.wait(sub.task_hash, 10, until_prompt=True)
+        await engine.router.answer("cli-x", "nosuchtask", ANN, approve=True)
+    sub = await engine.router.submit(inbound("cli-y", "!confirm y"))
+    await engine.router.wait(sub.task_hash, 10, until_prompt=True)
     with pytest.raises(PromptNotFound):
-        await runtime.router.answer("cli-other", sub.task_hash, ANN, approve=True)
-    await runtime.router.answer("cli-y", sub.task_hash, ANN, approve=False)
-    assert await finished(runtime.router, sub.task_hash) == "denied: y"
+        await engine.router.answer("cli-other", sub.task_hash, ANN, approve=True)
+    await engine.router.answer("cli-y", sub.task_hash, ANN, approve=False)
+    assert await finished(engine.router, sub.task_hash) == "denied: y"
 
 
-async def test_cancel_running_and_queued(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_cancel_running_and_queued(engine: Engine) -> None:
+    router = engine.router
     running = await router.submit(inbound("cli-z", "!sleep 30"))
     queued = await router.submit(inbound("cli-z", "later"))
     assert await router.cancel("cli-z", queued.task_hash, by="Ann")
@@ -236,11 +226,11 @@ async def test_cancel_running_and_queued(runtime: Runtime) -> None:
         state = await router.wait(sub.task_hash, 10)
         assert state.status == "canceled"
     assert router.task(running.task_hash).events[-1].kind == "canceled"
-    assert list(runtime.store.files("cli-z").list_pending()) == []
+    assert list(engine.store.files("cli-z").list_pending()) == []
 
 
-async def test_cancel_by_someone_else_is_refused(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_cancel_by_someone_else_is_refused(engine: Engine) -> None:
+    router = engine.router
     running = await router.submit(inbound("tg--5", "!sleep 30"))
     attempt = await router.submit(inbound("tg--5", "/cancel", BOB))
     assert attempt.command is not None and not attempt.command.ok
@@ -248,8 +238,8 @@ async def test_cancel_by_someone_else_is_refused(runtime: Runtime) -> None:
     await router.cancel("tg--5", by="test")
 
 
-async def test_fail_and_write(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_fail_and_write(engine: Engine) -> None:
+    router = engine.router
     fail = await router.submit(inbound("cli-f", "!fail"))
     state = await router.wait(fail.task_hash, 10)
     assert state.status == "error" and "asked to fail" in state.error
@@ -257,29 +247,29 @@ async def test_fail_and_write(runtime: Runtime) -> None:
     await router.wait(write.task_hash, 10, until_prompt=True)
     await router.answer("cli-f", write.task_hash, ANN, approve=True)
     assert await finished(router, write.task_hash) == "wrote notes.txt (11 bytes)"
-    target = runtime.store.files("cli-f").dir / "workspace" / "notes.txt"
+    target = engine.store.files("cli-f").dir / "workspace" / "notes.txt"
     assert target.read_text() == "hello world"
     bad = await router.submit(inbound("cli-f", "!write ../escape.txt x"))
     assert (await finished(router, bad.task_hash)).startswith("refused:")
-    assert not (runtime.store.files("cli-f").dir / "escape.txt").exists()
+    assert not (engine.store.files("cli-f").dir / "escape.txt").exists()
 
 
-async def test_write_never_follows_a_linked_workspace(runtime: Runtime, tmp_path: Path) -> None:
+async def test_write_never_follows_a_linked_workspace(engine: Engine, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
-    await runtime.store.ensure("cli-y")
-    (runtime.store.files("cli-y").dir / "workspace").symlink_to(outside)
-    write = await runtime.router.submit(inbound("cli-y", "!write notes.txt hello"))
-    await runtime.router.wait(write.task_hash, 10, until_prompt=True)
-    await runtime.router.answer("cli-y", write.task_hash, ANN, approve=True)
-    reply = await finished(runtime.router, write.task_hash)
+    await engine.store.ensure("cli-y")
+    (engine.store.files("cli-y").dir / "workspace").symlink_to(outside)
+    write = await engine.router.submit(inbound("cli-y", "!write notes.txt hello"))
+    await engine.router.wait(write.task_hash, 10, until_prompt=True)
+    await engine.router.answer("cli-y", write.task_hash, ANN, approve=True)
+    reply = await finished(engine.router, write.task_hash)
     assert reply.startswith("write notes.txt failed: error") and "not a folder" in reply
     assert str(tmp_path) not in reply
     assert list(outside.iterdir()) == []
 
 
-async def test_commands(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_commands(engine: Engine) -> None:
+    router = engine.router
     help_ = await router.submit(inbound("cli-h", "/help"))
     assert help_.command is not None and "/status" in help_.command.text
     await finished(router, (await router.submit(inbound("cli-h", "hi"))).task_hash)
@@ -289,21 +279,21 @@ async def test_commands(runtime: Runtime) -> None:
     assert reset.command is not None and not reset.command.ok
     reset = await router.submit(inbound("cli-h", "/reset"))
     assert reset.command is not None and reset.command.ok
-    assert runtime.store.files("cli-h").history.read() == []
-    assert len(await runtime.store.recent_messages("cli-h")) == 2  # archive keeps them
+    assert engine.store.files("cli-h").history.read() == []
+    assert len(await engine.store.recent_messages("cli-h")) == 2  # archive keeps them
     new = await router.submit(inbound("cli-h", "/new", Origin("terminal", sender_id="me")))
     assert new.command is not None and new.command.session_id.startswith("cli-")
-    assert await runtime.store.get(new.command.session_id) is not None
+    assert await engine.store.get(new.command.session_id) is not None
 
 
-async def test_too_long_message_rejected_and_not_stored(runtime: Runtime) -> None:
+async def test_too_long_message_rejected_and_not_stored(engine: Engine) -> None:
     with pytest.raises(MessageTooLong):
-        await runtime.router.submit(inbound("cli-l", "x" * 16_001))
-    assert await runtime.store.get("cli-l") is None
+        await engine.router.submit(inbound("cli-l", "x" * 16_001))
+    assert await engine.store.get("cli-l") is None
 
 
-async def test_subscribers_get_events_and_slow_ones_drop(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_subscribers_get_events_and_slow_ones_drop(engine: Engine) -> None:
+    router = engine.router
     with router.subscribe("cli-s") as sub:
         sub.queue = asyncio.Queue(2)
         task = await router.submit(inbound("cli-s", "one"))
@@ -312,20 +302,20 @@ async def test_subscribers_get_events_and_slow_ones_drop(runtime: Runtime) -> No
         assert [(await sub.get()).kind, (await sub.get()).kind] == ["user", "text"]
 
 
-async def test_usage_rows_from_offline_agent(runtime: Runtime) -> None:
-    sub = await runtime.router.submit(inbound("cli-u", "three word message"))
-    await finished(runtime.router, sub.task_hash)
-    (row,) = await runtime.store.usage.summary()
+async def test_usage_rows_from_offline_agent(engine: Engine) -> None:
+    sub = await engine.router.submit(inbound("cli-u", "three word message"))
+    await finished(engine.router, sub.task_hash)
+    (row,) = await engine.store.usage.summary()
     assert (row.model, row.input, row.output) == ("offline", 3, 4)
 
 
-async def test_journal_tracks_steps(runtime: Runtime) -> None:
-    store = runtime.store
-    sub = await runtime.router.submit(inbound("cli-j", "!confirm deploy"))
+async def test_journal_tracks_steps(engine: Engine) -> None:
+    store = engine.store
+    sub = await engine.router.submit(inbound("cli-j", "!confirm deploy"))
     (queued,) = await store.unfinished()  # stored with the message, before anything ran
     (message,) = await store.recent_messages("cli-j")
     assert (queued.task_hash, queued.user_message_id) == (sub.task_hash, message.id)
-    await runtime.router.wait(sub.task_hash, 10, until_prompt=True)
+    await engine.router.wait(sub.task_hash, 10, until_prompt=True)
     (journal,) = await store.unfinished()
     assert journal.status == "waiting"
     assert journal.origin["sender_id"] == "ann"
@@ -336,43 +326,39 @@ async def test_journal_tracks_steps(runtime: Runtime) -> None:
     assert waiting is not None and waiting["prompt"] == journal.prompt
     assert waiting["origin"]["window_hash"] == "w1"
     # An answer is journaled before it is acknowledged.
-    await runtime.router.answer("cli-j", sub.task_hash, ANN, approve=True)
+    await engine.router.answer("cli-j", sub.task_hash, ANN, approve=True)
     left = [j for j in await store.unfinished() if j.task_hash == sub.task_hash]
     if left:
         (answered,) = left  # the task may already have ended, taking its journal with it
         assert answered.steps[0]["answer"]["approved"] is True
-    await finished(runtime.router, sub.task_hash)
+    await finished(engine.router, sub.task_hash)
     assert await store.unfinished() == []
     assert list(store.files("cli-j").list_pending()) == []
 
 
-async def test_fifty_sessions_make_progress_together(tmp_path: Path, clock: FakeClock) -> None:
-    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=50, _env_file=None)
-    rt = await Runtime.start(settings, clock=clock)
-    try:
+async def test_fifty_sessions_make_progress_together(engines: EngineRig, clock: FakeClock) -> None:
+    async with engines.open(max_concurrent_tasks=50) as engine:
         tasks = await asyncio.gather(
-            *(rt.router.submit(inbound(f"cli-n{i}", "!sleep 4", person(i))) for i in range(50))
+            *(engine.router.submit(inbound(f"cli-n{i}", "!sleep 4", person(i))) for i in range(50))
         )
         for _ in range(4):
             # Every session's task is in the same second of its sleep: all fifty are going
             # before any of them finishes.
             await clock.until_sleeping(50, seconds=1)
-            assert rt.router.load() == (50, 0)
+            assert engine.router.load() == (50, 0)
             await clock.advance(1)
         for task in tasks:
-            assert await finished(rt.router, task.task_hash) == "slept 4s"
-    finally:
-        await rt.close()
+            assert await finished(engine.router, task.task_hash) == "slept 4s"
 
 
-async def test_action_history_records_tool_results(runtime: Runtime) -> None:
+async def test_action_history_records_tool_results(engine: Engine) -> None:
     from sqlalchemy import text
     from sqlmodel import Session
 
-    sub = await runtime.router.submit(inbound("cli-ah", "!write out.txt data"))
-    await runtime.router.wait(sub.task_hash, 10, until_prompt=True)
-    await runtime.router.answer("cli-ah", sub.task_hash, ANN, approve=True)
-    await finished(runtime.router, sub.task_hash)
+    sub = await engine.router.submit(inbound("cli-ah", "!write out.txt data"))
+    await engine.router.wait(sub.task_hash, 10, until_prompt=True)
+    await engine.router.answer("cli-ah", sub.task_hash, ANN, approve=True)
+    await finished(engine.router, sub.task_hash)
 
     def rows(session: Session) -> list[tuple[str, str, str]]:
         res = session.connection().execute(
@@ -380,18 +366,18 @@ async def test_action_history_records_tool_results(runtime: Runtime) -> None:
         )
         return [(r[0], r[1], r[2]) for r in res.all()]
 
-    ((objective, results, reply),) = await runtime.store.db.read(rows)
+    ((objective, results, reply),) = await engine.store.db.read(rows)
     assert objective == "!write out.txt data" and reply == "wrote out.txt (4 bytes)"
     (tool,) = json.loads(results)
     assert (tool["tool"], tool["status"], tool["result"]) == ("write_file", "ok", "4 bytes")
 
 
-async def test_model_and_persona_commands(runtime: Runtime) -> None:
-    router = runtime.router
+async def test_model_and_persona_commands(engine: Engine) -> None:
+    router = engine.router
     done = await router.submit(inbound("cli-mp", "/model gpt-test"))
     assert done.command is not None and done.command.ok
     await router.submit(inbound("cli-mp", "/persona a calm librarian"))
-    row = await runtime.store.require("cli-mp")
+    row = await engine.store.require("cli-mp")
     assert (row.model, row.role, row.rule) == ("gpt-test", "a calm librarian", "a calm librarian")
     shown = await router.submit(inbound("cli-mp", "/model"))
     assert shown.command is not None and shown.command.text == "model: gpt-test"
@@ -402,47 +388,22 @@ async def test_model_and_persona_commands(runtime: Runtime) -> None:
     assert allowed.command is not None and allowed.command.ok
 
 
-async def test_a_lone_surrogate_is_refused_before_anything_is_written(runtime: Runtime) -> None:
+async def test_a_lone_surrogate_is_refused_before_anything_is_written(engine: Engine) -> None:
     from gateway.text import UnstorableText
 
     with pytest.raises(UnstorableText, match="lone surrogate"):
-        await runtime.router.submit(inbound("cli-sur", "hello \udfff"))
+        await engine.router.submit(inbound("cli-sur", "hello \udfff"))
     with pytest.raises(UnstorableText):
-        await runtime.router.record(inbound("cli-sur", "\ud800"))
-    assert await runtime.store.get("cli-sur") is None
-    assert not runtime.store.dirs.path_of("cli-sur").exists()  # no folder left behind
+        await engine.router.record(inbound("cli-sur", "\ud800"))
+    assert await engine.store.get("cli-sur") is None
+    assert not engine.store.dirs.path_of("cli-sur").exists()  # no folder left behind
 
 
-async def test_a_nul_is_stored_as_a_replacement_on_every_backend(
-    tmp_path: Path, database_url: str
-) -> None:
-    """PostgreSQL text cannot hold NUL: the task must still end, with its reply archived."""
-    settings = Settings(home=tmp_path / "h", database_url=database_url, _env_file=None)
-    rt = await Runtime.start(settings)
-    try:
-        sub = await rt.router.submit(inbound("cli-nul", "a\x00b"))
-        assert await finished(rt.router, sub.task_hash) == "echo: a\x00b"
-        archived = await rt.store.recent_messages("cli-nul")
-        assert [m.content for m in archived] == ["a\ufffdb", "echo: a\ufffdb"]
-        (run,) = [await rt.store.finished_run("cli-nul", sub.task_hash)]
-        assert run is not None and run["objective"] == "a\ufffdb"
-        await rt.router.submit(inbound("cli-nul", "/persona calm\x00er"))
-        assert (await rt.store.require("cli-nul")).persona == "calm\ufffder"
-    finally:
-        await rt.close()
-
-
-async def test_one_sender_cannot_take_every_slot(tmp_path: Path, clock: FakeClock) -> None:
-    settings = Settings(
-        home=tmp_path / "h",
-        max_concurrent_tasks=6,
-        max_running_per_sender=2,
-        max_pending_per_sender=5,
-        _env_file=None,
-    )
-    rt = await Runtime.start(settings, clock=clock)
-    try:
-        router = rt.router
+async def test_one_sender_cannot_take_every_slot(engines: EngineRig, clock: FakeClock) -> None:
+    async with engines.open(
+        max_concurrent_tasks=6, max_running_per_sender=2, max_pending_per_sender=5
+    ) as engine:
+        router = engine.router
         flood = [await router.submit(inbound(f"cli-f{i}", "!sleep 9")) for i in range(5)]
         await clock.until_sleeping(2, seconds=1)
         assert router.load() == (2, 3)  # two of Ann's run; three wait although slots are free
@@ -452,20 +413,16 @@ async def test_one_sender_cannot_take_every_slot(tmp_path: Path, clock: FakeCloc
         # Ann has five tasks waiting or running: the sixth is refused, and nothing is stored.
         with pytest.raises(TooManyTasks, match="too many requests"):
             await router.submit(inbound("cli-f9", "one more"))
-        assert await rt.store.get("cli-f9") is None
+        assert await engine.store.get("cli-f9") is None
         await clock.advance(1)
         assert await finished(router, other.task_hash) == "slept 1s"
         for sub in flood:
             await router.cancel(sub.session_id, sub.task_hash, by="test")
-    finally:
-        await rt.close()
 
 
-async def test_sessions_take_turns_for_the_slots(tmp_path: Path, clock: FakeClock) -> None:
-    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=1, _env_file=None)
-    rt = await Runtime.start(settings, clock=clock)
-    try:
-        router = rt.router
+async def test_sessions_take_turns_for_the_slots(engines: EngineRig, clock: FakeClock) -> None:
+    async with engines.open(max_concurrent_tasks=1) as engine:
+        router = engine.router
         sink = RecordingSink()  # sees every reply in the order they were given
         router.register_sink("http", sink)
         # The one slot is taken while both sessions queue up behind it.
@@ -480,17 +437,13 @@ async def test_sessions_take_turns_for_the_slots(tmp_path: Path, clock: FakeCloc
         order = [e.text for _, e in sink.events if e.kind == "text"][1:]
         # After each task its session goes to the back of the line for the one slot.
         assert order == ["echo: a0", "echo: b0", "echo: a1", "echo: b1", "echo: a2", "echo: b2"]
-    finally:
-        await rt.close()
 
 
 async def test_a_task_canceled_while_it_waits_for_a_slot_never_runs(
-    tmp_path: Path, clock: FakeClock
+    engines: EngineRig, clock: FakeClock
 ) -> None:
-    settings = Settings(home=tmp_path / "h", max_concurrent_tasks=1, _env_file=None)
-    rt = await Runtime.start(settings, clock=clock)
-    try:
-        router = rt.router
+    async with engines.open(max_concurrent_tasks=1) as engine:
+        router = engine.router
         busy = await router.submit(inbound("cli-busy", "!sleep 5", person(1)))
         await clock.until_sleeping(1, seconds=1)
         waiting = await router.submit(inbound("cli-wait", "!sleep 1", person(2)))
@@ -501,23 +454,21 @@ async def test_a_task_canceled_while_it_waits_for_a_slot_never_runs(
         await router.cancel("cli-busy", busy.task_hash, by="test")
         await router.wait(busy.task_hash, 10)
         assert [e.kind for e in router.task(waiting.task_hash).events] == ["user", "canceled"]
-    finally:
-        await rt.close()
 
 
-async def test_a_command_delivered_twice_runs_once(runtime: Runtime) -> None:
+async def test_a_command_delivered_twice_runs_once(engine: Engine) -> None:
     """A platform that delivers a command again (after a crash, or to a second instance)
     gets no second run: /new makes one session, and says so once."""
     sink = RecordingSink()
-    runtime.router.register_sink("terminal", sink)
+    engine.router.register_sink("terminal", sink)
     ann = Origin("terminal", sender_id="ann", sender_name="Ann", window_hash="w1")
     again = Inbound(ann, "cli-c", "/new", source_key="terminal:77")
-    first = await runtime.router.submit(again)
-    second = await runtime.router.submit(again)
+    first = await engine.router.submit(again)
+    second = await engine.router.submit(again)
     assert first.command is not None and first.command.session_id.startswith("cli-")
     assert second.duplicate and second.command is None
     assert len(sink.notices) == 1
-    made = [s.id for s in await runtime.store.list_sessions() if s.id != "cli-c"]
+    made = [s.id for s in await engine.store.list_sessions() if s.id != "cli-c"]
     assert made == [first.command.session_id]
     # Without a delivery id (typed again over HTTP, say) it is a new command each time.
-    assert (await runtime.router.submit(Inbound(ann, "cli-c", "/new"))).command is not None
+    assert (await engine.router.submit(Inbound(ann, "cli-c", "/new"))).command is not None

@@ -12,6 +12,8 @@ from structlog.testing import capture_logs
 from gateway.engine.order import Turns
 from gateway.engine.scheduler import Scheduler
 
+pytestmark = pytest.mark.fast
+
 WAIT = 5.0
 
 

@@ -4,31 +4,27 @@ included), and what a missed due time does — all on a clock the test moves."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 
 import pytest
 from clock import START_MS, FakeClock
-from typer.testing import CliRunner
+from engine_rig import Core, Engine, EngineRig
 
-from gateway.cli import app as cli_app
 from gateway.crash import CrashPoints
 from gateway.engine.errors import TaskNotFound
 from gateway.events import Inbound, Origin
-from gateway.runtime import Runtime
 from gateway.schedule_spec import BadSchedule, parse_args, parse_spec, parse_zone
 from gateway.schedules import home_origin
-from gateway.settings import Settings
 
 MINUTE = 60.0
 HOUR = 3600.0
 ANN = Origin("terminal", sender_id="ann", sender_name="Ann", window_hash="w-ann")
 ADMIN = Origin("telegram", channel_id="-100", sender_id="1", sender_name="Root")
 BOB = Origin("telegram", channel_id="-100", sender_id="2", sender_name="Bob")
+
+pytestmark = pytest.mark.fast
 
 
 def ms(text: str) -> int:
@@ -128,91 +124,80 @@ def test_a_scheduled_task_answers_where_its_session_is() -> None:
     assert home_origin("cli-x", 1).platform == "schedule"
 
 
-# -- a runtime on the test's clock --------------------------------------------------------------
+# -- the engine on the test's clock -----------------------------------------------------------
+
+ADMINS = "telegram:1"
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+async def engine(engines: EngineRig) -> AsyncIterator[Engine]:
+    async with engines.open(admins=ADMINS) as opened:
+        yield opened
 
 
-async def start(home: Path, clock: FakeClock, **extra: Any) -> Runtime:
-    settings = Settings(home=home, admins="telegram:1", _env_file=None, **extra)
-    return await Runtime.start(settings, clock=clock)
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Runtime]:
-    rt = await start(tmp_path / "home", clock)
-    try:
-        yield rt
-    finally:
-        await rt.close()
-
-
-async def command(runtime: Runtime, who: Origin, session_id: str, text: str) -> tuple[bool, str]:
-    submission = await runtime.router.submit(Inbound(who, session_id, text))
+async def command(core: Core, who: Origin, session_id: str, text: str) -> tuple[bool, str]:
+    submission = await core.router.submit(Inbound(who, session_id, text))
     assert submission.command is not None, text
     return submission.command.ok, submission.command.text
 
 
-async def user_messages(runtime: Runtime, session_id: str) -> list[tuple[str, str]]:
-    messages = await runtime.store.recent_messages(session_id, 100)
+async def user_messages(engine: Engine, session_id: str) -> list[tuple[str, str]]:
+    messages = await engine.store.recent_messages(session_id, 100)
     return [(m.sender, m.content) for m in messages if m.role == "user"]
 
 
-async def settle(runtime: Runtime, session_id: str) -> list[str]:
+async def settle(engine: Engine, session_id: str) -> list[str]:
     """Wait for every task of the session to end; the replies, oldest first. A task this
-    runtime does not know ended before it started (in an earlier life of the home)."""
-    messages = await runtime.store.recent_messages(session_id, 100)
+    engine does not know ended before it started (in an earlier life of the home)."""
+    messages = await engine.store.recent_messages(session_id, 100)
     for m in messages:
         if m.role == "user" and m.task_hash:
             with contextlib.suppress(TaskNotFound):
-                await runtime.router.wait(m.task_hash, 10)
-    messages = await runtime.store.recent_messages(session_id, 100)
+                await engine.router.wait(m.task_hash, 10)
+    messages = await engine.store.recent_messages(session_id, 100)
     return [m.content for m in messages if m.role == "assistant"]
 
 
-async def test_a_schedule_fires_at_each_due_time_once(runtime: Runtime, clock: FakeClock) -> None:
-    ok, said = await command(runtime, ANN, "cli-s", "/schedule every 1h check the build")
+async def test_a_schedule_fires_at_each_due_time_once(engine: Engine, clock: FakeClock) -> None:
+    ok, said = await command(engine, ANN, "cli-s", "/schedule every 1h check the build")
     assert ok and said.startswith("schedule #1: every 1h (UTC), next ")
-    schedules = runtime.schedules
+    schedules = engine.schedules
     assert await schedules.fire_due() == 0  # not due yet
     await clock.advance(HOUR - 1)
     assert await schedules.fire_due() == 0
     await clock.advance(1)
     assert await schedules.fire_due() == 1
     assert await schedules.fire_due() == 0  # that due time is done
-    assert await settle(runtime, "cli-s") == ["echo: check the build"]
-    assert await user_messages(runtime, "cli-s") == [("schedule #1", "check the build")]
+    assert await settle(engine, "cli-s") == ["echo: check the build"]
+    assert await user_messages(engine, "cli-s") == [("schedule #1", "check the build")]
     [made] = await schedules.of_session("cli-s")
     assert made.next_due_at == START_MS + 2 * 3_600_000
     assert made.last_fired_at == START_MS + 3_600_000
     assert made.created_by_id == "terminal:ann" and made.created_by_name == "Ann"
     await clock.advance(HOUR)
     assert await schedules.fire_due() == 1
-    assert await settle(runtime, "cli-s") == ["echo: check the build"] * 2
+    assert await settle(engine, "cli-s") == ["echo: check the build"] * 2
 
 
 async def test_a_cron_schedule_fires_at_its_time_in_its_zone(
-    runtime: Runtime, clock: FakeClock
+    engine: Engine, clock: FakeClock
 ) -> None:
     # START_MS is 2026-05-28 20:26:40 UTC: 22:26:40 in Paris; 23:00 Paris is 21:00 UTC.
     assert datetime.fromtimestamp(START_MS / 1000, UTC).isoformat().startswith("2026-05-28T20:26")
     ok, said = await command(
-        runtime, ANN, "cli-c", "/schedule --tz Europe/Paris 0 23 * * * wind down"
+        engine, ANN, "cli-c", "/schedule --tz Europe/Paris 0 23 * * * wind down"
     )
     assert ok, said
     assert "next 2026-05-28 23:00 CEST" in said
     await clock.advance(33 * MINUTE + 19)
-    assert await runtime.schedules.fire_due() == 0
+    assert await engine.schedules.fire_due() == 0
     await clock.advance(1)
-    assert await runtime.schedules.fire_due() == 1
-    [made] = await runtime.schedules.of_session("cli-c")
+    assert await engine.schedules.fire_due() == 1
+    [made] = await engine.schedules.of_session("cli-c")
     assert made.next_due_at == ms("2026-05-29T21:00:00+00:00")
 
 
-async def test_a_bad_schedule_is_refused_with_a_reason(runtime: Runtime) -> None:
+async def test_a_bad_schedule_is_refused_with_a_reason(engine: Engine) -> None:
     for text, says in [
         ("/schedule 0 25 * * * x", "not a cron expression"),
         ("/schedule every 5s x", "between 1m and 366d"),
@@ -224,88 +209,72 @@ async def test_a_bad_schedule_is_refused_with_a_reason(runtime: Runtime) -> None
         ("/unschedule 99999999999999999999999", "usage: /unschedule"),
         ("/unschedule 3", "no schedule #3"),
     ]:
-        ok, said = await command(runtime, ANN, "cli-bad", text)
+        ok, said = await command(engine, ANN, "cli-bad", text)
         assert not ok and says in said, (text, said)
-    assert await runtime.schedules.of_session("cli-bad") == []
+    assert await engine.schedules.of_session("cli-bad") == []
 
 
-async def test_shared_chats_schedule_for_admins_only(runtime: Runtime) -> None:
+async def test_shared_chats_schedule_for_admins_only(engine: Engine) -> None:
     sid = "tg--100"
-    ok, said = await command(runtime, BOB, sid, "/schedule every 1h nag everyone")
+    ok, said = await command(engine, BOB, sid, "/schedule every 1h nag everyone")
     assert not ok and said == "only an admin may use /schedule in a shared chat"
-    ok, said = await command(runtime, ADMIN, sid, "/schedule every 1h daily summary")
+    ok, said = await command(engine, ADMIN, sid, "/schedule every 1h daily summary")
     assert ok, said
-    ok, listed = await command(runtime, BOB, sid, "/schedules")  # anyone may look
+    ok, listed = await command(engine, BOB, sid, "/schedules")  # anyone may look
     assert (
         ok
         and listed.startswith("#1  every 1h (UTC)  next ")
         and "“daily summary” by Root" in listed
     )
-    ok, said = await command(runtime, BOB, sid, "/unschedule 1")
+    ok, said = await command(engine, BOB, sid, "/unschedule 1")
     assert not ok and "only an admin" in said
-    ok, said = await command(runtime, ADMIN, sid, "/unschedule 1")
+    ok, said = await command(engine, ADMIN, sid, "/unschedule 1")
     assert ok and said == "schedule #1 removed"
-    assert (await command(runtime, BOB, sid, "/schedules"))[1].startswith("no schedules here")
+    assert (await command(engine, BOB, sid, "/schedules"))[1].startswith("no schedules here")
     # A private session is its user's: no admin needed.
-    assert (await command(runtime, ANN, "cli-mine", "/schedule every 1h x"))[0]
+    assert (await command(engine, ANN, "cli-mine", "/schedule every 1h x"))[0]
 
 
-async def test_a_schedule_of_another_session_cannot_be_removed_here(runtime: Runtime) -> None:
-    await command(runtime, ANN, "cli-a", "/schedule every 1h a's")
-    ok, said = await command(runtime, ANN, "cli-b", "/unschedule 1")
+async def test_a_schedule_of_another_session_cannot_be_removed_here(engine: Engine) -> None:
+    await command(engine, ANN, "cli-a", "/schedule every 1h a's")
+    ok, said = await command(engine, ANN, "cli-b", "/unschedule 1")
     assert not ok and said == "no schedule #1 in this session"
-    assert len(await runtime.schedules.of_session("cli-a")) == 1
+    assert len(await engine.schedules.of_session("cli-a")) == 1
 
 
 # -- missed due times ---------------------------------------------------------------------------
 
 
 async def test_due_times_missed_while_down_run_once_on_start(
-    tmp_path: Path, clock: FakeClock
+    engines: EngineRig, clock: FakeClock
 ) -> None:
-    home = tmp_path / "home"
-    runtime = await start(home, clock)
-    try:
-        await command(runtime, ANN, "cli-m", "/schedule every 1h catch up")
-    finally:
-        await runtime.close()
+    async with engines.open(admins=ADMINS) as engine:
+        await command(engine, ANN, "cli-m", "/schedule every 1h catch up")
     await clock.advance(5 * HOUR + 10 * MINUTE)  # five due times pass with no gateway running
-    runtime = await start(home, clock)
-    try:
-        assert await runtime.schedules.fire_due() == 1
-        assert await runtime.schedules.fire_due() == 0
-        assert await settle(runtime, "cli-m") == ["echo: catch up"]
-        [made] = await runtime.schedules.of_session("cli-m")
+    async with engines.open(admins=ADMINS) as engine:
+        assert await engine.schedules.fire_due() == 1
+        assert await engine.schedules.fire_due() == 0
+        assert await settle(engine, "cli-m") == ["echo: catch up"]
+        [made] = await engine.schedules.of_session("cli-m")
         assert made.next_due_at == START_MS + 6 * 3_600_000  # in step, in the future
-    finally:
-        await runtime.close()
 
 
 async def test_due_times_missed_while_down_are_skipped_if_the_schedule_says_so(
-    tmp_path: Path, clock: FakeClock
+    engines: EngineRig, clock: FakeClock
 ) -> None:
-    home = tmp_path / "home"
-    runtime = await start(home, clock)
-    try:
-        ok, said = await command(
-            runtime, ANN, "cli-k", "/schedule --skip-missed every 1h only live"
-        )
+    async with engines.open(admins=ADMINS) as engine:
+        ok, said = await command(engine, ANN, "cli-k", "/schedule --skip-missed every 1h only live")
         assert ok and "is skipped" in said
-    finally:
-        await runtime.close()
     await clock.advance(2 * HOUR + 10 * MINUTE)
-    runtime = await start(home, clock)
-    try:
-        assert await runtime.schedules.fire_due() == 0
-        assert await user_messages(runtime, "cli-k") == []
-        [made] = await runtime.schedules.of_session("cli-k")
+    async with engines.open(admins=ADMINS) as engine:
+        assert await engine.schedules.fire_due() == 0
+        assert await user_messages(engine, "cli-k") == []
+        [made] = await engine.schedules.of_session("cli-k")
         assert made.next_due_at == START_MS + 3 * 3_600_000 and made.last_fired_at == 0
         # A due time met while running is no missed one.
         await clock.advance(50 * MINUTE + 30)
-        assert await runtime.schedules.fire_due() == 1
-        assert await settle(runtime, "cli-k") == ["echo: only live"]
-    finally:
-        await runtime.close()
+        assert await engine.schedules.fire_due() == 1
+        assert await settle(engine, "cli-k") == ["echo: only live"]
 
 
 # -- once per due time ----------------------------------------------------------------------------
@@ -328,83 +297,56 @@ class CrashAt(CrashPoints):
 
 
 async def test_a_crash_between_storing_the_task_and_moving_on_fires_once(
-    tmp_path: Path, clock: FakeClock
+    engines: EngineRig, clock: FakeClock
 ) -> None:
-    home = tmp_path / "home"
-    runtime = await start(home, clock)
-    try:
-        await command(runtime, ANN, "cli-x", "/schedule every 1h exactly once")
+    async with engines.open(admins=ADMINS) as engine:
+        await command(engine, ANN, "cli-x", "/schedule every 1h exactly once")
         await clock.advance(HOUR)
-        runtime.schedules.crash = CrashAt("scheduled")
+        engine.schedules.crash = CrashAt("scheduled")
         with pytest.raises(Crashed):
-            await runtime.schedules._fire(
-                (await runtime.store.schedules.due(clock.now_ms()))[0], clock.now_ms()
+            await engine.schedules._fire(
+                (await engine.store.schedules.due(clock.now_ms()))[0], clock.now_ms()
             )
-        [made] = await runtime.schedules.of_session("cli-x")
+        [made] = await engine.schedules.of_session("cli-x")
         assert made.next_due_at == START_MS + 3_600_000  # not moved on
-    finally:
-        await runtime.close()
-    runtime = await start(home, clock)
-    try:
-        await runtime.router.recover(at_start=True)  # the stored task is taken up
-        assert await runtime.schedules.fire_due() == 0  # the same due time: stored already
-        assert await settle(runtime, "cli-x") == ["echo: exactly once"]
-        assert await user_messages(runtime, "cli-x") == [("schedule #1", "exactly once")]
-        [made] = await runtime.schedules.of_session("cli-x")
+    async with engines.open(admins=ADMINS) as engine:
+        await engine.router.recover(at_start=True)  # the stored task is taken up
+        assert await engine.schedules.fire_due() == 0  # the same due time: stored already
+        assert await settle(engine, "cli-x") == ["echo: exactly once"]
+        assert await user_messages(engine, "cli-x") == [("schedule #1", "exactly once")]
+        [made] = await engine.schedules.of_session("cli-x")
         assert made.next_due_at == START_MS + 2 * 3_600_000  # moved on now
-    finally:
-        await runtime.close()
 
 
 async def test_a_second_firing_of_one_due_time_stores_nothing(
-    runtime: Runtime, clock: FakeClock
+    engine: Engine, clock: FakeClock
 ) -> None:
     """Two instances that both saw the schedule due (a lease moving between them)."""
-    await command(runtime, ANN, "cli-twice", "/schedule every 1h once")
+    await command(engine, ANN, "cli-twice", "/schedule every 1h once")
     await clock.advance(HOUR)
-    [due] = await runtime.store.schedules.due(clock.now_ms())
-    assert await runtime.schedules._fire(due, clock.now_ms())
-    assert not await runtime.schedules._fire(due, clock.now_ms())
-    assert await settle(runtime, "cli-twice") == ["echo: once"]
+    [due] = await engine.store.schedules.due(clock.now_ms())
+    assert await engine.schedules._fire(due, clock.now_ms())
+    assert not await engine.schedules._fire(due, clock.now_ms())
+    assert await settle(engine, "cli-twice") == ["echo: once"]
 
 
-async def test_a_session_deleted_takes_its_schedules_with_it(runtime: Runtime) -> None:
-    await command(runtime, ANN, "cli-gone", "/schedule every 1h x")
-    await command(runtime, ANN, "cli-stays", "/schedule every 1h y")
-    assert await runtime.store.delete("cli-gone")
-    assert await runtime.schedules.of_session("cli-gone") == []
-    assert len(await runtime.schedules.of_session("cli-stays")) == 1
-    assert await runtime.store.schedules.counts() == {"cli-stays": 1}
+async def test_a_session_deleted_takes_its_schedules_with_it(engine: Engine) -> None:
+    await command(engine, ANN, "cli-gone", "/schedule every 1h x")
+    await command(engine, ANN, "cli-stays", "/schedule every 1h y")
+    assert await engine.store.delete("cli-gone")
+    assert await engine.schedules.of_session("cli-gone") == []
+    assert len(await engine.schedules.of_session("cli-stays")) == 1
+    assert await engine.store.schedules.counts() == {"cli-stays": 1}
 
 
 async def test_a_schedule_moves_on_only_from_the_due_time_it_had(
-    runtime: Runtime, clock: FakeClock
+    engine: Engine, clock: FakeClock
 ) -> None:
     """An instance that read the schedule before another moved it on cannot move it back."""
-    await command(runtime, ANN, "cli-stale", "/schedule every 1h x")
-    [made] = await runtime.schedules.of_session("cli-stale")
-    table, first = runtime.store.schedules, made.next_due_at
+    await command(engine, ANN, "cli-stale", "/schedule every 1h x")
+    [made] = await engine.schedules.of_session("cli-stale")
+    table, first = engine.store.schedules, made.next_due_at
     assert await table.advance(made.id, first, first + 3_600_000, fired_at=first)
     assert not await table.advance(made.id, first, first + 60_000, fired_at=None)
-    [now] = await runtime.schedules.of_session("cli-stale")
+    [now] = await engine.schedules.of_session("cli-stale")
     assert (now.next_due_at, now.last_fired_at) == (first + 3_600_000, first)
-
-
-async def test_agenvoy_sessions_shows_how_many_schedules_a_session_has(
-    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    home = tmp_path / "home"
-    runtime = await start(home, clock)
-    try:
-        await command(runtime, ANN, "cli-busy", "/schedule every 1h a")
-        await command(runtime, ANN, "cli-busy", "/schedule @daily b")
-        await command(runtime, ANN, "cli-idle", "/status")
-        await runtime.store.ensure("cli-idle")
-    finally:
-        await runtime.close()
-    monkeypatch.setenv("AGENVOY_HOME", str(home))
-    result = await asyncio.to_thread(CliRunner().invoke, cli_app, ["sessions"])
-    assert result.exit_code == 0, result.output
-    lines = {line.split()[0]: line for line in result.output.splitlines() if "msgs" in line}
-    assert lines["cli-busy"].endswith("0 msgs  2 scheduled")
-    assert lines["cli-idle"].endswith("0 msgs")

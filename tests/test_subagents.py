@@ -1,87 +1,68 @@
-"""Subagents: a task hands a sub-task to a new temp-* session and waits for its answer.
-
-Through the router with the offline agent (`!delegate`), in a Telegram group against the fake
-Bot API (a confirmation asked inside a subagent arrives in the parent's chat and is answered
-there), and with the openai agent's `delegate` tool against the fake model."""
+"""Subagents through the router with the offline agent (`!delegate`): a task hands a sub-task
+to a new temp-* session and waits for its answer. In a Telegram group, with the openai agent's
+tool, across a SIGKILL and in the listings: tests/test_subagents_frontends.py."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from fakes.openai import FakeOpenAI
-from fakes.openai.replies import Text, ToolCalls
-from fakes.telegram import FakeTelegram
-from gateway_proc import Gateway, free_port
+from engine_rig import Core, Engine, EngineRig
 from sqlalchemy import text
 from sqlmodel import Session
 from support import wait_until
-from telegram_rig import Rig, reply_in, running
-from test_openai_agent import start as start_openai
-from typer.testing import CliRunner
 
-from adapters.terminal.picker import SessionPicker, SessionRow
-from gateway.cli import app as cli_app
 from gateway.engine.subagents import child_session_id, child_task_hash
 from gateway.events import Inbound, Origin
 from gateway.jobs import Reaper
-from gateway.runtime import Runtime
-from gateway.settings import Settings
+
+pytestmark = pytest.mark.fast
+
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann")
 
 
-@pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    async with FakeTelegram() as fake, running(fake, tmp_path / "home") as started:
-        yield started
+async def ask(core: Core, sid: str, message: str, within: float = 15) -> Any:
+    sub = await core.router.submit(Inbound(ANN, sid, message))
+    return sub, await core.router.wait(sub.task_hash, within)
 
 
-async def ask(rt: Runtime, sid: str, message: str, within: float = 15) -> Any:
-    sub = await rt.router.submit(Inbound(ANN, sid, message))
-    return sub, await rt.router.wait(sub.task_hash, within)
+async def children_of(core: Core, sid: str) -> list[str]:
+    return [s.id for s in await core.store.list_sessions() if s.parent == sid]
 
 
-async def children_of(rt: Runtime, sid: str) -> list[str]:
-    return [s.id for s in await rt.store.list_sessions() if s.parent == sid]
-
-
-async def usage_by_session(rt: Runtime) -> list[tuple[str, str, str]]:
+async def usage_by_session(core: Core) -> list[tuple[str, str, str]]:
     def work(session: Session) -> list[tuple[str, str, str]]:
         rows = session.connection().execute(
             text("SELECT session_id, model, task_hash FROM usage ORDER BY id")
         )
         return [(r[0], r[1], r[2]) for r in rows.all()]
 
-    return await rt.store.db.read(work)
+    return await core.store.db.read(work)
 
 
-async def test_a_subagent_answers_in_a_session_of_its_own(runtime: Runtime) -> None:
-    sub, state = await ask(runtime, "cli-parent", "!delegate hello there")
+async def test_a_subagent_answers_in_a_session_of_its_own(engine: Engine) -> None:
+    sub, state = await ask(engine, "cli-parent", "!delegate hello there")
     assert state.status == "done" and state.reply == "delegated: echo: hello there"
-    (child,) = await children_of(runtime, "cli-parent")
+    (child,) = await children_of(engine, "cli-parent")
     assert child.startswith("temp-") and child == child_session_id(sub.task_hash, "#0")
-    said = [(m.role, m.content) for m in await runtime.store.recent_messages(child)]
+    said = [(m.role, m.content) for m in await engine.store.recent_messages(child)]
     assert said == [("user", "hello there"), ("assistant", "echo: hello there")]
-    parent = [m.content for m in await runtime.store.recent_messages("cli-parent")]
+    parent = [m.content for m in await engine.store.recent_messages("cli-parent")]
     assert parent == ["!delegate hello there", "delegated: echo: hello there"]
     # The child's model calls are its session's, and name the task that started it.
-    rows = await usage_by_session(runtime)
+    rows = await usage_by_session(engine)
     assert (child, "offline", sub.task_hash) in rows
     assert ("cli-parent", "offline", sub.task_hash) in rows
 
 
-async def test_the_child_gets_the_parents_persona_and_tools(runtime: Runtime) -> None:
-    await runtime.store.ensure("cli-p")
-    await runtime.store.update("cli-p", persona="terse", model="m-1")
-    await runtime.store.set_tool_allowed("cli-p", "write_file", True)
-    await ask(runtime, "cli-p", "!delegate hi")
-    (child,) = await children_of(runtime, "cli-p")
-    row = await runtime.store.get(child)
+async def test_the_child_gets_the_parents_persona_and_tools(engine: Engine) -> None:
+    await engine.store.ensure("cli-p")
+    await engine.store.update("cli-p", persona="terse", model="m-1")
+    await engine.store.set_tool_allowed("cli-p", "write_file", True)
+    await ask(engine, "cli-p", "!delegate hi")
+    (child,) = await children_of(engine, "cli-p")
+    row = await engine.store.get(child)
     assert row is not None
     assert (row.persona, row.model, row.allowed_tools) == (
         "terse",
@@ -91,67 +72,32 @@ async def test_the_child_gets_the_parents_persona_and_tools(runtime: Runtime) ->
     assert row.parent is not None and row.parent[0] == "cli-p"
 
 
-async def test_depth_and_count_are_limited(tmp_path: Path) -> None:
-    settings = Settings(
-        home=tmp_path / "home", max_subagent_depth=2, max_subagents_per_task=3, _env_file=None
-    )
-    rt = await Runtime.start(settings)
-    try:
-        _, state = await ask(rt, "cli-d", "!delegate !delegate !delegate deep")
+async def test_depth_and_count_are_limited(engines: EngineRig) -> None:
+    async with engines.open(max_subagent_depth=2, max_subagents_per_task=3) as engine:
+        _, state = await ask(engine, "cli-d", "!delegate !delegate !delegate deep")
         assert state.reply.startswith("delegated: delegated: refused: a subagent may not start")
         # Three subagents in one task are allowed, the fourth is refused, at any depth.
-        _, state = await ask(rt, "cli-n", "!delegate !delegate !delegate !delegate x")
+        _, state = await ask(engine, "cli-n", "!delegate !delegate !delegate !delegate x")
         assert state.reply.startswith("delegated: delegated: refused:"), state.reply
-        settings_none = Settings(home=tmp_path / "h2", max_subagent_depth=0, _env_file=None)
-    finally:
-        await rt.close()
-    rt = await Runtime.start(settings_none)
-    try:
-        _, state = await ask(rt, "cli-z", "!delegate x")
+    async with engines.open(home=engines.home.with_name("h2"), max_subagent_depth=0) as engine:
+        _, state = await ask(engine, "cli-z", "!delegate x")
         assert state.reply.startswith("refused: a subagent may not start another")
-        assert await children_of(rt, "cli-z") == []
-    finally:
-        await rt.close()
-
-
-async def test_a_confirmation_inside_a_subagent_is_asked_in_the_parents_group(rig: Rig) -> None:
-    fake = rig.fake
-    group = fake.group(-500, "ops")
-    ann, bob = fake.user(51, "Ann"), fake.user(52, "Bob")
-    fake.inject_message(group, ann, f"@{fake.bot_user['username']} !delegate !confirm deploy")
-    prompt = await fake.wait_for_call(
-        "sendMessage", lambda p: "reply_markup" in p and p.get("chat_id") == -500, timeout=10
-    )
-    assert "demo_action" in prompt["text"]
-    approve = next(
-        b for b in prompt["reply_markup"]["inline_keyboard"][0] if b["text"] == "Approve"
-    )
-    prompt_message = fake.sent_messages(-500)[-1]
-    fake.inject_callback(bob, prompt_message, approve["callback_data"])
-    refusal = await fake.wait_for_call("answerCallbackQuery", timeout=10)
-    assert "Ann" in refusal["text"]  # only the one who started the parent task, or an admin
-    fake.inject_callback(ann, prompt_message, approve["callback_data"])
-    await reply_in(fake, -500, "delegated: approved: deploy")
-    # The subagent's own reply went to its session, never to the group.
-    assert not any(m.get("text") == "approved: deploy" for m in fake.sent_messages(-500))
-    (child,) = await children_of(rig.runtime, "tg--500")
-    said = [m.content for m in await rig.runtime.store.recent_messages(child)]
-    assert said == ["!confirm deploy", "approved: deploy"]
+        assert await children_of(engine, "cli-z") == []
 
 
 async def test_cancelling_the_parent_cancels_the_child_and_the_reaper_waits(
-    runtime: Runtime,
+    engine: Engine,
 ) -> None:
-    router = runtime.router
+    router = engine.router
     sub = await router.submit(Inbound(ANN, "cli-c", "!delegate !sleep 60"))
     child = child_session_id(sub.task_hash, "#0")
 
-    reaper = Reaper(runtime.store, runtime.kv, runtime.presence, router, idle_seconds=0)
+    reaper = Reaper(engine.store, engine.kv, engine.presence, router, idle_seconds=0)
 
     async def child_asked() -> bool:
         return (
-            bool(await runtime.store.recent_messages(child))
-            if await _exists(runtime, child)
+            bool(await engine.store.recent_messages(child))
+            if await _exists(engine, child)
             else False
         )
 
@@ -161,121 +107,15 @@ async def test_cancelling_the_parent_cancels_the_child_and_the_reaper_waits(
     await router.cancel_for(ANN, "cli-c", sub.task_hash)
     state = await router.wait(sub.task_hash, 10)
     assert state.status == "canceled"
-    assert await runtime.store.finished_run(child, child_task_hash(child)) is None
-    said = [m.content for m in await runtime.store.recent_messages(child)]
+    assert await engine.store.finished_run(child, child_task_hash(child)) is None
+    said = [m.content for m in await engine.store.recent_messages(child)]
     assert said == ["!sleep 60"]  # asked, never answered
     assert await wait_until(lambda: _reaped(reaper, child), within=10)
 
 
-async def _exists(rt: Runtime, sid: str) -> bool:
-    return await rt.store.get(sid) is not None
+async def _exists(core: Core, sid: str) -> bool:
+    return await core.store.get(sid) is not None
 
 
 async def _reaped(reaper: Reaper, sid: str) -> bool:
     return sid in await reaper.run_once()
-
-
-@pytest.fixture
-async def fake_model() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-async def test_the_openai_agent_delegates_with_a_tool(
-    fake_model: FakeOpenAI, tmp_path: Path
-) -> None:
-    rt = await start_openai(fake_model, tmp_path / "home")
-    try:
-        fake_model.script(
-            ToolCalls([("d1", "delegate", {"task": "count the files"})]),
-            Text("there are none"),  # the subagent's own answer
-            Text("The subagent says there are none."),
-        )
-        sub, state = await ask(rt, "cli-o", "how many files?")
-        assert state.status == "done" and state.reply == "The subagent says there are none."
-        child = child_session_id(sub.task_hash, "d1")
-        assert await children_of(rt, "cli-o") == [child]
-        requests = fake_model.requests
-        # The subagent started from the task alone, with the same tools.
-        child_messages = requests[1]["messages"]
-        assert child_messages[-1] == {"role": "user", "content": "parent agent: count the files"}
-        assert not any("how many files?" in str(m.get("content")) for m in child_messages)
-        assert {t["function"]["name"] for t in requests[1]["tools"]} >= {"delegate", "read_file"}
-        tool_reply = requests[2]["messages"][-1]
-        assert tool_reply["role"] == "tool" and tool_reply["content"] == "there are none"
-    finally:
-        await rt.close()
-
-
-@pytest.mark.slow
-async def test_sigkill_while_a_subagent_waits_resumes_both(tmp_path: Path) -> None:
-    gateway = Gateway(tmp_path / "home", free_port())
-    try:
-        await gateway.start()
-        async with aiohttp.ClientSession() as http:
-            body = {"content": "!delegate !confirm launch", "persist": True}
-            async with http.post(f"{gateway.url}/v1/send", json=body) as resp:
-                parked = await resp.json()
-            assert resp.status == 202 and parked["pending"]["tool"] == "demo_action", parked
-            sid, task = parked["session_id"], parked["task_hash"]
-            child = child_session_id(task, "#0")
-
-            await gateway.kill()
-            await gateway.start()
-
-            async def asked_again() -> bool:
-                async with http.get(f"{gateway.url}/v1/session/{sid}/pending") as resp:
-                    return bool((await resp.json())["pending"])
-
-            assert await wait_until(asked_again, within=15)
-            url = f"{gateway.url}/v1/session/{sid}/pending/{task}"
-            async with http.post(url, json={"approve": True}) as resp:
-                assert resp.status == 200
-            async with http.get(f"{gateway.url}/v1/session/{sid}/task/{task}?wait=15") as resp:
-                result = await resp.json()
-            assert (result["status"], result["text"]) == ("done", "delegated: approved: launch")
-            # One subagent, asked once, answered once.
-            async with http.get(f"{gateway.url}/v1/session/{child}/history") as resp:
-                said = [(m["role"], m["content"]) for m in (await resp.json())["messages"]]
-            assert said == [("user", "!confirm launch"), ("assistant", "approved: launch")]
-            async with http.get(f"{gateway.url}/v1/sessions?prefix=temp") as resp:
-                temps = [s["session_id"] for s in (await resp.json())["sessions"]]
-            assert temps == [child]
-        assert await gateway.stop() == 0
-    finally:
-        await gateway.close()
-
-
-async def _parent_with_a_subagent(home: Path) -> str:
-    rt = await Runtime.start(Settings(home=home, _env_file=None))
-    try:
-        await ask(rt, "cli-parent", "!delegate hi")
-        await rt.store.ensure("cli-other")
-        (child,) = await children_of(rt, "cli-parent")
-        return child
-    finally:
-        await rt.close()
-
-
-def test_listings_show_a_subagent_under_its_parent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    home = tmp_path / "home"
-    child = asyncio.run(_parent_with_a_subagent(home))
-    monkeypatch.setenv("AGENVOY_HOME", str(home))
-    listed = CliRunner().invoke(cli_app, ["sessions"])
-    assert listed.exit_code == 0, listed.output
-    lines = [line.strip() for line in listed.output.splitlines()]
-    at = next(i for i, line in enumerate(lines) if line.startswith("cli-parent"))
-    assert lines[at + 1].startswith(f"↳ {child}"), listed.output
-    assert "temp-*" not in lines  # its only temp-* session is listed under its parent
-
-    rows = [
-        SessionRow(child, "", 3, running=False, parent="cli-parent"),
-        SessionRow("cli-other", "", 5, running=False),
-        SessionRow("cli-parent", "", 2, running=False),
-        SessionRow("temp-loose", "", 9, running=False),
-    ]
-    picker = SessionPicker(rows, current="cli-other")
-    assert [r.session_id for r in picker.rows] == ["cli-other", "cli-parent", child]
-    assert "↳" in picker._label(picker.rows[2])
