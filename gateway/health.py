@@ -18,8 +18,9 @@ log = get_logger(__name__)
 # in seconds, even from an instance whose database stopped answering.
 CHECK_TIMEOUT_SECONDS: Final = 2.0
 
-CheckState = Literal["ok", "unreachable", "timeout"]
-Check = Callable[[], Coroutine[Any, Any, bool]]
+# "full": the archive answers, but writes fail for lack of space (gateway.store.space).
+CheckState = Literal["ok", "unreachable", "timeout", "full"]
+Check = Callable[[], Coroutine[Any, Any, "bool | CheckState"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,7 @@ class ReadinessProbe:
     ) -> None:
         self._checks = {"database": database, "kv": kv, "leases": leases}
         self._timeout = timeout
-        self._running: dict[str, asyncio.Task[bool]] = {}
+        self._running: dict[str, asyncio.Task[bool | CheckState]] = {}
         self._last: dict[str, CheckState] = {}
 
     async def check(self) -> Readiness:
@@ -74,7 +75,8 @@ class ReadinessProbe:
         elif (exc := task.exception()) is not None:
             state, error = "unreachable", repr(exc)
         else:
-            state = "ok" if task.result() else "unreachable"
+            result = task.result()
+            state = result if isinstance(result, str) else "ok" if result else "unreachable"
         self._note(name, state, error)
         return state
 
@@ -98,7 +100,7 @@ class ReadinessProbe:
         self._running.clear()
 
 
-def _retrieve(task: asyncio.Task[bool]) -> None:
+def _retrieve(task: asyncio.Task[bool | CheckState]) -> None:
     # A check that failed after its probe gave up on it is read here, so asyncio does not report
     # its exception as never retrieved.
     if not task.cancelled():

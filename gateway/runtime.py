@@ -29,7 +29,7 @@ from gateway.crash import CrashPoints
 from gateway.engine.assembly import Engine, assemble
 from gateway.engine.cluster import Cluster
 from gateway.engine.router import Router
-from gateway.health import Readiness, ReadinessProbe, answers
+from gateway.health import CheckState, Readiness, ReadinessProbe, answers
 from gateway.leases import Leases, LocalLeases, open_leases
 from gateway.logs import get_logger
 from gateway.mcp_tools.config import McpConfig, load_config
@@ -132,9 +132,12 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.router = self.engine.router
-        self.probe = ReadinessProbe(
-            answers(self.store.ping), answers(self.kv.ping), self.leases.healthy
-        )
+        self.probe = ReadinessProbe(self._archive_state, answers(self.kv.ping), self.leases.healthy)
+
+    async def _archive_state(self) -> bool | CheckState:
+        """The archive answers, and has room for writes (or is full)."""
+        await self.store.ping()
+        return "ok" if await self.store.db.space.available() else "full"
 
     async def readiness(self) -> Readiness:
         """Whether this instance can serve now; answered within the check timeout."""

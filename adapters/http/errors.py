@@ -26,6 +26,7 @@ from gateway.ids import InvalidHash, InvalidSessionId
 from gateway.logs import get_logger
 from gateway.store.errors import DatabaseUnavailable
 from gateway.store.sessions import UnknownSession
+from gateway.store.space import is_storage_full
 from gateway.text import UnstorableText
 
 log = get_logger(__name__)
@@ -51,6 +52,9 @@ _PROMPT_STATUS: Final[dict[type[PromptError], int]] = {
 
 
 UNAVAILABLE: Final = "the archive is unreachable for now; try again shortly"
+STORAGE_FULL: Final = (
+    "the gateway's storage is full: nothing was stored; try again once space is freed"
+)
 
 
 class ApiError(Exception):
@@ -110,6 +114,10 @@ def known_error(exc: Exception) -> ApiError | None:
         return ApiError(_PROMPT_STATUS.get(type(exc), 400), exc.code, str(exc))
     if isinstance(exc, NotAllowed):
         return ApiError(403, exc.code, str(exc))
+    if is_storage_full(exc):
+        # Nothing of the request was stored (the write that failed was its transaction).
+        log.warning("storage full", error=str(exc))
+        return ApiError(507, "storage_full", STORAGE_FULL)
     if isinstance(exc, DatabaseUnavailable):
         # The cause (which may name the server) goes to the log, not to the caller.
         log.warning("database unavailable", error=str(exc))

@@ -27,7 +27,7 @@ API_VERSION: Final = "1.0.0"
 _SCHEMAS: Final = "#/components/schemas/"
 _PATH_PARAMETER: Final = re.compile(r"{(\w+)}")
 # Any route that needs the token can answer these; the open ones only 421.
-_ALWAYS: Final = (401, 403, 421, 500)
+_ALWAYS: Final = (401, 403, 421, 500, 507)
 _ERRORS: Final = {
     400: (
         "BadRequest",
@@ -61,6 +61,7 @@ _ERRORS: Final = {
         "when to ask again and the message which route (GET /v1/session/{sid}/task/{task_hash}). "
         "Or the archive's database cannot be reached (unavailable): try again after Retry-After.",
     ),
+    507: ("StorageFull", "The disk or database is full (storage_full): nothing was stored."),
 }
 _STRING: Final = TypeAdapter(str).json_schema()
 

@@ -24,6 +24,10 @@ async def healthz(call: Call) -> Health | HealthUnavailable:
     if ready.ready:
         return Health(checks=checks)
     failing = ", ".join(f"{name} {state}" for name, state in checks if state != "ok")
+    if all(state in ("ok", "full") for _, state in checks):
+        # It answers, but cannot store: out of rotation until space is freed.
+        error = ErrorDetail(code="storage_full", message=f"degraded: {failing}")
+        return HealthUnavailable(status="degraded", checks=checks, error=error)
     error = ErrorDetail(code="unavailable", message=f"not ready: {failing}")
     return HealthUnavailable(checks=checks, error=error)
 

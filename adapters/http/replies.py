@@ -347,7 +347,7 @@ class CommandList(Reply):
 
 class HealthChecks(Reply):
     """Each part this instance needs, as it answered within the check timeout (2 s): `ok`,
-    `unreachable` (it failed), or `timeout` (no answer in time)."""
+    `unreachable` (it failed), `timeout` (no answer in time) or `full` (no room to write)."""
 
     database: CheckState = Field(description="Whether the SQL archive answers a trivial query")
     kv: CheckState = Field(description="Whether the KV store answers")
@@ -365,7 +365,7 @@ class HealthUnavailable(Reply):
     """Not ready: the checks that are not `ok` name what this instance cannot reach; `error`
     says it too, in the shape every error of the API has."""
 
-    status: Literal["unavailable"] = "unavailable"
+    status: Literal["unavailable", "degraded"] = "unavailable"  # degraded: storage full
     checks: HealthChecks
     error: ErrorDetail
 

@@ -52,6 +52,7 @@ from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean
 from gateway.store.pg_lean import PgLeanPool
 from gateway.store.readers import ReaderThreads
+from gateway.store.space import Space
 
 log = get_logger(__name__)
 
@@ -98,6 +99,7 @@ class Database:
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
         self.sqlite_path: Path | None = None
+        self.space = Space(None)  # whether writes fail for lack of space now (/healthz)
         self._async_engine: AsyncEngine | None = None
         self._pg_lean: PgLeanPool | None = None
         if self.dialect == "sqlite":
@@ -105,6 +107,7 @@ class Database:
                 raise DatabaseError("an in-memory SQLite database cannot be shared; use a file")
             self.sqlite_path = Path(parsed.database).expanduser().resolve()
             self.sqlite_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self.space.probe_dir = self.sqlite_path.parent
             sync_url = f"sqlite:///{self.sqlite_path}"
             # Two connections: the group writer's, held for its life, and the migrations'.
             self._writer = _sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=2)
@@ -229,16 +232,17 @@ class Database:
     async def _write_once(
         self, work: Callable[[Any], T], after_commit: Callable[[T], None] | None, lean: bool
     ) -> T:
-        if self._async_engine is None:
-            return await self._group.run(work, after_commit, lean=lean)
-        if lean:
-            assert self._pg_lean is not None
-            result = await self._pg_lean.write(work)
-        else:
-            result = await self._async_work(work, commit=True)
-        if after_commit is not None:
-            await asyncio.to_thread(after_commit, result)
-        return result
+        with self.space.watching():  # a write that fails for lack of space: StorageFull
+            if self._async_engine is None:
+                return await self._group.run(work, after_commit, lean=lean)
+            if lean:
+                assert self._pg_lean is not None
+                result = await self._pg_lean.write(work)
+            else:
+                result = await self._async_work(work, commit=True)
+            if after_commit is not None:
+                await asyncio.to_thread(after_commit, result)
+            return result
 
     async def read(self, work: Work[T]) -> T:
         return await self._read(work, lean=False)
