@@ -16,6 +16,7 @@ from gateway_proc import free_port
 from store_rows import outbox_of_task
 from support import wait_until
 from telegram_rig import Rig, last_task_of, reply_in, sent_to, start_rig, stop_rig
+from test_http import write_tokens
 
 from adapters.http import start_http
 
@@ -31,7 +32,10 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 
 async def started(fake: FakeTelegram, home: Path, clock: FakeClock) -> Rig:
-    rig = await start_rig(fake, home, clock=clock, outbox_expiry_seconds=3 * HOUR)
+    write_tokens(home / ".store", {"root": "Root"})  # the console's admin
+    rig = await start_rig(
+        fake, home, clock=clock, outbox_expiry_seconds=3 * HOUR, admins="http:root"
+    )
     rig.runtime.engine.courier.initial_wait = 0.5  # the real schedule, on simulated time
     return rig
 
@@ -131,9 +135,20 @@ async def test_a_reply_telegram_refuses_with_403_ends_at_once(
         failed = [r for r in records if r.kind == "error" and r.task_hash == task]
         assert len(failed) == 1 and "refused by telegram" in failed[0].body
         base = f"http://127.0.0.1:{port}"
-        async with aiohttp.ClientSession() as client, client.get(f"{base}/metrics") as resp:
-            metrics = await resp.text()
-        assert "agenvoy_deliveries_failed_total 1.0" in metrics
+        jar = aiohttp.CookieJar(unsafe=True)  # cookies for 127.0.0.1
+        async with aiohttp.ClientSession(base_url=base, cookie_jar=jar) as client:
+            root = {"Authorization": "Bearer agv_test-root"}
+            async with client.get("/metrics", headers=root) as resp:
+                metrics = await resp.text()
+            assert "agenvoy_deliveries_failed_total 1.0" in metrics
+            # And on the console's page of the session.
+            async with client.post("/ui/login", data={"token": "agv_test-root"}) as resp:
+                assert resp.status == 200 and resp.url.path == "/ui/"
+            async with client.get("/ui/session/tg-72") as resp:
+                page = await resp.text()
+        shown = page.split("Replies not delivered", 1)[-1].split("</section>", 1)[0]
+        assert task in shown and "<strong>failed</strong> after 1 attempt" in shown, page
+        assert "blocked by the user" in shown
     finally:
         await http.cleanup()
         await stop_rig(rig)

@@ -129,6 +129,7 @@ class Pages:
         return self.render(
             "session.html",
             viewer,
+            undelivered=await self.ctx.store.outbox.troubled(sid),
             schedules=schedules,
             row=row,
             messages=messages,

@@ -57,6 +57,19 @@ class OutboxItem:
     expires_at: int = 0  # ms; 0: not failed yet
 
 
+@dataclass(frozen=True, slots=True)
+class Undelivered:
+    """An entry that failed for good, or is being tried again: what the console shows."""
+
+    task_hash: str
+    kind: str
+    platform: str
+    status: str  # failed | pending
+    attempts: int
+    last_error: str
+    next_attempt_at: int
+
+
 # Every reply to a platform takes these (recorded with its run, claimed, its parts counted,
 # marked delivered), so they are plain SQL on the driver's cursor (gateway.store.lean); every
 # column is given, as the ORM's Python-side defaults do not apply here.
@@ -192,6 +205,35 @@ class Outbox:
             return _item(row) if row is not None else None
 
         return await self._db.read_lean(work)
+
+    async def troubled(self, session_id: str, limit: int = 10) -> list[Undelivered]:
+        """The session's latest entries that failed, or wait to be tried again, newest first."""
+        stmt = (
+            select(OutboxRow)
+            .where(col(OutboxRow.session_id) == session_id)
+            .where(
+                (col(OutboxRow.status) == "failed")
+                | ((col(OutboxRow.status) == "pending") & (col(OutboxRow.attempts) > 0))
+            )
+            .order_by(col(OutboxRow.id).desc())
+            .limit(limit)
+        )
+
+        def work(session: Session) -> list[Undelivered]:
+            return [
+                Undelivered(
+                    row.task_hash,
+                    row.kind,
+                    row.platform,
+                    row.status,
+                    row.attempts,
+                    row.last_error,
+                    row.next_attempt_at,
+                )
+                for row in session.exec(stmt).all()
+            ]
+
+        return await self._db.read(work)
 
     async def undelivered(
         self, platforms: set[str] | None = None, *, due_by: int | None = None
