@@ -168,6 +168,10 @@ class Settings(BaseSettings):
     # (3.75 MB of image); OpenAI-compatible endpoints take as much.
     image_max_side: int = Field(1568, ge=64)
     image_max_bytes: int = Field(3_932_160, ge=16_384)
+    # What decoding one image may take in memory (pixels times bytes each, working copies included;
+    # a JPEG is decoded scaled down), and how many images decode at once.
+    image_decode_budget_bytes: int = Field(201_326_592, ge=1_048_576)
+    image_decode_concurrency: int = Field(2, ge=1)
     # Voice notes and audio files are transcribed with this model through the openai settings'
     # endpoint (`/audio/transcriptions`, e.g. whisper-1); empty = not transcribed.
     transcribe_model: str = ""

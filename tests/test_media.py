@@ -22,11 +22,13 @@ from fakes.telegram import FakeTelegram
 from PIL import Image
 from telegram_rig import Rig, reply_in, running
 
-from gateway.agents.images import Unreadable, prepare
+from gateway.agents.images import Limits, Unreadable, prepare
 from gateway.events import Attachment, Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
+
+LIMITS = Limits(max_side=1568, max_bytes=3_000_000, decode_budget=2**28)
 
 
 @pytest.fixture
@@ -271,7 +273,7 @@ async def test_no_transcription_unless_a_model_is_set(
 def test_image_too_heavy_in_bytes_is_reencoded_to_fit() -> None:
     data = picture(300, 300, noise=True)
     assert len(data) > 30_000
-    shown = prepare("noise.png", data, 1568, 30_000)
+    shown = prepare("noise.png", data, Limits(1568, 30_000, 2**28))
     assert len(shown.data) <= 30_000 and shown.media_type == "image/jpeg"
     assert shown.width < 300  # even as a JPEG it had to be made smaller
 
@@ -280,18 +282,18 @@ def test_decompression_bomb_is_refused_before_decoding() -> None:
     out = io.BytesIO()
     Image.new("1", (9000, 9000)).save(out, "PNG")  # a few kB claiming 81 megapixels
     with pytest.raises(Unreadable, match="more than it is allowed to decode"):
-        prepare("bomb.png", out.getvalue(), 1568, 3_000_000)
+        prepare("bomb.png", out.getvalue(), LIMITS)
 
 
 def test_unsupported_type_is_converted_to_png() -> None:
-    shown = prepare("scan.bmp", picture(50, 40, "BMP"), 1568, 3_000_000)
+    shown = prepare("scan.bmp", picture(50, 40, "BMP"), LIMITS)
     assert shown.media_type == "image/png" and (shown.width, shown.height) == (50, 40)
 
 
 def test_image_cut_short_is_refused() -> None:
     whole = picture(200, 200, noise=True)
     with pytest.raises(Unreadable, match="not a picture this gateway can decode"):
-        prepare("cut.png", whole[: len(whole) // 2], 1568, 3_000_000)
+        prepare("cut.png", whole[: len(whole) // 2], LIMITS)
 
 
 async def test_discord_voice_message_is_transcribed(model: FakeOpenAI, tmp_path: Path) -> None:

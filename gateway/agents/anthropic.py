@@ -24,7 +24,7 @@ from typing import Any
 
 from gateway.agents.anthropic_stream import MessagesClient, Turn, usage_row
 from gateway.agents.base import AgentContext, AgentFailed, Delta, Reply, Step, ToolResult
-from gateway.agents.images import Picture, Pictures, pictures_of
+from gateway.agents.images import DecodeGate, Picture, Pictures, pictures_of
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
 from gateway.agents.tools import (
     BUILTIN_TOOLS,
@@ -143,6 +143,7 @@ class AnthropicAgent:
         # The MCP servers' tools, listed when a task starts (the servers start lazily).
         self.found = found
         self.tool_prefixes = found.prefixes if found is not None else ()
+        self.decodes = DecodeGate(settings.image_decode_concurrency)
         key = settings.anthropic_api_key
         self.client = MessagesClient(
             settings.anthropic_base_url,
@@ -201,7 +202,9 @@ class AnthropicAgent:
         system = system_blocks(ctx)
         found = await with_found(self.tools, self.found)
         tools = tool_definitions(found)
-        shown = await pictures_of(ctx.attachments, ctx.workspace, self.settings, model)
+        shown = await pictures_of(
+            ctx.attachments, ctx.workspace, self.settings, model, self.decodes
+        )
         messages = conversation(ctx, shown)
         for _ in range(self.settings.max_tool_iterations):
             body = self.request(model, system, messages, tools=tools, reasoning=reasoning)
@@ -232,7 +235,9 @@ class AnthropicAgent:
             # What was sent meanwhile (the `steer` queue mode) joins the same user turn, after
             # the results: the API wants user and assistant turns to alternate.
             for new in await ctx.steering():
-                shown = await pictures_of(new.attachments, ctx.workspace, self.settings, model)
+                shown = await pictures_of(
+                    new.attachments, ctx.workspace, self.settings, model, self.decodes
+                )
                 text = shown.text_with_notes(f"{new.sender or 'user'}: {new.text}")
                 results += [{"type": "text", "text": text}, *map(image_block, shown.shown)]
             messages.append({"role": "user", "content": results})

@@ -31,7 +31,7 @@ from gateway.agents.base import (
     ToolResult,
     Usage,
 )
-from gateway.agents.images import Pictures, pictures_of
+from gateway.agents.images import DecodeGate, Pictures, pictures_of
 from gateway.agents.retries import Retryable, retry_after, wait_for_server
 from gateway.agents.tools import (
     BUILTIN_TOOLS,
@@ -105,6 +105,7 @@ class OpenAIAgent:
         key = settings.openai_api_key
         self.api_key = key.get_secret_value() if key else ""
         self._http: aiohttp.ClientSession | None = None
+        self.decodes = DecodeGate(settings.image_decode_concurrency)
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -161,7 +162,9 @@ class OpenAIAgent:
         model = ctx.model or self.settings.model
         reasoning = ctx.reasoning or self.settings.reasoning
         messages = self.context_messages(ctx)
-        shown = await pictures_of(ctx.attachments, ctx.workspace, self.settings, model)
+        shown = await pictures_of(
+            ctx.attachments, ctx.workspace, self.settings, model, self.decodes
+        )
         messages[-1] = with_pictures(messages[-1], shown)
         tools = await with_found(self.tools, self.found)
         schemas = [tool.schema() for tool in tools.values()]
@@ -203,7 +206,9 @@ class OpenAIAgent:
             # What was sent meanwhile (the `steer` queue mode) comes in as new user turns.
             for new in await ctx.steering():
                 turn = {"role": "user", "content": f"{new.sender or 'user'}: {new.text}"}
-                shown = await pictures_of(new.attachments, ctx.workspace, self.settings, model)
+                shown = await pictures_of(
+                    new.attachments, ctx.workspace, self.settings, model, self.decodes
+                )
                 messages.append(with_pictures(turn, shown))
         raise AgentFailed(
             f"stopped after {self.settings.max_tool_iterations} model calls without an answer"
