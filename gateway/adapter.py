@@ -18,13 +18,18 @@ from gateway.events import Event, Origin
 class Progress:
     """How far earlier attempts got with a message the platform takes in several parts (a
     reply split at its size limit). Kept with the outbox entry, so it survives a restart:
-    a retried delivery goes on from part `sent` instead of posting the first parts again."""
+    a retried delivery goes on from part `sent` instead of posting the first parts again.
+    For a prompt, also where it was asked before (`earlier`)."""
 
     sent: int = 0
     # Parts handed to the platform so far. One more than `sent` after a crash means the part
     # at `sent` went out with no word back: the platform may have it already.
     attempted: int = 0
     save: Callable[[int, int], Awaitable[None]] | None = None
+    # The platform's ids of the messages an earlier life sent this entry's prompt as (asked
+    # again after a restart, with a new expiry): the sink takes their buttons away, so one
+    # asking of a question stays open, and keeps them as ways to answer it.
+    earlier: tuple[str, ...] = ()
 
     @property
     def maybe_sent(self) -> bool:

@@ -259,6 +259,11 @@ class TelegramDriver:
             self.chats[chat], self.users[member], mention + text if to_bot else text, document=file
         )
 
+    def reply(self, chat: Chat, member: Member, text: str, *, to: Said) -> JSON:
+        """`member` answers the bot's message `to` in `chat` with Telegram's reply (what a
+        ForceReply question asks for), without mentioning the bot."""
+        return self.fake.inject_message(self.chats[chat], self.users[member], text, reply_to=to.raw)
+
     def _sent(self, chat_id: int) -> dict[int, str]:
         """What the bot sent for each of its messages in the chat, by message id."""
         return {

@@ -8,11 +8,12 @@ answers) and `throttle`.
 from __future__ import annotations
 
 from adapters.chat.base import Arrival, ChatAdapter
-from adapters.chat.prompts import ALREADY_ANSWERED, Answered, Posted, Refused
+from adapters.chat.prompts import ALREADY_ANSWERED, ASKED_AGAIN, Answered, Posted, Refused
 from adapters.chat.throttle import Throttle
 
 __all__ = [
     "ALREADY_ANSWERED",
+    "ASKED_AGAIN",
     "Answered",
     "Arrival",
     "ChatAdapter",

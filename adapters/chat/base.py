@@ -12,7 +12,8 @@ primitives a platform implements (send a part, edit, delete, typing, a prompt wi
 - Streamed text shows as one preview message, edited at most once a second and deleted when
   the final reply arrives; previews a crash left are deleted at the next start (`previews`).
   Typing is shown at most once per platform-specific interval.
-- Prompts remember where they were posted, so the answer can close them (`prompts`).
+- Prompts remember where they were posted, so the answer can close them (`prompts`); one
+  asked again after a restart takes the buttons off its earlier askings (`ask`).
 """
 
 from __future__ import annotations
@@ -146,8 +147,16 @@ class ChatAdapter(ABC):
         """Ask a confirmation or question, with the platform's buttons."""
 
     @abstractmethod
+    async def retire_prompt(self, posted: Posted, event: ConfirmEvent | AskUserEvent) -> None:
+        """Take the buttons off an earlier asking of `event`, saying it is asked again."""
+
+    @abstractmethod
     async def show_outcome(self, posted: Posted, outcome: str) -> None:
         """Close a prompt message once it is answered: no buttons, and what became of it."""
+
+    def posted_at(self, origin: Origin, message_id: str) -> Posted:
+        """The message `message_id` the bot posted to answer `origin`."""
+        return Posted(origin.channel_id, message_id)
 
     @abstractmethod
     async def unreachable(self, origin: Origin, event: Event, exc: Exception) -> str | None:
@@ -256,10 +265,7 @@ class ChatAdapter(ABC):
             await self.end_stream(event.task_hash)
             return reply_id
         elif isinstance(event, ConfirmEvent | AskUserEvent):
-            posted = await self.post_prompt(origin, event)
-            by_reply = self.answered_by_reply(event)
-            self.prompts.opened(event.task_hash, posted, by_reply=by_reply)
-            return posted.message_id
+            return await self.ask(origin, event, progress.earlier)
         elif isinstance(event, AnswerEvent):
             await self.close_prompt(event)
         elif isinstance(event, ErrorEvent):
@@ -353,6 +359,22 @@ class ChatAdapter(ABC):
 
     # -- prompts ---------------------------------------------------------------------------
 
+    async def ask(
+        self, origin: Origin, event: ConfirmEvent | AskUserEvent, earlier: Sequence[str]
+    ) -> str:
+        """Post a prompt. Its askings before a restart (`earlier`) lose their buttons first,
+        so that once this one shows, it is the only one open; each still closes with the
+        answer, and a reply to one still answers it."""
+        by_reply = self.answered_by_reply(event)
+        before = [self.posted_at(origin, message_id) for message_id in earlier]
+        self.prompts.opened(event.task_hash, before, by_reply=by_reply)
+        for posted in before:
+            with self._best_effort():  # one retired already (a second restart) is refused
+                await self.retire_prompt(posted, event)
+        posted = await self.post_prompt(origin, event)
+        self.prompts.opened(event.task_hash, [posted], by_reply=by_reply)
+        return posted.message_id
+
     def answered_by_reply(self, event: ConfirmEvent | AskUserEvent) -> bool:
         """Whether the platform asks `event` as a message answered by replying to it."""
         return False
@@ -363,13 +385,10 @@ class ChatAdapter(ABC):
             await self.say(responder, f"⚠️ {result.reason}" if result.alert else result.reason)
 
     async def close_prompt(self, event: AnswerEvent) -> None:
-        posted = self.prompts.closing(event.task_hash)
-        if posted is None:
-            return
-        with self._best_effort():
-            await self.show_outcome(
-                posted, outcome(event.approved, event.answer, event.answered_by)
-            )
+        said = outcome(event.approved, event.answer, event.answered_by)
+        for posted in self.prompts.closing(event.task_hash):
+            with self._best_effort():
+                await self.show_outcome(posted, said)
 
     @contextlib.contextmanager
     def _best_effort(self) -> Iterator[None]:

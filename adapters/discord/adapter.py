@@ -13,17 +13,10 @@ import discord
 from discord import app_commands, ui
 
 from adapters.attachments import Download
-from adapters.chat import Answered, Arrival, ChatAdapter, Posted, Refused
+from adapters.chat import ASKED_AGAIN, Answered, Arrival, ChatAdapter, Posted, Refused
 from adapters.discord.allowlist import AllowList, guild_of
-from adapters.discord.client import (
-    NO_MENTIONS,
-    AnswerButton,
-    AnswerModal,
-    ConfirmButton,
-    GatewayClient,
-    OptionButton,
-    point_at,
-)
+from adapters.discord.catchup import CatchUp
+from adapters.discord.client import NO_MENTIONS, AnswerModal, GatewayClient, point_at, prompt_view
 from adapters.discord.commands import (
     INTERACTION_PREFIX,
     PLATFORM,
@@ -75,6 +68,7 @@ class DiscordAdapter(ChatAdapter):
             if shard_ids:
                 client_options.setdefault("shard_ids", shard_ids)
         self.client = GatewayClient(self, **client_options)
+        self.catch_up = CatchUp(self, runtime)
         self.commands = SlashCommands(self.on_command)
         self._runner: asyncio.Task[None] | None = None
         self._missing_permission_logged: set[str] = set()
@@ -105,6 +99,7 @@ class DiscordAdapter(ChatAdapter):
         if self._runner is not None:
             with contextlib.suppress(Exception):
                 await self._runner
+        await self.catch_up.stop()
         await self.end_arrivals()  # discord.py does not end its event handlers' tasks
 
     def add_commands(self, tree: app_commands.CommandTree[Any]) -> None:
@@ -142,11 +137,23 @@ class DiscordAdapter(ChatAdapter):
         )
 
     async def on_message(self, message: discord.Message) -> None:
+        arrival = self.arrival_of(message)
+        if arrival is None:
+            return
+        # discord.py handles each message in a task of its own: `arrive` takes the message's
+        # turn before it awaits, so a later message cannot overtake one that downloads. The
+        # catch-up's turn awaits nothing unless the channel's missed messages are being read.
+        await self.catch_up.turn(message.channel.id)
+        await self.arrive(arrival)
+
+    def arrival_of(self, message: discord.Message) -> Arrival | None:
+        """`message` as taken in (live, or read after a gap: `catchup`); None when the bot does
+        not take it."""
         me = self.client.user
         if message.author.bot or (me is not None and message.author.id == me.id):
-            return
+            return None
         if not self.allow_list.serves(message):
-            return  # not a word back: the bot is not there for whoever wrote it
+            return None  # not a word back: the bot is not there for whoever wrote it
         text = message.content
         mentioned = me is not None and any(u.id == me.id for u in message.mentions)
         if me is not None:
@@ -160,25 +167,21 @@ class DiscordAdapter(ChatAdapter):
             or message.channel.id in self.listen_channels
         )
         channel = str(message.channel.id)
-        # discord.py handles each message in a task of its own: `arrive` takes the message's
-        # turn before it awaits, so a later message cannot overtake one that downloads.
-        await self.arrive(
-            Arrival(
-                self.who(message.author, channel, str(message.id)),
-                discord_session_id(message.channel.id),
-                text,
-                addressed,
-                [
-                    Download(
-                        f"{item.id}_{item.filename}",
-                        item.content_type or "application/octet-stream",
-                        item.size,
-                        item.read,
-                    )
-                    for item in message.attachments
-                ],
-                source_key=f"discord:{message.id}",
-            )
+        return Arrival(
+            self.who(message.author, channel, str(message.id)),
+            discord_session_id(message.channel.id),
+            text,
+            addressed,
+            [
+                Download(
+                    f"{item.id}_{item.filename}",
+                    item.content_type or "application/octet-stream",
+                    item.size,
+                    item.read,
+                )
+                for item in message.attachments
+            ],
+            source_key=f"discord:{message.id}",
         )
 
     async def on_command(self, interaction: discord.Interaction[Any], name: str, args: str) -> None:
@@ -247,7 +250,7 @@ class DiscordAdapter(ChatAdapter):
                 approve=approve,
                 option=option,
                 text=text,
-                closes_message=True,
+                closes=_posted(interaction.message) if interaction.message else None,
             )
         except DatabaseUnavailable:
             # Nothing was recorded and the prompt stays open: the presser is told, as only
@@ -335,24 +338,20 @@ class DiscordAdapter(ChatAdapter):
         await self.client.http.send_typing(int(origin.channel_id))
 
     async def post_prompt(self, origin: Origin, event: ConfirmEvent | AskUserEvent) -> Posted:
-        view = ui.View(timeout=None)
-        content = prompt_content(event)
-        if isinstance(event, ConfirmEvent):
-            view.add_item(ConfirmButton(event.task_hash, True))
-            view.add_item(ConfirmButton(event.task_hash, False))
-        else:
-            for index, label in enumerate(event.options[:25]):
-                view.add_item(OptionButton(event.task_hash, index, label))
-            if not event.options:
-                view.add_item(AnswerButton(event.task_hash))
         sent = await self.channel(origin.channel_id).send(
-            content[:DISCORD_LIMIT],
-            view=view,
+            prompt_content(event)[:DISCORD_LIMIT],
+            view=prompt_view(event),
             nonce=f"p{event.task_hash}{event.expires_at % 100000}"[-MAX_NONCE:],
             allowed_mentions=NO_MENTIONS,
             **_reply_to(origin),
         )
         return _posted(sent)
+
+    async def retire_prompt(self, posted: Posted, event: ConfirmEvent | AskUserEvent) -> None:
+        note = outcome_content(ASKED_AGAIN)  # kept whole under the limit, the question cut
+        content = f"{prompt_content(event)[: DISCORD_LIMIT - len(note) - 1]}\n{note}"
+        view = prompt_view(event, disabled=True)
+        await self._message(posted).edit(content=content, view=view, allowed_mentions=NO_MENTIONS)
 
     async def show_outcome(self, posted: Posted, outcome: str) -> None:
         await self._message(posted).edit(

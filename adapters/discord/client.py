@@ -16,6 +16,8 @@ import yarl
 from discord import app_commands, ui
 
 from adapters.discord.allowlist import AllowList
+from adapters.discord.catchup import CatchUp
+from gateway.events import AskUserEvent, ConfirmEvent
 from gateway.logs import get_logger
 from gateway.settings import Settings
 
@@ -27,6 +29,7 @@ NO_MENTIONS: Final = discord.AllowedMentions(
     everyone=False, roles=False, users=False, replied_user=True
 )
 TASK: Final = r"(?P<task>[A-Za-z0-9_-]{1,64})"
+MAX_OPTIONS: Final = 25  # buttons on one message
 
 
 def point_at(settings: Settings) -> None:
@@ -40,6 +43,7 @@ class Owner(Protocol):
 
     ready: asyncio.Event
     allow_list: AllowList  # its guilds get the commands; each press is checked by the owner
+    catch_up: CatchUp  # told of each shard's new session, and when its guilds are in
 
     def add_commands(self, tree: app_commands.CommandTree[Any]) -> None: ...
 
@@ -128,6 +132,24 @@ class AnswerModal(ui.Modal, title="Answer"):
         await owner(interaction).on_press(interaction, self.task_hash, text=text)
 
 
+def prompt_view(event: ConfirmEvent | AskUserEvent, *, disabled: bool = False) -> ui.View:
+    """The buttons that answer `event` (shown greyed out on an asking that is no longer the
+    open one)."""
+    view = ui.View(timeout=None)
+    buttons: list[ui.DynamicItem[ui.Button[Any]]]
+    if isinstance(event, ConfirmEvent):
+        buttons = [ConfirmButton(event.task_hash, True), ConfirmButton(event.task_hash, False)]
+    elif event.options:
+        options = enumerate(event.options[:MAX_OPTIONS])
+        buttons = [OptionButton(event.task_hash, index, label) for index, label in options]
+    else:
+        buttons = [AnswerButton(event.task_hash)]
+    for button in buttons:
+        button.item.disabled = disabled
+        view.add_item(button)
+    return view
+
+
 def owner(interaction: discord.Interaction[Any]) -> Owner:
     client = interaction.client
     assert isinstance(client, GatewayClient)
@@ -163,6 +185,14 @@ class GatewayClient(discord.AutoShardedClient):
     async def on_ready(self) -> None:
         self.owner.ready.set()
         log.info("discord ready", user=str(self.user), guilds=len(self.guilds))
+
+    async def on_shard_connect(self, shard_id: int) -> None:
+        # READY of a new session, dispatched before any message of that session: nothing to
+        # await here, so the gate is shut before those messages are handled.
+        self.owner.catch_up.connected(shard_id)
+
+    async def on_shard_ready(self, shard_id: int) -> None:
+        self.owner.catch_up.shard_ready(shard_id)
 
     async def on_message(self, message: discord.Message) -> None:
         await self.owner.on_message(message)

@@ -349,6 +349,12 @@ class TelegramAdapter(ChatAdapter):
     def answered_by_reply(self, event: ConfirmEvent | AskUserEvent) -> bool:
         return answered_by_reply(event)
 
+    def posted_at(self, origin: Origin, message_id: str) -> Posted:
+        return Posted(str(self.chats.current(Place.of(origin).chat_id)), message_id)
+
+    async def retire_prompt(self, posted: Posted, event: ConfirmEvent | AskUserEvent) -> None:
+        await self.sender.retire_prompt(int(posted.channel), int(posted.message_id), event)
+
     async def show_outcome(self, posted: Posted, outcome: str) -> None:
         # Editing the text without a reply_markup takes the keyboard away.
         await self.edit_text(posted, outcome)

@@ -10,6 +10,7 @@ from telegram import Bot, Message, ReplyParameters
 from telegram.constants import ParseMode
 from telegram.error import BadRequest, ChatMigrated
 
+from adapters.chat.prompts import ASKED_AGAIN
 from adapters.telegram.place import Chats, Place
 from adapters.telegram.prompts import prompt_message
 from adapters.telegram.split import TELEGRAM_MESSAGE_LIMIT, split_plain, strip_html
@@ -74,6 +75,19 @@ class Sender:
             parse_mode=ParseMode.HTML,
             reply_parameters=reply(reply_to),
             reply_markup=markup,
+        )
+
+    async def retire_prompt(
+        self, chat_id: int, message_id: int, event: ConfirmEvent | AskUserEvent
+    ) -> None:
+        """An earlier asking of a prompt: its text, saying it was asked again, without its
+        keyboard (an edit without a reply_markup takes it away)."""
+        text, _ = prompt_message(event)
+        await self.bot.edit_message_text(
+            f"{text}\n<i>{ASKED_AGAIN}</i>",
+            chat_id=chat_id,
+            message_id=message_id,
+            parse_mode=ParseMode.HTML,
         )
 
 

@@ -19,6 +19,9 @@ crash after the platform accepted a part and before it was recorded: that part i
 on restart. Adapters close it where the platform allows (Discord's `enforce_nonce`, keyed by
 the task and part).
 
+A prompt still open at a restart is asked again as a new entry of the same chunk; the sink is
+told where the earlier askings went (`Progress.earlier`), so it can take their buttons away.
+
 With several instances, an entry is sent only by the instance that claimed it
 (`claimant`): two instances that both see it pending (a redelivery pass, a task taken over)
 send it once. A claim left by an instance that died lapses after `claim_seconds`.
@@ -43,6 +46,7 @@ from gateway.store.outbox import Outbox, OutboxItem, Parts
 log = get_logger(__name__)
 
 OUTBOX_KINDS = frozenset({"text", "confirm", "ask_user", "error"})
+PROMPT_KINDS = frozenset({"confirm", "ask_user"})
 SENT_KEPT = 4096  # entries remembered as sent by this process
 DEFAULT_EXPIRY_SECONDS = 6 * 3600.0
 
@@ -147,7 +151,8 @@ class Courier:
         event = event_from_obj(item.payload["event"])
 
         parts = PartsRecord(self.outbox, item.id, item.parts_sent)
-        progress = Progress(item.parts_sent, item.parts_attempted, parts.save)
+        earlier = await self.outbox.earlier_deliveries(item) if item.kind in PROMPT_KINDS else ()
+        progress = Progress(item.parts_sent, item.parts_attempted, parts.save, earlier)
         attempts, expires_at = item.attempts, item.expires_at
         while True:
             try:

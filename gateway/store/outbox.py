@@ -235,6 +235,29 @@ class Outbox:
 
         return await self._db.read(work)
 
+    async def earlier_deliveries(self, item: OutboxItem) -> tuple[str, ...]:
+        """The platform's message ids of the entries delivered before `item` for the same
+        chunk of its task, oldest first: a prompt asked again after a restart is a new entry
+        (its expiry, hence its content, changed) for the chunk of its first asking."""
+        stmt = (
+            select(OutboxRow.platform_message_id)
+            .where(
+                col(OutboxRow.task_hash) == item.task_hash,
+                col(OutboxRow.chunk_index) == item.chunk_index,
+                col(OutboxRow.id) < item.id,
+                col(OutboxRow.kind) == item.kind,
+                col(OutboxRow.platform) == item.platform,
+                col(OutboxRow.status) == "delivered",
+                col(OutboxRow.platform_message_id) != "",
+            )
+            .order_by(col(OutboxRow.id))
+        )
+
+        def work(session: Session) -> tuple[str, ...]:
+            return tuple(session.exec(stmt).all())
+
+        return await self._db.read(work)
+
     async def undelivered(
         self, platforms: set[str] | None = None, *, due_by: int | None = None
     ) -> list[OutboxItem]:
