@@ -27,6 +27,11 @@ class GatewayUnavailable(RuntimeError):
     pass
 
 
+class AnswerLost(GatewayUnavailable):
+    """The connection ended after the request went out, before its answer: the gateway may
+    have acted on it."""
+
+
 class GatewayRestarting(GatewayUnavailable):
     """The gateway ended a stream because it is shutting down; it asks to be asked again."""
 
@@ -47,6 +52,12 @@ class GatewayError(RuntimeError):
             return None
         session, task = self.headers.get("X-Agenvoy-Session"), self.headers.get("X-Agenvoy-Task")
         return (session, task) if session and task else None
+
+    @property
+    def may_send_again(self) -> bool:
+        """Whether the request may be sent again with its Idempotency-Key, which makes that
+        safe: nothing was stored (`unavailable`), or nobody knows yet (`outcome_unknown`)."""
+        return self.status == 503 and self.code in {"unavailable", "outcome_unknown"}
 
     @property
     def retry_after(self) -> float:
@@ -89,15 +100,25 @@ class GatewayClient:
         if self._session is not None:
             await self._session.close()
 
-    async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Reply:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
         assert self._session is not None, "use the client as `async with`"
         try:
             url = URL(self.base_url + path, encoded=True)
-            async with self._session.request(method, url, json=body) as resp:
+            async with self._session.request(method, url, json=body, headers=headers) as resp:
                 data = await resp.json(content_type=None)
-        except aiohttp.ClientConnectionError as exc:
+        except aiohttp.ClientConnectorError as exc:
             raise GatewayUnavailable(
                 f"the gateway is not running at {self.base_url}; start it with `agenvoy run`"
+            ) from exc
+        except aiohttp.ClientConnectionError as exc:
+            raise AnswerLost(
+                f"the gateway at {self.base_url} ended the connection before it answered"
             ) from exc
         if resp.status >= 400:
             error = (data or {}).get("error", {})
@@ -107,12 +128,21 @@ class GatewayClient:
         return Reply(resp.status, data or {})
 
     async def send(
-        self, content: str, *, session_id: str | None, persist: bool, wait: float
+        self,
+        content: str,
+        *,
+        session_id: str | None,
+        persist: bool,
+        wait: float,
+        idempotency_key: str | None = None,
     ) -> Reply:
+        """`idempotency_key`: the same for every sending of one message, so that sending it
+        again never makes a second task."""
         body: dict[str, Any] = {"content": content, "persist": persist, "wait": wait}
         if session_id:
             body["session_id"] = session_id
-        return await self.call("POST", "/v1/send", body)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return await self.call("POST", "/v1/send", body, headers)
 
     async def task(self, session_id: str, task_hash: str, wait: float) -> Reply:
         path = f"/v1/session/{_segment(session_id)}/task/{_segment(task_hash)}?wait={wait}"

@@ -74,6 +74,9 @@ class Inbound:
     # The platform's id of what brought the message ("telegram:<bot>:<update id>"): a
     # delivery the platform repeats (after a crash, to another instance) is stored once.
     source_key: str = ""
+    # With `source_key`: the fingerprint of what a client's request under an `Idempotency-Key`
+    # asked for, kept with the key so that the key sent with another request is told apart.
+    request_fingerprint: str = ""
     # The platform will not deliver the message again (Discord): while the archive is
     # unreachable the intake waits for it, in the session's turn, rather than refuse it.
     wait_for_store: bool = False

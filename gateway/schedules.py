@@ -28,6 +28,7 @@ from gateway.ids import Prefix, prefix_of, validate_session_id
 from gateway.logs import get_logger
 from gateway.schedule_spec import BadSchedule, Spec, parse_spec, parse_zone
 from gateway.store.models import ScheduleRow
+from gateway.store.request_keys import RequestKey
 from gateway.store.schedules import Schedule
 from gateway.store.sessions import SessionStore
 from gateway.text import UnstorableText, check_storable
@@ -98,9 +99,12 @@ class Schedules:
 
     # -- made, listed, removed -----------------------------------------------------------
 
-    async def create(self, session_id: str, who: Origin, new: NewSchedule) -> Schedule:
+    async def create(
+        self, session_id: str, who: Origin, new: NewSchedule, request: RequestKey | None = None
+    ) -> Schedule:
         """A new schedule, first due at its spec's next time; raises NotAllowed (a shared
-        chat, not an admin) or BadSchedule."""
+        chat, not an admin) or BadSchedule. `request`: the client's key, kept with it in its
+        transaction (RequestKeyTaken if another request stored the key first)."""
         validate_session_id(session_id)
         self.authority.require_shared_admin(who, session_id, "schedule prompts in")
         spec = parse_spec(new.spec)
@@ -123,6 +127,7 @@ class Schedules:
                 created_at=now,
                 next_due_at=spec.next_after(now, zone),
             ),
+            request,
         )
         log.info("schedule made", session=session_id, schedule=made.id, by=who.sender_key)
         return made

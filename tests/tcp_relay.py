@@ -2,12 +2,22 @@
 open but no byte passes, as with a database host that stopped answering without closing
 anything (a hung server, a network partition). Thawed, the bytes held back flow again. Or cut:
 every connection ends and new ones are refused, as with a host that went down, until it is
-restored on the same port."""
+restored on the same port. Or cut right after a COMMIT landed (`cut_after_commit`): the server
+committed, and the client never hears so."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
+
+
+@dataclass
+class _Link:
+    """What the relay has seen of one connection's current transaction."""
+
+    marked: bool = False  # a statement carried the marker since the last BEGIN
+    committing: bool = False  # and its COMMIT went to the server
 
 
 class Relay:
@@ -19,6 +29,9 @@ class Relay:
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: list[asyncio.StreamWriter] = []
+        self._marker: bytes | None = None
+        self._tripped = asyncio.Event()
+        self._tripping: asyncio.Task[None] | None = None
 
     async def start(self) -> Relay:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -44,6 +57,18 @@ class Relay:
             writer.close()
         self._writers.clear()
 
+    def cut_after_commit(self, marker: bytes) -> asyncio.Event:
+        """Arm the relay: the first transaction that sends `marker` (text of one of its
+        statements) has its COMMIT reach the server, whose answer is then held back while every
+        connection is cut. The event is set once it is cut; `restore` opens it again."""
+        self._marker = marker
+        self._tripped.clear()
+        return self._tripped
+
+    async def _trip(self) -> None:
+        await self.cut()
+        self._tripped.set()
+
     def freeze(self) -> None:
         self._flowing.clear()
 
@@ -57,15 +82,31 @@ class Relay:
             writer.close()
             return
         self._writers += [writer, up_writer]
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            pipe = asyncio.create_task(self._pipe(source, sink))
+        link = _Link()
+        for source, sink, up in ((reader, up_writer, True), (up_reader, writer, False)):
+            pipe = asyncio.create_task(self._pipe(source, sink, link, up=up))
             self._pipes.add(pipe)
             pipe.add_done_callback(self._pipes.discard)
 
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, link: _Link, *, up: bool
+    ) -> None:
         try:
             while data := await source.read(65536):
                 await self._flowing.wait()
+                if up and self._marker is not None:
+                    # Seen before the bytes go on: the server cannot answer them sooner.
+                    if b"BEGIN" in data:
+                        link.marked = False
+                    if self._marker in data:
+                        link.marked = True
+                    if link.marked and b"COMMIT" in data:
+                        link.committing = True
+                elif not up and link.committing:
+                    # The server's answer to that COMMIT: it committed; the client never knows.
+                    self._marker, link.committing = None, False
+                    self._tripping = asyncio.create_task(self._trip())
+                    return
                 sink.write(data)
                 await sink.drain()
         except (ConnectionError, OSError):
@@ -74,6 +115,8 @@ class Relay:
             sink.close()
 
     async def close(self) -> None:
+        if self._tripping is not None:
+            await self._tripping
         if self._server is not None:
             self._server.close()
         await self._end_pipes()

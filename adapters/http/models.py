@@ -41,6 +41,7 @@ USAGE_DEFAULT_DAYS: Final = 28
 USAGE_MAX_DAYS: Final = 3650
 
 WINDOW_HEADER: Final = "X-Agenvoy-Window"
+IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 # The platforms of the callers the API knows (gateway/credentials.py): terminal windows and
 # the `agenvoy` commands, and everyone else.
 ClientPlatform = Literal["http", "terminal"]
@@ -291,6 +292,25 @@ class Caller(BaseModel):
             "it grants nothing. A terminal window's hash comes with its credential instead."
         ),
         json_schema_extra={"pattern": f"^{HASH_RE.pattern}$"},
+    )
+
+
+class Idempotency(BaseModel):
+    """A key that makes a request safe to send again (adapters/http/idempotency.py)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    key: str | None = Field(
+        None,
+        alias=IDEMPOTENCY_HEADER,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x20-\x7e]+$",
+        description=(
+            "Any printable ASCII, unique per request (a UUID): sent again with the same request "
+            "within 24 hours, the first request's result is answered and nothing is done "
+            "twice; with another request, 422 idempotency_mismatch. Keys are the caller's own."
+        ),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, Final, Literal, get_args
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.json_schema import JsonSchemaMode
 
-from adapters.http.models import Caller, PathParameters
+from adapters.http.models import Caller, Idempotency, PathParameters
 from adapters.http.replies import Error, Media
 from adapters.http.route import Route
 from gateway import events
@@ -48,6 +48,11 @@ _ERRORS: Final = {
         "Body over 1 MiB (too_large) or content over max_message_chars (too_long).",
     ),
     415: ("UnsupportedMediaType", "A body that is not application/json."),
+    422: (
+        "IdempotencyMismatch",
+        "The Idempotency-Key was sent with another request within 24 hours "
+        "(idempotency_mismatch); nothing was done.",
+    ),
     421: ("WrongHost", "A Host header naming another server (wrong_host)."),
     429: (
         "TooManyRequests",
@@ -59,7 +64,10 @@ _ERRORS: Final = {
         "Restarting",
         "The gateway shut down before the task ended or asked (restarting); Retry-After says "
         "when to ask again and the message which route (GET /v1/session/{sid}/task/{task_hash}). "
-        "Or the archive's database cannot be reached (unavailable): try again after Retry-After.",
+        "Or the archive's database cannot be reached (unavailable): nothing was stored, try again "
+        "after Retry-After. Or its connection ended while the request was committed "
+        "(outcome_unknown): it may be stored, as the task X-Agenvoy-Session and X-Agenvoy-Task "
+        "name; sent again with the same Idempotency-Key, it answers with what was stored.",
     ),
     507: ("StorageFull", "The disk or database is full (storage_full): nothing was stored."),
 }
@@ -119,6 +127,8 @@ class _Schemas:
                     wanted[(model, "validation")] = None
             if route.caller:
                 wanted[(Caller, "validation")] = None
+            if route.idempotent:
+                wanted[(Idempotency, "validation")] = None
             if _PATH_PARAMETER.search(route.path):
                 wanted[(PathParameters, "validation")] = None
             for _, kind in route.reply_kinds():
@@ -199,6 +209,8 @@ def _operation(route: Route, schemas: _Schemas) -> Schema:
         parameters += schemas.parameters(route.query, "query")
     if route.caller:
         parameters += schemas.parameters(Caller, "header")
+    if route.idempotent:
+        parameters += schemas.parameters(Idempotency, "header")
     if parameters:
         operation["parameters"] = parameters
     if route.body is not None:

@@ -17,7 +17,8 @@ from aiohttp import web
 from pydantic import BaseModel
 
 from adapters.http.context import Context
-from adapters.http.inputs import read_body, read_query
+from adapters.http.inputs import read_body, read_headers, read_query
+from adapters.http.models import Idempotency
 from adapters.http.replies import Media, json_reply
 from gateway.auth import Access
 from gateway.events import Origin
@@ -44,6 +45,7 @@ class Route:
     body: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     caller: bool = False  # acts as the caller (whom their credential names)
+    idempotent: bool = False  # reads an Idempotency-Key header (a caller route)
     public: bool = False  # answers without the API token
     allow_head: bool = True
     # Who may call it (gateway/auth.py). `shared_admin` is checked here before the handler
@@ -113,6 +115,11 @@ class Call:
         if not self.route.caller:
             raise RouteMisuse(f"{self.route.method} {self.route.path} reads undeclared headers")
         return self.ctx.origin(self.request)
+
+    def idempotency_key(self) -> str | None:
+        if not (self.route.idempotent and self.route.caller):
+            raise RouteMisuse(f"{self.route.method} {self.route.path} reads an undeclared key")
+        return read_headers(self.request, Idempotency).key
 
     def _declared(self, what: str, declared: type[BaseModel] | None, model: type[M]) -> None:
         if declared is not model:

@@ -162,10 +162,11 @@ ROUTES: Final[tuple[Route, ...]] = (
         "Schedule a prompt to run in the session at each due time",
         body=ScheduleRequest,
         caller=True,
+        idempotent=True,
         access=Access.shared_admin,
         checked_by="the schedules: admins only in shared chats",
         replies={201: ScheduleView},
-        errors=(400, 404, 413),
+        errors=(400, 404, 413, 422, 503),
     ),
     Route(
         "DELETE",
@@ -186,11 +187,12 @@ ROUTES: Final[tuple[Route, ...]] = (
         "Send a message (or a gateway command) to a session",
         body=SendRequest,
         caller=True,
+        idempotent=True,
         replies={
             200: (SendFinished, CommandResult, TASK_STREAM),
             202: (SendPending, SendAccepted),
         },
-        errors=(400, 413, 429, 503),
+        errors=(400, 413, 422, 429, 503),
         checked_by="each command's own rule (/reset: shared_admin)",
     ),
     Route(

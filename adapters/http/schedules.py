@@ -8,11 +8,14 @@ from typing import Annotated, Final, Literal
 from pydantic import Field
 
 from adapters.http.errors import ApiError, bad
+from adapters.http.idempotency import kept, outcome_unknown, request_key
 from adapters.http.models import NonBlank, RequestBody, SessionId
 from adapters.http.replies import Reply, UnixMs
 from adapters.http.route import Call
 from gateway.schedule_spec import BadSchedule
 from gateway.schedules import NewSchedule, ScheduleNotFound
+from gateway.store.errors import OutcomeUnknown
+from gateway.store.request_keys import KeptRequest, RequestKeyTaken
 from gateway.store.schedules import Schedule
 
 # Past any id the archive hands out, short of what an SQL integer holds.
@@ -85,18 +88,41 @@ async def list_schedules(call: Call) -> ScheduleList:
 
 async def create_schedule(call: Call) -> ScheduleView:
     """The prompt runs as a task of the session at each due time; its reply goes where the
-    session is (its Telegram chat, its Discord channel; the session's readers otherwise)."""
+    session is (its Telegram chat, its Discord channel; the session's readers otherwise).
+    With an Idempotency-Key sent before (within 24 hours, by the same caller), the answer is
+    the schedule that first request made: none is made again."""
     body = await call.body(ScheduleRequest)
+    asked = {"op": "schedule", "session_id": call.session_id, **body.model_dump()}
+    request = request_key(call, asked)
+    first = await kept(call, request)
+    if first is not None:
+        return await _made(call, first)
     limit = call.ctx.settings.max_message_chars
     if len(body.prompt) > limit:
         raise ApiError(413, "too_long", f"the prompt is longer than {limit} chars")
     await call.ctx.require_session(call.session_id)
     new = NewSchedule(body.spec, body.prompt, body.skip_missed, body.timezone)
     try:
-        made = await call.ctx.runtime.schedules.create(call.session_id, call.origin(), new)
+        made = await call.ctx.runtime.schedules.create(call.session_id, call.origin(), new, request)
     except BadSchedule as exc:
         bad(str(exc))
+    except OutcomeUnknown:
+        raise outcome_unknown(request) from None
+    except RequestKeyTaken:  # the same key, sent twice at once: the other one stored first
+        first = await kept(call, request)
+        if first is None:
+            raise
+        return await _made(call, first)
     return _view(made)
+
+
+async def _made(call: Call, first: KeptRequest) -> ScheduleView:
+    """The schedule the key's first request made, as it stands now."""
+    found = await call.ctx.runtime.schedules.of_session(first.session_id)
+    for schedule in found:
+        if schedule.id == first.schedule_id:
+            return _view(schedule)
+    raise ApiError(404, "not_found", "the schedule this Idempotency-Key made was removed since")
 
 
 async def delete_schedule(call: Call) -> Unscheduled:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -121,10 +122,16 @@ def send(
     if session is not None:
         checked_id(session)
 
+    # One key for every sending of this message: a retry is answered with the first's task.
+    key = str(uuid.uuid4())
+
     async def work(client: GatewayClient) -> int:
-        reply = await _across_restarts(
-            client, lambda: client.send(text, session_id=session, persist=persist, wait=wait), wait
-        )
+        def sent() -> Awaitable[Reply]:
+            return client.send(
+                text, session_id=session, persist=persist, wait=wait, idempotency_key=key
+            )
+
+        reply = await _across_restarts(client, sent, wait, resend=True)
         body = reply.body
         while reply.status == 202 and body.get("pending"):
             prompt = body["pending"]
@@ -159,20 +166,32 @@ def send(
 
 
 async def _across_restarts(
-    client: GatewayClient, call: Callable[[], Awaitable[Reply]], within: float
+    client: GatewayClient,
+    call: Callable[[], Awaitable[Reply]],
+    within: float,
+    *,
+    resend: bool = False,
 ) -> Reply:
     """`call()`; when the gateway shuts down before its task ends (503 `restarting`, naming the
     task), the task is asked for again once the gateway is back, for up to `within` seconds.
-    The task was stored before the gateway acknowledged it: a restart resumes it."""
-    from adapters.http_client import GatewayError, GatewayUnavailable
+    The task was stored before the gateway acknowledged it: a restart resumes it. With
+    `resend` (a request carrying an Idempotency-Key), one that got no answer, or one that may
+    not have been stored, is sent again as it is."""
+    from adapters.http_client import AnswerLost, GatewayError, GatewayUnavailable
 
     try:
         return await call()
     except GatewayError as exc:
         cut = exc.restarting_task
         if cut is None:
-            raise
+            if not (resend and exc.may_send_again):
+                raise
+            return await _sent_again(client, call, within, exc.retry_after)
         pause = exc.retry_after
+    except AnswerLost:
+        if not resend:
+            raise
+        return await _sent_again(client, call, within, 0.5)
     # Only a command that got this far pays for the retry machinery's import.
     from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -193,6 +212,34 @@ async def _across_restarts(
     async for attempt in retrying:
         with attempt:
             return await client.task(session_id, task_hash, within)
+    raise AssertionError("unreachable")  # pragma: no cover  (reraise=True ends the loop)
+
+
+async def _sent_again(
+    client: GatewayClient, call: Callable[[], Awaitable[Reply]], within: float, pause: float
+) -> Reply:
+    """`call()`, whose key makes a repeat answer with what the first sending stored, until the
+    gateway answers it, for up to `within` seconds."""
+    from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
+
+    from adapters.http_client import GatewayError, GatewayUnavailable
+
+    def unanswered(exc: BaseException) -> bool:
+        if isinstance(exc, GatewayError):
+            return exc.may_send_again or (exc.status, exc.code) == (503, "starting")
+        return isinstance(exc, GatewayUnavailable)
+
+    typer.secho("no answer from the gateway yet; sending the message again", err=True)
+    await asyncio.sleep(pause)
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(unanswered),
+        stop=stop_after_delay(within),
+        wait=wait_exponential(multiplier=0.2, max=2),
+        reraise=True,
+    )
+    async for attempt in retrying:
+        with attempt:
+            return await _across_restarts(client, call, within)
     raise AssertionError("unreachable")  # pragma: no cover  (reraise=True ends the loop)
 
 

@@ -6,7 +6,13 @@ here: the router, read-only views of tasks and prompts, and the errors they answ
 """
 
 from gateway.engine.dispatch import Subscription
-from gateway.engine.errors import MessageTooLong, QueueFull, TaskNotFound, TooManyTasks
+from gateway.engine.errors import (
+    MaybeStored,
+    MessageTooLong,
+    QueueFull,
+    TaskNotFound,
+    TooManyTasks,
+)
 from gateway.engine.journal import PromptKind
 from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
 from gateway.engine.router import Router
@@ -14,6 +20,7 @@ from gateway.engine.views import Prompt, Submission, TaskStatus, TaskView
 
 __all__ = [
     "AlreadyAnswered",
+    "MaybeStored",
     "MessageTooLong",
     "Prompt",
     "PromptError",

@@ -1,4 +1,5 @@
-"""What the engine refuses with: a message too long, too many tasks, an unknown task."""
+"""What the engine refuses with: a message too long, too many tasks, an unknown task; and a
+message whose storing nobody can confirm."""
 
 from __future__ import annotations
 
@@ -34,3 +35,13 @@ class QueueFull(TooManyTasks):
             "send more once some are answered",
         )
         self.limit = limit
+
+
+class MaybeStored(RuntimeError):
+    """The database connection ended while the message's transaction was being committed: it
+    may be stored, as task `task_hash` of `session_id` (run once the gateway finds its
+    journal), or not at all."""
+
+    def __init__(self, session_id: str, task_hash: str) -> None:
+        super().__init__(f"the message may or may not be stored, as task {task_hash}")
+        self.session_id, self.task_hash = session_id, task_hash

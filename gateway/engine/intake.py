@@ -10,7 +10,7 @@ from gateway.commands.registry import CommandReply
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.cluster import Elsewhere, Owning
 from gateway.engine.dispatch import Dispatch
-from gateway.engine.errors import MessageTooLong, QueueFull, TooManyTasks
+from gateway.engine.errors import MaybeStored, MessageTooLong, QueueFull, TooManyTasks
 from gateway.engine.journal import JournalHead, Replay
 from gateway.engine.order import Turn, Turns
 from gateway.engine.queue_modes import QueueModes
@@ -20,9 +20,10 @@ from gateway.engine.tasks import TaskTable
 from gateway.engine.views import Submission
 from gateway.events import Event, Inbound, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
-from gateway.store.errors import until_available
+from gateway.store.errors import OutcomeUnknown, until_available
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
+from gateway.store.request_keys import RequestKey
 from gateway.store.sessions import SessionStore
 from gateway.text import check_storable
 
@@ -151,6 +152,10 @@ class Intake:
         """Archive the message (with its task's journal, or `then` after its history line);
         with `inbound.wait_for_store`, waiting for an unreachable database. One transaction:
         when it raises `DatabaseUnavailable` nothing of it was committed, so it can run again."""
+        request = None
+        if inbound.request_fingerprint:
+            now = self.clock.now_ms()
+            request = RequestKey(inbound.source_key, inbound.request_fingerprint, now)
 
         def take_in() -> Awaitable[StoredMessage | None]:
             return self.store.take_in(
@@ -159,6 +164,7 @@ class Intake:
                 sender=inbound.origin.sender_name,
                 task_hash=task_hash,
                 source_key=inbound.source_key,
+                request=request,
                 journal=journal,
                 then=then,
             )
@@ -191,7 +197,13 @@ class Intake:
 
         self.accepting.add(task_hash)
         try:
-            stored = await self._archive(session_id, inbound, task_hash=task_hash, journal=journal)
+            try:
+                stored = await self._archive(
+                    session_id, inbound, task_hash=task_hash, journal=journal
+                )
+            except OutcomeUnknown as unknown:
+                # If it landed, its journal is there for recovery to take up.
+                raise MaybeStored(session_id, task_hash) from unknown
             if stored is None:
                 return None
             self.crash.reach("stored")

@@ -47,7 +47,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.logs import get_logger
-from gateway.store.errors import DatabaseUnavailable
+from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean
 from gateway.store.pg_lean import PgLeanPool
@@ -289,7 +289,7 @@ class Database:
             # Failing before the commit, nothing of the work is kept: a connection that cannot
             # be had (refused, none free, the database gone) or that ends under the work is
             # the database's absence, as the lean pool reports it. A COMMIT cut on its way
-            # may have landed: that one is not retold.
+            # may have landed: that one is `OutcomeUnknown`, never retold.
             try:
                 await session.connection()
             except (OSError, SQLAlchemyTimeoutError, DBAPIError) as exc:
@@ -302,7 +302,12 @@ class Database:
                     raise
                 raise DatabaseUnavailable(f"the database ended the connection: {exc!r}") from exc
             if commit:
-                await session.commit()
+                try:
+                    await session.commit()
+                except (OSError, DBAPIError) as exc:
+                    if isinstance(exc, DBAPIError) and not exc.connection_invalidated:
+                        raise
+                    raise OutcomeUnknown(f"the connection ended during a COMMIT: {exc!r}") from exc
             return result
 
 

@@ -20,6 +20,12 @@ class DatabaseUnavailable(RuntimeError):
     Nothing of the work that raised it was committed; the same work may be tried again."""
 
 
+class OutcomeUnknown(RuntimeError):
+    """The connection ended while the work's COMMIT was on its way: the server may have
+    committed it or not, and nobody can tell until the database is asked again. Not
+    `DatabaseUnavailable`: running the same work again could do it twice."""
+
+
 async def until_available(
     write: Callable[[], Awaitable[T]],
     *,

@@ -19,6 +19,7 @@ from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.lean import Lean
 from gateway.store.models import MessageRow
+from gateway.store.request_keys import RequestKey, forget_expired, keep
 from gateway.store.summaries import NoSummaryRow, SummaryState, latest_state, summary_state
 
 log = get_logger(__name__)
@@ -129,12 +130,14 @@ class MessageArchive(StoreBase):
         sender: str,
         task_hash: str = "",
         source_key: str = "",
+        request: RequestKey | None = None,
         journal: Callable[[StoredMessage], JournalRecord] | None = None,
         then: Callable[[StoredMessage], None] | None = None,
     ) -> StoredMessage | None:
         """Archive a user's message, creating its session if need be, and with it — in the same
         transaction — the journal of the task `task_hash` it starts (`journal`, made from the
-        stored message). None when `source_key` shows the platform delivered it before.
+        stored message). None when `source_key` shows the platform delivered it before, or
+        `request` (whose key is the source key) was sent before within its 24 hours.
 
         `then` runs with the stored message right after its history.json line, in the same
         hand-off off the event loop (a file write that belongs with it, an action.log line)."""
@@ -146,6 +149,7 @@ class MessageArchive(StoreBase):
             task_hash=task_hash,
             create_session=True,
             source_key=source_key,
+            request=request,
             journal=journal,
             then=then,
         )
@@ -162,10 +166,12 @@ class MessageArchive(StoreBase):
         write_history: bool = True,
         create_session: bool = False,
         source_key: str = "",
+        request: RequestKey | None = None,
         journal: Callable[[StoredMessage], JournalRecord] | None = None,
         then: Callable[[StoredMessage], None] | None = None,
     ) -> StoredMessage | None:
         validate_session_id(session_id)
+        assert request is None or request.key == source_key, "a request's key is its source key"
         if task_hash:
             validate_hash(task_hash)
         at = send_at if send_at is not None else now_ms()
@@ -179,10 +185,14 @@ class MessageArchive(StoreBase):
                 if not create_session:
                     raise UnknownSession(session_id)
                 new_session(sql, session_id, at)
+            if request is not None:
+                forget_expired(sql, request)
             message_id = insert_message(sql, unfiled, source_key)
             if message_id is None:
                 return None
             stored = replace(unfiled, id=message_id)
+            if request is not None:
+                keep(sql, request, session_id, task_hash=task_hash)
             if journal is not None:
                 insert_journal(sql, journal(stored))
             return stored
@@ -215,9 +225,10 @@ class MessageArchive(StoreBase):
 
     async def catch_up_history(self, session_id: str) -> int:
         """File in history.json the archived messages it lacks — the tail a crash or a
-        shutdown cut between a commit and its line; returns how many were filed."""
+        shutdown cut between a commit and its line; returns how many were filed. A session
+        whose first message was cut off there has no folder yet: it is made."""
         async with self._archive_turn(session_id):
-            filed = await self._catch_up(session_id)
+            filed = await self._catch_up(session_id, create=True)
             self.files(session_id).history_checked = True
             return filed
 
@@ -268,12 +279,15 @@ class MessageArchive(StoreBase):
             await self._catch_up(session_id)
             self.files(session_id).history_checked = True
 
-    async def _catch_up(self, session_id: str) -> int:
+    async def _catch_up(self, session_id: str, *, create: bool = False) -> int:
         files = self.files(session_id)
         try:
             last = await asyncio.to_thread(files.history.tail, 1)
         except FileNotFoundError:
-            return 0  # no folder yet: nothing was ever filed, nothing is missing
+            if not create:
+                return 0  # no folder yet: nothing was ever filed, nothing is missing
+            await asyncio.to_thread(self.dirs.create, session_id)
+            last = []
         state = await summary_state(self.db, files, session_id) if not last else None
         reset_at = state.reset_at if state else 0
         if last and not last[-1].id:

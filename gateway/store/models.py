@@ -226,6 +226,21 @@ class CommandOnceRow(SQLModel, table=True):
     handled_at: int = Field(default=0, sa_type=BigInteger)
 
 
+class RequestKeyRow(SQLModel, table=True):
+    """A client's `Idempotency-Key`, scoped to its caller, and what its first request made: a
+    repeat within the key's 24 hours is answered with that, never made again."""
+
+    __tablename__ = "request_key"
+
+    # "request:<sha256 of caller and key>"; a message it made has it as its `source_key`.
+    key: str = Field(primary_key=True, max_length=200)
+    fingerprint: str = Field(max_length=64)  # sha256 of what the request asked for
+    session_id: str = Field(max_length=140)
+    task_hash: str = Field(default="", max_length=64)  # the task a sent message started
+    schedule_id: int = Field(default=0, sa_type=BigInteger)  # the schedule it made
+    created_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
+
+
 class ScheduleRow(SQLModel, table=True):
     """A prompt that runs as a task of its session at each due time (`/schedule`)."""
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from sqlalchemy.util import await_only, greenlet_spawn
 
 from gateway.logs import get_logger
-from gateway.store.errors import DatabaseUnavailable
+from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.lean import Lean, Row, in_dialect
 
 log = get_logger(__name__)
@@ -148,7 +148,12 @@ class PgLeanPool:
                     # runs again on another connection, as if its BEGIN had failed.
                     _again_or_raise(conn, exc, last=last, doing="writing")
                     continue
-                await transaction.commit()
+                try:
+                    await transaction.commit()
+                except Exception as exc:
+                    if not _ended(conn):
+                        raise  # refused by the server, which kept nothing of it
+                    raise OutcomeUnknown(f"the connection ended during a COMMIT: {exc!r}") from exc
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -14,6 +14,7 @@ from sqlmodel import Session, col, delete, select
 
 from gateway.store.db import Database
 from gateway.store.models import ScheduleRow
+from gateway.store.request_keys import RequestKey, forget_expired_in, keep_in
 
 # Due schedules taken per round of the firing job; the rest come in the next round.
 DUE_BATCH: Final = 100
@@ -66,11 +67,18 @@ class ScheduleTable:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def add(self, row: ScheduleRow) -> Schedule:
+    async def add(self, row: ScheduleRow, request: RequestKey | None = None) -> Schedule:
+        """Store a new schedule; with `request`, its key too, in the same transaction."""
+
         def work(session: Session) -> Schedule:
+            if request is not None:
+                forget_expired_in(session, request)
             session.add(row)
             session.flush()
-            return _of(row)
+            made = _of(row)
+            if request is not None:
+                keep_in(session, request, made.session_id, schedule_id=made.id)
+            return made
 
         return await self._db.write(work)
 

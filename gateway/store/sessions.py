@@ -31,6 +31,7 @@ from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.messages import MessageArchive, StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, MessageRow, SessionRow
 from gateway.store.outbox import Outbox
+from gateway.store.request_keys import RequestKeys
 from gateway.store.runs import RunArchive, RunRecord
 from gateway.store.schedules import ScheduleTable
 from gateway.store.search import Search
@@ -72,7 +73,9 @@ def _parent_of(settings: str) -> str:
     return link[0] if link else ""
 
 
-class SessionStore(MessageArchive, RunArchive, JournalArchive, PromptAnswers, SummaryArchive):
+class SessionStore(
+    MessageArchive, RunArchive, JournalArchive, PromptAnswers, SummaryArchive, RequestKeys
+):
     def __init__(self, settings: Settings, db: Database) -> None:
         super().__init__(settings, db)
         self.outbox = Outbox(db)
