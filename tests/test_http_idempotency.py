@@ -110,6 +110,20 @@ async def test_keys_are_the_callers_own_and_another_request_under_one_is_refused
             assert (status, err(body)) == (400, "bad_request"), bad
 
 
+async def test_one_key_sent_several_times_at_once_makes_one_task(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server:
+        sent = {"content": "at once", "session_id": "chat-burst"}
+        answers = await asyncio.gather(
+            *(server.call("POST", "/v1/send", json_body=sent, headers=keyed(ANN)) for _ in range(8))
+        )
+        assert {status for status, _ in answers} == {200}, answers
+        assert len({body["task_hash"] for _, body in answers}) == 1
+        assert await history(server, "chat-burst") == [
+            ("user", "at once"),
+            ("assistant", "echo: at once"),
+        ]
+
+
 async def test_a_key_is_free_again_after_24_hours(tmp_path: Path) -> None:
     clock = FakeClock()
     async with serving(tmp_path, clock) as server:
