@@ -226,6 +226,11 @@ class Settings(BaseSettings):
     # Attachments larger than this are not downloaded, in bytes.
     discord_max_download_bytes: int = 25 * 1024 * 1024
     discord_shard_ids: str = ""
+    # After a new gateway session (a start, a resume that failed), what was posted meanwhile in
+    # each channel with a session is read: at most this many messages a channel (0 = none),
+    # none older than this.
+    discord_catch_up_messages: int = Field(50, ge=0, le=1000)
+    discord_catch_up_max_age_seconds: float = Field(86_400.0, ge=0)
 
     @staticmethod
     def id_set(value: str) -> frozenset[int]:

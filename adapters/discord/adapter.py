@@ -15,6 +15,7 @@ from discord import app_commands, ui
 from adapters.attachments import Download
 from adapters.chat import ASKED_AGAIN, Answered, Arrival, ChatAdapter, Posted, Refused
 from adapters.discord.allowlist import AllowList, guild_of
+from adapters.discord.catchup import CatchUp
 from adapters.discord.client import NO_MENTIONS, AnswerModal, GatewayClient, point_at, prompt_view
 from adapters.discord.commands import (
     INTERACTION_PREFIX,
@@ -67,6 +68,7 @@ class DiscordAdapter(ChatAdapter):
             if shard_ids:
                 client_options.setdefault("shard_ids", shard_ids)
         self.client = GatewayClient(self, **client_options)
+        self.catch_up = CatchUp(self, runtime)
         self.commands = SlashCommands(self.on_command)
         self._runner: asyncio.Task[None] | None = None
         self._missing_permission_logged: set[str] = set()
@@ -97,6 +99,7 @@ class DiscordAdapter(ChatAdapter):
         if self._runner is not None:
             with contextlib.suppress(Exception):
                 await self._runner
+        await self.catch_up.stop()
         await self.end_arrivals()  # discord.py does not end its event handlers' tasks
 
     def add_commands(self, tree: app_commands.CommandTree[Any]) -> None:
@@ -134,11 +137,23 @@ class DiscordAdapter(ChatAdapter):
         )
 
     async def on_message(self, message: discord.Message) -> None:
+        arrival = self.arrival_of(message)
+        if arrival is None:
+            return
+        # discord.py handles each message in a task of its own: `arrive` takes the message's
+        # turn before it awaits, so a later message cannot overtake one that downloads. The
+        # catch-up's turn awaits nothing unless the channel's missed messages are being read.
+        await self.catch_up.turn(message.channel.id)
+        await self.arrive(arrival)
+
+    def arrival_of(self, message: discord.Message) -> Arrival | None:
+        """`message` as taken in (live, or read after a gap: `catchup`); None when the bot does
+        not take it."""
         me = self.client.user
         if message.author.bot or (me is not None and message.author.id == me.id):
-            return
+            return None
         if not self.allow_list.serves(message):
-            return  # not a word back: the bot is not there for whoever wrote it
+            return None  # not a word back: the bot is not there for whoever wrote it
         text = message.content
         mentioned = me is not None and any(u.id == me.id for u in message.mentions)
         if me is not None:
@@ -152,25 +167,21 @@ class DiscordAdapter(ChatAdapter):
             or message.channel.id in self.listen_channels
         )
         channel = str(message.channel.id)
-        # discord.py handles each message in a task of its own: `arrive` takes the message's
-        # turn before it awaits, so a later message cannot overtake one that downloads.
-        await self.arrive(
-            Arrival(
-                self.who(message.author, channel, str(message.id)),
-                discord_session_id(message.channel.id),
-                text,
-                addressed,
-                [
-                    Download(
-                        f"{item.id}_{item.filename}",
-                        item.content_type or "application/octet-stream",
-                        item.size,
-                        item.read,
-                    )
-                    for item in message.attachments
-                ],
-                source_key=f"discord:{message.id}",
-            )
+        return Arrival(
+            self.who(message.author, channel, str(message.id)),
+            discord_session_id(message.channel.id),
+            text,
+            addressed,
+            [
+                Download(
+                    f"{item.id}_{item.filename}",
+                    item.content_type or "application/octet-stream",
+                    item.size,
+                    item.read,
+                )
+                for item in message.attachments
+            ],
+            source_key=f"discord:{message.id}",
         )
 
     async def on_command(self, interaction: discord.Interaction[Any], name: str, args: str) -> None:

@@ -16,6 +16,7 @@ import yarl
 from discord import app_commands, ui
 
 from adapters.discord.allowlist import AllowList
+from adapters.discord.catchup import CatchUp
 from gateway.events import AskUserEvent, ConfirmEvent
 from gateway.logs import get_logger
 from gateway.settings import Settings
@@ -42,6 +43,7 @@ class Owner(Protocol):
 
     ready: asyncio.Event
     allow_list: AllowList  # its guilds get the commands; each press is checked by the owner
+    catch_up: CatchUp  # told of each shard's new session, and when its guilds are in
 
     def add_commands(self, tree: app_commands.CommandTree[Any]) -> None: ...
 
@@ -183,6 +185,14 @@ class GatewayClient(discord.AutoShardedClient):
     async def on_ready(self) -> None:
         self.owner.ready.set()
         log.info("discord ready", user=str(self.user), guilds=len(self.guilds))
+
+    async def on_shard_connect(self, shard_id: int) -> None:
+        # READY of a new session, dispatched before any message of that session: nothing to
+        # await here, so the gate is shut before those messages are handled.
+        self.owner.catch_up.connected(shard_id)
+
+    async def on_shard_ready(self, shard_id: int) -> None:
+        self.owner.catch_up.shard_ready(shard_id)
 
     async def on_message(self, message: discord.Message) -> None:
         await self.owner.on_message(message)

@@ -133,6 +133,12 @@ class DiscordGateway(DiscordState):
                 conn.session.alive = False
             conn.send({"op": OP_INVALID_SESSION, "d": resumable, "s": None, "t": None})
 
+    def forget_sessions(self) -> None:
+        """Discord ends every session without a word (as after an outage longer than a resume
+        covers): nothing more is dispatched to them, and a RESUME of one is refused."""
+        for session in self._sessions.values():
+            session.alive = False
+
     async def wait_for_identify(self, timeout: float = DEFAULT_TIMEOUT) -> JSON:  # noqa: ASYNC109
         """Wait until READY (and the GUILD_CREATEs) went out for an IDENTIFY; handed out once."""
         await self._wait_until(
@@ -152,11 +158,14 @@ class DiscordGateway(DiscordState):
     # -- internals -----------------------------------------------------------------------------
 
     def _dispatch(self, event: str, data: JSON) -> None:
-        """Send a dispatch to every live session (buffered until a session exists); a guild's
-        events go only to the shard that guild lives on, as Discord routes them."""
+        """Send a dispatch to every live session; a guild's events go only to the shard that
+        guild lives on, as Discord routes them. Before the first session, dispatches wait for
+        it (a test may inject before its client connected); once there were sessions, what no
+        live session gets is gone, as on Discord (the channel's history still has a message)."""
         sessions = [s for s in self._sessions.values() if s.alive]
         if not sessions:
-            self._early.append((event, copy.deepcopy(data)))
+            if not self._sessions:
+                self._early.append((event, copy.deepcopy(data)))
             return
         guild_id = data.get("guild_id")
         for session in sessions:

@@ -326,7 +326,11 @@ class DiscordRest(DiscordMessages):
         found.sort(key=lambda m: int(m["id"]), reverse=True)
         if query.get("before"):
             found = [m for m in found if int(m["id"]) < int(query["before"])]
-        if query.get("after"):
+        if query.get("after") and not query.get("before"):
+            # As Discord answers: the `limit` messages just after `after`, newest first
+            # (discord.py reads the first one as where the next page starts).
+            found = [m for m in found if int(m["id"]) > int(query["after"])][-limit:]
+        elif query.get("after"):
             found = [m for m in found if int(m["id"]) > int(query["after"])]
         return copy.deepcopy(found[:limit])
 
