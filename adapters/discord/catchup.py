@@ -85,6 +85,12 @@ class CatchUp:
             return
         self._run = asyncio.create_task(self._runs(), name="discord catch-up")
 
+    def resumed(self, shard_id: int) -> None:
+        """A shard resumed its session. One whose READY was cut short before its guilds were
+        in (discord.py then never says it is ready) is read now rather than waited for."""
+        if shard_id in self._connecting:
+            self.shard_ready(shard_id)
+
     async def stop(self) -> None:
         """Stop reading; whatever waits goes on (the adapter's stop ends its arrivals)."""
         if self._run is not None:

@@ -194,5 +194,8 @@ class GatewayClient(discord.AutoShardedClient):
     async def on_shard_ready(self, shard_id: int) -> None:
         self.owner.catch_up.shard_ready(shard_id)
 
+    async def on_shard_resumed(self, shard_id: int) -> None:
+        self.owner.catch_up.resumed(shard_id)
+
     async def on_message(self, message: discord.Message) -> None:
         await self.owner.on_message(message)
