@@ -7,6 +7,7 @@ Adapters receive a `Runtime`; tests start one directly. `close` stops it in reve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from dataclasses import dataclass, field
 
@@ -22,11 +23,10 @@ from gateway.bus import Bus, open_bus
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.cluster.one import OneInstance
 from gateway.cluster.several import SeveralInstances
-from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.registry import CommandRegistry
-from gateway.commands.schedules import ScheduleCommands
+from gateway.core import build_core
 from gateway.crash import CrashPoints
-from gateway.engine.assembly import Engine, assemble
+from gateway.engine.assembly import Engine
 from gateway.engine.cluster import Cluster
 from gateway.engine.router import Router
 from gateway.health import CheckState, Readiness, ReadinessProbe, answers
@@ -35,7 +35,7 @@ from gateway.logs import get_logger
 from gateway.mcp_tools.config import McpConfig, load_config
 from gateway.memory.setup import Memory
 from gateway.presence import Presence
-from gateway.schedules import SCHEDULE_PLATFORM, Schedules
+from gateway.schedules import Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
 from gateway.store.kv import KVStore, open_kv
@@ -137,7 +137,7 @@ class Runtime:
     async def _archive_state(self) -> bool | CheckState:
         """The archive answers, and has room for writes (or is full)."""
         await self.store.ping()
-        return "ok" if await self.store.db.space.available() else "full"
+        return "ok" if await self.store.has_room() else "full"
 
     async def readiness(self) -> Readiness:
         """Whether this instance can serve now; answered within the check timeout."""
@@ -149,104 +149,77 @@ class Runtime:
         mcp = mcp_tools(settings, mcp_config)
         agent = build_agent(settings, clock, mcp, mcp_config)
         crash = CrashPoints(settings.crash_at)
-        store = await SessionStore.open(settings, crash=crash)
-        try:
+        async with contextlib.AsyncExitStack() as opened:
+            # What opened before a failure is closed again: an open store's writer thread, for
+            # one, would keep the process alive after the error.
+            opened.push_async_callback(agent.aclose)
+            if mcp is not None:
+                opened.push_async_callback(mcp.aclose)
+            store = await SessionStore.open(settings, crash=crash)
+            opened.push_async_callback(store.close)
             kv = await open_kv(settings.resolved_kv_url, clock=clock)
-        except BaseException:
-            await store.close()
-            raise
-        presence = Presence(
-            kv,
-            settings.instance_id,
-            ttl=settings.presence_ttl_seconds,
-            refresh=settings.presence_refresh_seconds,
-            grace=settings.presence_grace_seconds,
-            clock=clock,
-        )
-        cleared = await presence.clear_instance()
-        if cleared:
-            log.info("cleared presence left by a previous run", keys=cleared)
-        try:
+            opened.push_async_callback(kv.close)
+            presence = Presence(
+                kv,
+                settings.instance_id,
+                ttl=settings.presence_ttl_seconds,
+                refresh=settings.presence_refresh_seconds,
+                grace=settings.presence_grace_seconds,
+                clock=clock,
+            )
+            cleared = await presence.clear_instance()
+            if cleared:
+                log.info("cleared presence left by a previous run", keys=cleared)
             leases = await open_leases(
                 settings.resolved_database_url,
                 settings.instance_id,
                 settings.lease_ttl_seconds,
                 clock,
             )
-        except BaseException:
-            await kv.close()
-            await store.close()
-            raise
-        bus = open_bus(settings.resolved_kv_url, bus_namespace(settings.resolved_database_url))
-        authority = Authority(settings.admin_keys)
-        tool_memory = ToolMemory.open(kv, settings, clock)
-        # Filled once the router exists (the built-in commands act on it); the router only
-        # ever calls `run`.
-        commands = CommandRegistry(authority, first_delivery=store.first_delivery)
-        summary = None
-        if isinstance(agent, Summarizes):
-            summary = RollingSummary(store, agent, settings.history_window)
-        memory = Memory.open(settings, store.vectors, clock)
-        cluster: Cluster = (
-            OneInstance()
-            if isinstance(leases, LocalLeases)
-            else SeveralInstances(leases, bus, settings.instance_id, settings.lease_ttl_seconds)
-        )
-        engine = assemble(
-            settings,
-            store,
-            agent,
-            presence,
-            cluster,
-            authority=authority,
-            clock=clock,
-            crash=crash,
-            tool_memory=tool_memory,
-            commands=commands.run,
-            recall=memory.recall,
-            after_task=[summary.schedule] if summary is not None else [],
-        )
-        router = engine.router
-        session_settings = SessionSettings(
-            store,
-            authority,
-            max_persona_chars=settings.max_message_chars,
-            known_tools=agent.tool_names,
-            tool_prefixes=agent.tool_prefixes,
-        )
-        BuiltinCommands(
-            commands, router, store, session_settings, agent.name, clock, tool_memory
-        ).register()
-        schedules = Schedules(
-            store,
-            router,
-            authority,
-            clock,
-            default_timezone=settings.schedule_timezone,
-            max_chars=settings.max_message_chars,
-            check_seconds=settings.schedule_check_seconds,
-            crash=crash,
-        )
-        # Scheduled tasks of sessions no chat holds are read like any task of their session.
-        router.register_pulled(SCHEDULE_PLATFORM)
-        ScheduleCommands(commands, schedules).register()
-        await bus.start()
+            opened.push_async_callback(leases.close)
+            bus = open_bus(settings.resolved_kv_url, bus_namespace(settings.resolved_database_url))
+            authority = Authority(settings.admin_keys)
+            tool_memory = ToolMemory.open(kv, settings, clock)
+            summary = None
+            if isinstance(agent, Summarizes):
+                summary = RollingSummary(store, agent, settings.history_window)
+            memory = Memory.open(settings, store.vectors, clock)
+            cluster: Cluster = (
+                OneInstance()
+                if isinstance(leases, LocalLeases)
+                else SeveralInstances(leases, bus, settings.instance_id, settings.lease_ttl_seconds)
+            )
+            core = build_core(
+                settings,
+                store,
+                agent,
+                presence,
+                cluster,
+                authority=authority,
+                clock=clock,
+                crash=crash,
+                tool_memory=tool_memory,
+                summary=summary,
+                recall=memory.recall,
+            )
+            await bus.start()
+            opened.pop_all()
         return cls(
             settings,
             store,
             kv,
             presence,
             agent,
-            engine,
+            core.engine,
             authority,
-            commands,
-            session_settings,
+            core.commands,
+            core.session_settings,
             clock,
             crash,
             leases,
             bus,
             tool_memory,
-            schedules,
+            core.schedules,
             summary,
             mcp,
             memory,

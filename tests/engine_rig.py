@@ -23,15 +23,13 @@ from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
 from gateway.clock import Clock
 from gateway.cluster.one import OneInstance
-from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.registry import CommandRegistry
-from gateway.commands.schedules import ScheduleCommands
+from gateway.core import build_core
 from gateway.crash import CrashPoints
 from gateway.engine.assembly import Engine as Assembled
-from gateway.engine.assembly import assemble
 from gateway.engine.router import Router
 from gateway.presence import Presence
-from gateway.schedules import SCHEDULE_PLATFORM, Schedules
+from gateway.schedules import Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
 from gateway.store.kv import SqliteKV
@@ -78,8 +76,8 @@ class Engine:
 
 
 async def build_engine(settings: Settings, clock: Clock) -> Engine:
-    """The engine as `Runtime.start` wires it (`assemble` and the commands around it), for
-    one instance on SQLite with the offline agent."""
+    """The engine as `Runtime.start` wires it (`gateway.core.build_core`), for one instance
+    on SQLite with the offline agent."""
     crash = CrashPoints(settings.crash_at)
     agent = OfflineAgent(clock)
     async with contextlib.AsyncExitStack() as opened:
@@ -101,9 +99,8 @@ async def build_engine(settings: Settings, clock: Clock) -> Engine:
         await presence.clear_instance()
         authority = Authority(settings.admin_keys)
         tool_memory = ToolMemory.open(kv, settings, clock)
-        commands = CommandRegistry(authority, first_delivery=store.first_delivery)
         summary = RollingSummary(store, agent, settings.history_window)
-        assembled = assemble(
+        core = build_core(
             settings,
             store,
             agent,
@@ -113,32 +110,8 @@ async def build_engine(settings: Settings, clock: Clock) -> Engine:
             clock=clock,
             crash=crash,
             tool_memory=tool_memory,
-            commands=commands.run,
-            after_task=[summary.schedule],
+            summary=summary,
         )
-        router = assembled.router
-        session_settings = SessionSettings(
-            store,
-            authority,
-            max_persona_chars=settings.max_message_chars,
-            known_tools=agent.tool_names,
-            tool_prefixes=agent.tool_prefixes,
-        )
-        BuiltinCommands(
-            commands, router, store, session_settings, agent.name, clock, tool_memory
-        ).register()
-        schedules = Schedules(
-            store,
-            router,
-            authority,
-            clock,
-            default_timezone=settings.schedule_timezone,
-            max_chars=settings.max_message_chars,
-            check_seconds=settings.schedule_check_seconds,
-            crash=crash,
-        )
-        router.register_pulled(SCHEDULE_PLATFORM)
-        ScheduleCommands(commands, schedules).register()
         opened.pop_all()
     return Engine(
         settings,
@@ -147,12 +120,12 @@ async def build_engine(settings: Settings, clock: Clock) -> Engine:
         kv,
         presence,
         agent,
-        assembled,
-        router,
+        core.engine,
+        core.engine.router,
         authority,
-        commands,
-        session_settings,
-        schedules,
+        core.commands,
+        core.session_settings,
+        core.schedules,
         summary,
         tool_memory,
     )

@@ -29,7 +29,6 @@ from adapters.chat import Arrival
 from gateway.engine import Submission
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
-from gateway.store.source_marks import latest_sources
 
 log = get_logger(__name__)
 
@@ -121,7 +120,7 @@ class CatchUp:
 
     async def _read_all(self) -> None:
         try:
-            marks = await latest_sources(self.runtime.store.db, SESSION_PREFIX, KEY_PREFIX)
+            marks = await self.runtime.store.latest_sources(SESSION_PREFIX, KEY_PREFIX)
         except Exception as exc:
             log.warning("discord catch-up: the archive could not be read", error=repr(exc))
             self._open_all()

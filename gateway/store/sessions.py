@@ -35,6 +35,7 @@ from gateway.store.request_keys import RequestKeys
 from gateway.store.runs import RunArchive, RunRecord
 from gateway.store.schedules import ScheduleTable
 from gateway.store.search import Search
+from gateway.store.source_marks import latest_sources
 from gateway.store.summaries import SummaryArchive
 from gateway.store.usage import Usage
 from gateway.store.vectors import VectorArchive
@@ -99,6 +100,15 @@ class SessionStore(
     async def ping(self) -> None:
         """One trivial query; raises unless the database answers (a readiness check)."""
         await self.db.ping()
+
+    async def has_room(self) -> bool:
+        """Whether writes have room now (False while they fail for lack of space)."""
+        return await self.db.space.available()
+
+    async def latest_sources(self, session_prefix: str, key_prefix: str) -> dict[str, str]:
+        """`{session id: source key}` of the newest message each session of a kind archived
+        from one platform (where reading that platform's backlog starts)."""
+        return await latest_sources(self.db, session_prefix, key_prefix)
 
     async def ensure(self, session_id: str, *, name: str = "") -> SessionRow:
         """The session's row, creating it and its directory if this is its first message."""

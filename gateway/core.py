@@ -1,0 +1,92 @@
+"""The engine with what is built around it: the gateway's commands (built-in and schedule
+commands), the session settings they change, and the schedules. `Runtime.start` builds it on
+the stores, agent and cluster it opened; the engine tests build it the same way without a
+runtime, so both run one wiring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.agents.base import Agent
+from gateway.agents.summary import RollingSummary
+from gateway.agents.tool_memory import ToolMemory
+from gateway.auth import Authority
+from gateway.clock import Clock
+from gateway.commands.builtin import BuiltinCommands
+from gateway.commands.registry import CommandRegistry
+from gateway.commands.schedules import ScheduleCommands
+from gateway.crash import CrashPoints
+from gateway.engine.assembly import Engine, assemble
+from gateway.engine.cluster import Cluster
+from gateway.memory.recall import Recall
+from gateway.presence import Presence
+from gateway.schedules import SCHEDULE_PLATFORM, Schedules
+from gateway.session_settings import SessionSettings
+from gateway.settings import Settings
+from gateway.store.sessions import SessionStore
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    engine: Engine
+    commands: CommandRegistry
+    session_settings: SessionSettings
+    schedules: Schedules
+
+
+def build_core(
+    settings: Settings,
+    store: SessionStore,
+    agent: Agent,
+    presence: Presence,
+    cluster: Cluster,
+    *,
+    authority: Authority,
+    clock: Clock,
+    crash: CrashPoints,
+    tool_memory: ToolMemory,
+    summary: RollingSummary | None = None,
+    recall: Recall | None = None,
+) -> Core:
+    # The registry is filled once the router exists (the built-in commands act on it); the
+    # router only ever calls `run`.
+    commands = CommandRegistry(authority, first_delivery=store.first_delivery)
+    engine = assemble(
+        settings,
+        store,
+        agent,
+        presence,
+        cluster,
+        authority=authority,
+        clock=clock,
+        crash=crash,
+        tool_memory=tool_memory,
+        commands=commands.run,
+        recall=recall,
+        after_task=[summary.schedule] if summary is not None else [],
+    )
+    session_settings = SessionSettings(
+        store,
+        authority,
+        max_persona_chars=settings.max_message_chars,
+        known_tools=agent.tool_names,
+        tool_prefixes=agent.tool_prefixes,
+    )
+    BuiltinCommands(
+        commands, engine.router, store, session_settings, agent.name, clock, tool_memory
+    ).register()
+    schedules = Schedules(
+        store,
+        engine.router,
+        authority,
+        clock,
+        default_timezone=settings.schedule_timezone,
+        max_chars=settings.max_message_chars,
+        check_seconds=settings.schedule_check_seconds,
+        crash=crash,
+    )
+    # Scheduled tasks of sessions no chat holds are read like any task of their session.
+    engine.router.register_pulled(SCHEDULE_PLATFORM)
+    ScheduleCommands(commands, schedules).register()
+    return Core(engine, commands, session_settings, schedules)
