@@ -18,6 +18,7 @@ from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, OutboxRow, ScheduleRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, outbox_item
+from gateway.store.request_keys import RequestKey
 from gateway.store.sessions import RunRecord, SessionStore
 from gateway.store.usage import UsageRecord
 
@@ -47,8 +48,16 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
     def journal(message: StoredMessage) -> JournalRecord:
         return JournalRecord(waiting, session_id, {}, message.content, message.id, 0, 0)
 
+    # Sent with an Idempotency-Key: the key's row names the session.
+    request = RequestKey.of("http:ann", f"key-{marker}", {"content": marker}, 0)
     await store.take_in(
-        session_id, f"more {marker}s", sender="ann", task_hash=waiting, journal=journal
+        session_id,
+        f"more {marker}s",
+        sender="ann",
+        task_hash=waiting,
+        journal=journal,
+        source_key=request.key,
+        request=request,
     )
     # The summary covers the session's own first message (as a fold's cursor always does).
     first = (await store.recent_messages(session_id, 100))[0].id
