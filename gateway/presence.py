@@ -19,6 +19,7 @@ from typing import Final
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.ids import is_valid_session_id, validate_hash, validate_session_id
 from gateway.logs import get_logger
+from gateway.settings import Settings
 from gateway.store.kv import KVStore
 
 __all__ = ["PRESENCE_PREFIX", "Presence", "presence_key"]
@@ -82,6 +83,18 @@ class Presence:
         self.clock = clock
         self.grace = grace
         self._held: set[str] = set()
+
+    @classmethod
+    def of(cls, kv: KVStore, settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Presence:
+        """This instance's presence, timed as the settings say."""
+        return cls(
+            kv,
+            settings.instance_id,
+            ttl=settings.presence_ttl_seconds,
+            refresh=settings.presence_refresh_seconds,
+            grace=settings.presence_grace_seconds,
+            clock=clock,
+        )
 
     @contextlib.asynccontextmanager
     async def hold(self, session_id: str, task_hash: str) -> AsyncIterator[None]:

@@ -159,14 +159,7 @@ class Runtime:
             opened.push_async_callback(store.close)
             kv = await open_kv(settings.resolved_kv_url, clock=clock)
             opened.push_async_callback(kv.close)
-            presence = Presence(
-                kv,
-                settings.instance_id,
-                ttl=settings.presence_ttl_seconds,
-                refresh=settings.presence_refresh_seconds,
-                grace=settings.presence_grace_seconds,
-                clock=clock,
-            )
+            presence = Presence.of(kv, settings, clock)
             cleared = await presence.clear_instance()
             if cleared:
                 log.info("cleared presence left by a previous run", keys=cleared)

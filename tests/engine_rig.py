@@ -87,14 +87,7 @@ async def build_engine(settings: Settings, clock: Clock) -> Engine:
         opened.push_async_callback(store.close)
         kv = await SqliteKV.open(settings.store_dir / "kv.db", clock=clock)
         opened.push_async_callback(kv.close)
-        presence = Presence(
-            kv,
-            settings.instance_id,
-            ttl=settings.presence_ttl_seconds,
-            refresh=settings.presence_refresh_seconds,
-            grace=settings.presence_grace_seconds,
-            clock=clock,
-        )
+        presence = Presence.of(kv, settings, clock)
         # A reopened home may hold presence keys of its previous life, as after a restart.
         await presence.clear_instance()
         authority = Authority(settings.admin_keys)

@@ -192,8 +192,6 @@ async def _across_restarts(
         if not resend:
             raise
         return await _sent_again(client, call, within, 0.5)
-    # Only a command that got this far pays for the retry machinery's import.
-    from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
     def down(exc: BaseException) -> bool:
         if isinstance(exc, GatewayError):  # shutting down, or back but not ready yet
@@ -202,17 +200,7 @@ async def _across_restarts(
 
     session_id, task_hash = cut
     typer.secho("the gateway is restarting; waiting for it to answer", err=True)
-    await asyncio.sleep(pause)
-    retrying = AsyncRetrying(
-        retry=retry_if_exception(down),
-        stop=stop_after_delay(within),
-        wait=wait_exponential(multiplier=0.2, max=2),
-        reraise=True,
-    )
-    async for attempt in retrying:
-        with attempt:
-            return await client.task(session_id, task_hash, within)
-    raise AssertionError("unreachable")  # pragma: no cover  (reraise=True ends the loop)
+    return await _retried(down, lambda: client.task(session_id, task_hash, within), within, pause)
 
 
 async def _sent_again(
@@ -220,8 +208,6 @@ async def _sent_again(
 ) -> Reply:
     """`call()`, whose key makes a repeat answer with what the first sending stored, until the
     gateway answers it, for up to `within` seconds."""
-    from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
-
     from adapters.http_client import GatewayError, GatewayUnavailable
 
     def unanswered(exc: BaseException) -> bool:
@@ -230,16 +216,30 @@ async def _sent_again(
         return isinstance(exc, GatewayUnavailable)
 
     typer.secho("no answer from the gateway yet; sending the message again", err=True)
+    return await _retried(unanswered, lambda: _across_restarts(client, call, within), within, pause)
+
+
+async def _retried(
+    again: Callable[[BaseException], bool],
+    work: Callable[[], Awaitable[Reply]],
+    within: float,
+    pause: float,
+) -> Reply:
+    """`work()` after `pause`, and again with a growing wait while it fails in a way `again`
+    accepts, for up to `within` seconds."""
+    # Only a command that got this far pays for the retry machinery's import.
+    from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
+
     await asyncio.sleep(pause)
     retrying = AsyncRetrying(
-        retry=retry_if_exception(unanswered),
+        retry=retry_if_exception(again),
         stop=stop_after_delay(within),
         wait=wait_exponential(multiplier=0.2, max=2),
         reraise=True,
     )
     async for attempt in retrying:
         with attempt:
-            return await _across_restarts(client, call, within)
+            return await work()
     raise AssertionError("unreachable")  # pragma: no cover  (reraise=True ends the loop)
 
 
