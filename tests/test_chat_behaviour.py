@@ -175,7 +175,11 @@ async def test_a_streamed_reply_shows_one_preview_that_the_reply_replaces(
     preview_id = shown[0][0]
     assert shown == [(preview_id, ["1s"]), (preview_id, ["1s", "2s"])]
     assert [t.split() for t in platform.edits(A)] == [["1s", "2s"], ["1s", "2s", "3s"]]
-    assert platform.deleted(A) == [preview_id]
+
+    async def replaced() -> bool:  # the preview goes once the reply is out, not before
+        return platform.deleted(A) == [preview_id]
+
+    assert await wait_until(replaced, within=5)
     assert [s.text for s in platform.said(A)] == ["slept 3s"]
 
 
