@@ -143,10 +143,11 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
                 clock=runtime.clock,
             )
         )
+    interval = _recovery_interval(runtime)
     jobs += [
         every(
-            _recovery_interval(runtime),
-            router.recover,
+            interval,
+            partial(router.recover, settled_for=interval),
             name="recovery",
             clock=runtime.clock,
             now=False,

@@ -4,6 +4,7 @@ once no live process holds them, with history.json caught up with the archive.""
 from __future__ import annotations
 
 import pytest
+from clock import FakeClock
 from engine_rig import EngineRig
 
 from gateway.events import Inbound, Origin
@@ -75,3 +76,21 @@ async def test_a_reset_window_is_not_filled_again(engines: EngineRig) -> None:
         await engine.router.wait(sub.task_hash, 10)
         history = engine.store.files("cli-r").history.read()
         assert [m.content for m in history] == ["after", "echo: after"]
+
+
+async def test_a_look_now_and_again_leaves_a_journal_stored_a_moment_ago_to_its_receiver(
+    engines: EngineRig, clock: FakeClock
+) -> None:
+    """Another instance may be queuing a task it stored a moment ago: the periodic look waits
+    until the journal has settled, then takes it up if it is still nobody's."""
+    async with engines.open(instance_id="receiver") as receiver:
+        sub = await receiver.router.submit(Inbound(ANN, "cli-s", "!confirm go"))
+        await receiver.router.wait(sub.task_hash, 10, until_prompt=True)
+    async with engines.open(instance_id="looker") as looker:
+        assert await looker.router.recover(settled_for=5) == 0
+        assert not looker.router.is_busy("cli-s")
+        await clock.advance(5)
+        assert await looker.router.recover(settled_for=5) == 1
+        await looker.router.wait(sub.task_hash, 10, until_prompt=True)
+        await looker.router.answer("cli-s", sub.task_hash, ANN, approve=True)
+        assert (await looker.router.wait(sub.task_hash, 10)).reply == "approved: go"

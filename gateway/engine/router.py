@@ -255,17 +255,27 @@ class Router:
         known here may still be taken up."""
         self.taking_up = True
 
-    async def recover(self, *, at_start: bool = False) -> int:
+    async def recover(self, *, at_start: bool = False, settled_for: float = 0.0) -> int:
         """Take up the tasks nobody runs: those that died with a process (this one's previous
         life, or another instance whose leases lapsed) and those another instance stored and
         signalled while this one was not listening; returns how many. Run at start-up and then
         now and again. Each session's tasks are queued in archive order and replay from their
-        journals, after its history.json is caught up with the archive."""
+        journals, after its history.json is caught up with the archive.
+
+        `settled_for`: journals younger than this many seconds are left alone. The instance
+        that stored one a moment ago is queuing it (or handing it to its session's owner); a
+        look now and again must not race it for the session, and a journal whose instance
+        died meanwhile is found by the next look."""
         if at_start:
             await import_journal_files(self._store)
         records = await self._store.unfinished()
         live = self._takeover.is_live
-        sessions = dict.fromkeys(r.session_id for r in records if not live(r.task_hash))
+        settled = self._clock.now_ms() - int(settled_for * 1000)
+        sessions = dict.fromkeys(
+            r.session_id
+            for r in records
+            if not live(r.task_hash) and (not settled_for or r.submitted_at <= settled)
+        )
         taken = 0
         for session_id in sessions:
             taken += await self._ownership.adopt(session_id)
