@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -128,13 +129,27 @@ async def answered(store: SessionStore, session_id: str, count: int) -> bool:
 
 
 async def until(
-    check: Callable[[], Awaitable[bool] | bool], what: str, within: float = WAIT
+    check: Callable[[], Awaitable[bool] | bool],
+    what: str,
+    within: float = WAIT,
+    *,
+    logs_of: Sequence[Gateway] = (),
 ) -> None:
+    """Wait for `check`; a failure shows the last log lines of `logs_of` (what each gateway
+    did instead is most of what a failure under load can tell)."""
+
     async def checked() -> bool:
         result = check()
         return await result if inspect.isawaitable(result) else result
 
-    assert await wait_until(checked, within), f"not within {within}s: {what}"
+    if await wait_until(checked, within):
+        return
+    tails = [
+        f"{gateway.env.get('AGENVOY_INSTANCE_ID', '?')}:\n"
+        + "\n".join(json.dumps(entry) for entry in gateway.log[-25:])
+        for gateway in logs_of
+    ]
+    raise AssertionError(f"not within {within}s: {what}\n" + "\n".join(tails))
 
 
 async def assert_answered_once(store: SessionStore, session_id: str, sent: list[str]) -> None:

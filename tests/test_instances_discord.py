@@ -30,7 +30,11 @@ async def test_a_button_pressed_on_one_shard_answers_the_task_another_instance_r
         sid = f"dc-{GENERAL}"
         # The second instance runs the channel's session: a slow task sent to its HTTP API.
         slow = await cluster.send(shard1, sid, "!sleep 1")
-        await until(lambda: logged(shard1, "task started", slow), "the slow task runs on gw-2")
+        await until(
+            lambda: logged(shard1, "task started", slow),
+            "the slow task runs on gw-2",
+            logs_of=cluster.gateways,
+        )
 
         fake.inject_message(GENERAL, ANN, "!confirm launch", mentions_bot=True)
         # Received on shard 0, run by gw-2: the prompt is posted by gw-2.

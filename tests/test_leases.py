@@ -11,6 +11,7 @@ from pathlib import Path
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from conftest import PG_ADMIN_DSN, Backends
+from sqlalchemy.engine import make_url
 from support import wait_until
 
 from gateway.clock import SYSTEM_CLOCK
@@ -65,13 +66,16 @@ async def quick_pair(database: str) -> AsyncIterator[tuple[PostgresLeases, Postg
         yield leases
 
 
-async def terminate(application_name: str) -> int:
-    """End the server side of every connection by that name, as a lost network would."""
+async def terminate(application_name: str, database: str) -> int:
+    """End the server side of every connection by that name to the test's own database, as a
+    lost network would (tests in other workers use the same names on their databases)."""
     conn = await asyncpg.connect(PG_ADMIN_DSN, timeout=3)
     try:
         rows = await conn.fetch(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = $1 AND datname = $2",
             application_name,
+            make_url(database).database,
         )
     finally:
         await conn.close()
@@ -94,13 +98,13 @@ async def test_one_holder_at_a_time_until_released_or_closed(
 
 
 async def test_a_lost_connection_gives_every_lease_up_and_comes_back(
-    quick_pair: tuple[PostgresLeases, PostgresLeases],
+    quick_pair: tuple[PostgresLeases, PostgresLeases], database: str
 ) -> None:
     a, b = quick_pair
     lost: list[frozenset[str]] = []
     a.on_lost(lost.append)
     assert await a.acquire("session:x") and await a.acquire("poller")
-    assert await terminate("agenvoy-leases:a") == 1
+    assert await terminate("agenvoy-leases:a", database) == 1
     # The server lets the locks go with the connection; a notices within the TTL.
     assert await wait_until(lambda: b.acquire("session:x"), 3)
     assert await wait_until(lambda: _true(bool(lost)), 3)
@@ -139,13 +143,13 @@ async def runtimes(tmp_path: Path, database: str) -> AsyncIterator[tuple[Runtime
 
 
 async def test_a_runtime_that_loses_its_connection_stops_and_another_takes_over(
-    runtimes: tuple[Runtime, Runtime],
+    runtimes: tuple[Runtime, Runtime], database: str
 ) -> None:
     first, second = runtimes
     sub = await first.router.submit(Inbound(ANN, "chat-x", "!confirm go"))
     await first.router.wait(sub.task_hash, 10, until_prompt=True)
     assert await second.router.recover() == 0  # first holds the session
-    assert await terminate("agenvoy-leases:one") == 1
+    assert await terminate("agenvoy-leases:one", database) == 1
 
     # First notices within the TTL and stops the task (its journal stays)...
     async def given_up() -> bool:
@@ -217,7 +221,7 @@ async def test_a_job_runs_on_the_instance_holding_its_lease(
 
 
 async def test_leadership_moves_when_the_leader_loses_its_connection(
-    quick_pair: tuple[PostgresLeases, PostgresLeases],
+    quick_pair: tuple[PostgresLeases, PostgresLeases], database: str
 ) -> None:
     a, b = quick_pair
     working: set[str] = set()
@@ -239,7 +243,7 @@ async def test_leadership_moves_when_the_leader_loses_its_connection(
         assert await wait_until(lambda: _true(working == {"a"}), 3)
         second.begin()
         assert not await wait_until(lambda: _true(working != {"a"}), 0.5)  # b waits its turn
-        assert await terminate("agenvoy-leases:a") == 1
+        assert await terminate("agenvoy-leases:a", database) == 1
         # a stops within the TTL; b takes over once the server has let the lock go.
         assert await wait_until(lambda: _true(working == {"b"}), 3)
         await second.end()
@@ -282,7 +286,7 @@ async def test_a_lease_asked_for_after_the_connection_died_connects_again_at_onc
         lost: list[frozenset[str]] = []
         leases.on_lost(lost.append)
         assert await leases.acquire("session:x")
-        assert await terminate("agenvoy-leases:a") == 1
+        assert await terminate("agenvoy-leases:a", database) == 1
 
         async def noticed() -> bool:
             return bool(leases._conn.is_closed())
