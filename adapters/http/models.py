@@ -255,9 +255,10 @@ class TaskQuery(Query):
 class SearchQuery(Query):
     q: str = Field(
         min_length=1,
-        description="Search terms.",
-        # Only documented: `_storable` refuses a NUL with its own code (bad_text).
-        json_schema_extra={"pattern": "^[^\u0000]*$"},
+        description="Search terms (a parameter of only spaces and tabs counts as absent).",
+        # Only documented: `_storable` refuses a NUL with its own code (bad_text), and a blank
+        # parameter is read as a missing one (inputs.py).
+        json_schema_extra={"pattern": "^[^\u0000]*[^\u0000 \t][^\u0000]*$"},
     )
     session_id: SessionId | None = Field(None, description="Only this session.")
     limit: int = Field(SEARCH_DEFAULT, ge=1, le=MAX_PAGE, description="Page size.")
