@@ -14,7 +14,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import discord_rig
 import telegram_rig
@@ -186,28 +186,29 @@ def _admins(member: Member, platform: str, settings: dict[str, Any]) -> dict[str
     return {**settings, "admins": ",".join([*listed, f"{platform}:{member.id}"])}
 
 
-# -- Telegram --------------------------------------------------------------------------------
+class _Rig(Protocol):
+    @property
+    def runtime(self) -> Runtime: ...
+
+    @property
+    def adapter(self) -> ChatAdapter: ...
 
 
-TELEGRAM_CHATS = {A: -501, B: -502}
+R = TypeVar("R", bound=_Rig)
 
 
-def _utf16_slice(text: str, offset: int, length: int) -> str:
-    units = text.encode("utf-16-le")
-    return units[2 * offset : 2 * (offset + length)].decode("utf-16-le")
+class _Driver(Generic[R]):
+    """What the two drivers share: a gateway started and stopped through the platform's rig
+    (with `DEE` among the admins), and the sessions and origins of the platform's chats."""
 
+    platform: str
+    prefix: str  # of the platform's session ids
+    chat_ids: Mapping[Chat, int]
 
-class TelegramDriver:
-    platform = "telegram"
-    limit = 4096
-    redelivers = TelegramAdapter.redelivers
-
-    def __init__(self, fake: FakeTelegram, home: Path) -> None:
-        self.fake, self.home = fake, home
-        self.rig: telegram_rig.Rig | None = None
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.rig: R | None = None
         self._settings: dict[str, Any] = {}
-        self.users = {m: fake.user(m.id, m.name) for m in MEMBERS}
-        self.chats = {c: fake.group(cid, f"chat {c.key}") for c, cid in TELEGRAM_CHATS.items()}
 
     @property
     def runtime(self) -> Runtime:
@@ -221,29 +222,67 @@ class TelegramDriver:
 
     async def start(self, **settings: Any) -> None:
         self._settings = _admins(ADMIN, self.platform, settings)
-        self.rig = await telegram_rig.start_rig(self.fake, self.home, **self._settings)
-        # An update held back by an outage is tried again soon once the database is back.
-        self.rig.adapter.poller.max_wait = 0.2
+        self.rig = await self._start_rig(**self._settings)
 
     async def stop(self) -> None:
         if self.rig is not None:
             rig, self.rig = self.rig, None
-            await telegram_rig.stop_rig(rig)
+            await self._stop_rig(rig)
 
     async def restart(self) -> None:
         await self.stop()
         await self.start(**self._settings)
 
     def session_id(self, chat: Chat) -> str:
-        return f"tg-{TELEGRAM_CHATS[chat]}"
+        return f"{self.prefix}-{self.chat_ids[chat]}"
 
     def origin(self, chat: Chat, member: Member) -> Origin:
         return Origin(
             self.platform,
-            channel_id=str(TELEGRAM_CHATS[chat]),
+            channel_id=str(self.chat_ids[chat]),
             sender_id=str(member.id),
             sender_name=member.name,
         )
+
+    async def _start_rig(self, **settings: Any) -> R:
+        raise NotImplementedError
+
+    async def _stop_rig(self, rig: R) -> None:
+        raise NotImplementedError
+
+
+# -- Telegram --------------------------------------------------------------------------------
+
+
+TELEGRAM_CHATS = {A: -501, B: -502}
+
+
+def _utf16_slice(text: str, offset: int, length: int) -> str:
+    units = text.encode("utf-16-le")
+    return units[2 * offset : 2 * (offset + length)].decode("utf-16-le")
+
+
+class TelegramDriver(_Driver[telegram_rig.Rig]):
+    platform = "telegram"
+    prefix = "tg"
+    chat_ids = TELEGRAM_CHATS
+    limit = 4096
+    redelivers = TelegramAdapter.redelivers
+
+    def __init__(self, fake: FakeTelegram, home: Path) -> None:
+        super().__init__(home)
+        self.fake = fake
+        self.users = {m: fake.user(m.id, m.name) for m in MEMBERS}
+        self.chats = {c: fake.group(cid, f"chat {c.key}") for c, cid in TELEGRAM_CHATS.items()}
+
+    async def _start_rig(self, **settings: Any) -> telegram_rig.Rig:
+        rig = await telegram_rig.start_rig(self.fake, self.home, **settings)
+        # An update held back by an outage is tried again soon once the database is back.
+        rig.adapter.poller.max_wait = 0.2
+        return rig
+
+    async def _stop_rig(self, rig: telegram_rig.Rig) -> None:
+        await telegram_rig.stop_rig(rig)
 
     def post(
         self,
@@ -384,54 +423,27 @@ def _code_lines(content: str) -> tuple[str, ...]:
     return tuple(lines)
 
 
-class DiscordDriver:
+class DiscordDriver(_Driver[discord_rig.Rig]):
     platform = "discord"
+    prefix = "dc"
+    chat_ids = DISCORD_CHATS
     limit = 2000
     redelivers = DiscordAdapter.redelivers
 
     def __init__(self, fake: FakeDiscord, home: Path) -> None:
-        self.fake, self.home = fake, home
-        self.rig: discord_rig.Rig | None = None
-        self._settings: dict[str, Any] = {}
+        super().__init__(home)
+        self.fake = fake
         self.users = {m: user(m.id, m.name) for m in MEMBERS}
         channels = [text_channel(cid, f"chat-{c.key}") for c, cid in DISCORD_CHATS.items()]
         fake.add_guild(
             discord_rig.GUILD, "guild", channels=channels, members=[*self.users.values()]
         )
 
-    @property
-    def runtime(self) -> Runtime:
-        assert self.rig is not None, "the gateway is not running"
-        return self.rig.runtime
+    async def _start_rig(self, **settings: Any) -> discord_rig.Rig:
+        return await discord_rig.start_rig(self.fake, self.home, **settings)
 
-    @property
-    def adapter(self) -> ChatAdapter:
-        assert self.rig is not None, "the gateway is not running"
-        return self.rig.adapter
-
-    async def start(self, **settings: Any) -> None:
-        self._settings = _admins(ADMIN, self.platform, settings)
-        self.rig = await discord_rig.start_rig(self.fake, self.home, **self._settings)
-
-    async def stop(self) -> None:
-        if self.rig is not None:
-            rig, self.rig = self.rig, None
-            await discord_rig.stop_rig(rig)
-
-    async def restart(self) -> None:
-        await self.stop()
-        await self.start(**self._settings)
-
-    def session_id(self, chat: Chat) -> str:
-        return f"dc-{DISCORD_CHATS[chat]}"
-
-    def origin(self, chat: Chat, member: Member) -> Origin:
-        return Origin(
-            self.platform,
-            channel_id=str(DISCORD_CHATS[chat]),
-            sender_id=str(member.id),
-            sender_name=member.name,
-        )
+    async def _stop_rig(self, rig: discord_rig.Rig) -> None:
+        await discord_rig.stop_rig(rig)
 
     def post(
         self,
