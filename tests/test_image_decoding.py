@@ -127,13 +127,7 @@ async def test_concurrent_decodes_never_exceed_the_setting(
     photo = io.BytesIO()
     Image.new("RGB", (40, 30), (200, 40, 40)).save(photo, "PNG")
     async with FakeOpenAI() as model:
-        options = {
-            "agent": "openai",
-            "openai_base_url": model.url,
-            "openai_api_key": model.api_key,
-            "model": "vision-model",
-            "image_decode_concurrency": limit,
-        }
+        options = {**model.agent_settings("vision-model"), "image_decode_concurrency": limit}
         async with running(telegram, tmp_path / "home", **options) as rig:
             agent = rig.runtime.agent
             assert isinstance(agent, OpenAIAgent)

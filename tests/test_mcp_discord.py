@@ -45,13 +45,7 @@ async def rig(
 ) -> AsyncIterator[Rig]:
     home = tmp_path / "home"
     write_config(home, {"fake": stdio_server(pids)})
-    options = {
-        "agent": "openai",
-        "openai_base_url": model.url,
-        "openai_api_key": model.api_key,
-        "model": "fake-model",
-    }
-    async with running(discord, home, **options) as started:
+    async with running(discord, home, **model.agent_settings()) as started:
         yield started
 
 

@@ -44,13 +44,7 @@ async def model() -> AsyncIterator[FakeOpenAI]:
 
 
 def openai_options(model: FakeOpenAI, **extra: Any) -> dict[str, Any]:
-    return {
-        "agent": "openai",
-        "openai_base_url": model.url,
-        "openai_api_key": model.api_key,
-        "model": "vision-model",
-        **extra,
-    }
+    return {**model.agent_settings("vision-model"), **extra}
 
 
 def picture(width: int, height: int, kind: str = "PNG", *, noise: bool = False) -> bytes:

@@ -14,12 +14,7 @@ from test_openai_agent import usage_rows
 
 async def test_confirmation_answered_in_a_telegram_group(tmp_path: Path) -> None:
     async with FakeOpenAI() as model, FakeTelegram() as telegram:
-        options = {
-            "agent": "openai",
-            "openai_base_url": model.url,
-            "openai_api_key": model.api_key,
-            "model": "fake-model",
-        }
+        options = model.agent_settings()
         async with running(telegram, tmp_path / "home", **options) as rig:
             model.script(
                 ToolCalls([("call_w", "write_file", {"name": "plan.md", "content": "ship"})]),

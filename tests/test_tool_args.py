@@ -43,13 +43,7 @@ async def event_kinds(rig: Rig, sid: str) -> list[str]:
 async def test_a_write_without_a_name_is_an_error_for_the_model_not_a_prompt(
     tmp_path: Path, telegram: FakeTelegram, model: FakeOpenAI
 ) -> None:
-    options = {
-        "agent": "openai",
-        "openai_base_url": model.url,
-        "openai_api_key": model.api_key,
-        "model": "fake-model",
-    }
-    async with running(telegram, tmp_path / "home", **options) as rig:
+    async with running(telegram, tmp_path / "home", **model.agent_settings()) as rig:
         model.script(
             ToolCalls([("call_w", "write_file", {"path": "plan.md", "content": "ship"})]),
             Text("I named the file wrongly."),

@@ -53,6 +53,15 @@ class FakeOpenAI(RecordingServer[CallRecord]):
 
     # -- test-side control ---------------------------------------------------------------------
 
+    def agent_settings(self, model: str = "fake-model") -> dict[str, str]:
+        """The gateway's settings that make its agent the openai one, talking to this server."""
+        return {
+            "agent": "openai",
+            "openai_base_url": self.url,
+            "openai_api_key": self.api_key,
+            "model": model,
+        }
+
     def script(self, *replies: Reply) -> None:
         """Queue replies; each request takes the next one, in arrival order."""
         self._script.extend(replies)
