@@ -219,7 +219,7 @@ class Settings(BaseSettings):
     discord_listen_channels: str = ""
     # Whether the bot answers direct messages: anyone can DM a bot, so only when asked to.
     discord_allow_dms: bool = False
-    # Members with this role (name or id) count as admins.
+    # Members with the role of this id count as admins (a role id names one role of one guild).
     discord_admin_role: str = ""
     # Sharding: total shards, and which of them this process runs ("0,1"); empty = all.
     discord_shard_count: int | None = None
@@ -270,6 +270,20 @@ class Settings(BaseSettings):
     def telegram_allowed_chat_ids(self) -> frozenset[int]:
         chats = (c.strip() for c in self.telegram_allowed_chats.split(","))
         return frozenset(int(c) for c in chats if c.lstrip("-").isdigit())
+
+    @field_validator("discord_admin_role", mode="after")
+    @classmethod
+    def _a_role_id(cls, value: str) -> str:
+        # A role is named by its owner in each guild: a name would make the holders of a role
+        # of that name in any guild the bot is in admins of every channel it serves.
+        value = value.strip()
+        if value and not value.isdigit():
+            raise ValueError(
+                f"AGENVOY_DISCORD_ADMIN_ROLE takes a role id (Server Settings → Roles → Copy Role "
+                f"ID, with Developer Mode on), not a name: {value!r} would match a role of that "
+                "name in every guild the bot is in"
+            )
+        return value
 
     @field_validator("home", mode="after")
     @classmethod

@@ -209,8 +209,8 @@ async def test_missing_message_content_intent_is_explained(
     assert "MESSAGE CONTENT INTENT" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("admin_role", ["ops", "950"])
-async def test_member_with_the_admin_role_may_approve(tmp_path: Path, admin_role: str) -> None:
+async def test_member_with_the_admin_role_may_approve(tmp_path: Path) -> None:
+    admin_role = "950"
     carl = user(13, "carl")
     async with FakeDiscord() as fake:
         fake.add_guild(

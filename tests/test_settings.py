@@ -111,3 +111,12 @@ def test_anonymous_callers_cannot_be_admins() -> None:
     with pytest.raises(ValidationError, match="may not list http:anonymous"):
         Settings(admins="telegram:1, http:anonymous", _env_file=None)
     assert Settings(admins="http:alice", _env_file=None).admin_keys == {"http:alice"}
+
+
+def test_the_discord_admin_role_is_an_id_never_a_name() -> None:
+    """A role name is its guild's to choose: matched by name, a role called "ops" in any guild
+    the bot is in would make its members admins everywhere the bot serves."""
+    with pytest.raises(ValidationError, match="takes a role id"):
+        Settings(discord_admin_role="ops", _env_file=None)
+    assert Settings(discord_admin_role=" 950 ", _env_file=None).discord_admin_role == "950"
+    assert Settings(discord_admin_role="", _env_file=None).discord_admin_role == ""

@@ -111,10 +111,7 @@ class DiscordAdapter(ChatAdapter):
         if f"{PLATFORM}:{user.id}" in self.runtime.settings.admin_keys:
             return True
         if self.admin_role and isinstance(user, discord.Member):
-            return any(
-                str(role.id) == self.admin_role or role.name == self.admin_role
-                for role in user.roles
-            )
+            return any(str(role.id) == self.admin_role for role in user.roles)
         return False
 
     async def admit(self, interaction: discord.Interaction[Any]) -> bool:
