@@ -17,6 +17,7 @@ from chat_drivers import (
     A,
     B,
     ChatDriver,
+    Said,
     nth_prompt,
     said_with,
     task_of,
@@ -249,15 +250,21 @@ async def test_a_message_that_meets_a_database_outage_is_answered_once_it_is_bac
     assert answers == ["echo: before", "echo: while down", "echo: after it"]
 
 
-@pytest.mark.parametrize("pressed", ["the prompt asked before", "the prompt asked again"])
-async def test_a_prompt_open_at_a_restart_is_answered_once_after_it(
-    chat: ChatDriver, pressed: str
-) -> None:
+async def _asked_across_a_restart(chat: ChatDriver) -> tuple[Said, Said]:
+    """A confirmation asked, the gateway restarted, and the same prompt asked again where it
+    was asked: the two askings, in that order."""
     chat.post(A, ANN, "!confirm migrate")
     before = await nth_prompt(chat, A)
     await chat.restart()
     assert await chat.runtime.router.recover() == 1
-    again = await nth_prompt(chat, A, 1)  # asked again where it was asked
+    return before, await nth_prompt(chat, A, 1)
+
+
+@pytest.mark.parametrize("pressed", ["the prompt asked before", "the prompt asked again"])
+async def test_a_prompt_open_at_a_restart_is_answered_once_after_it(
+    chat: ChatDriver, pressed: str
+) -> None:
+    before, again = await _asked_across_a_restart(chat)
     assert "migrate" in again.text and set(again.buttons) == {"Approve", "Deny"}
 
     prompt = before if pressed == "the prompt asked before" else again
@@ -277,11 +284,7 @@ async def test_a_prompt_open_at_a_restart_is_answered_once_after_it(
 async def test_no_prompt_of_an_answered_task_is_left_open_after_a_restart(
     chat: ChatDriver, pressed: str
 ) -> None:
-    chat.post(A, ANN, "!confirm migrate")
-    before = await nth_prompt(chat, A)
-    await chat.restart()
-    assert await chat.runtime.router.recover() == 1
-    again = await nth_prompt(chat, A, 1)
+    before, again = await _asked_across_a_restart(chat)
     # Once it is asked again, the first asking says so and has no buttons left.
     assert [p.id for p in chat.prompts(A) if p.buttons] == [again.id]
     assert "asked again" in chat.prompts(A)[0].text
