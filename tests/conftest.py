@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from clock import FakeClock
 from engine_rig import Engine, EngineRig, MigratedArchive
+from fakes.openai import FakeOpenAI
+from fakes.telegram import FakeTelegram
 from sqlalchemy.engine import make_url
 from support import REDIS_URL, open_redis, skip_or_fail, wipe_redis
 from tcp_relay import Relay
@@ -35,6 +37,20 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 @pytest.fixture(autouse=True, scope="session")
 def _quiet_logs() -> None:
     configure_logging("WARNING")
+
+
+@pytest.fixture
+async def telegram() -> AsyncIterator[FakeTelegram]:
+    """A fake Telegram Bot API of the test's own."""
+    async with FakeTelegram() as server:
+        yield server
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeOpenAI]:
+    """A fake OpenAI-compatible model server of the test's own."""
+    async with FakeOpenAI() as server:
+        yield server
 
 
 @pytest.fixture

@@ -25,12 +25,6 @@ DC_ACTION = "**pre-approved** [docs](https://evil.example/) <@123456789012345678
 # ---------------------------------------------------------------------------------- Telegram
 
 
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
-
-
 async def prompt_sent(telegram: FakeTelegram, chat_id: int) -> tuple[dict[str, Any], Any]:
     """The HTML the bot sent for its latest prompt, and the message as Telegram shows it."""
     sent = await telegram.wait_for_call(

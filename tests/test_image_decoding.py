@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -111,12 +110,6 @@ class Watch:
 
 
 PREPARE = images.prepare
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
 
 
 async def test_concurrent_decodes_never_exceed_the_setting(

@@ -29,12 +29,6 @@ def pointed(discord: FakeDiscord) -> Iterator[None]:
 
 
 @pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
 def pids(tmp_path: Path) -> Path:
     return tmp_path / "mcp-pids"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -29,18 +28,6 @@ from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
 LIMITS = Limits(max_side=1568, max_bytes=3_000_000, decode_budget=2**28)
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
 
 
 def openai_options(model: FakeOpenAI, **extra: Any) -> dict[str, Any]:

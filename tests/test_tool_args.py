@@ -4,7 +4,6 @@ against the fake model and the fake Bot API."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +15,6 @@ from telegram_rig import Rig, last_task_of, reply_in, running
 
 from gateway.agents.tool_args import InvalidArguments, check_args
 from gateway.agents.tools import BUILTIN_TOOLS
-
-
-@pytest.fixture
-async def telegram() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        yield server
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
 
 
 def prompts_sent(telegram: FakeTelegram, chat_id: int) -> list[dict[str, Any]]:

@@ -17,12 +17,6 @@ from adapters.terminal.attach import MAX_ATTACH_BYTES
 
 
 @pytest.fixture
-async def model() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
 async def server(model: FakeOpenAI, tmp_path: Path) -> AsyncIterator[Server]:
     options = openai_options(model, transcribe_model="whisper-1", confirm_timeout_seconds=30)
     async with serving(tmp_path, **options) as srv:
