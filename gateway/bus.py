@@ -128,8 +128,10 @@ class RedisBus:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
+        # Typed in some redis releases and not in others.
+        pubsub: Any = self._pubsub
         with contextlib.suppress(Exception):
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            await pubsub.aclose()
         with contextlib.suppress(Exception):
             await self._redis.aclose()
 

@@ -28,6 +28,7 @@ from adapters.http.replies import Health, HealthChecks, Inputs, OpenApiDocument
 from adapters.http.route import Call, Route
 from adapters.http.routes import ROUTES
 from adapters.mcp.endpoint import MCP_PATH
+from gateway.access import SessionAccess
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.credentials import local_token, read_terminal_credential
 from gateway.runtime import Runtime
@@ -615,7 +616,12 @@ async def test_a_route_answers_only_what_it_declares(server: Server) -> None:
         call.origin()
         return UP
 
-    ctx = Context(server.runtime, keepalive_seconds=1.0, document=lambda: OpenApiDocument({}))
+    access = SessionAccess(
+        server.runtime.store.ownership, server.runtime.authority, open_gateway=_closed
+    )
+    ctx = Context(
+        server.runtime, access, keepalive_seconds=1.0, document=lambda: OpenApiDocument({})
+    )
     app = web.Application(middlewares=[errors])
     for name, handler, replies in (
         ("answer", answers_undeclared, {200: Inputs}),
@@ -1374,3 +1380,7 @@ async def test_a_sender_over_its_share_gets_429_and_nothing_is_stored(tmp_path: 
             assert (resp.status, err(body)) == (429, "too_many_requests")
             assert resp.headers["Retry-After"] == "10"
         assert await server.runtime.store.get("chat-x") is None
+
+
+async def _closed() -> bool:
+    return False

@@ -23,6 +23,7 @@ from adapters.http.sse import KEEPALIVE_SECONDS
 from adapters.mcp.endpoint import MCP_PATH, McpEndpoint
 from adapters.web.app import CONSOLE_PREFIX, build_console
 from gateway.adapter import HttpRoute
+from gateway.access import SessionAccess
 from gateway.credentials import Credentials
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
@@ -60,6 +61,11 @@ def build_app(
     open_paths = {route.path for route in ROUTES if route.public} | contributed_paths
     ctx = Context(
         runtime,
+        SessionAccess(
+            runtime.store.ownership,
+            runtime.authority,
+            open_gateway=credentials.admits_anonymous,
+        ),
         keepalive_seconds=keepalive_seconds,
         # Whether a token is required changes as tokens are issued and revoked.
         document=lambda: _document(credentials.required, runtime.session_settings.known_tools),

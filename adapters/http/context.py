@@ -17,6 +17,7 @@ from adapters.http.metrics import HttpMetrics
 from adapters.http.models import MAX_WAIT_SECONDS, Caller
 from adapters.http.replies import OpenApiDocument, Restarting
 from adapters.http.sse import EventStream, restarting_error, sse_response
+from gateway.access import SessionAccess
 from gateway.engine import TaskNotFound, TaskView
 from gateway.events import Origin
 from gateway.ids import new_window_hash
@@ -32,6 +33,7 @@ class Context:
     def __init__(
         self,
         runtime: Runtime,
+        access: SessionAccess,
         *,
         keepalive_seconds: float,
         document: Callable[[], OpenApiDocument],
@@ -40,6 +42,7 @@ class Context:
         self.router = runtime.router
         self.store = runtime.store
         self.settings = runtime.settings
+        self.access = access
         self.metrics = HttpMetrics(runtime.router, runtime.tool_memory.cache)
         self.keepalive_seconds = keepalive_seconds
         self.closing = asyncio.Event()

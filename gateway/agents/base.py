@@ -65,8 +65,9 @@ class Usage:
     elapsed_ms: int = 0
     tool_calls: Sequence[str] = ()
 
-    def record(self, session_id: str, task_hash: str) -> UsageRecord:
-        """The usage row of this model call, made now in `session_id` for `task_hash`."""
+    def record(self, session_id: str, task_hash: str, identity: str = "") -> UsageRecord:
+        """The usage row of this model call, made now in `session_id` for `task_hash`,
+        asked for by `identity`."""
         return UsageRecord(
             session_id,
             self.model,
@@ -78,6 +79,7 @@ class Usage:
             tool_calls=self.tool_calls,
             send_at=now_ms(),
             task_hash=task_hash,
+            identity=identity,
         )
 
 

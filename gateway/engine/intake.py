@@ -20,6 +20,7 @@ from gateway.engine.tasks import TaskTable
 from gateway.engine.views import Submission
 from gateway.events import Event, Inbound, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
+from gateway.ownership import owner_for
 from gateway.store.errors import OutcomeUnknown, until_available
 from gateway.store.journals import JournalRecord
 from gateway.store.messages import StoredMessage
@@ -162,6 +163,8 @@ class Intake:
                 session_id,
                 inbound.text,
                 sender=inbound.origin.sender_name,
+                sender_key=inbound.origin.sender_key,
+                owner=owner_for(session_id, inbound.origin),
                 task_hash=task_hash,
                 source_key=inbound.source_key,
                 request=request,

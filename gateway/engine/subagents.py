@@ -146,7 +146,7 @@ class Subagents:
                         delta = TextDeltaEvent(session_id=child_id, text=step.text)
                         await self._note(child, delta)
                     elif isinstance(step, Usage):
-                        usage.append(step.record(child_id, root.task_hash))
+                        usage.append(step.record(child_id, root.task_hash, root.origin.sender_key))
                     elif isinstance(step, Reply):
                         reply = step.text
         except AgentFailed as exc:

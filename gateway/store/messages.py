@@ -37,11 +37,11 @@ _TOUCH_SESSION = (
 )
 _NEW_SESSION = (
     "INSERT INTO session (id, name, self_id, role, rule, model, reasoning, settings, created_at,"
-    " updated_at) VALUES (?, '', '', '', '', '', '', '{}', ?, ?) ON CONFLICT DO NOTHING"
+    " updated_at, owner) VALUES (?, '', '', '', '', '', '', '{}', ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 _INSERT_MESSAGE = (
-    "INSERT INTO messages (session_id, role, content, sender, send_at, task_hash, source_key)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO messages (session_id, role, content, sender, send_at, task_hash, source_key,"
+    " sender_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _RETURNING_ID = " RETURNING id"
 # A message the platform delivered before (same source key) is not stored again.
@@ -58,6 +58,7 @@ class StoredMessage:
     sender: str
     send_at: int
     task_hash: str = ""
+    sender_key: str = ""  # who wrote it (`platform:sender id`); "" for the agent
 
 
 def touch_session(sql: Lean, session_id: str, at: int) -> bool:
@@ -65,16 +66,25 @@ def touch_session(sql: Lean, session_id: str, at: int) -> bool:
     return bool(sql.run(_TOUCH_SESSION, at, at, session_id))
 
 
-def new_session(sql: Lean, session_id: str, at: int) -> None:
+def new_session(sql: Lean, session_id: str, at: int, owner: str = "") -> None:
     """Add the session's row (with default settings) unless it has one."""
-    sql.run(_NEW_SESSION, session_id, at, at)
+    sql.run(_NEW_SESSION, session_id, at, at, owner)
 
 
 def insert_message(sql: Lean, message: StoredMessage, source_key: str = "") -> int | None:
     """Archive `message` (its `id` is ignored); returns the id the archive gave it, or None
     when a message with the same `source_key` is archived already."""
     m = message
-    values = (m.session_id, m.role, m.content, m.sender, m.send_at, m.task_hash, source_key)
+    values = (
+        m.session_id,
+        m.role,
+        m.content,
+        m.sender,
+        m.send_at,
+        m.task_hash,
+        source_key,
+        m.sender_key,
+    )
     found = sql.value(_INSERT_KEYED if source_key else _INSERT_MESSAGE, *values)
     if found is None:
         assert source_key, "an insert without a source key always returns its id"
@@ -128,6 +138,8 @@ class MessageArchive(StoreBase):
         content: str,
         *,
         sender: str,
+        sender_key: str = "",
+        owner: str = "",
         task_hash: str = "",
         source_key: str = "",
         request: RequestKey | None = None,
@@ -140,12 +152,15 @@ class MessageArchive(StoreBase):
         `request` (whose key is the source key) was sent before within its 24 hours.
 
         `then` runs with the stored message right after its history.json line, in the same
-        hand-off off the event loop (a file write that belongs with it, an action.log line)."""
+        hand-off off the event loop (a file write that belongs with it, an action.log line).
+        `owner` owns the session if this message makes it (gateway/ownership.py)."""
         return await self._append(
             session_id,
             "user",
             content,
             sender=sender,
+            sender_key=sender_key,
+            owner=owner,
             task_hash=task_hash,
             create_session=True,
             source_key=source_key,
@@ -161,6 +176,8 @@ class MessageArchive(StoreBase):
         content: str,
         *,
         sender: str,
+        sender_key: str = "",
+        owner: str = "",
         send_at: int | None = None,
         task_hash: str = "",
         write_history: bool = True,
@@ -178,13 +195,14 @@ class MessageArchive(StoreBase):
         # PostgreSQL text cannot hold NUL; store the same replacement character on every backend.
         content = content.replace("\x00", "\ufffd")
         sender = sender.replace("\x00", "\ufffd")
-        unfiled = StoredMessage(0, session_id, role, content, sender, at, task_hash)
+        sender_key = sender_key.replace("\x00", "\ufffd")
+        unfiled = StoredMessage(0, session_id, role, content, sender, at, task_hash, sender_key)
 
         def work(sql: Lean) -> StoredMessage | None:
             if not touch_session(sql, session_id, at):
                 if not create_session:
                     raise UnknownSession(session_id)
-                new_session(sql, session_id, at)
+                new_session(sql, session_id, at, owner)
             if request is not None:
                 forget_expired(sql, request)
             message_id = insert_message(sql, unfiled, source_key)

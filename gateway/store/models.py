@@ -86,6 +86,8 @@ class SessionRow(SettingsView, SQLModel, table=True):
     settings: str = Field(default="{}", sa_column=Column(Text, nullable=False, server_default="{}"))
     created_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
     updated_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms, last activity
+    # The identity key that made a private session; "" for a shared chat (gateway/ownership.py).
+    owner: str = Field(default="", max_length=200)
 
 
 class MessageRow(SQLModel, table=True):
@@ -101,6 +103,8 @@ class MessageRow(SQLModel, table=True):
     # What brought the message in, as the platform names it ("telegram:<bot>:<update id>");
     # unique when not empty, so a delivery the platform repeats is stored once.
     source_key: str = Field(default="", max_length=200)
+    # Who wrote it (`platform:sender id`); "" for the agent's own messages.
+    sender_key: str = Field(default="", max_length=200)
 
 
 class ActionHistoryRow(SQLModel, table=True):
@@ -142,6 +146,7 @@ class UsageRow(SQLModel, table=True):
     send_at: int = Field(default=0, sa_type=BigInteger)
     # The task the call was made for: a subagent's name the parent task that started it.
     task_hash: str = Field(default="", max_length=32)
+    identity: str = Field(default="", max_length=200)  # whom it was spent for
 
 
 class OutboxRow(SQLModel, table=True):
@@ -258,6 +263,9 @@ class ScheduleRow(SQLModel, table=True):
     created_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
     next_due_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms
     last_fired_at: int = Field(default=0, sa_type=BigInteger)  # Unix ms, 0 before the first
+    # Not firing since (Unix ms), because the identity it acts for was revoked or banned.
+    suspended_at: int = Field(default=0, sa_type=BigInteger)
+    suspended_reason: str = Field(default="", max_length=200)
 
 
 class EmbeddingRow(SQLModel, table=True):
@@ -294,6 +302,73 @@ class EmbeddingCursorRow(SQLModel, table=True):
     # Changes whenever embeddings are dropped (`agenvoy reindex`), so in-process indexes built
     # from the older ones know to start over.
     epoch: str = Field(default="", max_length=32)
+
+
+class SessionShareRow(SQLModel, table=True):
+    """An identity a session's owner shared it with."""
+
+    __tablename__ = "session_share"
+
+    session_id: str = Field(primary_key=True, max_length=140)
+    identity: str = Field(primary_key=True, max_length=200)
+    mode: str = Field(max_length=8)  # "read" | "write"
+    shared_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class IdentityLinkRow(SQLModel, table=True):
+    """An identity joined to a person (the identity it was linked to)."""
+
+    __tablename__ = "identity_link"
+
+    identity: str = Field(primary_key=True, max_length=200)
+    person: str = Field(max_length=200)
+    linked_by: str = Field(default="", max_length=200)
+    linked_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class LinkCodeRow(SQLModel, table=True):
+    """A one-time code that links the identity that asked for it to the one that enters it."""
+
+    __tablename__ = "link_code"
+
+    code_hash: str = Field(primary_key=True, max_length=64)
+    identity: str = Field(max_length=200)
+    expires_at: int = Field(sa_type=BigInteger)
+
+
+class BanRow(SQLModel, table=True):
+    """A member kept out of one chat (`scope` its session id) or of the gateway (`*`)."""
+
+    __tablename__ = "ban"
+
+    scope: str = Field(primary_key=True, max_length=140)
+    identity: str = Field(primary_key=True, max_length=200)
+    banned_by: str = Field(default="", max_length=200)
+    reason: str = Field(default="", sa_column=Column(Text, nullable=False, server_default=""))
+    created_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class QuotaRow(SQLModel, table=True):
+    """An identity's or a chat's own limits, over the settings' defaults."""
+
+    __tablename__ = "quota"
+
+    subject: str = Field(primary_key=True, max_length=200)  # identity key or session id
+    limits: str = Field(default="{}", sa_column=Column(Text, nullable=False, server_default="{}"))
+    updated_by: str = Field(default="", max_length=200)
+    updated_at: int = Field(default=0, sa_type=BigInteger)
+
+
+class ConsoleSigninRow(SQLModel, table=True):
+    """A console sign-in, known by the SHA-256 of its cookie."""
+
+    __tablename__ = "console_signin"
+
+    id_hash: str = Field(primary_key=True, max_length=64)
+    identity: str = Field(max_length=200)
+    name: str = Field(default="", max_length=200)
+    created_at: int = Field(sa_type=BigInteger)
+    expires_at: int = Field(sa_type=BigInteger)
 
 
 # Every table whose rows belong to one session, known by its `session_id` column: what deleting

@@ -31,6 +31,7 @@ from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.messages import MessageArchive, StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, MessageRow, SessionRow
 from gateway.store.outbox import Outbox
+from gateway.store.ownership import Ownership
 from gateway.store.request_keys import RequestKeys
 from gateway.store.runs import RunArchive, RunRecord
 from gateway.store.schedules import ScheduleTable
@@ -83,6 +84,7 @@ class SessionStore(
         self.usage = Usage(db)
         self.schedules = ScheduleTable(db)
         self.search = Search(db)
+        self.ownership = Ownership(db)
         # One for the whole store: it remembers whether pgvector is there once asked.
         self.vectors = VectorArchive(db)
 
@@ -110,8 +112,9 @@ class SessionStore(
         from one platform (where reading that platform's backlog starts)."""
         return await latest_sources(self.db, session_prefix, key_prefix)
 
-    async def ensure(self, session_id: str, *, name: str = "") -> SessionRow:
-        """The session's row, creating it and its directory if this is its first message."""
+    async def ensure(self, session_id: str, *, name: str = "", owner: str = "") -> SessionRow:
+        """The session's row, creating it (owned by `owner`) and its directory if this is its
+        first message."""
         validate_session_id(session_id)
         await asyncio.to_thread(self.dirs.create, session_id)
         now = now_ms()
@@ -119,7 +122,9 @@ class SessionStore(
         def work(session: Session) -> SessionRow:
             row = session.get(SessionRow, session_id)
             if row is None:
-                row = SessionRow(id=session_id, name=name, created_at=now, updated_at=now)
+                row = SessionRow(
+                    id=session_id, name=name, owner=owner, created_at=now, updated_at=now
+                )
                 session.add(row)
             return row
 

@@ -21,7 +21,8 @@ DAY_MS = 86_400_000
 # A lean statement (gateway.store.lean): one per model call.
 _INSERT_USAGE = (
     "INSERT INTO usage (session_id, model, input, output, cache_read, cache_write, elapsed_ms,"
-    " tool_calls, send_at, task_hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+    " tool_calls, send_at, task_hash, identity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " RETURNING id"
 )
 
 
@@ -37,6 +38,7 @@ class UsageRecord:
     tool_calls: Sequence[str] = field(default_factory=tuple)
     send_at: int | None = None
     task_hash: str = ""  # the task it was spent for (a subagent's: its parent task)
+    identity: str = ""  # whom: the requester of that task (`platform:sender id`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,7 @@ def _values(record: UsageRecord) -> dict[str, object]:
         "tool_calls": json.dumps(list(record.tool_calls)),
         "send_at": record.send_at if record.send_at is not None else now_ms(),
         "task_hash": record.task_hash,
+        "identity": record.identity,
     }
 
 

@@ -1,0 +1,80 @@
+"""Session access for the front-ends that reach sessions by id (the HTTP API, the console,
+MCP): who the caller is, what the store knows of the session, and the rule of
+`gateway/ownership.py` between them.
+
+A caller that may not read a session is told it does not exist, as for a session that does
+not: which sessions others have is none of their business. One that may read it but not do
+what it asked is told why (`NotAllowed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from gateway.auth import Authority, NotAllowed
+from gateway.events import Origin
+from gateway.ownership import Caller, Need, allows, owner_for, refusal
+from gateway.store.base import UnknownSession
+from gateway.store.ownership import EVERYTHING, Ownership, Visibility
+
+# Identities that are the gateway's operator by the credential they hold: the local
+# terminal credential (whoever can read the home) and the shared API token.
+OPERATOR_KEYS = frozenset({"http:api"})
+OPERATOR_PLATFORMS = frozenset({"terminal"})
+ANONYMOUS_KEY = "http:anonymous"
+
+
+class SessionAccess:
+    def __init__(
+        self,
+        ownership: Ownership,
+        authority: Authority,
+        *,
+        open_gateway: Callable[[], Awaitable[bool]],
+    ) -> None:
+        self._ownership = ownership
+        self._authority = authority
+        # Whether callers need no token at all: then whoever reaches the gateway (on loopback,
+        # unless the operator bound it wider on purpose) is its operator.
+        self._open_gateway = open_gateway
+
+    async def is_gateway_admin(self, who: Origin) -> bool:
+        if who.platform in OPERATOR_PLATFORMS or who.sender_key in OPERATOR_KEYS:
+            return True
+        if who.sender_key in self._authority.admins:
+            return True
+        return who.sender_key == ANONYMOUS_KEY and await self._open_gateway()
+
+    async def caller(self, who: Origin) -> Caller:
+        admin = await self.is_gateway_admin(who)
+        linked = await self._ownership.linked(who.sender_key)
+        if not admin and linked & self._authority.admins:
+            admin = True
+        # Whom a platform vouches for as a chat's admin is known in that chat only (its
+        # commands); here, reached by id, such a caller is one of its members.
+        return Caller(who.sender_key, linked, gateway_admin=admin)
+
+    async def may(self, who: Origin, session_id: str, need: Need) -> bool:
+        """May `who` do `need` with the session? False for a session that does not exist."""
+        caller = await self.caller(who)
+        facts = await self._ownership.facts(session_id, caller.identities)
+        return facts is not None and allows(caller, need, facts)
+
+    async def require(self, who: Origin, session_id: str, need: Need) -> None:
+        """Raise `UnknownSession` unless `who` may read the session, `NotAllowed` unless they
+        may also do `need`."""
+        caller = await self.caller(who)
+        facts = await self._ownership.facts(session_id, caller.identities)
+        if facts is None or not allows(caller, Need.read, facts):
+            raise UnknownSession(session_id)
+        if need is not Need.read and not allows(caller, need, facts):
+            raise NotAllowed(refusal(need, session_id))
+
+    async def visibility(self, who: Origin) -> Visibility:
+        """What of the listings and searches `who` may see."""
+        caller = await self.caller(who)
+        return EVERYTHING if caller.gateway_admin else Visibility(False, caller.identities)
+
+    @staticmethod
+    def owner_for(session_id: str, maker: Origin) -> str:
+        return owner_for(session_id, maker)

@@ -1,0 +1,194 @@
+"""The rows behind who owns what: linked identities, session owners and shares, and which
+sessions one person may see (the rules themselves are `gateway/ownership.py`).
+
+A person is the set of identities linked together; `identity_link` maps each linked identity
+to the one it was joined to (`person`). An identity with no row is a person of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, delete, exists, false, or_, select
+from sqlmodel import Session, col
+
+from gateway.clock import now_ms
+from gateway.ownership import SHARED_PREFIXES, SessionFacts, ShareMode
+from gateway.store.db import Database
+from gateway.store.models import IdentityLinkRow, MessageRow, SessionRow, SessionShareRow
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    """Which sessions a listing or a search may show: all of them (a gateway admin), or those
+    `identities` own, were shared with, or wrote in as members of a shared chat."""
+
+    everything: bool
+    identities: frozenset[str] = frozenset()
+
+    def condition(self, session_id: Any) -> ColumnElement[bool]:
+        """A SQL condition on a column of session ids."""
+        if self.everything:
+            return ~false()
+        if not self.identities:
+            return false()
+        mine = select(col(SessionRow.id)).where(col(SessionRow.owner).in_(self.identities))
+        shared = select(col(SessionShareRow.session_id)).where(
+            col(SessionShareRow.identity).in_(self.identities)
+        )
+        chats = or_(*(col(MessageRow.session_id).startswith(f"{p}-") for p in SHARED_PREFIXES))
+        wrote = select(col(MessageRow.session_id)).where(
+            col(MessageRow.sender_key).in_(self.identities), chats
+        )
+        return or_(session_id.in_(mine), session_id.in_(shared), session_id.in_(wrote))
+
+
+EVERYTHING = Visibility(everything=True)
+
+
+def _run(session: Session, stmt: Any) -> Any:
+    return session.connection().execute(stmt)
+
+
+def _linked(session: Session, identity: str) -> frozenset[str]:
+    row = session.get(IdentityLinkRow, identity)
+    person = row.person if row is not None else identity
+    members = _run(
+        session, select(col(IdentityLinkRow.identity)).where(col(IdentityLinkRow.person) == person)
+    ).all()
+    return frozenset({person, identity, *(str(m[0]) for m in members)})
+
+
+class Ownership:
+    """The repository of links, owners and shares."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def linked(self, identity: str) -> frozenset[str]:
+        """Every identity of the person `identity` belongs to, itself included."""
+        return await self._db.read(lambda s: _linked(s, identity))
+
+    async def link(self, identity: str, to: str, *, by: str = "") -> frozenset[str]:
+        """Join `identity` (and whatever it was linked with) to the person of `to`; returns the
+        person's identities."""
+
+        def work(session: Session) -> frozenset[str]:
+            target = session.get(IdentityLinkRow, to)
+            person = target.person if target is not None else to
+            moving = _linked(session, identity)
+            at = now_ms()
+            for each in moving | {to}:
+                if each == person:
+                    continue
+                row = session.get(IdentityLinkRow, each)
+                if row is None:
+                    session.add(
+                        IdentityLinkRow(identity=each, person=person, linked_by=by, linked_at=at)
+                    )
+                else:
+                    row.person, row.linked_by, row.linked_at = person, by, at
+                    session.add(row)
+            session.flush()
+            return _linked(session, person)
+
+        return await self._db.write(work)
+
+    async def unlink(self, identity: str) -> bool:
+        """Take `identity` out of its person; False when it was linked with nobody."""
+
+        def work(session: Session) -> bool:
+            row = session.get(IdentityLinkRow, identity)
+            if row is not None:
+                session.delete(row)
+                return True
+            # The identity others were joined to: the next one becomes their person.
+            rows = list(
+                session.scalars(
+                    select(IdentityLinkRow).where(col(IdentityLinkRow.person) == identity)
+                ).all()
+            )
+            if not rows:
+                return False
+            heir = rows[0].identity
+            for each in rows:
+                if each.identity == heir:
+                    session.delete(each)
+                else:
+                    each.person = heir
+                    session.add(each)
+            return True
+
+        return await self._db.write(work)
+
+    async def facts(self, session_id: str, identities: Collection[str]) -> SessionFacts | None:
+        """What the rule needs of `session_id` for a caller with `identities`; None when there
+        is no such session."""
+        wanted = tuple(identities)
+
+        def work(session: Session) -> SessionFacts | None:
+            owner = _run(
+                session, select(col(SessionRow.owner)).where(col(SessionRow.id) == session_id)
+            ).first()
+            if owner is None:
+                return None
+            shares = _run(
+                session,
+                select(col(SessionShareRow.identity), col(SessionShareRow.mode)).where(
+                    col(SessionShareRow.session_id) == session_id,
+                    col(SessionShareRow.identity).in_(wanted),
+                ),
+            ).all()
+            member = bool(wanted) and bool(
+                _run(
+                    session,
+                    select(
+                        exists().where(
+                            col(MessageRow.session_id) == session_id,
+                            col(MessageRow.sender_key).in_(wanted),
+                        )
+                    ),
+                ).one()[0]
+            )
+            return SessionFacts(
+                session_id,
+                owner=str(owner[0]),
+                shares={str(i): ShareMode(m) for i, m in shares},
+                member=member,
+            )
+
+        return await self._db.read(work)
+
+    async def share(self, session_id: str, identity: str, mode: ShareMode) -> None:
+        def work(session: Session) -> None:
+            row = session.get(SessionShareRow, (session_id, identity))
+            if row is None:
+                row = SessionShareRow(session_id=session_id, identity=identity, mode=mode)
+            row.mode, row.shared_at = mode.value, now_ms()
+            session.add(row)
+
+        await self._db.write(work)
+
+    async def unshare(self, session_id: str, identity: str) -> bool:
+        def work(session: Session) -> bool:
+            stmt = delete(SessionShareRow).where(
+                col(SessionShareRow.session_id) == session_id,
+                col(SessionShareRow.identity) == identity,
+            )
+            return bool(session.connection().execute(stmt).rowcount)
+
+        return await self._db.write(work)
+
+    async def shares(self, session_id: str) -> dict[str, ShareMode]:
+        def work(session: Session) -> dict[str, ShareMode]:
+            rows = _run(
+                session,
+                select(col(SessionShareRow.identity), col(SessionShareRow.mode)).where(
+                    col(SessionShareRow.session_id) == session_id
+                ),
+            ).all()
+            return {str(i): ShareMode(m) for i, m in rows}
+
+        return await self._db.read(work)
