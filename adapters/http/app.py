@@ -22,8 +22,8 @@ from adapters.http.server import ApiRunner
 from adapters.http.sse import KEEPALIVE_SECONDS
 from adapters.mcp.endpoint import MCP_PATH, McpEndpoint
 from adapters.web.app import CONSOLE_PREFIX, build_console
-from gateway.adapter import HttpRoute
 from gateway.access import SessionAccess
+from gateway.adapter import HttpRoute
 from gateway.credentials import Credentials
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
