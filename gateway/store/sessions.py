@@ -11,12 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, update
-from sqlalchemy import select as sa_select
+from sqlalchemy import delete, update
 from sqlmodel import Session, col, select
 
 from gateway.clock import now_ms
@@ -28,8 +26,9 @@ from gateway.store.actionlog import ActionKind, ActionRecord
 from gateway.store.base import UnknownSession
 from gateway.store.db import Database
 from gateway.store.journals import JournalArchive, PromptAnswers
+from gateway.store.listing import SessionCursor, SessionInfo, SessionListing, parent_of
 from gateway.store.messages import MessageArchive, StoredMessage
-from gateway.store.models import PER_SESSION_TABLES, MessageRow, SessionRow
+from gateway.store.models import PER_SESSION_TABLES, SessionRow
 from gateway.store.outbox import Outbox
 from gateway.store.ownership import Ownership
 from gateway.store.request_keys import RequestKeys
@@ -41,7 +40,14 @@ from gateway.store.summaries import SummaryArchive
 from gateway.store.usage import Usage
 from gateway.store.vectors import VectorArchive
 
-__all__ = ["RunRecord", "SessionInfo", "SessionStore", "StoredMessage", "UnknownSession"]
+__all__ = [
+    "RunRecord",
+    "SessionCursor",
+    "SessionInfo",
+    "SessionStore",
+    "StoredMessage",
+    "UnknownSession",
+]
 
 # Sessions per transaction when many go at once (the reaper): each commit is an fsync, and the
 # writer is held for the whole chunk. Under 999, the bound-parameter limit of older SQLite.
@@ -59,24 +65,14 @@ def _with_option(row: SessionRow, key: str, value: Any) -> str:
     return json.dumps(options, ensure_ascii=False)
 
 
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    id: str
-    name: str
-    updated_at: int
-    message_count: int
-    parent: str = ""  # the session whose task started this subagent session
-
-
-def _parent_of(settings: str) -> str:
-    if '"parent"' not in settings:  # most sessions: no JSON to decode
-        return ""
-    link = SessionRow(id="-", settings=settings).parent
-    return link[0] if link else ""
-
-
 class SessionStore(
-    MessageArchive, RunArchive, JournalArchive, PromptAnswers, SummaryArchive, RequestKeys
+    SessionListing,
+    MessageArchive,
+    RunArchive,
+    JournalArchive,
+    PromptAnswers,
+    SummaryArchive,
+    RequestKeys,
 ):
     def __init__(self, settings: Settings, db: Database) -> None:
         super().__init__(settings, db)
@@ -230,34 +226,6 @@ class SessionStore(
 
         return await self.db.write(work)
 
-    async def list_sessions(self) -> list[SessionInfo]:
-        counts = (
-            select(MessageRow.session_id, func.count().label("n"))
-            .group_by(MessageRow.session_id)
-            .subquery()
-        )
-        # Five columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
-        stmt = (
-            sa_select(
-                col(SessionRow.id),
-                col(SessionRow.name),
-                col(SessionRow.updated_at),
-                counts.c.n,
-                col(SessionRow.settings),
-            )
-            .outerjoin(counts, counts.c.session_id == SessionRow.id)
-            .order_by(col(SessionRow.updated_at).desc())
-        )
-
-        def work(session: Session) -> list[SessionInfo]:
-            rows = session.connection().execute(stmt).all()
-            return [
-                SessionInfo(sid, name, updated, int(n or 0), _parent_of(settings))
-                for sid, name, updated, n, settings in rows
-            ]
-
-        return await self.db.read(work)
-
     async def delete(self, session_id: str) -> bool:
         """Remove the session: its rows in every per-session table, its row, its folder.
 
@@ -309,7 +277,7 @@ class SessionStore(
                     col(SessionRow.settings).contains('"parent"'),
                 )
                 for sid, settings in session.exec(stmt).all():
-                    parent = _parent_of(settings)
+                    parent = parent_of(settings)
                     if parent:
                         found[sid] = parent
             return found
