@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from gateway.auth import Authority, NotAllowed
 from gateway.events import Origin
-from gateway.ownership import Caller, Need, allows, owner_for, refusal
+from gateway.ownership import Caller, Need, allows, is_shared, owner_for, refusal
 from gateway.store.base import UnknownSession
 from gateway.store.ownership import EVERYTHING, Ownership, Visibility
 
@@ -69,6 +69,21 @@ class SessionAccess:
             raise UnknownSession(session_id)
         if need is not Need.read and not allows(caller, need, facts):
             raise NotAllowed(refusal(need, session_id))
+
+    async def require_send(self, who: Origin, session_id: str) -> None:
+        """`require(write)` for a session that exists. One that does not is made by the
+        message, owned by `who` when it is private; a shared chat is made by its platform
+        (or a gateway admin)."""
+        caller = await self.caller(who)
+        facts = await self._ownership.facts(session_id, caller.identities)
+        if facts is None:
+            if is_shared(session_id) and not caller.gateway_admin:
+                raise UnknownSession(session_id)
+            return
+        if not allows(caller, Need.read, facts):
+            raise UnknownSession(session_id)
+        if not allows(caller, Need.write, facts):
+            raise NotAllowed(refusal(Need.write, session_id))
 
     async def visibility(self, who: Origin) -> Visibility:
         """What of the listings and searches `who` may see."""

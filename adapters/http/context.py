@@ -64,6 +64,17 @@ class Context:
                 self._closed.set_result(None)
         return self._closed
 
+    @staticmethod
+    def caller(request: web.Request) -> Origin:
+        """Who is asking, as their credential says, and nothing else (no headers read)."""
+        identity = request[IDENTITY]
+        return Origin(
+            identity.platform,
+            sender_id=identity.sender_id,
+            sender_name=identity.sender_name,
+            window_hash=identity.window_hash,
+        )
+
     def origin(self, request: web.Request) -> Origin:
         """Who is asking, as their credential says. A terminal window's hash comes with its
         credential; any other caller's `X-Agenvoy-Window` is a label on its tasks' events,

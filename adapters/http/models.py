@@ -36,6 +36,10 @@ HISTORY_MAX: Final = 500
 LOG_TAIL_DEFAULT: Final = 100
 LOG_TAIL_MAX: Final = 1000
 SEARCH_DEFAULT: Final = 20
+SESSIONS_DEFAULT: Final = 100
+SESSIONS_MAX: Final = 500
+# A page's end: the last session's activity time and id (`1733385600000~chat-ab12`).
+SESSION_CURSOR_PATTERN: Final = r"^[0-9]{1,19}~(cli|chat|dc|tg|temp)-[A-Za-z0-9_-]{1,128}$"
 SEARCH_MAX_OFFSET: Final = 10_000
 USAGE_DEFAULT_DAYS: Final = 28
 USAGE_MAX_DAYS: Final = 3650
@@ -233,6 +237,13 @@ class Query(BaseModel):
 
 class SessionsQuery(Query):
     prefix: Prefix | None = Field(None, description="Only sessions with this prefix.")
+    limit: int = Field(SESSIONS_DEFAULT, ge=1, le=SESSIONS_MAX, description="Page size.")
+    cursor: str | None = Field(
+        None,
+        max_length=200,
+        pattern=SESSION_CURSOR_PATTERN,
+        description="Where the page starts: the `next_cursor` of the page before.",
+    )
 
 
 class HistoryQuery(Query):

@@ -224,9 +224,12 @@ class SessionSummary(Reply):
 
 
 class SessionList(Reply):
-    """The sessions, most recently active first."""
+    """The sessions the caller may see, most recently active first, a page at a time."""
 
     sessions: list[SessionSummary]
+    next_cursor: str | None = Field(
+        None, description="Pass as `cursor` for the next page; absent on the last one."
+    )
 
 
 class SessionMeta(Reply):

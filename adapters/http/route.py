@@ -23,6 +23,7 @@ from adapters.http.replies import Media, json_reply
 from gateway.auth import Access
 from gateway.events import Origin
 from gateway.ids import validate_session_id
+from gateway.ownership import Need
 
 M = TypeVar("M", bound=BaseModel)
 Result = BaseModel | web.StreamResponse
@@ -53,6 +54,9 @@ class Route:
     # knows (whose task it is, which settings change).
     access: Access = Access.anyone
     checked_by: str = ""
+    # What a route on one session needs of it (gateway/ownership.py), checked here for every
+    # caller before the handler runs: a session the caller may not read answers 404.
+    need: Need | None = None
 
     def reply_kinds(self) -> Iterator[tuple[int, ReplyKind]]:
         for status, kinds in self.replies.items():
@@ -63,6 +67,9 @@ class Route:
         """The aiohttp handler of this route in the app of `ctx`."""
         status_of = {kind: status for status, kind in self.reply_kinds() if isinstance(kind, type)}
         has_session = "{sid}" in self.path
+        need = self.need
+        if has_session and need is None:
+            raise RouteMisuse(f"{self.method} {self.path}: a route on a session names its need")
         checked_here = self.access is Access.shared_admin and not self.checked_by
         if checked_here and not (has_session and self.caller):
             raise RouteMisuse(f"{self.method} {self.path}: a shared_admin route acts on a session")
@@ -72,6 +79,8 @@ class Route:
             if has_session:
                 # Before anything else: the id becomes a directory name further on.
                 sid = validate_session_id(request.match_info["sid"])
+                assert need is not None
+                await ctx.access.require(ctx.caller(request), sid, need)
                 if checked_here:
                     who = ctx.origin(request)
                     ctx.runtime.authority.require_shared_admin(who, sid, action)

@@ -13,6 +13,7 @@ from adapters.http.replies import Message, Reply
 from adapters.http.route import Call
 from gateway.ids import validate_session_id
 from gateway.memory.embedders import EmbeddingFailed
+from gateway.ownership import Need
 
 
 class SearchHit(Message):
@@ -38,6 +39,7 @@ async def search(call: Call) -> SearchHits:
         session_id=session_id,
         limit=query.limit,
         offset=query.offset,
+        visible=await call.ctx.access.visibility(call.ctx.caller(call.request)),
     )
     hits = [SearchHit(**Message.of(m).model_dump(), kind="message", score=None) for m in found]
     return SearchHits(results=hits)
@@ -49,7 +51,7 @@ async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> S
         bad("mode=semantic searches one session: session_id is required")
     if memory is None:
         bad("semantic search is not available on this gateway")
-    await call.ctx.require_session(session_id)
+    await call.ctx.access.require(call.ctx.caller(call.request), session_id, Need.read)
     try:
         found = await memory.recall.search(session_id, query.q, query.limit, summaries=True)
     except EmbeddingFailed as exc:  # the embedding endpoint is away: try again later

@@ -49,6 +49,7 @@ async def send(call: Call) -> Reply | web.StreamResponse:
         return await _again(call, body, first)
     if body.session_id is not None:
         session_id = validate_session_id(body.session_id)
+        await call.ctx.access.require_send(call.ctx.caller(call.request), session_id)
     else:
         session_id = new_session_id(Prefix.chat if body.persist else Prefix.temp)
     ctx = call.ctx

@@ -8,6 +8,7 @@ from typing import Final
 from adapters.http.context import Context
 from adapters.http.errors import ApiError, bad, no_session
 from adapters.http.models import (
+    SESSIONS_DEFAULT,
     AddInputRequest,
     CreateSessionRequest,
     SessionsQuery,
@@ -22,11 +23,12 @@ from adapters.http.replies import (
     SessionSummary,
 )
 from adapters.http.route import Call
+from gateway.events import Origin
 from gateway.ids import new_session_id
 from gateway.logs import get_logger
 from gateway.session_settings import SettingsChange, SettingsRefused
 from gateway.store.fslock import SessionDirectoryMissing
-from gateway.store.sessions import UnknownSession
+from gateway.store.sessions import SessionCursor, UnknownSession
 
 log = get_logger(__name__)
 
@@ -37,16 +39,35 @@ DELETE_GRACE_SECONDS: Final = 5.0
 async def create_session(call: Call) -> CreatedSession:
     body = await call.body(CreateSessionRequest)
     session_id = new_session_id(body.prefix)
-    await call.ctx.store.ensure(session_id)
+    owner = call.ctx.caller(call.request).sender_key
+    await call.ctx.store.ensure(session_id, owner=owner)
     return CreatedSession(session_id=session_id)
 
 
 async def list_sessions(call: Call) -> SessionList:
-    return await session_list(call.ctx, call.query(SessionsQuery).prefix)
+    query = call.query(SessionsQuery)
+    who = call.ctx.caller(call.request)
+    return await session_list(call.ctx, who, query.prefix, query.cursor, query.limit)
 
 
-async def session_list(ctx: Context, prefix: str | None) -> SessionList:
-    """Every session (or those of `prefix`), most recently active first."""
+async def session_list(
+    ctx: Context,
+    who: Origin,
+    prefix: str | None,
+    cursor: str | None = None,
+    limit: int = SESSIONS_DEFAULT,
+) -> SessionList:
+    """The sessions `who` may see (of `prefix`), most recently active first, a page of
+    `limit` after `cursor`."""
+    after = None
+    if cursor is not None:
+        at, _, last = cursor.partition("~")
+        after = SessionCursor(int(at), last)
+    page = await ctx.store.list_sessions(
+        await ctx.access.visibility(who), prefix=prefix, after=after, limit=limit + 1
+    )
+    more = len(page) > limit
+    page = page[:limit]
     return SessionList(
         sessions=[
             SessionSummary(
@@ -57,9 +78,9 @@ async def session_list(ctx: Context, prefix: str | None) -> SessionList:
                 running=ctx.router.running_task(info.id) is not None,
                 parent=info.parent,
             )
-            for info in await ctx.store.list_sessions()
-            if prefix is None or info.id.startswith(f"{prefix}-")
-        ]
+            for info in page
+        ],
+        next_cursor=f"{page[-1].updated_at}~{page[-1].id}" if more else None,
     )
 
 

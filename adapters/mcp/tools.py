@@ -44,6 +44,7 @@ from adapters.http.sessions import session_list
 from gateway.engine import TaskStatus
 from gateway.events import Inbound, Origin
 from gateway.ids import Prefix, new_session_id, validate_hash, validate_session_id
+from gateway.ownership import Need
 from gateway.store.search import MAX_PAGE
 
 # Long enough for most replies; an MCP client's own request timeout may be shorter, and the
@@ -122,12 +123,12 @@ class McpTool:
 
 
 async def _list_sessions(ctx: Context, who: Origin, args: ListSessionsArgs) -> SessionList:
-    return await session_list(ctx, args.prefix)
+    return await session_list(ctx, who, args.prefix)
 
 
 async def _read_history(ctx: Context, who: Origin, args: ReadHistoryArgs) -> Messages:
     session_id = validate_session_id(args.session_id)
-    await ctx.require_session(session_id)
+    await ctx.access.require(who, session_id, Need.read)
     messages = await ctx.store.recent_messages(session_id, args.limit)
     return Messages(messages=[Message.of(m) for m in messages])
 
@@ -135,7 +136,11 @@ async def _read_history(ctx: Context, who: Origin, args: ReadHistoryArgs) -> Mes
 async def _search_history(ctx: Context, who: Origin, args: SearchHistoryArgs) -> SearchResults:
     session_id = validate_session_id(args.session_id) if args.session_id else None
     found = await ctx.store.search.messages(
-        args.query, session_id=session_id, limit=args.limit, offset=0
+        args.query,
+        session_id=session_id,
+        limit=args.limit,
+        offset=0,
+        visible=await ctx.access.visibility(who),
     )
     return SearchResults(results=[Message.of(m) for m in found])
 
@@ -145,6 +150,7 @@ async def _send_message(
 ) -> TaskOutcome | CommandResult:
     if args.session_id is not None:
         session_id = validate_session_id(args.session_id)
+        await ctx.access.require_send(who, session_id)
     else:
         session_id = new_session_id(Prefix.chat if args.persist else Prefix.temp)
     submission = await ctx.router.submit(Inbound(who, session_id, args.content))
@@ -171,6 +177,7 @@ async def _send_message(
 
 async def _get_task(ctx: Context, who: Origin, args: GetTaskArgs) -> TaskOutcome:
     session_id = validate_session_id(args.session_id)
+    await ctx.access.require(who, session_id, Need.read)
     return _outcome(await task_view(ctx, session_id, validate_hash(args.task_hash), args.wait))
 
 
@@ -182,15 +189,17 @@ async def _list_pending(ctx: Context, who: Origin, args: ListPendingArgs) -> Pen
     if args.session_id is None:
         return answerable(ctx, who, await ctx.router.open_prompts())
     session_id = validate_session_id(args.session_id)
-    await ctx.require_session(session_id)
+    await ctx.access.require(who, session_id, Need.read)
     return answerable(ctx, who, await ctx.router.open_prompts(session_id))
 
 
 async def _answer_prompt(ctx: Context, who: Origin, args: AnswerPromptArgs) -> Approved | Answered:
     if (args.approve is None) == (args.answer is None):
         raise ValueError("give either 'approve' (a confirmation) or 'answer' (a question)")
+    session_id = validate_session_id(args.session_id)
+    await ctx.access.require(who, session_id, Need.write)
     result = await ctx.router.answer(
-        validate_session_id(args.session_id),
+        session_id,
         validate_hash(args.task_hash),
         who,
         approve=args.approve,

@@ -7,6 +7,7 @@ to the one it was joined to (`person`). An identity with no row is a person of i
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,13 @@ from sqlmodel import Session, col
 from gateway.clock import now_ms
 from gateway.ownership import SHARED_PREFIXES, SessionFacts, ShareMode
 from gateway.store.db import Database
-from gateway.store.models import IdentityLinkRow, MessageRow, SessionRow, SessionShareRow
+from gateway.store.models import (
+    IdentityLinkRow,
+    LinkCodeRow,
+    MessageRow,
+    SessionRow,
+    SessionShareRow,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +50,26 @@ class Visibility:
             col(MessageRow.sender_key).in_(self.identities), chats
         )
         return or_(session_id.in_(mine), session_id.in_(shared), session_id.in_(wrote))
+
+    def sql(self, session_id: str, params: dict[str, object]) -> str:
+        """`condition` as SQL text on the column `session_id`, its values added to `params`
+        (for the statements written as text, the full-text search)."""
+        if self.everything:
+            return "1 = 1"
+        if not self.identities:
+            return "1 = 0"
+        names = []
+        for i, identity in enumerate(sorted(self.identities)):
+            params[f"who{i}"] = identity
+            names.append(f":who{i}")
+        who = ", ".join(names)
+        chats = " OR ".join(f"w.session_id LIKE '{p}-%'" for p in sorted(SHARED_PREFIXES))
+        return (
+            f"({session_id} IN (SELECT id FROM session WHERE owner IN ({who}))"
+            f" OR {session_id} IN (SELECT session_id FROM session_share WHERE identity IN ({who}))"
+            f" OR {session_id} IN (SELECT w.session_id FROM messages w"
+            f" WHERE w.sender_key IN ({who}) AND ({chats})))"
+        )
 
 
 EVERYTHING = Visibility(everything=True)
@@ -192,3 +219,59 @@ class Ownership:
             return {str(i): ShareMode(m) for i, m in rows}
 
         return await self._db.read(work)
+
+    # -- one-time link codes ---------------------------------------------------------------
+
+    async def issue_code(
+        self, identity: str, code: str, *, expires_at: int, now: int, keep: int
+    ) -> None:
+        """Keep `code` (hashed) for `identity` until `expires_at`. Expired codes go; of the
+        identity's live ones only the newest `keep` stay, this one included."""
+        digest = code_hash(code)
+
+        def work(session: Session) -> None:
+            session.connection().execute(
+                delete(LinkCodeRow).where(col(LinkCodeRow.expires_at) <= now)
+            )
+            live = _run(
+                session,
+                select(col(LinkCodeRow.code_hash))
+                .where(col(LinkCodeRow.identity) == identity)
+                .order_by(col(LinkCodeRow.expires_at).desc()),
+            ).all()
+            stale = [str(r[0]) for r in live[max(keep - 1, 0) :]]
+            if stale:
+                session.connection().execute(
+                    delete(LinkCodeRow).where(col(LinkCodeRow.code_hash).in_(stale))
+                )
+            session.add(LinkCodeRow(code_hash=digest, identity=identity, expires_at=expires_at))
+
+        await self._db.write(work)
+
+    async def redeem_code(self, code: str, *, now: int) -> str | None:
+        """The identity that asked for `code`, the code used up; None for a code that is
+        unknown, used or expired."""
+        digest = code_hash(code)
+
+        def work(session: Session) -> str | None:
+            row = session.get(LinkCodeRow, digest)
+            if row is None:
+                return None
+            session.delete(row)  # used once, whether it was still good or not
+            return row.identity if row.expires_at > now else None
+
+        return await self._db.write(work)
+
+    async def drop_codes(self, identity: str) -> int:
+        """Forget every code `identity` asked for; how many there were."""
+
+        def work(session: Session) -> int:
+            stmt = delete(LinkCodeRow).where(col(LinkCodeRow.identity) == identity)
+            return int(session.connection().execute(stmt).rowcount or 0)
+
+        return await self._db.write(work)
+
+
+def code_hash(code: str) -> str:
+    """How a link code is kept: whoever reads the archive cannot enter the codes it holds."""
+    return hashlib.sha256(code.encode()).hexdigest()

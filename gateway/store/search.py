@@ -18,6 +18,7 @@ from sqlmodel import Session
 from gateway.ids import validate_session_id
 from gateway.store.db import Database
 from gateway.store.messages import StoredMessage
+from gateway.store.ownership import EVERYTHING, Visibility
 
 MAX_TERMS = 16
 MAX_PAGE = 200
@@ -53,8 +54,10 @@ class Search:
         session_id: str | None = None,
         limit: int = 20,
         offset: int = 0,
+        visible: Visibility = EVERYTHING,
     ) -> list[StoredMessage]:
-        """Messages containing every term of `query`, newest first."""
+        """Messages containing every term of `query` in the sessions `visible` shows, newest
+        first."""
         if session_id is not None:
             validate_session_id(session_id)
         terms = split_terms(query)
@@ -67,6 +70,8 @@ class Search:
         if session_id is not None:
             where.append("m.session_id = :sid")
             params["sid"] = session_id
+        if not visible.everything:
+            where.append(visible.sql("m.session_id", params))
 
         source, order = "messages m", "m.id"
         if self._db.dialect == "sqlite":
