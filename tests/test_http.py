@@ -104,6 +104,14 @@ class Server:
             ctype = resp.headers.get("Content-Type", "")
             return resp.status, json.loads(body) if ctype.startswith("application/json") else body
 
+    async def share(
+        self, session_id: str, with_user: str, *, by: dict[str, str], mode: str = "write"
+    ) -> None:
+        """The owner (`by`) shares a private session with another token's user."""
+        path = f"/v1/session/{session_id}/shares/http:{with_user}"
+        status, body = await self.call("PUT", path, json_body={"mode": mode}, headers=by)
+        assert status == 200, body
+
 
 @contextlib.asynccontextmanager
 async def serving(
@@ -365,6 +373,7 @@ async def test_send_temp_persist_and_existing_session(server: Server) -> None:
     chat = body["session_id"]
     user = body["events"][0]
     assert (user["sender"], user["window_hash"]) == ("Ann", "w-ann")
+    await server.share(chat, "tester", by=ANN)
 
     status, body = await server.call(
         "POST", "/v1/send", json_body={"content": "again", "session_id": chat, "persist": False}
@@ -409,6 +418,7 @@ async def test_send_wait_zero_and_task_route(clocked: tuple[Server, FakeClock]) 
     assert status == 202 and set(body) == {"session_id", "task_hash", "status"}
     assert body["status"] in {"queued", "running"}
     sid, task = body["session_id"], body["task_hash"]
+    await server.share(sid, "tester", by=ANN)
     await clock.until_sleeping(1, seconds=1)
     status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=0")
     assert (status, view["status"]) == (200, "running")
@@ -827,6 +837,7 @@ async def test_log_stream_replays_then_goes_live(server: Server) -> None:
         "POST", "/v1/send", json_body={"content": "first"}, headers=ANN
     )
     sid, first_task = body["session_id"], body["task_hash"]
+    await server.share(sid, "tester", by=ANN)
     async with server.client.get(server.url(f"/v1/session/{sid}/log?tail=100")) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/event-stream")
@@ -901,6 +912,8 @@ async def test_confirm_over_http(server: Server) -> None:
     )
     assert status == 202, body
     sid, task = body["session_id"], body["task_hash"]
+    for other in ("tester", "bob"):
+        await server.share(sid, other, by=ANN)
     pending = body["pending"]
     assert (pending["kind"], pending["tool"], pending["task_hash"]) == (
         "confirm",
@@ -958,6 +971,7 @@ async def test_ask_user_answered_by_admin(server: Server) -> None:
     assert status == 202 and body["pending"]["kind"] == "ask_user"
     assert body["pending"]["question"] == "favourite colour?"
     sid, task = body["session_id"], body["task_hash"]
+    await server.share(sid, "tester", by=ANN)
     status, body = await server.call(
         "POST", f"/v1/session/{sid}/pending/{task}", json_body={"answer": "green"}, headers=ROOT
     )
@@ -973,6 +987,7 @@ async def test_prompt_expiry(tmp_path: Path) -> None:
         )
         assert status == 202 and body["pending"]["kind"] == "confirm"
         sid, task = body["session_id"], body["task_hash"]
+        await srv.share(sid, "tester", by=ANN)
         # Already waiting on the prompt: the long poll waits for the end, not for a prompt.
         status, view = await srv.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
         assert (view["status"], view["text"]) == ("done", "denied: x")
@@ -995,6 +1010,7 @@ async def test_cancel_route(server: Server) -> None:
     )
     assert status == 202 and body["pending"]
     sid, task = body["session_id"], body["task_hash"]
+    await server.share(sid, "tester", by=ANN)
     status, body = await server.call(
         "POST", "/v1/send", json_body={"content": "later", "session_id": sid, "wait": 0}
     )
@@ -1206,7 +1222,7 @@ async def test_update_session(server: Server) -> None:
         "reasoning": "high",
         "allowed_tools": ["write_file", "write_file"],
     }
-    status, meta = await server.call("PUT", f"/v1/session/{sid}", json_body=change, headers=ANN)
+    status, meta = await server.call("PUT", f"/v1/session/{sid}", json_body=change)
     assert status == 200, meta
     assert (meta["name"], meta["persona"], meta["model"], meta["reasoning"]) == (
         "release notes",
@@ -1246,21 +1262,30 @@ async def test_update_session(server: Server) -> None:
     assert (await server.runtime.store.require(sid)).model == "big-model"  # nothing leaked in
 
 
+async def member_of(server: Server, chat: str, user: str) -> None:
+    """`user`'s Discord identity, linked with their token, has written in `chat`."""
+    store = server.runtime.store
+    await store.ownership.link(f"discord:{user}-id", f"http:{user}")
+    await store.take_in(chat, "hello", sender=user, sender_key=f"discord:{user}-id")
+
+
 async def test_update_shared_session_needs_an_admin(server: Server) -> None:
     await server.runtime.store.ensure("dc-42")
     path = "/v1/session/dc-42"
-    status, body = await server.call("PUT", path, json_body={"model": "m"}, headers=ANN)
-    assert (status, err(body)) == (403, "not_allowed")
-    status, body = await server.call("PUT", path, json_body={"allowed_tools": []}, headers=ANN)
-    assert (status, err(body)) == (403, "not_allowed")
-    status, meta = await server.call("PUT", path, json_body={"name": "general"}, headers=ANN)
-    assert (status, meta["name"], meta["model"]) == (200, "general", "")
+    status, body = await server.call("PUT", path, json_body={"name": "general"}, headers=ANN)
+    assert (status, err(body)) == (404, "not_found")  # not a member: not even there
+    await member_of(server, "dc-42", "ann")
+    status, body = await server.call("GET", path, headers=ANN)
+    assert status == 200
+    for change in ({"model": "m"}, {"allowed_tools": []}, {"name": "general"}):
+        status, body = await server.call("PUT", path, json_body=change, headers=ANN)
+        assert (status, err(body)) == (403, "not_allowed"), change
     status, meta = await server.call("PUT", path, json_body={"model": "m"}, headers=ROOT)
     assert (status, meta["model"]) == (200, "m")
 
 
 async def test_allowed_tool_runs_without_asking(server: Server) -> None:
-    status, body = await server.call("POST", "/v1/session")
+    status, body = await server.call("POST", "/v1/session", headers=ANN)
     sid = body["session_id"]
     send = {"content": "/allow demo_action", "session_id": sid}
     status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
@@ -1289,6 +1314,7 @@ async def test_allowed_tool_runs_without_asking(server: Server) -> None:
 
 async def test_allow_in_a_shared_chat_needs_an_admin(server: Server) -> None:
     await server.runtime.store.ensure("tg-7")
+    await member_of(server, "tg-7", "ann")
     send = {"content": "/allow demo_action", "session_id": "tg-7"}
     status, body = await server.call("POST", "/v1/send", json_body=send, headers=ANN)
     assert "only an admin" in body["text"]
@@ -1331,7 +1357,7 @@ async def test_terminal_prompt_is_answered_from_its_own_window(server: Server) -
         status, body = await server.call(
             "POST", answer, json_body={"approve": True}, headers=headers
         )
-        assert status == 403, (headers, body)
+        assert status in {403, 404}, (headers, body)
     status, body = await server.call("POST", answer, json_body={"approve": True}, headers=window_b)
     assert (status, err(body)) == (403, "not_allowed")
     assert "terminal window" in body["error"]["message"]

@@ -105,7 +105,8 @@ def known_error(exc: Exception) -> ApiError | None:
     if isinstance(exc, MessageTooLong):
         return ApiError(413, "too_long", str(exc))
     if isinstance(exc, TooManyTasks):
-        return ApiError(429, "too_many_requests", str(exc), {"Retry-After": "10"})
+        wait = exc.retry_after
+        return ApiError(429, exc.code, str(exc), {"Retry-After": str(wait)} if wait else None)
     if isinstance(exc, UnstorableText):
         return ApiError(400, "bad_text", str(exc))
     if isinstance(exc, TaskNotFound | UnknownSession):

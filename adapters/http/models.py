@@ -36,6 +36,8 @@ HISTORY_MAX: Final = 500
 LOG_TAIL_DEFAULT: Final = 100
 LOG_TAIL_MAX: Final = 1000
 SEARCH_DEFAULT: Final = 20
+# `platform:sender id`, as identities are named everywhere (`http:ann`, `telegram:1234`).
+IDENTITY_PATTERN: Final = r"^[a-z]{2,16}:[A-Za-z0-9_.@-]{1,180}$"
 SESSIONS_DEFAULT: Final = 100
 SESSIONS_MAX: Final = 500
 # A page's end: the last session's activity time and id (`1733385600000~chat-ab12`).
@@ -332,3 +334,7 @@ class PathParameters(BaseModel):
     sid: SessionId
     task_hash: str
     schedule_id: int = Field(ge=1, description="A schedule's number, as its session lists it.")
+    identity: str = Field(
+        pattern=IDENTITY_PATTERN,
+        description="An identity: platform:sender id (http:ann, telegram:1234).",
+    )

@@ -56,7 +56,9 @@ _ERRORS: Final = {
     421: ("WrongHost", "A Host header naming another server (wrong_host)."),
     429: (
         "TooManyRequests",
-        "The sender has max_pending_per_sender tasks waiting or running (too_many_requests); "
+        "The sender has max_pending_per_sender tasks waiting or running (too_many_requests), "
+        "or reached a quota: messages a minute (rate_limited), a token budget "
+        "(budget_exceeded), sessions owned (session_quota, no Retry-After); "
         "Retry-After says when to try again.",
     ),
     500: ("Internal", "Unexpected failure (internal)."),

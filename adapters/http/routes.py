@@ -7,6 +7,16 @@ from typing import Final
 
 from adapters.http.archive import get_history, stream_log, usage
 from adapters.http.commands import list_commands
+from adapters.http.identities import (
+    LinkCode,
+    LinkRequest,
+    Me,
+    enter_link_code,
+    get_me,
+    issue_link_code,
+    leave_links,
+)
+from adapters.http.me import ForgetRequest, Forgotten, MemberExport, export_me, forget_me
 from adapters.http.models import (
     AddInputRequest,
     AnswerRequest,
@@ -74,6 +84,7 @@ from adapters.http.sessions import (
     list_sessions,
     update_session,
 )
+from adapters.http.shares import ShareRequest, Shares, delete_share, list_shares, put_share
 from gateway.auth import Access
 from gateway.ownership import Need
 
@@ -89,7 +100,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         "Create a cli-* or chat-* session",
         body=CreateSessionRequest,
         replies={201: CreatedSession},
-        errors=(400, 413),
+        errors=(400, 413, 429),
     ),
     Route(
         "GET",
@@ -153,6 +164,34 @@ ROUTES: Final[tuple[Route, ...]] = (
         errors=(400, 404, 413),
     ),
     # -- schedules
+    Route(
+        "GET",
+        f"{SESSION}/shares",
+        list_shares,
+        "Who the session is shared with, and its owner",
+        need=Need.manage,
+        replies={200: Shares},
+        errors=(400, 404),
+    ),
+    Route(
+        "PUT",
+        f"{SESSION}/shares/{{identity}}",
+        put_share,
+        "Share a private session with an identity, read-only or read-write",
+        body=ShareRequest,
+        need=Need.manage,
+        replies={200: Shares},
+        errors=(400, 404, 413),
+    ),
+    Route(
+        "DELETE",
+        f"{SESSION}/shares/{{identity}}",
+        delete_share,
+        "Stop sharing a private session with an identity",
+        need=Need.manage,
+        replies={200: Shares},
+        errors=(400, 404),
+    ),
     Route(
         "GET",
         f"{SESSION}/schedules",
@@ -309,6 +348,61 @@ ROUTES: Final[tuple[Route, ...]] = (
         query=UsageQuery,
         replies={200: UsageList},
         errors=(400,),
+    ),
+    # -- the caller's own identity
+    Route(
+        "GET",
+        "/v1/me",
+        get_me,
+        "Who the caller is: identity, name, linked identities, whether a gateway admin",
+        caller=True,
+        replies={200: Me},
+    ),
+    Route(
+        "POST",
+        "/v1/me/link-code",
+        issue_link_code,
+        "A one-time code that links the identity entering it to the caller (10 minutes)",
+        caller=True,
+        replies={200: LinkCode},
+    ),
+    Route(
+        "POST",
+        "/v1/me/link",
+        enter_link_code,
+        "Link the caller to the identity that asked for the code",
+        body=LinkRequest,
+        caller=True,
+        replies={200: Me},
+        errors=(400, 409, 413, 429),
+    ),
+    Route(
+        "DELETE",
+        "/v1/me/link",
+        leave_links,
+        "Take the caller out of the identities it is linked with",
+        caller=True,
+        replies={200: Me},
+    ),
+    # -- the caller's own data
+    Route(
+        "GET",
+        "/v1/me/export",
+        export_me,
+        "Everything stored about the caller (and identities linked with it), as one document",
+        caller=True,
+        replies={200: MemberExport},
+        errors=(400,),
+    ),
+    Route(
+        "POST",
+        "/v1/me/forget",
+        forget_me,
+        "Erase what the caller wrote, and the replies to it, everywhere; needs confirm: true",
+        body=ForgetRequest,
+        caller=True,
+        replies={200: Forgotten},
+        errors=(400, 413),
     ),
     # -- operations
     Route(

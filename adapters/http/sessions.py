@@ -39,8 +39,9 @@ DELETE_GRACE_SECONDS: Final = 5.0
 async def create_session(call: Call) -> CreatedSession:
     body = await call.body(CreateSessionRequest)
     session_id = new_session_id(body.prefix)
-    owner = call.ctx.caller(call.request).sender_key
-    await call.ctx.store.ensure(session_id, owner=owner)
+    caller = call.ctx.caller(call.request)
+    await call.ctx.runtime.engine.admission.admit_session(caller)
+    await call.ctx.store.ensure(session_id, owner=caller.sender_key)
     return CreatedSession(session_id=session_id)
 
 

@@ -65,9 +65,11 @@ class Usage:
     elapsed_ms: int = 0
     tool_calls: Sequence[str] = ()
 
-    def record(self, session_id: str, task_hash: str, identity: str = "") -> UsageRecord:
-        """The usage row of this model call, made now in `session_id` for `task_hash`,
-        asked for by `identity`."""
+    def record(
+        self, session_id: str, task_hash: str, identity: str = "", at: int | None = None
+    ) -> UsageRecord:
+        """The usage row of this model call, made `at` (now) in `session_id` for
+        `task_hash`, asked for by `identity`."""
         return UsageRecord(
             session_id,
             self.model,
@@ -77,7 +79,7 @@ class Usage:
             cache_write=self.cache_write,
             elapsed_ms=self.elapsed_ms,
             tool_calls=self.tool_calls,
-            send_at=now_ms(),
+            send_at=at if at is not None else now_ms(),
             task_hash=task_hash,
             identity=identity,
         )

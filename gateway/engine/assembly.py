@@ -32,6 +32,7 @@ from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
+from gateway.quotas import Admission
 from gateway.settings import Settings
 from gateway.store.sessions import SessionStore
 
@@ -44,6 +45,7 @@ class Engine:
     router: Router
     courier: Courier
     runner: Runner
+    admission: Admission  # quotas and budgets, asked before a message becomes a task
 
 
 def assemble(
@@ -95,7 +97,10 @@ def assemble(
         before_next=lambda session_id: ownership.refresh(session_id),
         on_idle=lambda session_id: ownership.idle(session_id),
         gather=lambda session_id, queue: queue_modes.gather(session_id, queue),
+        counts_as=lambda sender: admission.people.key(sender),
+        slots_for=lambda key: admission.people.running(key),
     )
+    admission = Admission(settings, store, authority.admins, clock, scheduler.tasks_of)
     prompts = Prompts(
         dispatch,
         scheduler,
@@ -157,11 +162,11 @@ def assemble(
         ownership,
         elsewhere,
         crash,
-        settings.max_pending_per_sender,
         accepting=takeover.accepting,
         queue_modes=queue_modes,
         max_queued_per_session=settings.max_queued_per_session,
         commands=commands,
+        admit=admission.admit,
     )
     router = Router(
         store=store,
@@ -177,4 +182,4 @@ def assemble(
         ownership=ownership,
         elsewhere=elsewhere,
     )
-    return Engine(router, dispatch.courier, runner)
+    return Engine(router, dispatch.courier, runner, admission)

@@ -17,6 +17,9 @@ class TaskNotFound(LookupError):
 class TooManyTasks(RuntimeError):
     """The sender has as many tasks waiting or running as one sender may; nothing was stored."""
 
+    code = "too_many_requests"
+    retry_after: int | None = 10  # seconds a caller is told to wait; None: no telling
+
     def __init__(self, limit: int) -> None:
         super().__init__(
             f"too many requests: you have {limit} tasks waiting or running; "
@@ -35,6 +38,15 @@ class QueueFull(TooManyTasks):
             "send more once some are answered",
         )
         self.limit = limit
+
+
+class QuotaExceeded(TooManyTasks):
+    """A quota or budget was reached (gateway/quotas.py); nothing was stored. `retry_after` is
+    None for a limit that does not reset by itself (sessions owned)."""
+
+    def __init__(self, code: str, message: str, retry_after: int | None) -> None:
+        RuntimeError.__init__(self, message)
+        self.code, self.retry_after, self.limit = code, retry_after, 0
 
 
 class MaybeStored(RuntimeError):

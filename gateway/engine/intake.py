@@ -18,7 +18,7 @@ from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
 from gateway.engine.views import Submission
-from gateway.events import Event, Inbound, UserEvent
+from gateway.events import Event, Inbound, Origin, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
 from gateway.ownership import owner_for
 from gateway.store.errors import OutcomeUnknown, until_available
@@ -29,6 +29,8 @@ from gateway.store.sessions import SessionStore
 from gateway.text import check_storable
 
 CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
+# Quotas and budgets (gateway/quotas.py): raises to refuse a sender's message to a session.
+Admit = Callable[[Origin, str], Awaitable[None]]
 
 
 class Intake:
@@ -49,6 +51,7 @@ class Intake:
         queue_modes: QueueModes | None = None,
         max_queued_per_session: int | None = None,
         commands: CommandRunner | None = None,
+        admit: Admit | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
@@ -68,6 +71,7 @@ class Intake:
         self.commands = commands
         self.queue_modes = queue_modes
         self.max_queued_per_session = max_queued_per_session
+        self.admit = admit
 
     async def submit(self, inbound: Inbound, turn: Turn | None = None) -> Submission:
         """Take a message in. An unreachable database raises `DatabaseUnavailable`, or with
@@ -77,6 +81,8 @@ class Intake:
             self.check_text(inbound.text)
             command = await self.commands(inbound) if self.commands is not None else None
             if command is None:
+                if self.admit is not None:
+                    await self.admit(inbound.origin, session_id)
                 self._check_load(inbound)
                 accepted = await self._accept(session_id, inbound)
                 if accepted is None:

@@ -166,7 +166,9 @@ class Runner:
         elif isinstance(step, Usage):
             # Held until the next step: with the run when that is the end, else just before.
             await self._record_usage(task)
-            task.hold_usage(step.record(sid, task.task_hash, task.origin.sender_key))
+            # Stamped by the gateway's clock: budgets count by the day that clock says.
+            at = self.dispatch.courier.clock.now_ms()
+            task.hold_usage(step.record(sid, task.task_hash, task.origin.sender_key, at))
         elif isinstance(step, Reply):
             await task.set_reply(step.text)
 

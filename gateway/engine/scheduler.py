@@ -1,8 +1,10 @@
 """Who runs when: one task at a time per session, in queue order; sessions side by side, at
 most `slots` tasks at once, and at most `per_sender` of them for any one sender, so one client
-cannot take every slot. Lanes queue for a slot first come, first served, and go to the back
-after each task: sessions share the slots in turn. A task parked on a prompt gives its slots
-back, so prompts left open cannot starve anyone.
+cannot take every slot. A sender counts as the person it belongs to (`counts_as`: identities
+linked together share one count), whose running limit `slots_for` may set. Lanes queue for a
+slot first come, first served, and go to the back after each task: sessions share the slots
+in turn. A task parked on a prompt gives its slots back, so prompts left open cannot starve
+anyone.
 
 A session's queue is kept in archive order (`Job.order`): tasks another instance stored for a
 session run here in the order their messages were archived, not the order they arrived.
@@ -71,6 +73,8 @@ class Scheduler(Generic[J]):
         before_next: Callable[[str], Awaitable[None]] | None = None,
         on_idle: Callable[[str], Awaitable[None]] | None = None,
         gather: Callable[[str, list[J]], Awaitable[None]] | None = None,
+        counts_as: Callable[[str], str] | None = None,
+        slots_for: Callable[[str], int] | None = None,
     ) -> None:
         """`run` carries a task through its life (it is canceled to cancel the task);
         `canceled_before_start` records the end of one canceled while it was still queued."""
@@ -79,6 +83,11 @@ class Scheduler(Generic[J]):
         self._slots = asyncio.Semaphore(slots)
         self._per_sender = per_sender or slots
         self._senders: dict[str, _Sender] = {}
+        self._counts_as = counts_as or (lambda sender: sender)
+        self._slots_for = slots_for or (lambda key: self._per_sender)
+        # The key each queued or running task counts under, fixed when it was queued: a link
+        # made meanwhile must not move it between counts.
+        self._keys: dict[J, str] = {}
         self._lanes: dict[str, _Lane[J]] = {}
         # The tasks holding a slot, and the asyncio task of each one that has started.
         self._holding: set[J] = set()
@@ -104,7 +113,7 @@ class Scheduler(Generic[J]):
             at -= 1
         lane.waiting.insert(at, task)
         ahead = at + (1 if lane.current is not None else 0)
-        self._sender(task.sender).tasks += 1
+        self._sender(self._key(task)).tasks += 1
         if lane.worker is None or lane.worker.done():
             lane.worker = asyncio.create_task(self._drain(task.session_id, lane))
         return ahead
@@ -144,7 +153,7 @@ class Scheduler(Generic[J]):
 
     def tasks_of(self, sender: str) -> int:
         """How many tasks of `sender` are queued or running."""
-        state = self._senders.get(sender)
+        state = self._senders.get(self._counts_as(sender))
         return state.tasks if state else 0
 
     def take_out(self, task: J) -> bool:
@@ -209,7 +218,7 @@ class Scheduler(Generic[J]):
         slots back to go on; a task canceled meanwhile ends without taking them."""
         self._release(task)
         yield
-        await self._sender(task.sender).slots.acquire()
+        await self._sender(self._key(task)).slots.acquire()
         await self._slots.acquire()
         self._holding.add(task)
 
@@ -217,22 +226,29 @@ class Scheduler(Generic[J]):
         if task in self._holding:
             self._holding.discard(task)
             self._slots.release()
-            self._sender(task.sender).slots.release()
+            self._sender(self._key(task)).slots.release()
 
-    def _sender(self, sender: str) -> _Sender:
-        state = self._senders.get(sender)
+    def _key(self, task: J) -> str:
+        key = self._keys.get(task)
+        if key is None:
+            key = self._keys[task] = self._counts_as(task.sender)
+        return key
+
+    def _sender(self, key: str) -> _Sender:
+        state = self._senders.get(key)
         if state is None:
-            state = self._senders[sender] = _Sender(asyncio.Semaphore(self._per_sender))
+            state = self._senders[key] = _Sender(asyncio.Semaphore(self._slots_for(key)))
         return state
 
     def _left(self, task: J) -> None:
         """`task` is off the queue for good: it counts no more against its sender."""
-        state = self._senders.get(task.sender)
+        key = self._keys.pop(task, None) or self._counts_as(task.sender)
+        state = self._senders.get(key)
         if state is None:
             return
         state.tasks -= 1
         if state.tasks <= 0 and not state.slots.locked():
-            del self._senders[task.sender]
+            del self._senders[key]
 
     # -- running ---------------------------------------------------------------------------
 
@@ -242,7 +258,7 @@ class Scheduler(Generic[J]):
         slots then go to the one after it, or back."""
         while lane.waiting and not self._closing:
             head = lane.waiting[0]
-            sender = self._sender(head.sender)
+            sender = self._sender(self._key(head))
             await sender.slots.acquire()
             if lane.waiting and lane.waiting[0] is head:
                 await self._slots.acquire()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,6 +106,14 @@ def _usage(model: str, sums: Sequence[Any]) -> ModelUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class IdentityUsage:
+    identity: str  # "" for calls made before identities were kept
+    calls: int
+    input: int
+    output: int
+
+
+@dataclass(frozen=True, slots=True)
 class DailyUsage:
     day: int  # days since 1970-01-01, UTC
     usage: ModelUsage
@@ -122,8 +130,13 @@ class Usage:
         return await self._db.write_lean(lambda sql: insert_usage(sql, record))
 
     async def summary(
-        self, *, since_ms: int | None = None, session_id: str | None = None
+        self,
+        *,
+        since_ms: int | None = None,
+        session_id: str | None = None,
+        identities: Collection[str] | None = None,
     ) -> list[ModelUsage]:
+        """Usage per model; with `identities`, only what was spent for them."""
         # Nine columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
         stmt = sa_select(col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
         stmt = stmt.group_by(col(UsageRow.model))
@@ -131,6 +144,8 @@ class Usage:
             stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
         if session_id is not None:
             stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
+        if identities is not None:
+            stmt = stmt.where(col(UsageRow.identity).in_(tuple(identities)))
         stmt = stmt.order_by(col(UsageRow.model))
 
         def work(session: Session) -> list[ModelUsage]:
@@ -139,16 +154,70 @@ class Usage:
 
         return await self._db.read(work)
 
-    async def daily(self, *, since_ms: int) -> list[DailyUsage]:
-        """Usage per model per UTC day since `since_ms`, oldest day first."""
+    async def daily(
+        self, *, since_ms: int, identities: Collection[str] | None = None
+    ) -> list[DailyUsage]:
+        """Usage per model per UTC day since `since_ms`, oldest day first; with
+        `identities`, only what was spent for them."""
         day = (col(UsageRow.send_at) // DAY_MS).label("day")
         stmt = sa_select(day, col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
         stmt = stmt.where(col(UsageRow.send_at) >= since_ms)
+        if identities is not None:
+            stmt = stmt.where(col(UsageRow.identity).in_(tuple(identities)))
         stmt = stmt.group_by(day, col(UsageRow.model)).order_by(day, col(UsageRow.model))
 
         def work(session: Session) -> list[DailyUsage]:
             rows = session.connection().execute(stmt).all()
             return [DailyUsage(int(d), _usage(model, sums)) for d, model, *sums in rows]
+
+        return await self._db.read(work)
+
+    async def tokens(
+        self,
+        *,
+        since_ms: int,
+        identities: Collection[str] | None = None,
+        session_id: str | None = None,
+    ) -> int:
+        """Input and output tokens spent since `since_ms`, for any of `identities` and/or in
+        `session_id` (what a budget is held against)."""
+        stmt = sa_select(
+            func.coalesce(func.sum(col(UsageRow.input) + col(UsageRow.output)), 0)
+        ).where(col(UsageRow.send_at) >= since_ms)
+        if identities is not None:
+            stmt = stmt.where(col(UsageRow.identity).in_(tuple(identities)))
+        if session_id is not None:
+            stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
+        return await self._db.read(lambda s: int(s.connection().execute(stmt).scalar_one()))
+
+    async def by_identity(
+        self,
+        *,
+        since_ms: int,
+        identities: Collection[str] | None = None,
+        session_id: str | None = None,
+    ) -> list[IdentityUsage]:
+        """Spend per identity since `since_ms` (of `identities`, in `session_id`), the
+        biggest spender first."""
+        total = func.sum(col(UsageRow.input) + col(UsageRow.output))
+        stmt = sa_select(
+            col(UsageRow.identity),
+            func.count(),
+            func.sum(col(UsageRow.input)),
+            func.sum(col(UsageRow.output)),
+        ).where(col(UsageRow.send_at) >= since_ms)
+        if identities is not None:
+            stmt = stmt.where(col(UsageRow.identity).in_(tuple(identities)))
+        if session_id is not None:
+            stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
+        stmt = stmt.group_by(col(UsageRow.identity)).order_by(total.desc(), col(UsageRow.identity))
+
+        def work(session: Session) -> list[IdentityUsage]:
+            rows = session.connection().execute(stmt).all()
+            return [
+                IdentityUsage(str(who), int(calls), int(inp or 0), int(out or 0))
+                for who, calls, inp, out in rows
+            ]
 
         return await self._db.read(work)
 

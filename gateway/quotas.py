@@ -1,0 +1,252 @@
+"""Quotas and budgets: what one person (an identity and those linked with it) and one shared
+chat may take, checked once, when a message is taken in, before anything of it is stored.
+
+Limits, 0 meaning none: `messages_per_minute`, `running` and `waiting` tasks, `sessions`
+owned (`cli-`/`chat-`), `tokens_day` and `tokens_month` (input + output tokens since 00:00 UTC
+of the day, of the 1st of the month). A shared chat (`dc-`/`tg-`) has `messages_per_minute`,
+`tokens_day` and `tokens_month` of its own. Defaults come from the settings; the `quota` table
+overrides them per identity or per chat. Gateway admins are exempt from all but the task
+counts (which guard the gateway's load rather than its spend) unless the settings say otherwise.
+"""
+
+from __future__ import annotations
+
+import calendar
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from gateway.auth import is_shared
+from gateway.clock import Clock
+from gateway.engine.errors import QuotaExceeded, TooManyTasks
+from gateway.events import Origin
+from gateway.ids import prefix_of
+from gateway.settings import Settings
+from gateway.store.quotas import OWNED_PREFIXES, Quotas
+from gateway.store.sessions import SessionStore
+
+DAY_MS = 86_400_000
+MINUTE_MS = 60_000
+PERSON_KEYS = (
+    "messages_per_minute",
+    "running",
+    "waiting",
+    "sessions",
+    "tokens_day",
+    "tokens_month",
+)
+CHAT_KEYS = ("messages_per_minute", "tokens_day", "tokens_month")
+# How many tasks an identity's person has waiting or running (the scheduler's count).
+TasksOf = Callable[[str], int]
+
+
+def day_start(now: int) -> int:
+    return now - now % DAY_MS
+
+
+def month_start(now: int) -> int:
+    at = datetime.fromtimestamp(now / 1000, UTC)
+    return calendar.timegm((at.year, at.month, 1, 0, 0, 0)) * 1000
+
+
+def next_month(now: int) -> int:
+    at = datetime.fromtimestamp(now / 1000, UTC)
+    year, month = (at.year + 1, 1) if at.month == 12 else (at.year, at.month + 1)
+    return calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
+
+
+def _seconds(ms: int) -> int:
+    return max(1, -(-ms // 1000))
+
+
+def defaults(settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
+    """The settings' limits: (a person's, a shared chat's)."""
+    person = {
+        "messages_per_minute": settings.quota_messages_per_minute,
+        "running": settings.max_running_per_sender,
+        "waiting": settings.max_pending_per_sender,
+        "sessions": settings.quota_sessions,
+        "tokens_day": settings.quota_tokens_day,
+        "tokens_month": settings.quota_tokens_month,
+    }
+    chat = {
+        "messages_per_minute": settings.chat_quota_messages_per_minute,
+        "tokens_day": settings.chat_quota_tokens_day,
+        "tokens_month": settings.chat_quota_tokens_month,
+    }
+    return person, chat
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    key: str  # the identity its tasks count under: the least of its identities
+    identities: frozenset[str]
+    limits: Mapping[str, int]
+    exempt: bool
+
+
+class People:
+    """Which key each identity's tasks count under, and that person's running limit: what the
+    scheduler asks, synchronously, of what admission learned when their message came in."""
+
+    def __init__(self, running: int) -> None:
+        self._running_default = running
+        self._keys: dict[str, str] = {}
+        self._running: dict[str, int] = {}
+
+    def key(self, identity: str) -> str:
+        return self._keys.get(identity, identity)
+
+    def running(self, key: str) -> int:
+        return self._running.get(key, self._running_default)
+
+    def learn(self, person: Person) -> None:
+        for identity in person.identities:
+            self._keys[identity] = person.key
+        self._running[person.key] = person.limits.get("running") or self._running_default
+
+
+class _Window:
+    """Messages taken in during the last minute, per person or chat (this instance's)."""
+
+    def __init__(self) -> None:
+        self._times: dict[str, deque[int]] = {}
+
+    def wait_ms(self, key: str, limit: int, now: int) -> int:
+        """0 when one more message fits; else how long until one does."""
+        times = self._times.get(key)
+        if times is None:
+            return 0
+        while times and times[0] <= now - MINUTE_MS:
+            times.popleft()
+        if not times:
+            del self._times[key]
+            return 0
+        return times[0] + MINUTE_MS - now if len(times) >= limit else 0
+
+    def note(self, key: str, now: int) -> None:
+        self._times.setdefault(key, deque()).append(now)
+
+
+class Admission:
+    """The one check a message passes before it becomes a task."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: SessionStore,
+        admins: frozenset[str],
+        clock: Clock,
+        tasks_of: TasksOf,
+    ) -> None:
+        self.store = store
+        self.quotas = Quotas(store.db)
+        self.admins = admins
+        self.clock = clock
+        self.exempt_admins = settings.quota_admins_exempt
+        self.person_defaults, self.chat_defaults = defaults(settings)
+        self.people = People(settings.max_running_per_sender)
+        self._tasks_of = tasks_of
+        self._window = _Window()
+
+    async def person(self, identity: str) -> Person:
+        identities = await self.store.ownership.linked(identity)
+        overrides = await self.quotas.of(identities)
+        limits = dict(self.person_defaults)
+        # The identity's own overrides win over those of the identities linked with it.
+        for subject in sorted(overrides, key=lambda s: (s == identity, s)):
+            limits.update({k: v for k, v in overrides[subject].items() if k in PERSON_KEYS})
+        exempt = self.exempt_admins and bool(identities & self.admins)
+        person = Person(min(identities), identities, limits, exempt)
+        self.people.learn(person)
+        return person
+
+    async def chat(self, session_id: str) -> dict[str, int]:
+        limits = dict(self.chat_defaults)
+        own = (await self.quotas.of([session_id])).get(session_id, {})
+        limits.update({k: v for k, v in own.items() if k in CHAT_KEYS})
+        return limits
+
+    async def admit(self, origin: Origin, session_id: str) -> None:
+        """Raise `QuotaExceeded` (or `TooManyTasks`) when `origin`'s message to `session_id`
+        would pass a limit; else count it."""
+        now = self.clock.now_ms()
+        person = await self.person(origin.sender_key)
+        waiting = person.limits["waiting"]
+        if waiting and self._tasks_of(origin.sender_key) >= waiting:
+            raise TooManyTasks(waiting)
+        if person.exempt:
+            return
+        chat = await self.chat(session_id) if is_shared(session_id) else None
+        self._check_rate(person.key, person.limits["messages_per_minute"], now, "you have")
+        if chat is not None:
+            self._check_rate(session_id, chat["messages_per_minute"], now, "this chat has")
+        new = f"{prefix_of(session_id)}-" in OWNED_PREFIXES
+        if new and await self.store.get(session_id) is None:
+            await self._check_sessions(person)
+        await self._check_budgets(person.limits, now, "", identities=person.identities)
+        if chat is not None:
+            await self._check_budgets(chat, now, "this chat's ", session_id=session_id)
+        self._window.note(person.key, now)
+        if chat is not None:
+            self._window.note(session_id, now)
+
+    async def admit_session(self, origin: Origin) -> None:
+        """Raise `QuotaExceeded` when `origin` owns as many sessions as it may."""
+        person = await self.person(origin.sender_key)
+        if not person.exempt:
+            await self._check_sessions(person)
+
+    async def _check_sessions(self, person: Person) -> None:
+        limit = person.limits["sessions"]
+        if limit and await self.quotas.sessions_owned(person.identities) >= limit:
+            raise QuotaExceeded(
+                "session_quota",
+                f"limit of {limit:,} sessions reached; delete one to make another",
+                None,
+            )
+
+    def _check_rate(self, key: str, limit: int, now: int, whose: str) -> None:
+        if not limit:
+            return
+        wait = self._window.wait_ms(key, limit, now)
+        if wait:
+            raise QuotaExceeded(
+                "rate_limited",
+                f"{whose} sent {limit:,} messages in the last minute, the most allowed; "
+                f"try again in {_seconds(wait)} s",
+                _seconds(wait),
+            )
+
+    async def _check_budgets(
+        self,
+        limits: Mapping[str, int],
+        now: int,
+        whose: str,
+        *,
+        identities: frozenset[str] | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        usage = self.store.usage
+        daily, monthly = limits["tokens_day"], limits["tokens_month"]
+        if daily:
+            start = day_start(now)
+            spent = await usage.tokens(since_ms=start, identities=identities, session_id=session_id)
+            if spent >= daily:
+                raise QuotaExceeded(
+                    "budget_exceeded",
+                    f"{whose}daily budget of {daily:,} tokens used; resets 00:00 UTC",
+                    _seconds(start + DAY_MS - now),
+                )
+        if monthly:
+            start = month_start(now)
+            spent = await usage.tokens(since_ms=start, identities=identities, session_id=session_id)
+            if spent >= monthly:
+                reset = next_month(now)
+                on = datetime.fromtimestamp(reset / 1000, UTC).strftime("%Y-%m-%d")
+                raise QuotaExceeded(
+                    "budget_exceeded",
+                    f"{whose}monthly budget of {monthly:,} tokens used; resets {on} 00:00 UTC",
+                    _seconds(reset - now),
+                )

@@ -1,0 +1,97 @@
+"""The rows behind quotas: the `quota` table's overrides (an identity's or a chat's own limits,
+over the settings' defaults) and the counts the limits are held against — sessions owned.
+Token spend is the `usage` table's (gateway/store/usage.py); the rules are gateway/quotas.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+
+from sqlalchemy import func, or_, select
+from sqlmodel import Session, col
+
+from gateway.clock import now_ms
+from gateway.store.db import Database
+from gateway.store.models import QuotaRow, SessionRow
+
+# Sessions that count as owned: the private ones that last. `temp-*` sessions are reaped after
+# a while idle and are what a plain send makes, so they do not count.
+OWNED_PREFIXES = ("cli-", "chat-")
+
+
+def _limits(text: str) -> dict[str, int]:
+    try:
+        raw = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): int(v) for k, v in raw.items() if isinstance(v, int) and v >= 0}
+
+
+class Quotas:
+    """The repository of quota overrides."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def of(self, subjects: Collection[str]) -> dict[str, dict[str, int]]:
+        """The overrides set for each of `subjects` that has any."""
+        wanted = tuple(subjects)
+
+        def work(session: Session) -> dict[str, dict[str, int]]:
+            rows = session.connection().execute(
+                select(col(QuotaRow.subject), col(QuotaRow.limits)).where(
+                    col(QuotaRow.subject).in_(wanted)
+                )
+            )
+            return {str(subject): _limits(text) for subject, text in rows}
+
+        return await self._db.read(work)
+
+    async def all(self) -> dict[str, dict[str, int]]:
+        def work(session: Session) -> dict[str, dict[str, int]]:
+            rows = session.connection().execute(
+                select(col(QuotaRow.subject), col(QuotaRow.limits)).order_by(col(QuotaRow.subject))
+            )
+            return {str(subject): _limits(text) for subject, text in rows}
+
+        return await self._db.read(work)
+
+    async def set(
+        self, subject: str, changes: Mapping[str, int | None], *, by: str = ""
+    ) -> dict[str, int]:
+        """Change `subject`'s overrides (None takes one away, back to the default); returns
+        what it has now. A subject left with none loses its row."""
+
+        def work(session: Session) -> dict[str, int]:
+            row = session.get(QuotaRow, subject)
+            limits = _limits(row.limits) if row is not None else {}
+            for key, value in changes.items():
+                if value is None:
+                    limits.pop(key, None)
+                else:
+                    limits[key] = value
+            if not limits:
+                if row is not None:
+                    session.delete(row)
+                return {}
+            if row is None:
+                row = QuotaRow(subject=subject)
+            row.limits, row.updated_by, row.updated_at = json.dumps(limits), by, now_ms()
+            session.add(row)
+            return limits
+
+        return await self._db.write(work)
+
+    async def sessions_owned(self, identities: Collection[str]) -> int:
+        """How many `cli-`/`chat-` sessions `identities` own."""
+        wanted = tuple(identities)
+        if not wanted:
+            return 0
+        stmt = select(func.count()).where(
+            col(SessionRow.owner).in_(wanted),
+            or_(*(col(SessionRow.id).startswith(p) for p in OWNED_PREFIXES)),
+        )
+        return await self._db.read(lambda s: int(s.connection().execute(stmt).scalar_one()))

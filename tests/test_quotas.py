@@ -1,0 +1,117 @@
+"""Quotas and budgets through the real front-ends: a Telegram member's daily token budget (the
+fake Bot API, the openai agent on the fake model, an injected clock), sessions owned and
+messages a minute over HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clock import FakeClock
+from fakes.openai import FakeOpenAI
+from fakes.openai.replies import Text
+from fakes.telegram import FakeTelegram
+from telegram_rig import reply_in, running, sent_to
+from test_http import bearer, serving
+
+from gateway.quotas import day_start, month_start, next_month
+
+DAY_S = 86_400
+
+
+async def test_a_member_s_daily_budget_stops_them_until_the_next_day(
+    tmp_path: Path, telegram: FakeTelegram, model: FakeOpenAI, clock: FakeClock
+) -> None:
+    options = model.agent_settings()
+    async with running(telegram, tmp_path / "home", clock=clock, quota_tokens_day=200, **options):
+        model.script(
+            Text("first answer", usage={"prompt_tokens": 150, "completion_tokens": 60}),
+            Text("bob's answer", usage={"prompt_tokens": 10, "completion_tokens": 5}),
+            Text("next day answer", usage={"prompt_tokens": 10, "completion_tokens": 5}),
+        )
+        ann, bob = telegram.user(41, "Ann"), telegram.user(42, "Bob")
+        group = telegram.group(-500, "club")
+        bot = f"@{telegram.bot_user['username']}"
+        telegram.inject_message(group, ann, f"{bot} first question")
+        await reply_in(telegram, -500, "first answer")
+        telegram.inject_message(group, ann, f"{bot} second question")
+        told = await reply_in(telegram, -500, "daily budget")
+        assert "daily budget of 200 tokens used; resets 00:00 UTC" in told["text"]
+        assert len(model.requests) == 1  # the refused message reached no model
+        # Another member of the chat has a budget of their own.
+        telegram.inject_message(group, bob, f"{bot} my question")
+        await reply_in(telegram, -500, "bob's answer")
+        # The next UTC day, Ann goes on.
+        now = clock.now_ms()
+        await clock.advance((day_start(now) + DAY_S * 1000 - now) / 1000 + 1)
+        telegram.inject_message(group, ann, f"{bot} third question")
+        await reply_in(telegram, -500, "next day answer")
+        assert sum("daily budget" in t for t in sent_to(telegram, -500)) == 1
+
+
+async def test_sessions_past_the_quota_are_refused_over_http(tmp_path: Path) -> None:
+    async with serving(tmp_path, quota_sessions=2) as server:
+        for _ in range(2):
+            status, _body = await server.call("POST", "/v1/session", json_body={"prefix": "cli"})
+            assert status == 201
+        async with server.client.post(server.url("/v1/session"), json={"prefix": "chat"}) as resp:
+            assert resp.status == 429
+            body = await resp.json()
+            assert "Retry-After" not in resp.headers
+        assert body["error"]["code"] == "session_quota"
+        assert body["error"]["message"] == "limit of 2 sessions reached; delete one to make another"
+        # A send that would make a new chat-* session is refused the same way; temp-* are not
+        # counted, and another token has sessions of its own.
+        status, body = await server.call(
+            "POST", "/v1/send", json_body={"content": "keep", "persist": True}
+        )
+        assert (status, body["error"]["code"]) == (429, "session_quota")
+        status, _body = await server.call("POST", "/v1/send", json_body={"content": "hi"})
+        assert status == 200
+        status, _body = await server.call(
+            "POST", "/v1/session", json_body={"prefix": "cli"}, headers=bearer("ann")
+        )
+        assert status == 201
+        # Gateway admins are exempt.
+        for _ in range(3):
+            status, _body = await server.call(
+                "POST", "/v1/session", json_body={"prefix": "cli"}, headers=bearer("root")
+            )
+            assert status == 201
+
+
+async def test_messages_a_minute_are_limited_and_freed_as_the_minute_passes(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    async with serving(tmp_path, clock, quota_messages_per_minute=2) as server:
+        for n in range(2):
+            status, _body = await server.call(
+                "POST", "/v1/send", json_body={"content": f"m{n}", "wait": 0}
+            )
+            assert status == 202 or status == 200
+        await clock.advance(20)
+        async with server.client.post(
+            server.url("/v1/send"), json={"content": "m3", "wait": 0}
+        ) as resp:
+            assert resp.status == 429
+            body = await resp.json()
+            assert resp.headers["Retry-After"] == "40"
+        assert body["error"]["code"] == "rate_limited"
+        assert "sent 2 messages in the last minute" in body["error"]["message"]
+        assert "try again in 40 s" in body["error"]["message"]
+        # Another identity is counted apart.
+        status, _body = await server.call(
+            "POST", "/v1/send", json_body={"content": "a1", "wait": 0}, headers=bearer("ann")
+        )
+        assert status in (200, 202)
+        await clock.advance(40)
+        status, _body = await server.call(
+            "POST", "/v1/send", json_body={"content": "m4", "wait": 0}
+        )
+        assert status in (200, 202)
+
+
+def test_the_month_starts_on_the_first_and_the_next_one_follows() -> None:
+    at = 1_780_000_000_000  # 2026-05-28
+    assert month_start(at) == 1_777_593_600_000  # 2026-05-01 00:00 UTC
+    assert next_month(at) == 1_780_272_000_000  # 2026-06-01 00:00 UTC
+    assert next_month(1_796_083_200_000) == 1_798_761_600_000  # December → January
