@@ -14,11 +14,13 @@ from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
 from gateway.clock import Clock
 from gateway.commands.builtin import BuiltinCommands
+from gateway.commands.links import LinkCommands
 from gateway.commands.registry import CommandRegistry
 from gateway.commands.schedules import ScheduleCommands
 from gateway.crash import CrashPoints
 from gateway.engine.assembly import Engine, assemble
 from gateway.engine.cluster import Cluster
+from gateway.linking import Linking
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
@@ -33,6 +35,7 @@ class Core:
     commands: CommandRegistry
     session_settings: SessionSettings
     schedules: Schedules
+    linking: Linking
 
 
 def build_core(
@@ -89,4 +92,6 @@ def build_core(
     # Scheduled tasks of sessions no chat holds are read like any task of their session.
     engine.router.register_pulled(SCHEDULE_PLATFORM)
     ScheduleCommands(commands, schedules).register()
-    return Core(engine, commands, session_settings, schedules)
+    linking = Linking(store.ownership, clock)
+    LinkCommands(commands, linking).register()
+    return Core(engine, commands, session_settings, schedules, linking)
