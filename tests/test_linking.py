@@ -4,6 +4,7 @@ once and for ten minutes, and refused where others would read it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from collections.abc import AsyncIterator
@@ -18,13 +19,16 @@ from sqlmodel import select
 from telegram_rig import reply_in, sent_to
 from telegram_rig import running as telegram_running
 from test_http import ANN, BOB, ROOT, USERS, serving, write_tokens
+from typer.testing import CliRunner, Result
 
 from adapters.http import start_http
 from gateway.access import SessionAccess
+from gateway.cli import app as cli_app
 from gateway.events import Origin
 from gateway.linking import ATTEMPTS, CODE_TTL_MS
 from gateway.ownership import Need
 from gateway.runtime import Runtime
+from gateway.settings import Settings
 from gateway.store.models import LinkCodeRow
 
 pytestmark = pytest.mark.timeout(60)
@@ -190,3 +194,31 @@ async def test_a_person_holds_few_live_codes_and_anonymous_none(tmp_path: Path) 
     async with serving(tmp_path / "open", users=None) as server:
         status, refused = await server.call("POST", "/v1/me/link-code")
         assert (status, refused["error"]["code"]) == (403, "not_allowed")
+
+
+async def test_the_operator_links_parts_and_shows_identities(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.setenv("AGENVOY_HOME", str(home))
+
+    def agenvoy(*args: str) -> Result:
+        return CliRunner().invoke(cli_app, list(args))
+
+    linked = await asyncio.to_thread(agenvoy, "identity", "link", "telegram:42", "http:ann")
+    assert (linked.exit_code, linked.output) == (0, "linked: telegram:42 with http:ann\n")
+    shown = await asyncio.to_thread(agenvoy, "identity", "show", "http:ann")
+    assert shown.output == "http:ann: linked with telegram:42\n"
+    runtime = await Runtime.start(Settings(home=home, _env_file=None))
+    try:
+        assert await runtime.store.ownership.linked("telegram:42") == {"telegram:42", "http:ann"}
+    finally:
+        await runtime.close()
+    parted = await asyncio.to_thread(agenvoy, "identity", "unlink", "telegram:42")
+    assert parted.exit_code == 0, parted.output
+    shown = await asyncio.to_thread(agenvoy, "identity", "show", "http:ann")
+    assert shown.output == "http:ann: linked with none\n"
+    again = await asyncio.to_thread(agenvoy, "identity", "unlink", "telegram:42")
+    assert again.exit_code == 1
+    bad = await asyncio.to_thread(agenvoy, "identity", "show", "ann")
+    assert bad.exit_code == 2
