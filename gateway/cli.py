@@ -16,13 +16,13 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from itertools import groupby
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 import typer
 
 from adapters.terminal.commands import register as register_client_commands
-from gateway.cli_identity import identity_app
 from gateway.cli_memory import reindex, semantic_search
+from gateway.cli_quotas import quota_app, usage_by_identity
 from gateway.cli_support import checked_id, fail, load_settings, printable
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
 
@@ -36,6 +36,7 @@ app = typer.Typer(
 )
 
 T = TypeVar("T")
+UsageBy = Literal["model", "identity"]
 
 # Lines of a message after its first, in `show`: never at the start of a line of our own.
 BODY_INDENT = "    "
@@ -169,10 +170,15 @@ def search(
 
 def usage(
     days: Annotated[int, typer.Option(min=1, max=3650, help="Look back this many days.")] = 28,
+    by: Annotated[UsageBy, typer.Option(help="Per model, or per identity (member).")] = "model",
 ) -> None:
-    """Token spend per model, with output tokens per second."""
+    """Token spend per model, with output tokens per second; or per identity."""
     from gateway.clock import now_ms
     from gateway.store.usage import DAY_MS
+
+    if by == "identity":
+        usage_by_identity(days)
+        return
 
     since = now_ms() - days * DAY_MS
     rows = _with_store(lambda store: store.usage.summary(since_ms=since))
@@ -340,7 +346,7 @@ register_client_commands(app)
 app.command()(cleanup)
 app.command()(reindex)
 app.add_typer(token_app, name="token")
-app.add_typer(identity_app, name="identity")
+app.add_typer(quota_app, name="quota")
 
 
 if __name__ == "__main__":

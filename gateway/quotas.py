@@ -25,6 +25,7 @@ from gateway.ids import prefix_of
 from gateway.settings import Settings
 from gateway.store.quotas import OWNED_PREFIXES, Quotas
 from gateway.store.sessions import SessionStore
+from gateway.store.usage import month_start
 
 DAY_MS = 86_400_000
 MINUTE_MS = 60_000
@@ -43,11 +44,6 @@ TasksOf = Callable[[str], int]
 
 def day_start(now: int) -> int:
     return now - now % DAY_MS
-
-
-def month_start(now: int) -> int:
-    at = datetime.fromtimestamp(now / 1000, UTC)
-    return calendar.timegm((at.year, at.month, 1, 0, 0, 0)) * 1000
 
 
 def next_month(now: int) -> int:

@@ -4,16 +4,21 @@ messages a minute over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pytest
 from clock import FakeClock
 from fakes.openai import FakeOpenAI
 from fakes.openai.replies import Text
 from fakes.telegram import FakeTelegram
 from telegram_rig import reply_in, running, sent_to
 from test_http import bearer, serving
+from typer.testing import CliRunner
 
-from gateway.quotas import day_start, month_start, next_month
+from gateway.cli import app as cli_app
+from gateway.quotas import day_start, next_month
+from gateway.store.usage import UsageRecord, month_start
 
 DAY_S = 86_400
 
@@ -22,7 +27,14 @@ async def test_a_member_s_daily_budget_stops_them_until_the_next_day(
     tmp_path: Path, telegram: FakeTelegram, model: FakeOpenAI, clock: FakeClock
 ) -> None:
     options = model.agent_settings()
-    async with running(telegram, tmp_path / "home", clock=clock, quota_tokens_day=200, **options):
+    async with running(
+        telegram,
+        tmp_path / "home",
+        clock=clock,
+        quota_tokens_day=200,
+        admins="telegram:49",
+        **options,
+    ):
         model.script(
             Text("first answer", usage={"prompt_tokens": 150, "completion_tokens": 60}),
             Text("bob's answer", usage={"prompt_tokens": 10, "completion_tokens": 5}),
@@ -40,6 +52,16 @@ async def test_a_member_s_daily_budget_stops_them_until_the_next_day(
         # Another member of the chat has a budget of their own.
         telegram.inject_message(group, bob, f"{bot} my question")
         await reply_in(telegram, -500, "bob's answer")
+        # Ann sees where she stands; the chat's admin sees each member; Ann may not.
+        telegram.inject_message(group, ann, "/usage me")
+        mine = await reply_in(telegram, -500, "tokens today")
+        assert "tokens today: 210 of 200 (resets 00:00 UTC)" in mine["text"]
+        telegram.inject_message(group, ann, "/usage")
+        await reply_in(telegram, -500, "only admins see each member's usage")
+        telegram.inject_message(group, telegram.user(49, "Dee"), "/usage")
+        listing = (await reply_in(telegram, -500, "this chat today"))["text"]
+        assert "telegram:41: 210 today, 210 this month in 1 calls" in listing
+        assert "telegram:42: 15 today" in listing
         # The next UTC day, Ann goes on.
         now = clock.now_ms()
         await clock.advance((day_start(now) + DAY_S * 1000 - now) / 1000 + 1)
@@ -115,3 +137,53 @@ def test_the_month_starts_on_the_first_and_the_next_one_follows() -> None:
     assert month_start(at) == 1_777_593_600_000  # 2026-05-01 00:00 UTC
     assert next_month(at) == 1_780_272_000_000  # 2026-06-01 00:00 UTC
     assert next_month(1_796_083_200_000) == 1_798_761_600_000  # December → January
+
+
+async def test_usage_per_identity_over_http_shows_others_only_to_admins(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server:
+        usage = server.runtime.store.usage
+        await usage.record(UsageRecord("cli-a", "m", input=5, output=2, identity="http:tester"))
+        await usage.record(UsageRecord("cli-b", "m", input=50, output=20, identity="http:ann"))
+        status, body = await server.call("GET", "/v1/usage?by=identity")
+        assert status == 200
+        assert body["identities"] == [
+            {"identity": "http:tester", "calls": 1, "input": 5, "output": 2}
+        ]
+        status, body = await server.call("GET", "/v1/usage?by=identity", headers=bearer("root"))
+        assert [u["identity"] for u in body["identities"]] == ["http:ann", "http:tester"]
+        status, body = await server.call("GET", "/v1/usage?by=member")
+        assert status == 400
+
+
+async def test_the_operator_sets_a_quota_from_the_command_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENVOY_HOME", str(tmp_path / "home"))
+    runner = CliRunner()
+
+    async def cli(*args: str) -> tuple[int, str]:
+        result = await asyncio.to_thread(runner.invoke, cli_app, list(args))
+        return result.exit_code, result.output
+
+    assert await cli("quota", "set", "http:tester", "sessions=1", "tokens_day=9") == (
+        0,
+        "http:tester: sessions=1 tokens_day=9\n",
+    )
+    assert (await cli("quota", "set", "http:tester", "bogus=1"))[0] == 2
+    assert (await cli("quota", "set", "tg-5", "sessions=1"))[0] == 2  # not a chat's limit
+    assert (await cli("quota", "set", "nobody", "sessions=1"))[0] == 2
+    assert await cli("quota", "set", "http:tester", "tokens_day=default") == (
+        0,
+        "http:tester: sessions=1\n",
+    )
+    code, out = await cli("quota", "show")
+    assert code == 0 and "http:tester: sessions=1" in out
+    async with serving(tmp_path) as server:
+        assert (await server.call("POST", "/v1/session", json_body={"prefix": "cli"}))[0] == 201
+        status, body = await server.call("POST", "/v1/session", json_body={"prefix": "cli"})
+        assert (status, body["error"]["code"]) == (429, "session_quota")
+        await server.runtime.store.usage.record(
+            UsageRecord("cli-x", "m", input=3, output=4, identity="http:tester")
+        )
+    code, out = await cli("usage", "--by", "identity")
+    assert code == 0 and "http:tester" in out and "3" in out

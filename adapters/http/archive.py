@@ -8,7 +8,14 @@ import asyncio
 from aiohttp import web
 
 from adapters.http.models import HistoryQuery, LogQuery, UsageQuery
-from adapters.http.replies import LogRecord, Message, Messages, ModelUsage, UsageList
+from adapters.http.replies import (
+    IdentityUsage,
+    LogRecord,
+    Message,
+    Messages,
+    ModelUsage,
+    UsageList,
+)
 from adapters.http.route import Call
 from adapters.http.sse import StreamClosed
 from gateway.events import event_to_json
@@ -53,7 +60,21 @@ async def stream_log(call: Call) -> web.StreamResponse:
 
 
 async def usage(call: Call) -> UsageList:
-    days = call.query(UsageQuery).days
-    since = call.ctx.runtime.clock.now_ms() - days * DAY_MS
-    rows = await call.ctx.store.usage.summary(since_ms=since)
-    return UsageList(models=[ModelUsage.of(r) for r in rows])
+    query = call.query(UsageQuery)
+    runtime = call.ctx.runtime
+    since = runtime.clock.now_ms() - query.days * DAY_MS
+    if query.by == "model":
+        rows = await call.ctx.store.usage.summary(since_ms=since)
+        return UsageList(models=[ModelUsage.of(r) for r in rows])
+    caller = call.ctx.caller(call.request)
+    mine = None
+    if not runtime.authority.is_admin(caller):
+        mine = await call.ctx.store.ownership.linked(caller.sender_key)
+    spent = await call.ctx.store.usage.by_identity(since_ms=since, identities=mine)
+    return UsageList(
+        models=[],
+        identities=[
+            IdentityUsage(identity=u.identity, calls=u.calls, input=u.input, output=u.output)
+            for u in spent
+        ],
+    )

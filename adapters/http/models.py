@@ -288,6 +288,11 @@ class UsageQuery(Query):
     days: int = Field(
         USAGE_DEFAULT_DAYS, ge=1, le=USAGE_MAX_DAYS, description="How many days back."
     )
+    by: Literal["model", "identity"] = Field(
+        "model",
+        description="identity: spend per member too (gateway admins see everyone, others "
+        "themselves and the identities linked with them)",
+    )
 
 
 # -- headers and path --------------------------------------------------------------------------

@@ -323,10 +323,18 @@ class ModelUsage(Reply):
         return cls.model_validate(asdict(row))
 
 
+class IdentityUsage(Reply):
+    identity: str
+    calls: int
+    input: int
+    output: int
+
+
 class UsageList(Reply):
-    """Token spend per model."""
+    """Token spend per model (of what the caller may see, with by=identity)."""
 
     models: list[ModelUsage]
+    identities: list[IdentityUsage] | None = Field(None, description="with by=identity")
 
 
 # -- operations --------------------------------------------------------------------------------

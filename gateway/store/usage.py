@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import calendar
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, case, delete, func
@@ -18,6 +20,14 @@ from gateway.store.lean import Lean
 from gateway.store.models import UsageRow
 
 DAY_MS = 86_400_000
+
+
+def month_start(at: int) -> int:
+    """00:00 UTC of the first day of the month `at` (Unix ms) falls in."""
+    day = datetime.fromtimestamp(at / 1000, UTC)
+    return calendar.timegm((day.year, day.month, 1, 0, 0, 0)) * 1000
+
+
 # A lean statement (gateway.store.lean): one per model call.
 _INSERT_USAGE = (
     "INSERT INTO usage (session_id, model, input, output, cache_read, cache_write, elapsed_ms,"
@@ -222,8 +232,10 @@ class Usage:
         return await self._db.read(work)
 
     async def purge(self, *, retention_days: int = 28, now: int | None = None) -> int:
-        """Delete usage rows older than the retention window; returns how many went."""
-        cutoff = (now if now is not None else now_ms()) - retention_days * DAY_MS
+        """Delete usage rows older than the retention window, but none of the current UTC
+        month (a monthly budget counts them); returns how many went."""
+        at = now if now is not None else now_ms()
+        cutoff = min(at - retention_days * DAY_MS, month_start(at))
 
         def work(session: Session) -> int:
             result = session.exec(delete(UsageRow).where(col(UsageRow.send_at) < cutoff))

@@ -1,0 +1,128 @@
+"""`agenvoy quota set|show` (the operator's overrides of the quota settings, per identity or
+per chat) and `agenvoy usage --by identity` (spend per member). They open the archive
+directly; a running gateway reads overrides at each message, so a change holds at once."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import typer
+
+from gateway.cli_support import fail, load_settings, printable
+
+if TYPE_CHECKING:
+    from gateway.store.sessions import SessionStore
+
+T = TypeVar("T")
+
+quota_app = typer.Typer(
+    help="Quota and budget overrides per identity (platform:id) or shared chat (dc-/tg- id).",
+    no_args_is_help=True,
+)
+
+
+def _with_store(work: Callable[[SessionStore], Awaitable[T]]) -> T:
+    from gateway.store.db import DatabaseError
+    from gateway.store.sessions import SessionStore
+
+    settings = load_settings()
+
+    async def main() -> T:
+        store = await SessionStore.open(settings)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(main())
+    except DatabaseError as exc:
+        fail(f"database: {exc}", 1)
+
+
+def parse_changes(subject: str, pairs: list[str]) -> dict[str, int | None]:
+    """`key=value` pairs for `subject`: a whole number, or `default` to take one away."""
+    from gateway.ids import InvalidSessionId, validate_session_id
+    from gateway.quotas import CHAT_KEYS, PERSON_KEYS
+
+    if subject.startswith(("dc-", "tg-")):
+        try:
+            validate_session_id(subject)
+        except InvalidSessionId as exc:
+            raise typer.BadParameter(str(exc)) from None
+        known: tuple[str, ...] = CHAT_KEYS
+    elif ":" in subject.strip(":"):
+        known = PERSON_KEYS
+    else:
+        raise typer.BadParameter(
+            f"{subject!r} is neither an identity (platform:id) nor a shared chat (dc-/tg- id)"
+        )
+    changes: dict[str, int | None] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in known:
+            raise typer.BadParameter(f"{pair!r}: expected KEY=N with KEY one of {', '.join(known)}")
+        if value == "default":
+            changes[key] = None
+        elif value.isascii() and value.isdigit() and len(value) <= 15:
+            changes[key] = int(value)
+        else:
+            raise typer.BadParameter(f"{pair!r}: the value is a whole number or `default`")
+    if not changes:
+        raise typer.BadParameter("give at least one KEY=N")
+    return changes
+
+
+def _shown(limits: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(limits.items())) or "(defaults)"
+
+
+@quota_app.command("set")
+def quota_set(
+    subject: Annotated[str, typer.Argument(help="platform:id, or a dc-/tg- chat id")],
+    pairs: Annotated[list[str], typer.Argument(help="KEY=N (0: no limit; default: unset)")],
+) -> None:
+    """Set SUBJECT's own limits over the settings' defaults."""
+    from gateway.store.quotas import Quotas
+
+    changes = parse_changes(subject, pairs)
+    by = f"terminal:{getpass.getuser()}"
+    now = _with_store(lambda store: Quotas(store.db).set(subject, changes, by=by))
+    typer.echo(f"{printable(subject)}: {_shown(now)}")
+
+
+@quota_app.command("show")
+def quota_show(
+    subject: Annotated[str | None, typer.Argument(help="Only this one")] = None,
+) -> None:
+    """The defaults from the settings and every override set."""
+    from gateway.quotas import defaults
+    from gateway.store.quotas import Quotas
+
+    person, chat = defaults(load_settings())
+    overrides = _with_store(lambda store: Quotas(store.db).all())
+    if subject is None:
+        typer.echo(f"default (identity): {_shown(person)}")
+        typer.echo(f"default (chat): {_shown(chat)}")
+    for each, limits in overrides.items():
+        if subject is None or each == subject:
+            typer.echo(f"{printable(each)}: {_shown(limits)}")
+
+
+def usage_by_identity(days: int) -> None:
+    """Token spend per identity over the last `days` days, the biggest first."""
+    from gateway.clock import now_ms
+    from gateway.store.usage import DAY_MS
+
+    since = now_ms() - days * DAY_MS
+    rows = _with_store(lambda store: store.usage.by_identity(since_ms=since))
+    if not rows:
+        typer.echo(f"no usage in the last {days} days")
+        return
+    typer.echo(f"{'identity':<40}{'calls':>7}{'input':>12}{'output':>12}")
+    for u in rows:
+        who = printable(u.identity) or "(unknown)"
+        typer.echo(f"{who:<40}{u.calls:>7}{u.input:>12}{u.output:>12}")
