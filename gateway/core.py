@@ -14,12 +14,14 @@ from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
 from gateway.clock import Clock
 from gateway.commands.builtin import BuiltinCommands
+from gateway.commands.links import LinkCommands
 from gateway.commands.registry import CommandRegistry
 from gateway.commands.schedules import ScheduleCommands
 from gateway.commands.usage import UsageCommands
 from gateway.crash import CrashPoints
 from gateway.engine.assembly import Engine, assemble
 from gateway.engine.cluster import Cluster
+from gateway.linking import Linking
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
@@ -34,6 +36,7 @@ class Core:
     commands: CommandRegistry
     session_settings: SessionSettings
     schedules: Schedules
+    linking: Linking
 
 
 def build_core(
@@ -91,4 +94,6 @@ def build_core(
     engine.router.register_pulled(SCHEDULE_PLATFORM)
     ScheduleCommands(commands, schedules).register()
     UsageCommands(commands, engine.admission, authority).register()
-    return Core(engine, commands, session_settings, schedules)
+    linking = Linking(store.ownership, clock)
+    LinkCommands(commands, linking).register()
+    return Core(engine, commands, session_settings, schedules, linking)

@@ -30,6 +30,7 @@ from gateway.engine.assembly import Engine
 from gateway.engine.cluster import Cluster
 from gateway.engine.router import Router
 from gateway.health import CheckState, Readiness, ReadinessProbe, answers
+from gateway.linking import Linking
 from gateway.leases import Leases, LocalLeases, open_leases
 from gateway.logs import get_logger
 from gateway.mcp_tools.config import McpConfig, load_config
@@ -126,6 +127,8 @@ class Runtime:
     memory: Memory | None = None  # semantic recall: the embedding job and the search
     # Routes front-ends contribute to the gateway's HTTP server (a platform's webhook).
     http_routes: list[HttpRoute] = field(default_factory=list)
+    # Link codes: one for every front-end, so that wrong codes are counted together.
+    linking: Linking | None = None
     router: Router = field(init=False)  # the engine's face, which front-ends talk to
     probe: ReadinessProbe = field(init=False)
     _closed: bool = field(default=False, init=False)
@@ -216,6 +219,7 @@ class Runtime:
             summary,
             mcp,
             memory,
+            linking=core.linking,
         )
 
     async def close(self) -> None:

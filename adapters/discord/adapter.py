@@ -208,8 +208,9 @@ class DiscordAdapter(ChatAdapter):
         if submission is None or submission.duplicate:
             return  # refused (and told), or delivered before and answered then
         reply = submission.command.text if submission.command else "done"
+        private = submission.command is not None and submission.command.private
         await interaction.response.send_message(
-            literal(reply)[:DISCORD_LIMIT], allowed_mentions=NO_MENTIONS
+            literal(reply)[:DISCORD_LIMIT], allowed_mentions=NO_MENTIONS, ephemeral=private
         )
 
     async def _tell(self, interaction: discord.Interaction[Any], text: str) -> None:

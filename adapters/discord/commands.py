@@ -16,8 +16,10 @@ from discord import app_commands
 
 from gateway.commands.registry import Command
 
+# What marks a slash command's origin; the core reads it as an answer seen by the asker alone.
+from gateway.linking import INTERACTION_PREFIX as INTERACTION_PREFIX
+
 PLATFORM: Final = "discord"
-INTERACTION_PREFIX: Final = "interaction:"
 REFUSAL: Final = "Sorry, this bot is not available here."
 UNAVAILABLE: Final = "⚠️ The gateway cannot reach its database right now: try again in a moment."
 

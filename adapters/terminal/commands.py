@@ -13,6 +13,7 @@ import json
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -27,7 +28,7 @@ T = TypeVar("T")
 
 
 def register(app: typer.Typer) -> None:
-    for command in (chat, send, pending, approve, deny, mcp):
+    for command in (chat, send, pending, approve, deny, mcp, link):
         app.command()(command)
 
 
@@ -300,3 +301,26 @@ def mcp() -> None:
         fail(f"invalid settings:\n{exc}", 2)
     headers = GatewayClient(settings.gateway_url, client_token(settings)).headers
     asyncio.run(relay(settings.gateway_url, headers))
+
+
+def link(
+    code: Annotated[
+        str | None, typer.Argument(help="A code asked for on another front-end (/link).")
+    ] = None,
+) -> None:
+    """Alone: a one-time code that links another front-end's identity to yours (enter it there
+    with /link CODE). With CODE: link your terminal identity to whoever asked for it."""
+
+    async def work(client: GatewayClient) -> dict[str, Any]:
+        if code is None:
+            return (await client.call("POST", "/v1/me/link-code")).body
+        return (await client.call("POST", "/v1/me/link", {"code": code})).body
+
+    answer = _client_call(work)
+    if code is None:
+        until = datetime.fromtimestamp(answer["expires_at"] / 1000).strftime("%H:%M")
+        typer.echo(
+            f"{answer['code']}  (once, until {until}; whoever enters it reads your sessions)"
+        )
+    else:
+        typer.echo(f"linked: {answer['identity']} with {', '.join(answer['linked']) or 'none'}")

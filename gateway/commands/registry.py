@@ -20,6 +20,9 @@ class CommandReply:
     ok: bool = True
     session_id: str = ""  # set by /new: the session to switch to
     duplicate: bool = False  # delivered before: not run again, nothing to say
+    # For the one who asked alone (a link code): a front-end that can show an answer to one
+    # member of a chat (Discord's ephemeral responses) does so.
+    private: bool = False
 
 
 @dataclass(frozen=True, slots=True)

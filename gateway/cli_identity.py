@@ -1,0 +1,100 @@
+"""`agenvoy identity link|unlink|show`: the operator joins and parts a person's identities,
+writing the archive directly (the next request on any instance sees it).
+`agenvoy link` (the terminal user's own code) is a client of the running gateway, with the
+terminal's other client commands."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import typer
+
+from gateway.cli_support import fail, load_settings
+
+if TYPE_CHECKING:
+    from gateway.store.ownership import Ownership
+
+T = TypeVar("T")
+
+# `platform:sender id`: what an identity key looks like wherever one is given.
+_KEY = re.compile(r"[a-z]{1,16}:[^\s:][^\s]{0,180}")
+
+
+def _identity(value: str) -> str:
+    if not _KEY.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not an identity (platform:sender id)")
+    return value
+
+
+Identity = Annotated[
+    str,
+    typer.Argument(
+        callback=_identity, help="platform:sender id (telegram:42, discord:123, http:bob)."
+    ),
+]
+
+identity_app = typer.Typer(
+    help="Link one person's identities on several front-ends, part them, show them.",
+    no_args_is_help=True,
+)
+
+
+def _with_ownership(work: Callable[[Ownership], Awaitable[T]]) -> T:
+    from gateway.store.db import DatabaseError
+    from gateway.store.sessions import SessionStore
+
+    settings = load_settings()
+
+    async def main() -> T:
+        store = await SessionStore.open(settings)
+        try:
+            return await work(store.ownership)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(main())
+    except DatabaseError as exc:
+        fail(f"database: {exc}", 1)
+
+
+def _others(identities: frozenset[str], own: str) -> str:
+    return ", ".join(sorted(identities - {own})) or "none"
+
+
+@identity_app.command("link")
+def identity_link(identity: Identity, to: Identity) -> None:
+    """Join IDENTITY (and whatever it is linked with) to the person of TO."""
+    if identity == to:
+        fail("an identity is linked with itself already", 2)
+
+    async def work(ownership: Ownership) -> frozenset[str]:
+        return await ownership.link(identity, to, by="terminal:operator")
+
+    joined = _with_ownership(work)
+    typer.echo(f"linked: {identity} with {_others(joined, identity)}")
+
+
+@identity_app.command("unlink")
+def identity_unlink(identity: Identity) -> None:
+    """Take IDENTITY out of the person it is linked with."""
+
+    async def work(ownership: Ownership) -> bool:
+        return await ownership.unlink(identity)
+
+    if not _with_ownership(work):
+        fail(f"{identity} is linked with nobody", 1)
+    typer.echo(f"{identity} is linked with nobody now")
+
+
+@identity_app.command("show")
+def identity_show(identity: Identity) -> None:
+    """The identities linked with IDENTITY."""
+
+    async def work(ownership: Ownership) -> frozenset[str]:
+        return await ownership.linked(identity)
+
+    typer.echo(f"{identity}: linked with {_others(_with_ownership(work), identity)}")
