@@ -23,6 +23,7 @@ import typer
 from adapters.terminal.commands import register as register_client_commands
 from gateway.cli_identity import identity_app
 from gateway.cli_memory import reindex, semantic_search
+from gateway.cli_members import register as register_member_commands
 from gateway.cli_quotas import quota_app, usage_by_identity
 from gateway.cli_support import checked_id, fail, load_settings, printable
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
@@ -349,6 +350,7 @@ app.command()(reindex)
 app.add_typer(token_app, name="token")
 app.add_typer(quota_app, name="quota")
 app.add_typer(identity_app, name="identity")
+register_member_commands(app)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ from gateway.engine.cluster import Cluster
 from gateway.linking import Linking
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
+from gateway.member_data.commands import MemberCommands
+from gateway.member_data.service import MemberData, canceler
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
@@ -97,3 +99,4 @@ def build_core(
     linking = Linking(store.ownership, clock)
     LinkCommands(commands, linking).register()
     return Core(engine, commands, session_settings, schedules, linking)
+    MemberCommands(commands, MemberData(store, canceler(engine.router))).register()

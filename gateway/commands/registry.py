@@ -60,7 +60,8 @@ def parse_command(text: str) -> tuple[str, str] | None:
     if not stripped.startswith("/") or len(stripped) < 2:
         return None
     head, _, rest = stripped[1:].partition(" ")
-    name = head.split("@", 1)[0].lower()
+    # Telegram's menu takes no "-" in a name: `/forget-me` is typed, `forget_me` listed.
+    name = head.split("@", 1)[0].lower().replace("-", "_")
     return name, rest.strip()
 
 

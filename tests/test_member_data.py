@@ -1,0 +1,126 @@
+"""Each member's data on request: the export gives them what they wrote and what they were
+answered; the erasure leaves none of their text anywhere, in any file of the home or any
+text column, full-text index or embedding of the database, while others' text stays."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from test_http import Server, bearer, serving
+
+from gateway.store.db import Database
+from gateway.store.member_data import ERASED
+
+ANN, BOB = bearer("ann"), bearer("bob")
+
+
+def files_holding(root: Path, needle: bytes) -> list[Path]:
+    """Every file under `root` whose bytes hold `needle`."""
+    return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+async def rows_holding(url: str, needle: str) -> list[str]:
+    """`table.column` of every text column of every table holding `needle`."""
+    from sqlalchemy import String, Text, inspect, text
+
+    found: list[str] = []
+    db = await Database.open(url, migrate=False)
+
+    def scan(session: Any) -> None:
+        conn = session.connection()
+        inspector = inspect(conn)
+        for table in inspector.get_table_names():
+            for column in inspector.get_columns(table):
+                if not isinstance(column["type"], String | Text):
+                    continue
+                name = column["name"]
+                query = text(f'SELECT count(*) FROM "{table}" WHERE "{name}" LIKE :n')
+                if conn.execute(query, {"n": f"%{needle}%"}).scalar_one():
+                    found.append(f"{table}.{name}")
+
+    try:
+        await db.read(scan)
+    finally:
+        await db.close()
+    return found
+
+
+async def say(srv: Server, who: dict[str, str], body: dict[str, Any]) -> str:
+    status, reply = await srv.call("POST", "/v1/send", json_body=body, headers=who)
+    assert status == 200 and reply["status"] == "done", reply
+    assert body["content"] in reply["text"]  # the offline agent repeats it: a reply quotes it
+    return str(reply["session_id"])
+
+
+async def test_forget_me_leaves_none_of_their_text_anywhere(
+    tmp_path: Path, database_url: str
+) -> None:
+    ann_text = f"ann-zq{secrets.token_hex(6)}"
+    bob_text = f"bob-zq{secrets.token_hex(6)}"
+    # The SQLite database lies under tmp_path, which the scans cover with the home.
+    async with serving(tmp_path, database_url=database_url) as srv:
+        url = srv.runtime.settings.resolved_database_url
+        status, made = await srv.call("POST", "/v1/session", json_body={}, headers=ANN)
+        assert status == 201
+        sessions = {
+            await say(srv, ANN, {"content": f"{ann_text} one"}),
+            await say(srv, ANN, {"content": f"{ann_text} two", "persist": True}),
+            await say(srv, ANN, {"content": f"{ann_text} three", "session_id": made["session_id"]}),
+        }
+        assert len(sessions) == 3
+        bob_session = await say(srv, BOB, {"content": f"{bob_text} stays"})
+
+        status, before = await srv.call("GET", "/v1/me/export", headers=ANN)
+        assert status == 200 and before["identity"] == "http:ann"
+        assert sorted(m["content"] for m in before["messages"]) == sorted(
+            f"{ann_text} {n}" for n in ("one", "two", "three")
+        )
+        assert all(ann_text in m["content"] for m in before["replies"])
+        assert {s["id"] for s in before["sessions_owned"]} >= {made["session_id"]}
+        assert bob_text not in str(before)
+        # The scans see the text before: what they miss afterwards is gone.
+        assert files_holding(tmp_path, ann_text.encode())
+        assert await rows_holding(url, ann_text)
+        assert await srv.runtime.store.search.messages(ann_text)
+
+        status, refused = await srv.call(
+            "POST", "/v1/me/forget", json_body={"confirm": False}, headers=ANN
+        )
+        assert status == 400, refused
+        status, done = await srv.call(
+            "POST", "/v1/me/forget", json_body={"confirm": True}, headers=ANN
+        )
+        assert status == 200, done
+        assert done["counts"]["own_messages"] == 3 and done["counts"]["replies"] >= 3
+        assert done["counts"]["sessions"] == 3
+
+        assert files_holding(tmp_path, ann_text.encode()) == []
+        assert await rows_holding(url, ann_text) == []
+        assert await srv.runtime.store.search.messages(ann_text) == []
+        assert await srv.runtime.store.search.messages(bob_text)
+        assert await rows_holding(url, bob_text)
+        assert files_holding(tmp_path, bob_text.encode())
+
+        # The audit says it happened and who asked, not what was said.
+        for sid in sessions:
+            log = srv.runtime.store.files(sid).action_log.read()
+            audit = [r.body for r in log if r.body.startswith("erasure of identity http:ann")]
+            assert len(audit) == 1 and "by http:ann" in audit[0]
+        bob_log = srv.runtime.store.files(bob_session).action_log.read()
+        assert not any(r.body.startswith("erasure") for r in bob_log)
+
+        status, after = await srv.call("GET", "/v1/me/export", headers=ANN)
+        assert status == 200 and len(after["messages"]) == 3
+        assert {m["content"] for m in after["messages"] + after["replies"]} == {ERASED}
+        # The conversation goes on after it.
+        await say(srv, ANN, {"content": "after", "session_id": made["session_id"]})
+
+
+async def test_the_shared_token_and_anonymous_callers_are_no_member(tmp_path: Path) -> None:
+    async with serving(tmp_path, users=None) as srv:
+        status, body = await srv.call("GET", "/v1/me/export")
+        assert status == 403 and body["error"]["code"] == "not_a_member"
+        status, body = await srv.call("POST", "/v1/me/forget", json_body={"confirm": True})
+        assert status == 403 and body["error"]["code"] == "not_a_member"
