@@ -1,0 +1,232 @@
+"""Who may do what, as one table: every HTTP route on a session and every MCP tool, asked by
+each kind of caller, of a private session and of a shared chat (gateway/ownership.py).
+
+Each route is written once with what it needs of the session (read, write, configure,
+manage); each kind of caller once with what it gets for each need. A route given a looser
+need, or a caller a looser grant, answers otherwise than written here and fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import aiohttp
+import pytest
+from support import wait_until
+from test_http import USERS, Server, bearer, serving, write_tokens
+from test_mcp_server import call, mcp_client
+
+from adapters.http.routes import ROUTES
+
+# What a caller gets: the route served them (whatever it then answered), or it was refused.
+OK: Final = "ok"
+HIDDEN: Final = "hidden"  # 404: as if the session did not exist
+REFUSED: Final = "refused"  # 403 not_allowed: seen, but not theirs to do
+BAD_TOKEN: Final = "bad token"  # 403 forbidden: the token stands for nobody
+NO_TOKEN: Final = "no token"  # 401
+
+NEEDS: Final = ("read", "write", "configure", "manage")
+S: Final = "{sid}"
+# Every route on a session: method, path, body, and what it needs of the session.
+SESSION_ROUTES: Final[tuple[tuple[str, str, Any, str], ...]] = (
+    ("GET", "/v1/session/{sid}", None, "read"),
+    ("GET", "/v1/session/{sid}/history", None, "read"),
+    ("GET", "/v1/session/{sid}/log", None, "read"),
+    ("GET", "/v1/session/{sid}/inputs", None, "read"),
+    ("GET", "/v1/session/{sid}/schedules", None, "read"),
+    ("GET", "/v1/session/{sid}/pending", None, "read"),
+    ("GET", "/v1/session/{sid}/task/{task_hash}", None, "read"),
+    ("POST", "/v1/session/{sid}/inputs", {"entry": "ls"}, "write"),
+    ("POST", "/v1/session/{sid}/pending/{task_hash}", {"approve": True}, "write"),
+    ("POST", "/v1/session/{sid}/cancel/{task_hash}", None, "write"),
+    ("PUT", "/v1/session/{sid}", {"name": "renamed"}, "configure"),
+    ("GET", "/v1/session/{sid}/shares", None, "manage"),
+    ("PUT", "/v1/session/{sid}/shares/{identity}", {"mode": "read"}, "manage"),
+    ("DELETE", "/v1/session/{sid}/shares/{identity}", None, "manage"),
+    ("POST", "/v1/session/{sid}/schedules", {}, "manage"),
+    ("DELETE", "/v1/session/{sid}/schedules/{schedule_id}", None, "manage"),
+    # Gateway admins only, which the schedules check past this rule (test_schedule_revocation).
+    ("POST", "/v1/session/{sid}/schedules/{schedule_id}/resume", {}, "read"),
+    ("DELETE", "/v1/session/{sid}", None, "manage"),  # last: it ends the session
+)
+FILLED: Final = {"task_hash": "nosuchtask", "identity": "http:zed", "schedule_id": "999"}
+
+# The callers: a token's user, or none. `ann` owns the private session and shared it with
+# `bob` (read-write), `dave` (read-only) and `mallory` (read-write, token revoked since);
+# `carol`'s Telegram identity, linked with her token, wrote in the shared chat; `root` is a
+# gateway admin (AGENVOY_ADMINS); `eve` is nobody to either.
+CALLERS: Final = {
+    "owner": "ann",
+    "shared read-write": "bob",
+    "shared read-only": "dave",
+    "other token": "eve",
+    "revoked token": "mallory",
+    "anonymous": None,
+    "chat member": "carol",
+    "gateway admin": "root",
+}
+ALL: Final = dict.fromkeys(NEEDS, OK)
+# What each caller gets, need by need: of the private session, of the shared chat.
+GRANTS: Final[dict[str, tuple[dict[str, str], dict[str, str]]]] = {
+    "owner": (ALL, dict.fromkeys(NEEDS, HIDDEN)),
+    "shared read-write": (
+        {"read": OK, "write": OK, "configure": REFUSED, "manage": REFUSED},
+        dict.fromkeys(NEEDS, HIDDEN),
+    ),
+    "shared read-only": (
+        {"read": OK, "write": REFUSED, "configure": REFUSED, "manage": REFUSED},
+        dict.fromkeys(NEEDS, HIDDEN),
+    ),
+    "other token": (dict.fromkeys(NEEDS, HIDDEN), dict.fromkeys(NEEDS, HIDDEN)),
+    "revoked token": (dict.fromkeys(NEEDS, BAD_TOKEN), dict.fromkeys(NEEDS, BAD_TOKEN)),
+    "anonymous": (dict.fromkeys(NEEDS, NO_TOKEN), dict.fromkeys(NEEDS, NO_TOKEN)),
+    "chat member": (
+        dict.fromkeys(NEEDS, HIDDEN),
+        {"read": OK, "write": OK, "configure": REFUSED, "manage": REFUSED},
+    ),
+    "gateway admin": (ALL, ALL),
+}
+# The listing and the search show a session exactly when its caller may read it.
+
+
+def outcome(status: int, body: Any) -> str:
+    error = body.get("error", {}) if isinstance(body, dict) else {}
+    code, message = error.get("code", ""), error.get("message", "")
+    if status == 401:
+        return NO_TOKEN
+    if status == 403:
+        return BAD_TOKEN if code == "forbidden" else REFUSED
+    if status == 404 and message.startswith("no such session"):
+        return HIDDEN
+    return OK
+
+
+@dataclass
+class Place:
+    private: str
+    chat: str
+
+
+async def make_places(server: Server, n: int) -> Place:
+    """A private session of ann's, shared as the table says, and a Telegram chat carol wrote
+    in; each with a message holding a word only it has."""
+    store = server.runtime.store
+    status, body = await server.call(
+        "POST",
+        "/v1/send",
+        json_body={"content": f"private{n}", "persist": True},
+        headers=bearer("ann"),
+    )
+    assert status == 200, body
+    private = body["session_id"]
+    for user, mode in (("bob", "write"), ("dave", "read"), ("mallory", "write")):
+        await server.share(private, user, by=bearer("ann"), mode=mode)
+    chat = f"tg-{900 + n}"
+    await store.take_in(chat, f"chatword{n}", sender="Carol", sender_key="telegram:carol")
+    return Place(private, chat)
+
+
+async def ask(server: Server, method: str, path: str, body: Any, user: str | None) -> str:
+    # Its own client: the server's sends the default user's token with every request.
+    headers = bearer(user) if user else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
+        request = client.request(method, server.url(path), json=body, headers=headers)
+        async with request as resp:
+            # An event stream's first answer is all that counts.
+            streaming = resp.content_type == "text/event-stream"
+            text = b"{}" if streaming else await resp.read()
+            try:
+                answer = json.loads(text or b"{}")
+            except ValueError:
+                answer = {}
+            return outcome(resp.status, answer)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    users = {**USERS, "dave": "Dave", "eve": "Eve", "carol": "Carol", "mallory": "Mallory"}
+    async with serving(tmp_path, users=users) as srv:
+        await srv.runtime.store.ownership.link("telegram:carol", "http:carol")
+        # Mallory's token is revoked: the file no longer lists it.
+        del users["mallory"]
+        write_tokens(srv.runtime.settings.store_dir, users)
+
+        async def revoked() -> bool:
+            return await ask(srv, "GET", "/v1/sessions", None, "mallory") == BAD_TOKEN
+
+        assert await wait_until(revoked, within=10)
+        yield srv
+
+
+def test_every_route_on_a_session_is_in_the_table() -> None:
+    served = {(r.method, r.path) for r in ROUTES if "{sid}" in r.path}
+    assert served == {(method, path) for method, path, _, _ in SESSION_ROUTES}
+
+
+async def test_who_may_do_what_over_http(server: Server) -> None:
+    seen: dict[tuple[str, str, str, str], str] = {}
+    expected: dict[tuple[str, str, str, str], str] = {}
+    for n, (kind, user) in enumerate(CALLERS.items()):
+        place = await make_places(server, n)
+        for where, sid, grants in (
+            ("private", place.private, GRANTS[kind][0]),
+            ("chat", place.chat, GRANTS[kind][1]),
+        ):
+            for method, path, body, need in SESSION_ROUTES:
+                filled = path.format(sid=sid, **FILLED)
+                key = (kind, where, method, path)
+                seen[key] = await ask(server, method, filled, body, user)
+                expected[key] = grants[need]
+    wrong = {key: (seen[key], want) for key, want in expected.items() if seen[key] != want}
+    assert not wrong, "\n".join(f"{k}: got {g}, expected {w}" for k, (g, w) in wrong.items())
+
+
+async def test_listings_and_searches_show_what_the_caller_may_read(server: Server) -> None:
+    place = await make_places(server, 50)
+    for kind, user in CALLERS.items():
+        if user is None or kind == "revoked token":
+            continue
+        readable = {
+            sid
+            for sid, grants in ((place.private, GRANTS[kind][0]), (place.chat, GRANTS[kind][1]))
+            if grants["read"] == OK
+        }
+        status, body = await server.call("GET", "/v1/sessions?limit=500", headers=bearer(user))
+        assert status == 200, body
+        listed = {s["session_id"] for s in body["sessions"]} & {place.private, place.chat}
+        assert listed == readable, kind
+        found = set()
+        for word in ("private50", "chatword50"):
+            status, body = await server.call("GET", f"/v1/search?q={word}", headers=bearer(user))
+            assert status == 200, body
+            found |= {hit["session_id"] for hit in body["results"]}
+        assert found == readable, kind
+
+
+async def test_who_may_do_what_over_mcp(server: Server) -> None:
+    place = await make_places(server, 60)
+    tools: tuple[tuple[str, dict[str, Any], str], ...] = (
+        ("read_history", {"session_id": S}, "read"),
+        ("get_task", {"session_id": S, "task_hash": "nosuchtask"}, "read"),
+        ("list_pending", {"session_id": S}, "read"),
+        ("send_message", {"session_id": S, "content": "hi", "wait": 0}, "write"),
+        ("answer_prompt", {"session_id": S, "task_hash": "nosuchtask", "approve": True}, "write"),
+    )
+    for kind, user in CALLERS.items():
+        if user is None or kind == "revoked token":
+            continue  # refused before MCP: the same middleware as every route
+        async with mcp_client(server, bearer(user)) as client:
+            for sid, grants in ((place.private, GRANTS[kind][0]), (place.chat, GRANTS[kind][1])):
+                for tool, arguments, need in tools:
+                    args = {k: sid if v == S else v for k, v in arguments.items()}
+                    failed, answer = await call(client, tool, **args)
+                    got = OK
+                    if failed and "no such session" in answer:
+                        got = HIDDEN
+                    elif failed and ("read-only" in answer or "only the owner" in answer):
+                        got = REFUSED
+                    assert got == grants[need], (kind, tool, sid, answer)
