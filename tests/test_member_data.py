@@ -4,12 +4,17 @@ text column, full-text index or embedding of the database, while others' text st
 
 from __future__ import annotations
 
+import asyncio
+import json
 import secrets
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_http import Server, bearer, serving
+from typer.testing import CliRunner
 
+from gateway.cli import app as cli_app
 from gateway.store.db import Database
 from gateway.store.member_data import ERASED
 
@@ -124,3 +129,27 @@ async def test_the_shared_token_and_anonymous_callers_are_no_member(tmp_path: Pa
         assert status == 403 and body["error"]["code"] == "not_a_member"
         status, body = await srv.call("POST", "/v1/me/forget", json_body={"confirm": True})
         assert status == 403 and body["error"]["code"] == "not_a_member"
+
+
+async def test_forget_me_in_a_chat_asks_first_and_the_operator_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = f"bob-zq{secrets.token_hex(6)}"
+    async with serving(tmp_path) as srv:
+        sid = await say(srv, BOB, {"content": secret, "persist": True})
+        monkeypatch.setenv("AGENVOY_HOME", str(srv.runtime.settings.home))
+        exported = await asyncio.to_thread(CliRunner().invoke, cli_app, ["export", "http:bob"])
+        assert exported.exit_code == 0, exported.output
+        assert [m["content"] for m in json.loads(exported.output)["messages"]] == [secret]
+
+        asked = {"content": "/forget-me", "session_id": sid}
+        status, body = await srv.call("POST", "/v1/send", json_body=asked, headers=BOB)
+        assert status == 200 and body["command"] == "forget_me", body
+        assert "confirm" in body["text"] and "1 messages" in body["text"]
+        assert await srv.runtime.store.search.messages(secret)  # nothing erased yet
+
+        confirmed = {"content": "/forget-me confirm", "session_id": sid}
+        status, body = await srv.call("POST", "/v1/send", json_body=confirmed, headers=BOB)
+        assert status == 200 and body["ok"] is True, body
+        assert await srv.runtime.store.search.messages(secret) == []
+        assert files_holding(srv.runtime.settings.home, secret.encode()) == []
