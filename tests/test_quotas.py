@@ -187,3 +187,25 @@ async def test_the_operator_sets_a_quota_from_the_command_line(
         )
     code, out = await cli("usage", "--by", "identity")
     assert code == 0 and "http:tester" in out and "3" in out
+
+
+async def test_linked_identities_count_together_for_tasks_waiting(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    async with serving(tmp_path, clock, max_pending_per_sender=2) as server:
+        await server.runtime.store.ownership.link("http:bob", "http:ann")
+
+        async def send(who: str) -> tuple[int, str]:
+            status, body = await server.call(
+                "POST",
+                "/v1/send",
+                json_body={"content": "!sleep 600", "wait": 0},
+                headers=bearer(who),
+            )
+            return status, body["error"]["code"] if status >= 400 else ""
+
+        assert await send("ann") == (202, "")
+        assert await send("bob") == (202, "")
+        assert await send("bob") == (429, "too_many_requests")
+        assert await send("ann") == (429, "too_many_requests")
+        assert await send("tester") == (202, "")  # a person of their own
