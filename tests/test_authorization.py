@@ -230,3 +230,20 @@ async def test_who_may_do_what_over_mcp(server: Server) -> None:
                     elif failed and ("read-only" in answer or "only the owner" in answer):
                         got = REFUSED
                     assert got == grants[need], (kind, tool, sid, answer)
+
+
+async def test_a_subagent_session_belongs_to_whom_its_parent_task_acts_for(
+    server: Server,
+) -> None:
+    status, body = await server.call(
+        "POST",
+        "/v1/send",
+        json_body={"content": "!delegate hello there", "persist": True},
+        headers=bearer("ann"),
+    )
+    assert status == 200 and body["text"] == "delegated: echo: hello there", body
+    status, body = await server.call("GET", "/v1/sessions?prefix=temp", headers=bearer("ann"))
+    (child,) = [s for s in body["sessions"] if s["parent"]]
+    path = f"/v1/session/{child['session_id']}/history"
+    assert await ask(server, "GET", path, None, "ann") == OK
+    assert await ask(server, "GET", path, None, "eve") == HIDDEN

@@ -170,6 +170,7 @@ class Subagents:
             model=parent.model,
             reasoning=parent.reasoning,
             allowed_tools=parent.allowed_tools,
+            owner=parent.root.origin.sender_key,
         )
         if await self.store.last_message_id(child_id) == 0:
             sender = f"subagent of {parent.session_id}"

@@ -24,6 +24,7 @@ from gateway.logs import get_logger
 from gateway.settings import Settings
 from gateway.store.actionlog import ActionKind, ActionRecord
 from gateway.store.base import UnknownSession
+from gateway.store.console_signins import ConsoleSignins
 from gateway.store.db import Database
 from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.listing import SessionCursor, SessionInfo, SessionListing, parent_of
@@ -81,6 +82,7 @@ class SessionStore(
         self.schedules = ScheduleTable(db)
         self.search = Search(db)
         self.ownership = Ownership(db)
+        self.console_signins = ConsoleSignins(db)
         # One for the whole store: it remembers whether pgvector is there once asked.
         self.vectors = VectorArchive(db)
 
@@ -194,9 +196,11 @@ class SessionStore(
         model: str,
         reasoning: str,
         allowed_tools: frozenset[str],
+        owner: str = "",
     ) -> None:
-        """Make `session_id` a subagent session of `parent_task`, with its parent's agent."""
-        await self.ensure(session_id)
+        """Make `session_id` a subagent session of `parent_task`, with its parent's agent,
+        owned by `owner` (whom the parent task acts for)."""
+        await self.ensure(session_id, owner=owner)
 
         def change(row: SessionRow) -> None:
             row.role = row.rule = persona
