@@ -5,18 +5,9 @@ from __future__ import annotations
 
 from typing import Final
 
+from adapters.http.account_routes import ACCOUNT_ROUTES
 from adapters.http.archive import get_history, stream_log, usage
 from adapters.http.commands import list_commands
-from adapters.http.identities import (
-    LinkCode,
-    LinkRequest,
-    Me,
-    enter_link_code,
-    get_me,
-    issue_link_code,
-    leave_links,
-)
-from adapters.http.me import ForgetRequest, Forgotten, MemberExport, export_me, forget_me
 from adapters.http.models import (
     AddInputRequest,
     AnswerRequest,
@@ -65,6 +56,7 @@ from adapters.http.replies import (
 )
 from adapters.http.route import Route
 from adapters.http.schedules import (
+    ResumeRequest,
     ScheduleList,
     ScheduleRequest,
     ScheduleView,
@@ -72,6 +64,7 @@ from adapters.http.schedules import (
     create_schedule,
     delete_schedule,
     list_schedules,
+    resume_schedule,
 )
 from adapters.http.search import SearchHits, search
 from adapters.http.send import send
@@ -213,7 +206,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         checked_by="the schedules: admins only in shared chats",
         need=Need.manage,
         replies={201: ScheduleView},
-        errors=(400, 404, 413, 422, 503),
+        errors=(400, 404, 413, 422, 429, 503),
     ),
     Route(
         "DELETE",
@@ -226,6 +219,18 @@ ROUTES: Final[tuple[Route, ...]] = (
         need=Need.manage,
         replies={200: Unscheduled},
         errors=(400, 404),
+    ),
+    Route(
+        "POST",
+        f"{SESSION}/schedules/{{schedule_id}}/resume",
+        resume_schedule,
+        "Resume a suspended schedule (gateway admins)",
+        body=ResumeRequest,
+        caller=True,
+        checked_by="the schedules: gateway admins only",
+        need=Need.read,
+        replies={200: ScheduleView},
+        errors=(400, 404, 409),
     ),
     # -- sending
     Route(
@@ -349,61 +354,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         replies={200: UsageList},
         errors=(400,),
     ),
-    # -- the caller's own identity
-    Route(
-        "GET",
-        "/v1/me",
-        get_me,
-        "Who the caller is: identity, name, linked identities, whether a gateway admin",
-        caller=True,
-        replies={200: Me},
-    ),
-    Route(
-        "POST",
-        "/v1/me/link-code",
-        issue_link_code,
-        "A one-time code that links the identity entering it to the caller (10 minutes)",
-        caller=True,
-        replies={200: LinkCode},
-    ),
-    Route(
-        "POST",
-        "/v1/me/link",
-        enter_link_code,
-        "Link the caller to the identity that asked for the code",
-        body=LinkRequest,
-        caller=True,
-        replies={200: Me},
-        errors=(400, 409, 413, 429),
-    ),
-    Route(
-        "DELETE",
-        "/v1/me/link",
-        leave_links,
-        "Take the caller out of the identities it is linked with",
-        caller=True,
-        replies={200: Me},
-    ),
-    # -- the caller's own data
-    Route(
-        "GET",
-        "/v1/me/export",
-        export_me,
-        "Everything stored about the caller (and identities linked with it), as one document",
-        caller=True,
-        replies={200: MemberExport},
-        errors=(400,),
-    ),
-    Route(
-        "POST",
-        "/v1/me/forget",
-        forget_me,
-        "Erase what the caller wrote, and the replies to it, everywhere; needs confirm: true",
-        body=ForgetRequest,
-        caller=True,
-        replies={200: Forgotten},
-        errors=(400, 413),
-    ),
+    *ACCOUNT_ROUTES,
     # -- operations
     Route(
         "GET",
