@@ -75,17 +75,8 @@ def insert_message(sql: Lean, message: StoredMessage, source_key: str = "") -> i
     """Archive `message` (its `id` is ignored); returns the id the archive gave it, or None
     when a message with the same `source_key` is archived already."""
     m = message
-    values = (
-        m.session_id,
-        m.role,
-        m.content,
-        m.sender,
-        m.send_at,
-        m.task_hash,
-        source_key,
-        m.sender_key,
-    )
-    found = sql.value(_INSERT_KEYED if source_key else _INSERT_MESSAGE, *values)
+    values = (m.session_id, m.role, m.content, m.sender, m.send_at, m.task_hash, source_key)
+    found = sql.value(_INSERT_KEYED if source_key else _INSERT_MESSAGE, *values, m.sender_key)
     if found is None:
         assert source_key, "an insert without a source key always returns its id"
         return None
