@@ -23,6 +23,7 @@ from gateway.client_settings import (
     ENV_PREFIX,
     ClientSettings,
 )
+from gateway.quota_settings import QuotaSettings
 
 
 class LogFormat(StrEnum):
@@ -35,7 +36,7 @@ class TelegramMode(StrEnum):
     webhook = "webhook"
 
 
-class Settings(BaseSettings):
+class Settings(QuotaSettings, BaseSettings):  # quotas: gateway/quota_settings.py
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX.upper(),
         env_file=ENV_FILE,
@@ -83,19 +84,6 @@ class Settings(BaseSettings):
     # and this many waiting or running: one client cannot take every slot or flood a queue.
     max_running_per_sender: int = 4
     max_pending_per_sender: int = 100
-    # Quotas and budgets (0: none). A person is an identity with those linked to it: they
-    # share these. Overrides per identity or per chat: `agenvoy quota set`.
-    quota_messages_per_minute: int = Field(0, ge=0)
-    quota_sessions: int = Field(0, ge=0)  # cli-/chat- sessions owned (temp- do not count)
-    quota_tokens_day: int = Field(0, ge=0)  # input + output tokens since 00:00 UTC
-    quota_tokens_month: int = Field(0, ge=0)  # since the 1st of the month, 00:00 UTC
-    # The same for a shared chat (dc-*, tg-*) as a whole, whoever writes in it.
-    chat_quota_messages_per_minute: int = Field(0, ge=0)
-    chat_quota_tokens_day: int = Field(0, ge=0)
-    chat_quota_tokens_month: int = Field(0, ge=0)
-    # Gateway admins (AGENVOY_ADMINS) are held to none of the quotas above (task counts
-    # still apply to them).
-    quota_admins_exempt: bool = True
     # Messages one session may have waiting behind its running task; past it, a message is
     # refused with a clear reply (a busy group chat cannot pile up hours of work).
     max_queued_per_session: int = 100
