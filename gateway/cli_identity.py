@@ -98,3 +98,33 @@ def identity_show(identity: Identity) -> None:
         return await ownership.linked(identity)
 
     typer.echo(f"{identity}: linked with {_others(_with_ownership(work), identity)}")
+
+
+@identity_app.command("own")
+def identity_own(
+    identity: Identity,
+    session_ids: Annotated[
+        list[str], typer.Argument(help="Private sessions (cli-, chat-, temp-).")
+    ],
+) -> None:
+    """Make IDENTITY the owner of private sessions: those made before sessions had owners
+    are reached by gateway admins only until they are given one."""
+    from gateway.ids import InvalidSessionId, validate_session_id
+    from gateway.ownership import is_shared
+
+    for session_id in session_ids:
+        try:
+            validate_session_id(session_id)
+        except InvalidSessionId as exc:
+            fail(str(exc), 2)
+        if is_shared(session_id):
+            fail(f"{session_id} is a shared chat: its members are its platform's", 2)
+
+    async def work(ownership: Ownership) -> list[str]:
+        return [s for s in session_ids if not await ownership.set_owner(s, identity)]
+
+    missing = _with_ownership(work)
+    for session_id in session_ids:
+        typer.echo(f"{session_id}: {'no such session' if session_id in missing else identity}")
+    if missing:
+        raise typer.Exit(1)

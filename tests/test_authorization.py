@@ -8,6 +8,7 @@ need, or a caller a looser grant, answers otherwise than written here and fails 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,8 +20,10 @@ import pytest
 from support import wait_until
 from test_http import USERS, Server, bearer, serving, write_tokens
 from test_mcp_server import call, mcp_client
+from typer.testing import CliRunner
 
 from adapters.http.routes import ROUTES
+from gateway.cli import app as cli_app
 
 # What a caller gets: the route served them (whatever it then answered), or it was refused.
 OK: Final = "ok"
@@ -247,3 +250,24 @@ async def test_a_subagent_session_belongs_to_whom_its_parent_task_acts_for(
     path = f"/v1/session/{child['session_id']}/history"
     assert await ask(server, "GET", path, None, "ann") == OK
     assert await ask(server, "GET", path, None, "eve") == HIDDEN
+
+
+async def test_a_session_from_before_owners_is_the_admins_until_the_operator_names_one(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = server.runtime.store
+    await store.ensure("chat-old")  # as an older release left it: no owner
+    path = "/v1/session/chat-old/history"
+    assert await ask(server, "GET", path, None, "ann") == HIDDEN
+    assert await ask(server, "GET", path, None, "root") == OK
+    monkeypatch.setenv("AGENVOY_HOME", str(server.runtime.settings.home))
+    given = await asyncio.to_thread(
+        CliRunner().invoke, cli_app, ["identity", "own", "http:ann", "chat-old", "chat-none"]
+    )
+    assert given.exit_code == 1  # chat-none does not exist
+    assert "chat-old: http:ann" in given.output and "chat-none: no such session" in given.output
+    assert await ask(server, "GET", path, None, "ann") == OK
+    shared = await asyncio.to_thread(
+        CliRunner().invoke, cli_app, ["identity", "own", "http:ann", "tg-1"]
+    )
+    assert shared.exit_code == 2

@@ -188,6 +188,20 @@ class Ownership:
 
         return await self._db.read(work)
 
+    async def set_owner(self, session_id: str, identity: str) -> bool:
+        """Make `identity` the owner of a private session (one made before owners were kept,
+        or handed on); False when there is no such session."""
+
+        def work(session: Session) -> bool:
+            row = session.get(SessionRow, session_id)
+            if row is None:
+                return False
+            row.owner = identity
+            session.add(row)
+            return True
+
+        return await self._db.write(work)
+
     async def share(self, session_id: str, identity: str, mode: ShareMode) -> None:
         def work(session: Session) -> None:
             row = session.get(SessionShareRow, (session_id, identity))
