@@ -27,13 +27,16 @@ import os
 import re
 import secrets
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from gateway.clock import Clock
 from gateway.ids import HASH_RE
+from gateway.logs import get_logger
+
+log = get_logger(__name__)
 
 TERMINAL_FILE: Final = "terminal.token"
 TOKENS_FILE: Final = "api_tokens.json"
@@ -47,6 +50,9 @@ RESERVED_NAMES: Final = frozenset({"api", "anonymous"})
 # How stale the gateway's copy of the token file may get: a revoked token stops working
 # within this many seconds.
 RELOAD_SECONDS: Final = 1.0
+# How often the running gateway reads the token file for revocations: a revoked token's
+# streams and waits end, and its schedules are suspended, within about this.
+WATCH_SECONDS: Final = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +232,7 @@ class Credentials:
         self._issued = {t.digest: t for t in issued}
         self._stamp = _stamp(self._path)
         self._checked = clock.monotonic()
+        self._change: asyncio.Future[None] | None = None
 
     @classmethod
     def load(cls, *, shared: str, store_dir: Path, clock: Clock) -> Credentials:
@@ -259,6 +266,25 @@ class Credentials:
         found = self._issued.get(_digest(token))
         return None if found is None else Identity("http", found.name, found.display)
 
+    def fingerprint(self, identity: Identity, token: str) -> str:
+        """What a sign-in made with `token` keeps of it (`still_accepts` checks it): the
+        token's SHA-256, or for a local token, that of the local credential that signed it."""
+        return _digest(self._local if identity.platform == "terminal" else token)
+
+    async def still_accepts(
+        self, identity_key: str, fingerprint: str, *, fresh: bool = False
+    ) -> bool:
+        """Whether the credential `fingerprint` was taken from is still accepted, for
+        `identity_key`: False once that token is revoked, even if another is issued under the
+        same name since. `fresh` reads the token file now rather than within a second."""
+        await self._refresh(at_once=fresh)
+        if identity_key == SHARED.key:
+            return bool(self._shared) and hmac.compare_digest(fingerprint, _digest(self._shared))
+        if identity_key.startswith("terminal:"):
+            return hmac.compare_digest(fingerprint, _digest(self._local))
+        found = self._issued.get(fingerprint)
+        return found is not None and identity_key == f"http:{found.name}"
+
     async def _refresh(self, *, at_once: bool = False) -> None:
         now = self._clock.monotonic()
         if now - self._checked < RELOAD_SECONDS and not at_once:
@@ -269,6 +295,49 @@ class Credentials:
             issued = await asyncio.to_thread(load_tokens, self._path)
             self._issued = {t.digest: t for t in issued}
             self._stamp = stamp
+            self._announce_change()
+
+    # -- telling what holds a credential no more --------------------------------------------
+
+    def changed(self) -> asyncio.Future[None]:
+        """Done when this copy next sees the issued tokens change: what holds a stream or a
+        wait open for a caller checks its credential again then."""
+        if self._change is None or self._change.done():
+            self._change = asyncio.get_running_loop().create_future()
+        return self._change
+
+    def _announce_change(self) -> None:
+        if self._change is not None and not self._change.done():
+            self._change.set_result(None)
+        self._change = None
+
+    def http_identities(self) -> frozenset[str]:
+        """The HTTP identities a caller can be now: each issued token's, the shared token's
+        when it is set, and `http:anonymous` while no token is needed."""
+        keys = {f"http:{t.name}" for t in self._issued.values()}
+        if self._shared:
+            keys.add(SHARED.key)
+        if not self.required:
+            keys.add(ANONYMOUS.key)
+        return frozenset(keys)
+
+    async def watch(
+        self, on_gone: Callable[[frozenset[str]], Awaitable[object]], *, every: float
+    ) -> None:
+        """Read the token file every `every` seconds, for ever; a change is announced
+        (`changed`) and the HTTP identities it took away handed to `on_gone`."""
+        held = self.http_identities()
+        while True:
+            # Real time, not the gateway's clock: the file is changed by people, in real time.
+            await asyncio.sleep(every)
+            await self._refresh(at_once=True)
+            now = self.http_identities()
+            gone, held = held - now, now
+            if gone:
+                try:
+                    await on_gone(gone)
+                except Exception:  # the next change must still be seen
+                    log.exception("handling revoked credentials failed", identities=sorted(gone))
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

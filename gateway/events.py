@@ -27,13 +27,18 @@ class Origin:
     sender_name: str = ""
     is_admin: bool = False
     window_hash: str = ""  # the terminal window or HTTP client that started the run
+    # The identity (`platform:sender id`) a message is sent on behalf of: a schedule's
+    # creator. Limits, ownership and the audit count it as the sender.
+    acting_for: str = ""
 
     @property
     def sender_key(self) -> str:
-        """`platform:sender id`, the form admins are listed in."""
-        return f"{self.platform}:{self.sender_id}"
+        """`platform:sender id`, the form admins are listed in; whom the sender acts for
+        when it acts for someone."""
+        return self.acting_for or f"{self.platform}:{self.sender_id}"
 
     def to_json(self) -> dict[str, Any]:
+        extra = {"acting_for": self.acting_for} if self.acting_for else {}
         return {
             "platform": self.platform,
             "channel_id": self.channel_id,
@@ -42,6 +47,7 @@ class Origin:
             "sender_name": self.sender_name,
             "is_admin": self.is_admin,
             "window_hash": self.window_hash,
+            **extra,
         }
 
     @classmethod
@@ -54,6 +60,7 @@ class Origin:
             sender_name=str(data.get("sender_name", "")),
             is_admin=bool(data.get("is_admin", False)),
             window_hash=str(data.get("window_hash", "")),
+            acting_for=str(data.get("acting_for", "")),
         )
 
 

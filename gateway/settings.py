@@ -106,6 +106,9 @@ class Settings(QuotaSettings, BaseSettings):  # quotas: gateway/quota_settings.p
     # spec is read in when its schedule names none.
     schedule_check_seconds: float = 10.0
     schedule_timezone: str = "UTC"
+    # Schedules per identity (linked ones together; 0: any), shortest gap between two firings.
+    max_schedules_per_identity: int = Field(20, ge=0)
+    min_schedule_interval_seconds: int = Field(60, ge=0)
     # How long a read-only tool's result (list_files, read_file, search_history) is served
     # from the session's tool cache while nothing it read has changed; 0 turns the cache off.
     tool_cache_seconds: float = Field(300.0, ge=0)
@@ -192,6 +195,13 @@ class Settings(QuotaSettings, BaseSettings):  # quotas: gateway/quota_settings.p
     http_idle_timeout_seconds: float = 60.0
     # A request body must arrive within this many seconds.
     http_body_timeout_seconds: float = 30.0
+    # A console sign-in ends this many hours after it was made (or when signed out, or when
+    # its token is revoked).
+    console_signin_hours: float = 12.0
+
+    # A chat platform that cannot be reached is tried again, waiting twice as long each time
+    # (from 1 s) up to this many seconds; the rest of the gateway serves meanwhile.
+    platform_retry_max_seconds: float = 60.0
 
     # Telegram: the adapter starts when a token is set.
     telegram_token: SecretStr | None = None
@@ -336,6 +346,8 @@ class Settings(QuotaSettings, BaseSettings):  # quotas: gateway/quota_settings.p
         "embedding_interval_seconds",
         "http_idle_timeout_seconds",
         "http_body_timeout_seconds",
+        "console_signin_hours",
+        "platform_retry_max_seconds",
         "anthropic_max_tokens",
         "anthropic_timeout_seconds",
         mode="after",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Final
 
 from aiohttp import web
@@ -24,7 +25,7 @@ from adapters.mcp.endpoint import MCP_PATH, McpEndpoint
 from adapters.web.app import CONSOLE_PREFIX, build_console
 from gateway.access import SessionAccess
 from gateway.adapter import HttpRoute
-from gateway.credentials import Credentials
+from gateway.credentials import WATCH_SECONDS, Credentials
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 
@@ -69,6 +70,7 @@ def build_app(
         keepalive_seconds=keepalive_seconds,
         # Whether a token is required changes as tokens are issued and revoked.
         document=lambda: _document(credentials.required, runtime.session_settings.known_tools),
+        http_identities=credentials.http_identities,
     )
     for platform in CLIENT_PLATFORMS:
         runtime.router.register_pulled(platform)
@@ -95,7 +97,25 @@ def build_app(
     app.router.add_post(MCP_PATH, mcp.handle)
     app.on_cleanup.append(mcp.close)
     app.add_subapp(CONSOLE_PREFIX, build_console(ctx, credentials))
+    app.cleanup_ctx.append(functools.partial(_watch_credentials, runtime, credentials))
     return app
+
+
+async def _watch_credentials(
+    runtime: Runtime, credentials: Credentials, app: web.Application
+) -> AsyncIterator[None]:
+    """While the app serves: the schedules of a creator whose token was removed while no
+    gateway ran are suspended now, and those of one removed later as soon as it is seen."""
+    await runtime.schedules.suspend_orphans(credentials.http_identities())
+    watching = asyncio.create_task(
+        credentials.watch(runtime.schedules.suspend_creators, every=WATCH_SECONDS)
+    )
+    try:
+        yield
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
 
 
 async def start_http(

@@ -17,6 +17,7 @@ from adapters.http.metrics import HttpMetrics
 from adapters.http.models import MAX_WAIT_SECONDS, Caller
 from adapters.http.replies import OpenApiDocument, Restarting
 from adapters.http.sse import EventStream, restarting_error, sse_response
+from adapters.http.standing import REVOKED, current
 from gateway.access import SessionAccess
 from gateway.engine import TaskNotFound, TaskView
 from gateway.events import Origin
@@ -37,6 +38,7 @@ class Context:
         *,
         keepalive_seconds: float,
         document: Callable[[], OpenApiDocument],
+        http_identities: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
         self.runtime = runtime
         self.router = runtime.router
@@ -51,6 +53,8 @@ class Context:
         self._closed: asyncio.Future[None] | None = None
         # Handed in: it is made from the route table, whose handlers import this module.
         self.openapi_document = document
+        # The HTTP identities that hold a credential now (gateway/credentials.py).
+        self.http_identities = http_identities
 
     async def on_shutdown(self, app: web.Application) -> None:
         self.closing.set()
@@ -127,11 +131,24 @@ class Context:
 
     async def until_closing(self, work: Awaitable[T], farewell: Restarting) -> T:
         """Await `work`; if the server starts shutting down first, answer 503 `restarting`
-        with `farewell`'s route to ask again."""
+        with `farewell`'s route to ask again; if the caller's credential is revoked first,
+        403 (adapters/http/standing.py)."""
         job = asyncio.ensure_future(work)
-        watched: set[asyncio.Future[Any]] = {job, self._closed_future()}
+        standing = current()
         try:
-            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                watched: set[asyncio.Future[Any]] = {job, self._closed_future()}
+                if standing is None:
+                    await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+                    break
+                # Every change of the credentials is announced (the token file is watched):
+                # nothing else can revoke what a request came with.
+                watched.add(standing.changed())
+                await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+                if job.done() or self._closed_future().done():
+                    break
+                if not await standing.holds():
+                    raise ApiError(403, "forbidden", REVOKED)
         finally:
             if not job.done():
                 job.cancel()
@@ -156,5 +173,6 @@ class Context:
             keepalive=self.keepalive_seconds,
             clock=self.runtime.clock,
             farewell=farewell,
+            standing=current(),
         )
         return response, stream

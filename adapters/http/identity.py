@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from adapters.http.errors import ApiError
+from adapters.http.standing import STANDING, Standing
 from gateway.credentials import ANONYMOUS, Credentials, Identity
 
 IDENTITY: Final = web.RequestKey("agenvoy_identity", Identity)
@@ -35,9 +36,22 @@ class Authenticate:
 
     @web.middleware
     async def check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not self._open(request.path):
-            request[IDENTITY] = await self._identify(request)
-        return await handler(request)
+        if self._open(request.path):
+            return await handler(request)
+        identity = request[IDENTITY] = await self._identify(request)
+
+        async def holds() -> bool:
+            try:
+                return await self._identify(request) == identity
+            except ApiError:
+                return False
+
+        # The handler runs in this task: its streams and waits find the standing there.
+        token = STANDING.set(Standing(holds, self._credentials.changed))
+        try:
+            return await handler(request)
+        finally:
+            STANDING.reset(token)
 
     async def _identify(self, request: web.Request) -> Identity:
         header = request.headers.get("Authorization", "")

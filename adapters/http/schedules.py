@@ -1,5 +1,6 @@
 """A session's schedules: list, make, remove — what `/schedules`, `/schedule` and `/unschedule`
-do, with the same rule (gateway/schedules.py checks it: admins only in shared chats)."""
+do, with the same rule (gateway/schedules.py checks it: admins only in shared chats) — and a
+suspended one resumed by a gateway admin."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from adapters.http.idempotency import kept, outcome_unknown, request_key
 from adapters.http.models import NonBlank, RequestBody, SessionId
 from adapters.http.replies import Reply, UnixMs
 from adapters.http.route import Call
+from gateway.auth import NotAllowed
 from gateway.schedule_spec import BadSchedule
-from gateway.schedules import NewSchedule, ScheduleNotFound
+from gateway.schedules import NewSchedule, ScheduleNotFound, ScheduleQuota
 from gateway.store.errors import OutcomeUnknown
 from gateway.store.request_keys import KeptRequest, RequestKeyTaken
 from gateway.store.schedules import Schedule
@@ -50,12 +52,25 @@ class ScheduleView(Reply):
     created_at: UnixMs
     next_due_at: UnixMs
     last_fired_at: UnixMs = Field(description="0 until it has fired.")
+    suspended: bool = Field(
+        False, description="It does not fire: its creator's credential was revoked."
+    )
+    suspended_at: UnixMs = Field(0, description="0 unless suspended.")
+    suspended_reason: str = ""
 
 
 class ScheduleList(Reply):
     """The session's schedules, oldest first."""
 
     schedules: list[ScheduleView]
+
+
+class ResumeRequest(RequestBody):
+    take_over: bool = Field(
+        False,
+        description="Resume it even though its creator holds no credential now: it then acts"
+        " for the caller.",
+    )
 
 
 class Unscheduled(Reply):
@@ -77,6 +92,9 @@ def _view(schedule: Schedule) -> ScheduleView:
         created_at=schedule.created_at,
         next_due_at=schedule.next_due_at,
         last_fired_at=schedule.last_fired_at,
+        suspended=schedule.suspended,
+        suspended_at=schedule.suspended_at,
+        suspended_reason=schedule.suspended_reason,
     )
 
 
@@ -102,8 +120,13 @@ async def create_schedule(call: Call) -> ScheduleView:
         raise ApiError(413, "too_long", f"the prompt is longer than {limit} chars")
     await call.ctx.require_session(call.session_id)
     new = NewSchedule(body.spec, body.prompt, body.skip_missed, body.timezone)
+    who = call.origin()
+    admin = await call.ctx.access.is_gateway_admin(who)
+    schedules = call.ctx.runtime.schedules
     try:
-        made = await call.ctx.runtime.schedules.create(call.session_id, call.origin(), new, request)
+        made = await schedules.create(call.session_id, who, new, request, gateway_admin=admin)
+    except ScheduleQuota as exc:
+        raise ApiError(429, "schedule_quota", str(exc)) from None
     except BadSchedule as exc:
         bad(str(exc))
     except OutcomeUnknown:
@@ -125,13 +148,46 @@ async def _made(call: Call, first: KeptRequest) -> ScheduleView:
     raise ApiError(404, "not_found", "the schedule this Idempotency-Key made was removed since")
 
 
-async def delete_schedule(call: Call) -> Unscheduled:
-    await call.ctx.require_session(call.session_id)
+def _schedule_id(call: Call) -> int:
     raw = call.request.match_info["schedule_id"]
     if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_SCHEDULE_ID:
         raise ApiError(404, "not_found", "no such schedule in this session")
+    return int(raw)
+
+
+async def resume_schedule(call: Call) -> ScheduleView:
+    """A suspended schedule fires again, from its next due time; for gateway admins. One
+    whose creator holds no credential now is resumed only with `take_over` (it then acts
+    for the caller)."""
+    body = await call.body(ResumeRequest)
+    schedule_id = _schedule_id(call)
+    ctx = call.ctx
+    found = await ctx.store.schedules.get(schedule_id)
+    if found is None or found.session_id != call.session_id:
+        raise ApiError(404, "not_found", "no such schedule in this session")
+    who = call.origin()
     try:
-        await call.ctx.runtime.schedules.remove(call.session_id, call.origin(), int(raw))
+        resumed = await ctx.runtime.schedules.resume(
+            schedule_id,
+            who,
+            ctx.http_identities(),
+            take_over=body.take_over,
+            gateway_admin=await ctx.access.is_gateway_admin(who),
+        )
+    except NotAllowed as exc:
+        raise ApiError(403, "not_allowed", str(exc)) from None
+    except ScheduleNotFound as exc:
+        raise ApiError(404, "not_found", str(exc)) from None
+    except BadSchedule as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
+    return _view(resumed)
+
+
+async def delete_schedule(call: Call) -> Unscheduled:
+    await call.ctx.require_session(call.session_id)
+    schedule_id = _schedule_id(call)
+    try:
+        await call.ctx.runtime.schedules.remove(call.session_id, call.origin(), schedule_id)
     except ScheduleNotFound as exc:
         raise ApiError(404, "not_found", str(exc)) from None
     return Unscheduled()

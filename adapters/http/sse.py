@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Final, NoReturn, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 from aiohttp import web
 
 from adapters.http.errors import ApiError
 from adapters.http.replies import Restarting
+from adapters.http.standing import CHECK_SECONDS, REVOKED, Standing
 from gateway.clock import Clock
 
 T = TypeVar("T")
@@ -44,7 +46,15 @@ def sse_response(extra_headers: Mapping[str, str] | None = None) -> web.StreamRe
 
 
 class StreamClosed(Exception):
-    """The client went away, or the server is shutting down: stop writing."""
+    """The client went away, the server is shutting down, or the caller's credential was
+    revoked: stop writing."""
+
+
+class _Woken:
+    """What `_next` gives when the credentials changed before an item came."""
+
+
+_WOKEN: Final = _Woken()
 
 
 def restarting_error(farewell: Restarting) -> ApiError:
@@ -58,7 +68,8 @@ def restarting_error(farewell: Restarting) -> ApiError:
 
 class EventStream:
     """Writes SSE frames to one response, numbering them, and notices when to stop: when the
-    server shuts down, a last `restarting` frame (`farewell`) says what to ask for later."""
+    server shuts down, a last `restarting` frame (`farewell`) says what to ask for later; when
+    the caller's credential no longer stands (`standing`), a last `revoked` frame."""
 
     def __init__(
         self,
@@ -69,6 +80,7 @@ class EventStream:
         keepalive: float,
         clock: Clock,
         farewell: Restarting,
+        standing: Standing | None = None,
     ) -> None:
         self._request = request
         self._response = response
@@ -79,6 +91,9 @@ class EventStream:
         self._clock = clock
         self._last_write = clock.monotonic()
         self._frames = 0
+        self._standing = standing
+        self._change: asyncio.Future[None] | None = None
+        self._stood_at = clock.monotonic()
 
     async def _check_open(self) -> None:
         transport = self._request.transport
@@ -86,6 +101,26 @@ class EventStream:
             raise StreamClosed
         if self._closing.is_set():
             await self._say_restarting()
+
+    async def _check_standing(self) -> None:
+        """End the stream once the caller's credential no longer stands: checked when the
+        credentials change and at least every `CHECK_SECONDS`."""
+        standing = self._standing
+        if standing is None:
+            return
+        now = self._clock.monotonic()
+        change = self._change
+        if change is not None and not change.done() and now - self._stood_at < CHECK_SECONDS:
+            return
+        self._change, self._stood_at = standing.changed(), now
+        if await standing.holds():
+            return
+        self._frames += 1
+        frame = sse_frame("revoked", json.dumps({"reason": REVOKED}), self._frames)
+        with contextlib.suppress(ConnectionError):
+            await self._response.write(frame)
+            await self._response.write_eof()
+        raise StreamClosed
 
     async def _say_restarting(self) -> NoReturn:
         self._frames += 1
@@ -125,26 +160,36 @@ class EventStream:
 
     async def receive(self, get: Callable[[], Awaitable[T]]) -> T:
         """The next item from `get`, writing keep-alive comments while there is none; raises
-        StreamClosed as soon as the server starts shutting down."""
+        StreamClosed as soon as the server starts shutting down or the caller's credential
+        is revoked."""
         while True:
             await self._check_open()
+            await self._check_standing()
             try:
-                return await self._clock.wait_for(self._next(get), self._poll)
+                item = await self._clock.wait_for(self._next(get), self._poll)
             except TimeoutError:
                 if self._clock.monotonic() - self._last_write >= self._keepalive:
                     await self.comment("keepalive")
+                continue
+            if not isinstance(item, _Woken):
+                return item
 
-    async def _next(self, get: Callable[[], Awaitable[T]]) -> T:
+    async def _next(self, get: Callable[[], Awaitable[T]]) -> T | _Woken:
         item = asyncio.ensure_future(get())
         stop = asyncio.ensure_future(self._closing.wait())
+        watched: set[asyncio.Future[Any]] = {item, stop}
+        if self._change is not None:
+            watched.add(self._change)
         try:
-            await asyncio.wait({item, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
             if not item.done():
                 item.cancel()
         if item.done() and not item.cancelled():
             return item.result()
+        if not self._closing.is_set():
+            return _WOKEN
         await self._check_open()
         raise StreamClosed
 

@@ -62,7 +62,12 @@ class ScheduleCommands:
         found = await self.schedules.of_session(call.session_id)
         if not found:
             return CommandReply(call.name, "no schedules here; /schedule <when> <prompt>")
-        lines = [f"#{s.id}  {s.spec} ({s.timezone})  next {when(s)}  {preview(s)}" for s in found]
+        lines = [
+            f"#{s.id}  {s.spec} ({s.timezone})  "
+            + (f"SUSPENDED ({s.suspended_reason})" if s.suspended else f"next {when(s)}")
+            + f"  {preview(s)}"
+            for s in found
+        ]
         return CommandReply(call.name, "\n".join(lines))
 
     async def unschedule(self, call: CommandCall) -> CommandReply:

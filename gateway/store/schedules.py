@@ -2,12 +2,15 @@
 
 Moving a schedule on is a conditional update (`next_due_at` still the due time the caller
 fired): two instances, or an instance and its own previous life, never both move one due time.
+Suspending (its creator's credential is gone) only touches schedules not suspended yet, so
+several instances seeing the same revocation leave the first one's time and reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from sqlalchemy import func, update
 from sqlmodel import Session, col, delete, select
@@ -33,6 +36,12 @@ class Schedule:
     created_at: int
     next_due_at: int
     last_fired_at: int
+    suspended_at: int = 0  # Unix ms; 0 while it fires
+    suspended_reason: str = ""
+
+    @property
+    def suspended(self) -> bool:
+        return self.suspended_at != 0
 
     @property
     def skip_missed(self) -> bool:
@@ -58,6 +67,8 @@ def _of(row: ScheduleRow) -> Schedule:
         row.created_at,
         row.next_due_at,
         row.last_fired_at,
+        row.suspended_at,
+        row.suspended_reason,
     )
 
 
@@ -96,10 +107,10 @@ class ScheduleTable:
         )
 
     async def due(self, now_ms: int, limit: int = DUE_BATCH) -> list[Schedule]:
-        """Schedules due at `now_ms`, the longest overdue first."""
+        """Schedules due at `now_ms`, the longest overdue first; suspended ones never are."""
         stmt = (
             select(ScheduleRow)
-            .where(col(ScheduleRow.next_due_at) <= now_ms)
+            .where(col(ScheduleRow.next_due_at) <= now_ms, col(ScheduleRow.suspended_at) == 0)
             .order_by(col(ScheduleRow.next_due_at), col(ScheduleRow.id))
             .limit(limit)
         )
@@ -128,3 +139,87 @@ class ScheduleTable:
         return await self._db.read(
             lambda session: {str(s): int(n) for s, n in session.exec(stmt).all()}
         )
+
+    async def get(self, schedule_id: int) -> Schedule | None:
+        return await self._db.read(lambda session: _maybe(session.get(ScheduleRow, schedule_id)))
+
+    async def count_by(self, creators: Collection[str]) -> int:
+        """How many schedules these identities made (suspended ones included: they still
+        count against their creator until removed)."""
+        if not creators:
+            return 0
+        stmt = select(func.count()).where(col(ScheduleRow.created_by_id).in_(creators))
+        return await self._db.read(lambda session: int(session.exec(stmt).one()))
+
+    async def suspend_by(self, creators: Collection[str], at_ms: int, reason: str) -> list[int]:
+        """Suspend every schedule of these identities not suspended yet; the ids suspended."""
+        if not creators:
+            return []
+        active = (
+            col(ScheduleRow.created_by_id).in_(creators),
+            col(ScheduleRow.suspended_at) == 0,
+        )
+        return await self._suspend(active, at_ms, reason)
+
+    async def suspend_http_except(
+        self, valid: Collection[str], at_ms: int, reason: str
+    ) -> list[int]:
+        """Suspend the schedules made over HTTP by an identity not in `valid` (a token no
+        longer issued); the ids suspended."""
+        orphaned = (
+            col(ScheduleRow.created_by_id).startswith("http:"),
+            col(ScheduleRow.created_by_id).not_in(list(valid)),
+            col(ScheduleRow.suspended_at) == 0,
+        )
+        return await self._suspend(orphaned, at_ms, reason)
+
+    async def _suspend(self, where: tuple[Any, ...], at_ms: int, reason: str) -> list[int]:
+        def work(session: Session) -> list[int]:
+            found = session.exec(select(col(ScheduleRow.id)).where(*where)).all()
+            ids = [int(i) for i in found if i is not None]
+            if not ids:
+                return []
+            # The condition again: a row another instance suspended meanwhile keeps its reason.
+            stmt = (
+                update(ScheduleRow)
+                .where(col(ScheduleRow.id).in_(ids), *where)
+                .values(suspended_at=at_ms, suspended_reason=reason[:200])
+            )
+            session.connection().execute(stmt)
+            return ids
+
+        return await self._db.write(work)
+
+    async def resume(
+        self, schedule_id: int, next_due_at: int, *, creator: tuple[str, str] | None = None
+    ) -> bool:
+        """Let a suspended schedule fire again from `next_due_at`; with `creator` (key,
+        name), it acts for that identity from now on. False when it is not suspended."""
+        values: dict[str, object] = {
+            "suspended_at": 0,
+            "suspended_reason": "",
+            "next_due_at": next_due_at,
+        }
+        if creator is not None:
+            values["created_by_id"], values["created_by_name"] = creator
+        stmt = (
+            update(ScheduleRow)
+            .where(col(ScheduleRow.id) == schedule_id, col(ScheduleRow.suspended_at) != 0)
+            .values(**values)
+        )
+        return await self._db.write(
+            lambda session: bool(session.connection().execute(stmt).rowcount)
+        )
+
+    async def suspended(self) -> list[Schedule]:
+        stmt = select(ScheduleRow).where(col(ScheduleRow.suspended_at) != 0)
+        stmt = stmt.order_by(col(ScheduleRow.id))
+        return await self._db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
+
+    async def all(self) -> list[Schedule]:
+        stmt = select(ScheduleRow).order_by(col(ScheduleRow.id))
+        return await self._db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
+
+
+def _maybe(row: ScheduleRow | None) -> Schedule | None:
+    return None if row is None else _of(row)
