@@ -23,6 +23,7 @@ import typer
 from adapters.terminal.commands import register as register_client_commands
 from gateway.cli_identity import identity_app
 from gateway.cli_memory import reindex, semantic_search
+from gateway.cli_schedules import schedule_app
 from gateway.cli_members import register as register_member_commands
 from gateway.cli_quotas import quota_app, usage_by_identity
 from gateway.cli_support import checked_id, fail, load_settings, printable
@@ -333,7 +334,8 @@ def token_list() -> None:
 
 @token_app.command("remove")
 def token_remove(name: str) -> None:
-    """Revoke NAME's token; a running gateway stops accepting it within a second."""
+    """Revoke NAME's token; a running gateway stops accepting it, ends its streams and
+    suspends its schedules within a second."""
     from gateway.credentials import revoke_token
 
     if not revoke_token(load_settings().store_dir, name):
@@ -348,6 +350,7 @@ register_client_commands(app)
 app.command()(cleanup)
 app.command()(reindex)
 app.add_typer(token_app, name="token")
+app.add_typer(schedule_app, name="schedule")
 app.add_typer(quota_app, name="quota")
 app.add_typer(identity_app, name="identity")
 register_member_commands(app)

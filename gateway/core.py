@@ -91,6 +91,8 @@ def build_core(
         max_chars=settings.max_message_chars,
         check_seconds=settings.schedule_check_seconds,
         crash=crash,
+        max_per_identity=settings.max_schedules_per_identity,
+        min_interval_seconds=settings.min_schedule_interval_seconds,
     )
     # Scheduled tasks of sessions no chat holds are read like any task of their session.
     engine.router.register_pulled(SCHEDULE_PLATFORM)
