@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 import typer
 
 from adapters.terminal.commands import register as register_client_commands
+from gateway.cli_bans import ban, bans, unban
 from gateway.cli_identity import identity_app
-from gateway.cli_memory import reindex, semantic_search
-from gateway.cli_schedules import schedule_app
 from gateway.cli_members import register as register_member_commands
+from gateway.cli_memory import reindex, semantic_search
 from gateway.cli_quotas import quota_app, usage_by_identity
+from gateway.cli_schedules import schedule_app
 from gateway.cli_support import checked_id, fail, load_settings, printable
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
 
@@ -349,11 +350,14 @@ for _command in (sessions, show, search, usage, doctor, run):
 register_client_commands(app)
 app.command()(cleanup)
 app.command()(reindex)
+register_member_commands(app)
 app.add_typer(token_app, name="token")
+app.add_typer(identity_app, name="identity")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(quota_app, name="quota")
-app.add_typer(identity_app, name="identity")
-register_member_commands(app)
+app.command()(ban)
+app.command()(unban)
+app.command()(bans)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ from gateway.agents.base import Agent
 from gateway.agents.summary import RollingSummary
 from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
+from gateway.bans import Bans
 from gateway.clock import Clock
+from gateway.commands.bans import BanCommands
 from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.links import LinkCommands
 from gateway.commands.registry import CommandRegistry
@@ -22,13 +24,14 @@ from gateway.crash import CrashPoints
 from gateway.engine.assembly import Engine, assemble
 from gateway.engine.cluster import Cluster
 from gateway.linking import Linking
-from gateway.memory.recall import Recall
-from gateway.presence import Presence
 from gateway.member_data.commands import MemberCommands
 from gateway.member_data.service import MemberData, canceler
+from gateway.memory.recall import Recall
+from gateway.presence import Presence
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
+from gateway.store.bans import BanList
 from gateway.store.sessions import SessionStore
 
 
@@ -39,6 +42,7 @@ class Core:
     session_settings: SessionSettings
     schedules: Schedules
     linking: Linking
+    bans: Bans
 
 
 def build_core(
@@ -58,6 +62,7 @@ def build_core(
     # The registry is filled once the router exists (the built-in commands act on it); the
     # router only ever calls `run`.
     commands = CommandRegistry(authority, first_delivery=store.first_delivery)
+    bans = Bans(BanList(store.db), store, authority, clock)
     engine = assemble(
         settings,
         store,
@@ -69,6 +74,7 @@ def build_core(
         crash=crash,
         tool_memory=tool_memory,
         commands=commands.run,
+        screen=bans.screen,
         recall=recall,
         after_task=[summary.schedule] if summary is not None else [],
     )
@@ -97,8 +103,9 @@ def build_core(
     # Scheduled tasks of sessions no chat holds are read like any task of their session.
     engine.router.register_pulled(SCHEDULE_PLATFORM)
     ScheduleCommands(commands, schedules).register()
+    MemberCommands(commands, MemberData(store, canceler(engine.router))).register()
     UsageCommands(commands, engine.admission, authority).register()
     linking = Linking(store.ownership, clock)
     LinkCommands(commands, linking).register()
-    return Core(engine, commands, session_settings, schedules, linking)
-    MemberCommands(commands, MemberData(store, canceler(engine.router))).register()
+    BanCommands(commands, bans, store.ownership).register()
+    return Core(engine, commands, session_settings, schedules, linking, bans)

@@ -19,6 +19,7 @@ from gateway.agents.summary import RollingSummary, Summarizes
 from gateway.agents.tool_memory import ToolMemory
 from gateway.agents.tools import ToolSource
 from gateway.auth import Authority
+from gateway.bans import Bans
 from gateway.bus import Bus, open_bus
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.cluster.one import OneInstance
@@ -29,9 +30,9 @@ from gateway.crash import CrashPoints
 from gateway.engine.assembly import Engine
 from gateway.engine.cluster import Cluster
 from gateway.engine.router import Router
-from gateway.health import CheckState, Readiness, ReadinessProbe, answers
-from gateway.linking import Linking
+from gateway.health import CheckState, Platforms, Readiness, ReadinessProbe, answers
 from gateway.leases import Leases, LocalLeases, open_leases
+from gateway.linking import Linking
 from gateway.logs import get_logger
 from gateway.mcp_tools.config import McpConfig, load_config
 from gateway.memory.setup import Memory
@@ -129,13 +130,17 @@ class Runtime:
     http_routes: list[HttpRoute] = field(default_factory=list)
     # Link codes: one for every front-end, so that wrong codes are counted together.
     linking: Linking | None = None
+    # Who is kept out of which chat: the chat front-ends say who their platform's admins are.
+    bans: Bans | None = None
     router: Router = field(init=False)  # the engine's face, which front-ends talk to
     probe: ReadinessProbe = field(init=False)
+    platforms: Platforms = field(init=False)  # the chat platforms, connected or not
     _closed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.router = self.engine.router
         self.probe = ReadinessProbe(self._archive_state, answers(self.kv.ping), self.leases.healthy)
+        self.platforms = Platforms(self.clock.now_ms)
 
     async def _archive_state(self) -> bool | CheckState:
         """The archive answers, and has room for writes (or is full)."""
@@ -220,6 +225,7 @@ class Runtime:
             mcp,
             memory,
             linking=core.linking,
+            bans=core.bans,
         )
 
     async def close(self) -> None:

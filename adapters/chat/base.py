@@ -31,6 +31,7 @@ from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
 from adapters.voice import with_transcripts
 from gateway.adapter import HttpRoute, Progress, Undeliverable
+from gateway.bans import Banned
 from gateway.engine import MessageTooLong, Submission, TooManyTasks
 from gateway.events import (
     AnswerEvent,
@@ -222,11 +223,11 @@ class ChatAdapter(ABC):
                 if arrival.addressed:
                     return await self.router.submit(inbound, turn=turn)
                 await self.router.record(inbound, turn=turn)
-            except (MessageTooLong, UnstorableText, TooManyTasks) as exc:
+            except (MessageTooLong, UnstorableText, TooManyTasks, Banned) as exc:
                 await staged.drop()
                 if arrival.refuse is not None:
                     await arrival.refuse(f"⚠️ {exc}")
-                else:
+                elif not isinstance(exc, Banned):  # never said in the chat: gateway/bans.py
                     await self.say(arrival.origin, f"⚠️ {exc}")
         return None
 

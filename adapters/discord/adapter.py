@@ -14,6 +14,7 @@ from discord import app_commands, ui
 
 from adapters.attachments import Download
 from adapters.chat import ASKED_AGAIN, Answered, Arrival, ChatAdapter, Posted, Refused
+from adapters.discord.admins import DiscordAdmins
 from adapters.discord.allowlist import AllowList, guild_of
 from adapters.discord.catchup import CatchUp
 from adapters.discord.client import NO_MENTIONS, AnswerModal, GatewayClient, point_at, prompt_view
@@ -24,8 +25,10 @@ from adapters.discord.commands import (
     UNAVAILABLE,
     SlashCommands,
 )
+from adapters.discord.connect import connect, refused
 from adapters.discord.prompts import literal, outcome_content, prompt_content
 from adapters.discord.split import DISCORD_LIMIT, split_message
+from adapters.reconnect import Connection
 from gateway.adapter import Undeliverable
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import discord_session_id
@@ -39,10 +42,6 @@ log = get_logger(__name__)
 MAX_NONCE: Final = 25
 NOT_RECORDED: Final = (
     "⚠️ That could not be recorded: the gateway cannot reach its database. Press again in a moment."
-)
-INTENT_HELP: Final = (
-    "Discord refused the MESSAGE CONTENT intent. Enable it in the Developer Portal: "
-    "Applications → your bot → Bot → Privileged Gateway Intents → MESSAGE CONTENT INTENT."
 )
 
 
@@ -67,34 +66,46 @@ class DiscordAdapter(ChatAdapter):
             client_options.setdefault("shard_count", settings.discord_shard_count)
             if shard_ids:
                 client_options.setdefault("shard_ids", shard_ids)
-        self.client = GatewayClient(self, **client_options)
+        self._client_options = client_options
+        self.client = self.new_client()
         self.catch_up = CatchUp(self, runtime)
         self.commands = SlashCommands(self.on_command)
+        self.admins = DiscordAdmins(lambda: self.client, settings.admin_keys, self.admin_role)
+        if runtime.bans is not None:
+            runtime.bans.register_admin_check(PLATFORM, self.admins.of_session)
         self._runner: asyncio.Task[None] | None = None
         self._missing_permission_logged: set[str] = set()
+        self._ready_timeout = 60.0
+        self.connection = Connection(
+            PLATFORM,
+            runtime.platforms,
+            self._connect,
+            fatal=refused,
+            max_wait=settings.platform_retry_max_seconds,
+            # What waited for the platform while it was down goes out once it connects.
+            connected=runtime.engine.courier.redeliver,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
+    def new_client(self) -> GatewayClient:
+        return GatewayClient(self, **self._client_options)
+
     async def start(self, *, ready_timeout: float = 60.0) -> None:
+        """Connect, or go on trying in the background while Discord cannot be reached (see
+        adapters/reconnect.py); raises only for a refused token or intent."""
         point_at(self.runtime.settings)
+        self._ready_timeout = ready_timeout
+        await self.connection.start()
+
+    async def _connect(self) -> None:
+        self._runner = await connect(self, self._ready_timeout)
         self.router.register_sink(PLATFORM, self)
-        token = self.runtime.settings.discord_token
-        assert token is not None
-        self._runner = asyncio.create_task(self.client.start(token.get_secret_value()))
-        ready = asyncio.create_task(self.ready.wait())
-        done, _ = await asyncio.wait(
-            {self._runner, ready}, timeout=ready_timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        if self._runner in done:
-            ready.cancel()
-            exc = self._runner.exception()
-            if isinstance(exc, discord.PrivilegedIntentsRequired):
-                log.error("discord adapter cannot start", reason=INTENT_HELP)
-            raise exc or RuntimeError("the Discord client stopped during start-up")
         await self.clear_left_previews()
         log.info("adapter started", adapter=PLATFORM, user=str(self.client.user))
 
     async def stop(self) -> None:
+        await self.connection.stop()
         await self.client.close()
         if self._runner is not None:
             with contextlib.suppress(Exception):
@@ -108,11 +119,7 @@ class DiscordAdapter(ChatAdapter):
     # -- inbound ---------------------------------------------------------------------------
 
     def is_admin(self, user: discord.abc.User) -> bool:
-        if f"{PLATFORM}:{user.id}" in self.runtime.settings.admin_keys:
-            return True
-        if self.admin_role and isinstance(user, discord.Member):
-            return any(str(role.id) == self.admin_role for role in user.roles)
-        return False
+        return self.admins.is_admin(user)
 
     async def admit(self, interaction: discord.Interaction[Any]) -> bool:
         """The allow-lists for a slash command, a button press or a modal submit: from where

@@ -25,6 +25,9 @@ from telegram.ext import (
 )
 
 from adapters.chat import ALREADY_ANSWERED, Arrival, ChatAdapter, Posted, Refused, Throttle
+from adapters.reconnect import Connection
+from adapters.telegram.admins import ChatAdmins, naming_reply
+from adapters.telegram.connect import connect, refused_token
 from adapters.telegram.incoming import addressed, display_name, downloads
 from adapters.telegram.place import Chats, Place
 from adapters.telegram.polling import Poller
@@ -93,12 +96,24 @@ class TelegramAdapter(ChatAdapter):
             secret.get_secret_value() if secret else "", lambda: self.bot, self.handle
         )
         self._refusals = Throttle(runtime.clock, REFUSAL_EVERY_SECONDS)
+        self.admins = ChatAdmins(lambda: self.bot, runtime.clock)
+        if runtime.bans is not None:
+            runtime.bans.register_admin_check(PLATFORM, self.admins.of_session)
         self._one_at_a_time = asyncio.Lock()
         self._failed = False
         self._unavailable: DatabaseUnavailable | None = None
         self.bot_id = 0
         self.bot_username = ""
         self._started = False
+        self.connection = Connection(
+            PLATFORM,
+            runtime.platforms,
+            self._connect,
+            fatal=refused_token,
+            max_wait=runtime.settings.platform_retry_max_seconds,
+            # What waited for the platform while it was down goes out once it connects.
+            connected=runtime.engine.courier.redeliver,
+        )
         # The allow-list goes first, for every kind of update (group -1 runs before 0).
         application.add_handler(TypeHandler(Update, self.gate), group=-1)
         application.add_handler(CallbackQueryHandler(self.on_callback))
@@ -151,33 +166,15 @@ class TelegramAdapter(ChatAdapter):
     # -- lifecycle -------------------------------------------------------------------------
 
     async def start(self, *, poll_timeout: int | None = None) -> None:
+        """Connect, or go on trying in the background while Telegram cannot be reached (see
+        adapters/reconnect.py); raises only for a token Telegram refuses."""
         self._started = True
-        await self.app.initialize()
-        me = self.bot
-        self.bot_id = me.id
-        self.bot_username = me.username or ""
-        menu = [(c.name, c.summary) for c in self.runtime.commands.menu(PLATFORM)]
-        with contextlib.suppress(TelegramError):
-            await me.set_my_commands(menu)
-        await self.chats.load()
-        await self.clear_left_previews()
-        self.router.register_sink(PLATFORM, self)
-        await self.app.start()
-        settings = self.runtime.settings
-        if self.webhook_mode:
-            secret = settings.telegram_webhook_secret
-            await self.bot.set_webhook(
-                settings.telegram_webhook_url,
-                secret_token=secret.get_secret_value() if secret else None,
-                allowed_updates=list(UPDATES),
-            )
-            where = settings.telegram_webhook_url
-        else:
-            if poll_timeout is not None:
-                self.poller.timeout = poll_timeout
-            self.polling.begin()
-            where = "long polling"
-        log.info("adapter started", adapter=PLATFORM, bot=self.bot_username, via=where)
+        if poll_timeout is not None:
+            self.poller.timeout = poll_timeout
+        await self.connection.start()
+
+    async def _connect(self) -> None:
+        await connect(self, UPDATES)
 
     async def _start_polling(self) -> None:
         self.poller.start()
@@ -186,6 +183,7 @@ class TelegramAdapter(ChatAdapter):
         if not self._started:
             return
         self._started = False
+        await self.connection.stop()
         await self.polling.end()
         if self.app.running:
             await self.app.stop()
@@ -243,12 +241,15 @@ class TelegramAdapter(ChatAdapter):
             reply_to=str(message.message_id),
             sender_id=str(user.id),
             sender_name=display_name(user),
+            # Updates are handled one at a time, so this call cannot reorder messages.
+            is_admin=await self.admins.is_admin(chat_id, chat.type, user.id),
         )
         text = message.text or message.caption or ""
         if text.split(maxsplit=1)[:1] in (["/start"], [f"/start@{self.bot_username}"]):
             await self.say(origin, GREETING)
             return
         for_bot, text = addressed(message, self.bot_id, self.bot_username)
+        text = naming_reply(text, message, self.bot_id)
         replied = message.reply_to_message
         # An edit (a typo fixed, a line added) is kept as context, not answered again: a second
         # reply to a question already answered is not what the one who edited it asked for.
@@ -274,8 +275,13 @@ class TelegramAdapter(ChatAdapter):
         if query is None or not query.data:
             return
         press = parse_press(query.data)
+        chat = query.message.chat if query.message is not None else None
         responder = Origin(
-            PLATFORM, sender_id=str(query.from_user.id), sender_name=display_name(query.from_user)
+            PLATFORM,
+            sender_id=str(query.from_user.id),
+            sender_name=display_name(query.from_user),
+            is_admin=chat is not None
+            and await self.admins.is_admin(chat.id, chat.type, query.from_user.id),
         )
         if press is None:
             await _answer_query(query.answer(ALREADY_ANSWERED))

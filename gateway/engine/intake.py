@@ -29,6 +29,8 @@ from gateway.store.sessions import SessionStore
 from gateway.text import check_storable
 
 CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
+# Raises when the sender may not write where the message was sent (a ban): nothing is kept.
+Screen = Callable[[Inbound], Awaitable[None]]
 # Quotas and budgets (gateway/quotas.py): raises to refuse a sender's message to a session.
 Admit = Callable[[Origin, str], Awaitable[None]]
 
@@ -51,6 +53,7 @@ class Intake:
         queue_modes: QueueModes | None = None,
         max_queued_per_session: int | None = None,
         commands: CommandRunner | None = None,
+        screen: Screen | None = None,
         admit: Admit | None = None,
     ) -> None:
         self.store = store
@@ -69,6 +72,7 @@ class Intake:
         self.accepting: set[str] = accepting if accepting is not None else set()
         # Gateway commands, answered before the agent sees a text.
         self.commands = commands
+        self.screen = screen
         self.queue_modes = queue_modes
         self.max_queued_per_session = max_queued_per_session
         self.admit = admit
@@ -79,6 +83,8 @@ class Intake:
         session_id = validate_session_id(inbound.session_id)
         async with turn or self.turns.take(session_id):
             self.check_text(inbound.text)
+            if self.screen is not None:
+                await self.screen(inbound)
             command = await self.commands(inbound) if self.commands is not None else None
             if command is None:
                 if self.admit is not None:
@@ -117,6 +123,8 @@ class Intake:
         origin = inbound.origin
         async with turn or self.turns.take(session_id):
             self.check_text(inbound.text)
+            if self.screen is not None:
+                await self.screen(inbound)
             log_file = self.store.files(session_id).action_log
 
             def log_it(_stored: StoredMessage) -> None:

@@ -128,6 +128,7 @@ class DiscordRest(DiscordMessages):
         return [
             ("GET", "/users/@me", self._get_me, True),
             ("GET", "/users/{uid}", self._get_user, True),
+            ("GET", "/guilds/{gid}/members/{uid}", self._get_member, True),
             ("POST", "/users/@me/channels", self._create_dm, True),
             ("GET", "/oauth2/applications/@me", self._get_application, True),
             ("GET", "/applications/@me", self._get_application, True),
@@ -258,6 +259,13 @@ class DiscordRest(DiscordMessages):
         if found is None:
             raise unknown("User", 10013)
         return copy.deepcopy(found)
+
+    async def _get_member(self, gid: str, uid: str, **_: Any) -> JSON:
+        known = self._guilds.get(gid)
+        for entry in known["members"] if known else []:
+            if entry["user"]["id"] == uid:
+                return copy.deepcopy(entry)
+        raise unknown("Member", 10007)
 
     async def _create_dm(self, *, body: JSON, **_: Any) -> JSON:
         recipient = str(body.get("recipient_id", ""))

@@ -13,6 +13,8 @@ from .payloads import THREAD_TYPES, Snowflake, dm_channel, guild, member, role, 
 DISCORD_EPOCH_MS = 1_420_070_400_000
 # @everyone's permissions in a new guild, as Discord sets them.
 EVERYONE_PERMISSIONS = 1071698660929
+# The guild owner when a test names none: the application's owner, not a member.
+GUILD_OWNER_ID = "1"
 
 
 class DiscordState(RecordingServer[RestCall]):
@@ -73,12 +75,23 @@ class DiscordState(RecordingServer[RestCall]):
             if entry["user"]["id"] != self.bot_id:
                 all_members.append(entry)
             self._users[entry["user"]["id"]] = copy.deepcopy(entry["user"])
-        owner = sid(owner_id) if owner_id is not None else all_members[-1]["user"]["id"]
+        # The owner holds every permission; by default it is nobody the test writes as.
+        owner = sid(owner_id) if owner_id is not None else GUILD_OWNER_ID
         stored = guild(gid, name, all_roles, all_members, owner)
         self._guilds[gid] = stored
         for channel in channels:
             self.add_channel(gid, channel)
         return copy.deepcopy(stored)
+
+    def add_role(self, guild_id: Snowflake, new_role: JSON, holders: list[Snowflake]) -> None:
+        """Add a role to a registered guild and give it to members of it (before the client
+        connects: no GUILD_ROLE_CREATE or GUILD_MEMBER_UPDATE is sent)."""
+        stored = self._guilds[sid(guild_id)]
+        stored["roles"].append(copy.deepcopy(new_role))
+        wanted = {sid(h) for h in holders}
+        for entry in stored["members"]:
+            if entry["user"]["id"] in wanted:
+                entry["roles"].append(sid(new_role["id"]))
 
     def add_channel(self, guild_id: Snowflake, channel: JSON) -> JSON:
         """Add a text channel or thread to a registered guild (no CHANNEL_CREATE is sent)."""

@@ -29,6 +29,7 @@ One module per concern, each but the first two a layer of :class:`FakeTelegram`:
 - ``files``: getFile, downloads, file objects
 - ``updates``: the injected update queue, getUpdates long-polls and webhook delivery
 - ``methods``: the Bot API methods
+- ``members``: chat administrators (getChatAdministrators, getChatMember)
 - ``server``: ``FakeTelegram``, request routing and ``fail_next``
 """
 

@@ -18,7 +18,7 @@ from .api import (
     error_body,
     error_response,
 )
-from .methods import TelegramMethods
+from .members import TelegramMembers
 
 DEFAULT_TOKEN = "123456:TEST-TOKEN"
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -26,7 +26,7 @@ MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 Handler = Callable[[JSON], Awaitable[Any]]
 
 
-class FakeTelegram(TelegramMethods):
+class FakeTelegram(TelegramMembers):
     """A fake Telegram Bot API on ``127.0.0.1``; see the package docstring."""
 
     # The client long-polls all the time; listing those calls would bury the rest.
@@ -74,6 +74,8 @@ class FakeTelegram(TelegramMethods):
                 "sendDocument": self._send_document,
                 "sendPhoto": self._send_photo,
                 "getChat": self._get_chat,
+                "getChatAdministrators": self._get_chat_administrators,
+                "getChatMember": self._get_chat_member,
             }.items()
         }
 
