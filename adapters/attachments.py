@@ -74,13 +74,15 @@ async def stage_downloads(
     downloads: Sequence[Download],
     limit: int,
     errors: tuple[type[Exception], ...],
+    *,
+    owner: str = "",
 ) -> Staged:
-    """Fetch each file into the session workspace (creating the session), under a hidden name
-    until `keep`. A file over `limit` bytes, or one the platform fails to hand over
-    (`errors`), is described but not saved."""
+    """Fetch each file into the session workspace (creating the session, owned by `owner`),
+    under a hidden name until `keep`. A file over `limit` bytes, or one the platform fails to
+    hand over (`errors`), is described but not saved."""
     if not downloads:
         return Staged()
-    await store.ensure(session_id)
+    await store.ensure(session_id, owner=owner)
     staged = Staged(Workspace(store.files(session_id).dir / "workspace"))
     for item in downloads:
         name = safe_name(item.name)

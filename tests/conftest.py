@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clock import FakeClock
@@ -51,6 +53,24 @@ async def model() -> AsyncIterator[FakeOpenAI]:
     """A fake OpenAI-compatible model server of the test's own."""
     async with FakeOpenAI() as server:
         yield server
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    """A headless Chromium (Debian's, or AGENVOY_CHROMIUM), driven by Playwright."""
+    executable = os.environ.get("AGENVOY_CHROMIUM") or shutil.which("chromium")
+    if not executable:
+        skip_or_fail("no Chromium to drive (Debian: apt-get install chromium)")
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        skip_or_fail("playwright is not installed")
+    async with async_playwright() as driver:
+        launched = await driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            await launched.close()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import contextlib
 import html
 import os
 import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from discord_rig import ANN, GENERAL, general_only, reply_in
 from discord_rig import running as discord_running
 from fakes.discord import FakeDiscord
 from fakes.telegram import FakeTelegram
-from support import skip_or_fail, wait_until
+from support import wait_until
 from telegram_rig import running as telegram_running
 from test_http import USERS, bearer, serving, write_tokens
 
@@ -36,28 +35,6 @@ DOCS = Path(__file__).parents[1] / "docs"
 WAIT_MS = 15_000
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def chromium_path() -> str:
-    found = os.environ.get("AGENVOY_CHROMIUM") or shutil.which("chromium")
-    if not found:
-        skip_or_fail("no Chromium to drive (Debian: apt-get install chromium)")
-    return found
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    executable = chromium_path()
-    try:
-        from playwright.async_api import async_playwright
-    except ImportError:
-        skip_or_fail("playwright is not installed")
-    async with async_playwright() as driver:
-        launched = await driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            await launched.close()
 
 
 @contextlib.asynccontextmanager
@@ -172,7 +149,7 @@ async def test_sign_in_defences(browser: Any, tmp_path: Path) -> None:
         page = await sign_in(browser, base, "ann")
         (cookie,) = await page.context.cookies()
         assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/ui"
-        await rig.runtime.store.ensure("chat-abc")
+        await rig.runtime.store.ensure("chat-abc", owner="http:ann")
         # A form without the page's CSRF token, as a forged one would be, changes nothing.
         jar = {cookie["name"]: cookie["value"]}
         async with aiohttp.ClientSession(cookies=jar) as client:
@@ -197,7 +174,7 @@ async def test_search_usage_charts_and_health(browser: Any, tmp_path: Path) -> N
     home = with_tokens(tmp_path / "home")
     async with (
         FakeTelegram() as fake,
-        telegram_running(fake, home) as rig,
+        telegram_running(fake, home, admins="http:root") as rig,
         console(rig.runtime) as base,
     ):
         runtime = rig.runtime
@@ -222,7 +199,8 @@ async def test_search_usage_charts_and_health(browser: Any, tmp_path: Path) -> N
             )
         )
         assert made.command is not None and made.command.ok, made
-        page = await sign_in(browser, base, "ann")
+        # A gateway admin: the sessions are nobody's, the usage everyone's.
+        page = await sign_in(browser, base, "root")
         notes = page.locator('tr[data-session="chat-notes"]')
         assert "1 scheduled" in await notes.inner_text()
         await notes.get_by_role("link").click()
@@ -288,22 +266,22 @@ async def test_settings_and_cancel_follow_the_rule(browser: Any, tmp_path: Path)
 
         assert await wait_until(started, within=10)
         ann = await sign_in(browser, base, "ann")
-        await ann.goto(f"{base}/ui/session/{sid}")
-        # Not hers to cancel, nor to change the agent of a shared chat: she may only rename it.
+        # Not a member of that chat: to her it does not exist, nor its running task.
+        response = await ann.goto(f"{base}/ui/session/{sid}")
+        assert response is not None and response.status == 404
         assert await ann.get_by_role("button", name="Cancel").count() == 0
-        await ann.locator("summary", has_text="Settings").click()
-        assert await ann.get_by_label("Model").count() == 0
-        await ann.get_by_label("Name").fill("ops room")
-        await ann.get_by_role("button", name="Save").click()
-        await ann.get_by_role("heading", name="ops room").wait_for(timeout=WAIT_MS)
+        await ann.goto(f"{base}/ui/")
+        assert await ann.locator(f'tr[data-session="{sid}"]').count() == 0
 
         root = await sign_in(browser, base, "root")
         await root.goto(f"{base}/ui/session/{sid}")
         await root.locator("summary", has_text="Settings").click()
+        await root.get_by_label("Name").fill("ops room")
         await root.get_by_label("Model").fill("gpt-ops")
         await root.get_by_label("Reasoning").select_option("high")
         await root.get_by_role("button", name="Save").click()
         await root.get_by_text("model gpt-ops").wait_for(timeout=WAIT_MS)
+        await root.get_by_role("heading", name="ops room").wait_for(timeout=WAIT_MS)
         row = await rig.runtime.store.get(sid)
         assert row is not None and (row.name, row.model, row.reasoning) == (
             "ops room",
@@ -343,7 +321,7 @@ async def test_attachments_are_links_served_safely(tmp_path: Path) -> None:
         (workspace / "attachments" / "escape.png").symlink_to(tmp_path / "home" / ".store")
         jar = aiohttp.CookieJar(unsafe=True)  # cookies for 127.0.0.1
         async with aiohttp.ClientSession(base_url=str(srv.url("")), cookie_jar=jar) as browser:
-            async with browser.post("/ui/login", data={"token": "agv_test-bob"}) as resp:
+            async with browser.post("/ui/login", data={"token": "agv_test-ann"}) as resp:
                 assert resp.status == 200 and resp.url.path == "/ui/"
             async with browser.get(f"/ui/session/{sid}") as resp:
                 page = await resp.text()

@@ -177,7 +177,11 @@ async def submit_with_files(
     with router.take_turn(session_id) as turn:
         router.check_text(body.content)  # before a file is written for it
         downloads = [_download(upload) for upload in body.attachments]
-        staged = await stage_downloads(ctx.store, session_id, downloads, MAX_UPLOAD_BYTES, ())
+        # The files may make the session: it is the sender's, as the message would make it.
+        owner = ctx.access.owner_for(session_id, call.origin())
+        staged = await stage_downloads(
+            ctx.store, session_id, downloads, MAX_UPLOAD_BYTES, (), owner=owner
+        )
         try:
             text = f"{body.content}\n{describe(staged.attachments)}"
             text = await with_transcripts(ctx.settings, text, staged)

@@ -73,7 +73,13 @@ async def _guarded_headers(request: web.Request, response: web.StreamResponse) -
 
 
 def build_console(ctx: Context, credentials: Credentials) -> web.Application:
-    auth = ConsoleAuth(credentials)
+    runtime = ctx.runtime
+    auth = ConsoleAuth(
+        credentials,
+        runtime.store.console_signins,
+        runtime.clock,
+        runtime.settings.console_signin_hours,
+    )
     pages = Pages(ctx, auth, _templates())
     live = LiveEvents(ctx, auth)
     overview = Overview(ctx, pages)

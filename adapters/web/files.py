@@ -18,6 +18,7 @@ from markupsafe import Markup, escape
 from adapters.web.pages import Pages
 from gateway.agents.workspace import Workspace, WorkspaceError
 from gateway.ids import validate_session_id
+from gateway.ownership import Need
 
 # How attachments are described to the agent (adapters/attachments.py `describe`).
 _ATTACHMENT: Final = re.compile(r"\[attachment: (?P<name>[^\n]*?), saved as (?P<path>[^\]\n]+)\]")
@@ -55,8 +56,9 @@ class Files:
         self.pages = pages
 
     async def serve(self, request: web.Request) -> web.Response:
-        await self.pages.viewer(request)
+        viewer = await self.pages.viewer(request)
         sid = validate_session_id(request.match_info["sid"])
+        await self.pages.ctx.access.require(viewer.origin(), sid, Need.read)
         # Named as the agent sees it, from the session's folder.
         path = request.query.get("path", "").removeprefix("workspace/")
         store = self.pages.ctx.store

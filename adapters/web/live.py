@@ -1,18 +1,33 @@
 """A session's live events for the console's pages, as server-sent events: what the page's
-script shows of a running task (text as it streams, tool calls and results, prompts)."""
+script shows of a running task (text as it streams, tool calls and results, prompts).
+
+A stream lasts only as long as the sign-in that opened it: once that ends (signed out
+elsewhere, expired, its token revoked) a last `signed_out` frame is sent and the stream ends,
+within `SIGNIN_CHECK_SECONDS`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable
+from typing import Final
 
 from aiohttp import web
 
 from adapters.http.context import Context
-from adapters.http.sse import StreamClosed
-from adapters.web.auth import ConsoleAuth, SignInNeeded
+from adapters.http.sse import EventStream, StreamClosed
+from adapters.web.auth import ConsoleAuth, SignInNeeded, Viewer
 from gateway.engine import Prompt, TaskView
-from gateway.events import event_to_json
+from gateway.events import Event, event_to_json
 from gateway.ids import validate_session_id
+from gateway.logs import get_logger
+from gateway.ownership import Need
+
+log = get_logger(__name__)
+
+# How often an open stream asks whether its sign-in still stands: a revoked token's streams
+# end within this (the token file is read afresh each time).
+SIGNIN_CHECK_SECONDS: Final = 0.5
 
 
 async def session_state(ctx: Context, session_id: str) -> str:
@@ -36,12 +51,12 @@ class LiveEvents:
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         try:
-            await self.auth.viewer(request)
+            viewer = await self.auth.viewer(request)
         except SignInNeeded:
             raise web.HTTPUnauthorized(text="sign in first") from None
         sid = validate_session_id(request.match_info["sid"])
         ctx = self.ctx
-        await ctx.require_session(sid)
+        await ctx.access.require(viewer.origin(), sid, Need.read)
         response, stream = ctx.event_stream(request, ctx.farewell(sid))
         with ctx.router.subscribe(sid) as sub:
             try:
@@ -49,9 +64,36 @@ class LiveEvents:
                 # What changed between the page's rendering and this subscription is in no
                 # event: the page compares this with what it was rendered from.
                 await stream.frame("state", json.dumps(await session_state(ctx, sid)))
-                while True:
-                    event = await stream.receive(sub.get)
-                    await stream.frame(event.kind, event_to_json(event))
+                relay = asyncio.ensure_future(self._relay(stream, sub.get))
+                watch = asyncio.ensure_future(self._until_signed_out(viewer))
+                try:
+                    await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for job in (relay, watch):
+                        job.cancel()
+                    await asyncio.gather(relay, watch, return_exceptions=True)
+                if relay.done() and not relay.cancelled():
+                    relay.result()  # it ends only by raising: the client left, or a failure
+                if watch.cancelled():
+                    pass
+                elif watch.exception() is None:
+                    await stream.frame("signed_out", "{}")
+                else:
+                    # The page's script opens the stream again, and is then told plainly.
+                    log.warning(
+                        "console stream could not check its sign-in", error=str(watch.exception())
+                    )
             except StreamClosed:
                 pass
         return response
+
+    @staticmethod
+    async def _relay(stream: EventStream, get: Callable[[], Awaitable[Event]]) -> None:
+        while True:
+            event = await stream.receive(get)
+            await stream.frame(event.kind, event_to_json(event))
+
+    async def _until_signed_out(self, viewer: Viewer) -> None:
+        clock = self.ctx.runtime.clock
+        while await self.auth.still_signed_in(viewer):
+            await clock.sleep(SIGNIN_CHECK_SECONDS)

@@ -12,8 +12,10 @@ from aiohttp import web
 from adapters.http.context import Context
 from adapters.web.charts import Series, lines, stacked_bars
 from adapters.web.pages import Pages
+from gateway.events import Origin
 from gateway.ids import validate_session_id
 from gateway.memory.embedders import EmbeddingFailed
+from gateway.ownership import Need
 from gateway.store.search import MAX_PAGE
 from gateway.store.usage import DAY_MS
 
@@ -51,11 +53,18 @@ class Overview:
         sid = validate_session_id(session) if session else None
         results: list[Found] = []
         problem = ""
+        origin = viewer.origin()
         if query and semantic:
-            results, problem = await self._by_meaning(query, sid)
+            results, problem = await self._by_meaning(origin, query, sid)
         elif query:
+            if sid is not None:
+                await self.ctx.access.require(origin, sid, Need.read)
             found = await self.ctx.store.search.messages(
-                query, session_id=sid, limit=MAX_PAGE, offset=0
+                query,
+                session_id=sid,
+                limit=MAX_PAGE,
+                offset=0,
+                visible=await self.ctx.access.visibility(origin),
             )
             results = [Found(m.session_id, m.role, m.sender, m.send_at, m.content) for m in found]
         return self.pages.render(
@@ -68,14 +77,16 @@ class Overview:
             problem=problem,
         )
 
-    async def _by_meaning(self, query: str, sid: str | None) -> tuple[list[Found], str]:
+    async def _by_meaning(
+        self, origin: Origin, query: str, sid: str | None
+    ) -> tuple[list[Found], str]:
         """Semantic search of one session (best first), or why there is none."""
         memory = self.ctx.runtime.memory
         if sid is None:
             return [], "Searching by meaning looks in one session: name it."
         if memory is None:
             return [], "Searching by meaning is not available on this gateway."
-        await self.ctx.require_session(sid)
+        await self.ctx.access.require(origin, sid, Need.read)
         try:
             found = await memory.recall.search(sid, query, MAX_PAGE, summaries=True)
         except EmbeddingFailed as exc:
@@ -86,11 +97,14 @@ class Overview:
 
     async def usage(self, request: web.Request) -> web.Response:
         viewer = await self.pages.viewer(request)
+        caller = await self.ctx.access.caller(viewer.origin())
+        # A gateway admin sees everyone's; anyone else what was spent for them.
+        whose = None if caller.gateway_admin else caller.identities
         now = self.ctx.runtime.clock.now_ms()
         today = now // DAY_MS
         days = list(range(today - USAGE_DAYS + 1, today + 1))
         since = days[0] * DAY_MS
-        rows = await self.ctx.store.usage.daily(since_ms=since)
+        rows = await self.ctx.store.usage.daily(since_ms=since, identities=whose)
         labels = [_day_label(day) for day in days]
         index = {day: i for i, day in enumerate(days)}
         per_model: dict[str, dict[str, list[float]]] = defaultdict(
@@ -118,7 +132,7 @@ class Overview:
             labels,
             [Series(model, values["tps"]) for model, values in sorted(per_model.items())],
         )
-        totals = await self.ctx.store.usage.summary(since_ms=since)
+        totals = await self.ctx.store.usage.summary(since_ms=since, identities=whose)
         return self.pages.render(
             "usage.html",
             viewer,
@@ -128,6 +142,7 @@ class Overview:
             totals=totals,
             day_label=lambda day: datetime.fromtimestamp(day * DAY_MS / 1000, UTC).date(),
             days=USAGE_DAYS,
+            everyone=whose is None,
         )
 
     async def health(self, request: web.Request) -> web.Response:
@@ -148,4 +163,5 @@ class Overview:
             waiting=len(runtime.router.pending()),
             pushed=sorted(pushed),
             pulled=sorted(pulled),
+            platforms=runtime.platforms.states(),
         )

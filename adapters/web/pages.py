@@ -4,7 +4,6 @@ the same (README, Security)."""
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -15,19 +14,40 @@ from adapters.http.context import Context
 from adapters.http.prompts import answerable
 from adapters.web.auth import ConsoleAuth, SignInNeeded, Viewer, forget, remember
 from adapters.web.live import state_of
-from gateway.events import Inbound
-from gateway.ids import Prefix, prefix_of, validate_hash, validate_session_id
+from gateway.events import Inbound, Origin
+from gateway.ids import Prefix, validate_hash, validate_session_id
 from gateway.logs import get_logger
+from gateway.ownership import Need
 from gateway.session_settings import REASONING_LEVELS, SettingsChange, SettingsRefused
+from gateway.store.listing import SessionCursor, SessionInfo
 
 log = get_logger(__name__)
 
 CONVERSATION_LIMIT: Final = 200
 PREFIXES: Final = tuple(prefix.value for prefix in Prefix)
+# Sessions a page of the list shows; a filter by id or name reads at most SCAN_PAGES pages of
+# SCAN_SIZE to fill one, so that a filter matching little is still answered at once.
+PAGE_SIZE: Final = 50
+SCAN_SIZE: Final = 200
+SCAN_PAGES: Final = 10
 
 
 def when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def cursor_text(info: SessionInfo) -> str:
+    return f"{info.updated_at}.{info.id}"
+
+
+def read_cursor(text: str) -> SessionCursor | None:
+    """The `after` of a list page's address; HTTP 400 for one the console did not write."""
+    if not text:
+        return None
+    updated, _, sid = text.partition(".")
+    if not updated.isdigit() or len(updated) > 19:
+        raise web.HTTPBadRequest(text="this page's address is damaged: go back to the list")
+    return SessionCursor(int(updated), validate_session_id(sid))
 
 
 class Pages:
@@ -68,17 +88,17 @@ class Pages:
             raise web.HTTPForbidden(text="this form was sent from another site")
         form = await request.post()
         token = str(form.get("token", "")).strip()
-        identity = await self.auth.sign_in(token)
-        if identity is None:
+        signin_id = await self.auth.sign_in(token)
+        if signin_id is None:
             return self.render("login.html", None, status=403, error="That token is not valid.")
         response = web.HTTPSeeOther("/ui/")
-        remember(response, request, token)
-        log.info("console sign-in", by=identity.key)
+        remember(response, request, signin_id)
         raise response
 
     async def logout(self, request: web.Request) -> web.Response:
         viewer = await self.viewer(request)
         self.auth.check_form(request, viewer, await request.post())
+        await self.auth.sign_out(viewer)
         response = web.HTTPSeeOther("/ui/login")
         forget(response)
         raise response
@@ -88,19 +108,20 @@ class Pages:
     async def sessions(self, request: web.Request) -> web.Response:
         viewer = await self.viewer(request)
         tab = request.query.get("prefix", "all")
-        needle = request.query.get("q", "").strip().lower()
+        if tab not in ("all", *PREFIXES):
+            tab = "all"
+        q = request.query.get("q", "")
+        shown, after = await self._page(
+            viewer, tab, q.strip().lower(), read_cursor(request.query.get("after", ""))
+        )
         router = self.ctx.router
-        every = await self.ctx.store.list_sessions()
-        counts = Counter(prefix_of(info.id).value for info in every)
         rows = [
             {
                 "info": info,
                 "running": router.running_task(info.id) is not None,
                 "queued": router.queue_length(info.id),
             }
-            for info in sorted(every, key=lambda info: info.updated_at, reverse=True)
-            if (tab == "all" or info.id.startswith(f"{tab}-"))
-            and (not needle or needle in info.id.lower() or needle in info.name.lower())
+            for info in shown
         ]
         waiting = {p.session_id for p in await router.open_prompts()}
         scheduled = await self.ctx.store.schedules.counts()
@@ -108,22 +129,55 @@ class Pages:
             "sessions.html",
             viewer,
             tab=tab,
-            tabs=[("all", len(every)), *((p, counts.get(p, 0)) for p in PREFIXES)],
+            tabs=["all", *PREFIXES],
             rows=rows,
             waiting=waiting,
             scheduled=scheduled,
-            q=request.query.get("q", ""),
+            q=q,
+            after=after,
+            paged="after" in request.query,
         )
+
+    async def _page(
+        self, viewer: Viewer, tab: str, needle: str, after: SessionCursor | None
+    ) -> tuple[list[SessionInfo], str]:
+        """The sessions one list page shows, and the `after` of the next page ("" at the end)."""
+        visible = await self.ctx.access.visibility(viewer.origin())
+        prefix = None if tab == "all" else tab
+        store = self.ctx.store
+        if not needle:
+            found = await store.list_sessions(
+                visible, prefix=prefix, after=after, limit=PAGE_SIZE + 1
+            )
+            more = len(found) > PAGE_SIZE
+            shown = found[:PAGE_SIZE]
+            return shown, cursor_text(shown[-1]) if more else ""
+        shown = []
+        for _ in range(SCAN_PAGES):
+            batch = await store.list_sessions(visible, prefix=prefix, after=after, limit=SCAN_SIZE)
+            for info in batch:
+                if needle in info.id.lower() or needle in info.name.lower():
+                    shown.append(info)
+                    if len(shown) > PAGE_SIZE:
+                        return shown[:PAGE_SIZE], cursor_text(shown[PAGE_SIZE - 1])
+            if len(batch) < SCAN_SIZE:
+                return shown, ""
+            after = SessionCursor(batch[-1].updated_at, batch[-1].id)
+        # Not filled from what was read: the next page goes on from there.
+        return shown, f"{after.updated_at}.{after.session_id}" if after is not None else ""
 
     async def session(self, request: web.Request) -> web.Response:
         viewer = await self.viewer(request)
         sid = validate_session_id(request.match_info["sid"])
+        origin = viewer.origin()
+        await self.ctx.access.require(origin, sid, Need.read)
         row = await self.ctx.store.get(sid)
         if row is None:
             raise web.HTTPNotFound(text=f"no such session: {sid}")
+        access = self.ctx.access
         messages = await self.ctx.store.recent_messages(sid, CONVERSATION_LIMIT)
         prompts = await self.ctx.router.open_prompts(sid)
-        mine = answerable(self.ctx, viewer.origin(), prompts).pending
+        mine = answerable(self.ctx, origin, prompts).pending
         running = self.ctx.router.running_task(sid)
         schedules = await self.ctx.store.schedules.of_session(sid)
         return self.render(
@@ -135,9 +189,12 @@ class Pages:
             messages=messages,
             prompts=mine,
             running=running,
-            may_configure=self.ctx.runtime.authority.may_configure(viewer.origin(), sid),
+            may_write=await access.may(origin, sid, Need.write),
+            may_settings=await access.may(origin, sid, Need.configure),
+            may_configure=self.ctx.runtime.authority.may_configure(origin, sid),
             may_cancel=running is not None
-            and self.ctx.runtime.authority.may_act_for(viewer.origin(), running.origin),
+            and self.ctx.runtime.authority.may_act_for(origin, running.origin)
+            and await access.may(origin, sid, Need.write),
             known_tools=sorted(self.ctx.runtime.session_settings.known_tools or ()),
             reasoning_levels=REASONING_LEVELS,
             state=state_of(running, prompts),
@@ -148,9 +205,11 @@ class Pages:
         sid = validate_session_id(request.match_info["sid"])
         form = await request.post()
         self.auth.check_form(request, viewer, form)
+        origin = viewer.origin()
+        await self.ctx.access.require(origin, sid, Need.write)
         text = str(form.get("content", "")).replace("\r\n", "\n")
         if text.strip():
-            await self.ctx.router.submit(Inbound(viewer.origin(), sid, text))
+            await self.ctx.router.submit(Inbound(origin, sid, text))
         raise web.HTTPSeeOther(f"/ui/session/{sid}")
 
     async def cancel(self, request: web.Request) -> web.Response:
@@ -159,7 +218,9 @@ class Pages:
         sid = validate_session_id(request.match_info["sid"])
         self.auth.check_form(request, viewer, await request.post())
         task = validate_hash(request.match_info["task"])
-        await self.ctx.router.cancel_for(viewer.origin(), sid, task)
+        origin = viewer.origin()
+        await self.ctx.access.require(origin, sid, Need.write)
+        await self.ctx.router.cancel_for(origin, sid, task)
         raise web.HTTPSeeOther(f"/ui/session/{sid}")
 
     async def configure(self, request: web.Request) -> web.Response:
@@ -169,6 +230,8 @@ class Pages:
         sid = validate_session_id(request.match_info["sid"])
         form = await request.post()
         self.auth.check_form(request, viewer, form)
+        origin = viewer.origin()
+        await self.ctx.access.require(origin, sid, Need.configure)
         fields = {
             name: str(form[name]).strip()
             for name in ("name", "persona", "model", "reasoning")
@@ -177,7 +240,7 @@ class Pages:
         tools = [str(tool) for tool in form.getall("allowed_tools", [])]
         change = SettingsChange(**fields, allowed_tools=tools if "tools_shown" in form else None)
         try:
-            await self.ctx.runtime.session_settings.change(sid, viewer.origin(), change)
+            await self.ctx.runtime.session_settings.change(sid, origin, change)
         except SettingsRefused as exc:
             raise web.HTTPBadRequest(text=str(exc)) from None
         raise web.HTTPSeeOther(f"/ui/session/{sid}")
@@ -186,8 +249,16 @@ class Pages:
 
     async def approvals(self, request: web.Request) -> web.Response:
         viewer = await self.viewer(request)
-        prompts = answerable(self.ctx, viewer.origin(), await self.ctx.router.open_prompts())
-        return self.render("approvals.html", viewer, prompts=prompts.pending)
+        origin = viewer.origin()
+        prompts = answerable(self.ctx, origin, await self.ctx.router.open_prompts()).pending
+        readable = await self.readable(origin, {prompt.session_id for prompt in prompts})
+        shown = [prompt for prompt in prompts if prompt.session_id in readable]
+        return self.render("approvals.html", viewer, prompts=shown)
+
+    async def readable(self, origin: Origin, session_ids: set[str]) -> set[str]:
+        """Those of `session_ids` `origin` may read."""
+        access = self.ctx.access
+        return {sid for sid in session_ids if await access.may(origin, sid, Need.read)}
 
     async def answer(self, request: web.Request) -> web.Response:
         viewer = await self.viewer(request)
@@ -195,6 +266,7 @@ class Pages:
         self.auth.check_form(request, viewer, form)
         sid = validate_session_id(str(form.get("session_id", "")))
         task = validate_hash(str(form.get("task_hash", "")))
+        await self.ctx.access.require(viewer.origin(), sid, Need.write)
         decision = form.get("decision")
         text = form.get("answer")
         await self.ctx.router.answer(

@@ -369,6 +369,8 @@ class ConsoleSigninRow(SQLModel, table=True):
     name: str = Field(default="", max_length=200)
     created_at: int = Field(sa_type=BigInteger)
     expires_at: int = Field(sa_type=BigInteger)
+    # The SHA-256 of the credential it was made with (migration 0017).
+    credential: str = Field(default="", max_length=64)
 
 
 # Every table whose rows belong to one session, known by its `session_id` column: what deleting

@@ -51,6 +51,10 @@
     var event = JSON.parse(e.data);
     line("tool " + event.status, "← " + event.tool + " (" + event.status + "): " + event.result);
   });
+  source.addEventListener("signed_out", function () {
+    source.close();
+    line("notice", "Your sign-in has ended; reload the page to sign in again.");
+  });
   reloadOn.forEach(function (kind) {
     source.addEventListener(kind, function () { source.close(); refresh(); });
   });
