@@ -210,7 +210,8 @@ class Admission:
         if wait:
             raise QuotaExceeded(
                 "rate_limited",
-                f"{whose} sent {limit:,} messages in the last minute, the most allowed; "
+                f"{whose} sent {limit:,} message{'s' if limit != 1 else ''} in the last minute, "
+                "the most allowed; "
                 f"try again in {_seconds(wait)} s",
                 _seconds(wait),
             )

@@ -209,3 +209,23 @@ async def test_linked_identities_count_together_for_tasks_waiting(
         assert await send("bob") == (429, "too_many_requests")
         assert await send("ann") == (429, "too_many_requests")
         assert await send("tester") == (202, "")  # a person of their own
+
+
+async def test_a_chat_s_messages_a_minute_hold_for_all_its_members(
+    tmp_path: Path, telegram: FakeTelegram, clock: FakeClock
+) -> None:
+    async with running(telegram, tmp_path / "home", clock=clock, chat_quota_messages_per_minute=1):
+        ann, bob = telegram.user(41, "Ann"), telegram.user(42, "Bob")
+        group = telegram.group(-600, "busy")
+        bot = f"@{telegram.bot_user['username']}"
+        telegram.inject_message(group, ann, f"{bot} one")
+        await reply_in(telegram, -600, "echo:")
+        telegram.inject_message(group, bob, f"{bot} two")
+        told = await reply_in(telegram, -600, "in the last minute")
+        assert "this chat has sent 1 message in the last minute" in told["text"]
+        # Bob alone, in a private chat, is not held by the group's limit.
+        telegram.inject_message(telegram.private_chat(42, "Bob"), bob, "three")
+        await reply_in(telegram, 42, "echo: three")
+        await clock.advance(60)
+        telegram.inject_message(group, bob, f"{bot} four")
+        await reply_in(telegram, -600, "four")
