@@ -115,3 +115,34 @@ def answers(ping: Callable[[], Awaitable[None]]) -> Check:
         return True
 
     return check
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformState:
+    """A chat platform as this instance last found it: `connected`, or not with the reason
+    (the error of the last attempt) and when it was seen."""
+
+    connected: bool
+    reason: str
+    since_ms: int
+
+
+class Platforms:
+    """Whether each chat platform this instance serves is connected. A platform that cannot
+    be reached does not keep the instance from serving (the HTTP API, the other platforms):
+    it shows here, on `/healthz` and on the console's health page, until it answers."""
+
+    def __init__(self, now_ms: Callable[[], int]) -> None:
+        self._now_ms = now_ms
+        self._states: dict[str, PlatformState] = {}
+
+    def up(self, name: str) -> None:
+        self._states[name] = PlatformState(True, "", self._now_ms())
+
+    def down(self, name: str, reason: str) -> None:
+        since = self._states.get(name)
+        kept = since.since_ms if since is not None and not since.connected else self._now_ms()
+        self._states[name] = PlatformState(False, reason, kept)
+
+    def states(self) -> dict[str, PlatformState]:
+        return dict(sorted(self._states.items()))

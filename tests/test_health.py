@@ -74,6 +74,7 @@ async def test_a_dropped_database_makes_the_instance_unready(
         assert body == {
             "status": "unavailable",
             "checks": {"database": "unreachable", "kv": "ok", "leases": "unreachable"},
+            "platforms": {},
             "error": {
                 "code": "unavailable",
                 "message": "not ready: database unreachable, leases unreachable",

@@ -41,7 +41,11 @@ USERS = {"ann": "Ann", "bob": "Bob", "root": "Root", "bot": "Build Bot", "tester
 
 
 # What /healthz answers for an instance whose archive, KV store and leases all answer.
-READY = {"status": "ok", "checks": {"database": "ok", "kv": "ok", "leases": "ok"}}
+READY = {
+    "status": "ok",
+    "checks": {"database": "ok", "kv": "ok", "leases": "ok"},
+    "platforms": {},
+}
 UP = Health(checks=HealthChecks(database="ok", kv="ok", leases="ok"))
 
 
@@ -1277,7 +1281,8 @@ async def test_update_shared_session_needs_an_admin(server: Server) -> None:
     await member_of(server, "dc-42", "ann")
     status, body = await server.call("GET", path, headers=ANN)
     assert status == 200
-    for change in ({"model": "m"}, {"allowed_tools": []}, {"name": "general"}):
+    changes: tuple[dict[str, Any], ...] = ({"model": "m"}, {"allowed_tools": []}, {"name": "g"})
+    for change in changes:
         status, body = await server.call("PUT", path, json_body=change, headers=ANN)
         assert (status, err(body)) == (403, "not_allowed"), change
     status, meta = await server.call("PUT", path, json_body={"model": "m"}, headers=ROOT)

@@ -20,7 +20,8 @@
   requester or an admin may press them; anyone else gets an ephemeral refusal.
 
 Modules: `adapter` (what the bot answers, prompts, sending), `allowlist` (where it serves),
-`client` (the discord.py client and its buttons), `commands` (slash commands from the
+`client` (the discord.py client and its buttons), `connect` (connecting, tried again while
+Discord is unreachable), `commands` (slash commands from the
 registry), `prompts` (the bot's own text, escaped) and `split` (cutting replies to Discord's
 limit).
 """

@@ -106,8 +106,8 @@ class DiscordAdapter(ChatAdapter):
 
     async def stop(self) -> None:
         await self.connection.stop()
-        await self.client.close()
-        if self._runner is not None:
+        if self._runner is not None:  # a client never started has nothing to close
+            await self.client.close()
             with contextlib.suppress(Exception):
                 await self._runner
         await self.catch_up.stop()

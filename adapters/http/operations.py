@@ -11,6 +11,7 @@ from adapters.http.replies import (
     HealthChecks,
     HealthUnavailable,
     OpenApiDocument,
+    PlatformHealth,
 )
 from adapters.http.route import Call
 
@@ -18,18 +19,28 @@ from adapters.http.route import Call
 async def healthz(call: Call) -> Health | HealthUnavailable:
     """200 when this instance can serve: its SQL archive answers a trivial query, its KV store
     answers, and its leases can be renewed. 503 otherwise, naming the part that failed or did
-    not answer in time; each check waits 2 s at most, so a load balancer always gets an answer."""
-    ready = await call.ctx.runtime.readiness()
+    not answer in time; each check waits 2 s at most, so a load balancer always gets an answer.
+    `platforms` says whether each chat platform is connected (one down leaves the status as is)."""
+    runtime = call.ctx.runtime
+    ready = await runtime.readiness()
     checks = HealthChecks(database=ready.database, kv=ready.kv, leases=ready.leases)
+    platforms = {
+        name: PlatformHealth(
+            state="connected" if state.connected else "down",
+            reason=state.reason,
+            since=state.since_ms,
+        )
+        for name, state in runtime.platforms.states().items()
+    }
     if ready.ready:
-        return Health(checks=checks)
+        return Health(checks=checks, platforms=platforms)
     failing = ", ".join(f"{name} {state}" for name, state in checks if state != "ok")
     if all(state in ("ok", "full") for _, state in checks):
         # It answers, but cannot store: out of rotation until space is freed.
         error = ErrorDetail(code="storage_full", message=f"degraded: {failing}")
-        return HealthUnavailable(status="degraded", checks=checks, error=error)
+        return HealthUnavailable(status="degraded", checks=checks, platforms=platforms, error=error)
     error = ErrorDetail(code="unavailable", message=f"not ready: {failing}")
-    return HealthUnavailable(checks=checks, error=error)
+    return HealthUnavailable(checks=checks, platforms=platforms, error=error)
 
 
 async def metrics(call: Call) -> web.Response:

@@ -365,11 +365,20 @@ class HealthChecks(Reply):
     leases: CheckState = Field(description="Whether the leases can be renewed")
 
 
+class PlatformHealth(Reply):
+    """A chat platform (down: tried again with backoff; the instance serves on, still ready)."""
+
+    state: Literal["connected", "down"]
+    reason: str = Field("", description="Why it is down: the error of the last attempt")
+    since: int = Field(description="Unix ms since which it has been in this state")
+
+
 class Health(Reply):
     """Ready: the archive, the KV store and the leases answer."""
 
     status: Literal["ok"] = "ok"
     checks: HealthChecks
+    platforms: dict[str, PlatformHealth] = {}  # by name: "telegram", "discord"
 
 
 class HealthUnavailable(Reply):
@@ -378,6 +387,7 @@ class HealthUnavailable(Reply):
 
     status: Literal["unavailable", "degraded"] = "unavailable"  # degraded: storage full
     checks: HealthChecks
+    platforms: dict[str, PlatformHealth] = {}  # by name: "telegram", "discord"
     error: ErrorDetail
 
 

@@ -15,7 +15,8 @@
   Telegram only once it is handled: stored, or refused by the allow-list, which every update
   meets first. Every message carries its update id, so one delivered twice is stored once.
 
-Modules: `adapter` (the application and its handlers), `polling` and `webhook` (where updates
+Modules: `adapter` (the application and its handlers), `connect` (connecting, tried again
+while Telegram is unreachable), `polling` and `webhook` (where updates
 come from), `incoming` (reading a message), `place` (chats, topics, migrated groups), `sender`
 (sending), `prompts` (keyboards), `render` (Markdown to HTML) and `split` (cutting to
 Telegram's limit).

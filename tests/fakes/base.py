@@ -107,6 +107,9 @@ class LocalServer:
 
     _runner: web.AppRunner | None = None
     _port: int | None = None
+    # A port chosen before start (0: the OS picks one), for a client configured with the
+    # address before the fake is up: a platform that answers only after the gateway started.
+    listen_port: int = 0
 
     def __init__(self) -> None:
         self._background: set[asyncio.Task[Any]] = set()
@@ -127,7 +130,7 @@ class LocalServer:
         # A fake owes nothing to a request still being answered at the end of a test.
         runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.05)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", self.listen_port)
         await site.start()
         self._runner = runner
         self._port = int(runner.addresses[0][1])
