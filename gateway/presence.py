@@ -111,9 +111,8 @@ class Presence:
         if self.grace > 0:
             keeper = asyncio.create_task(self._mark_later(key, value), name=f"presence:{key}")
         else:
-            await self.kv.set(key, value, self.ttl)
             self._held.add(key)
-            _log.debug("presence_held", session_id=session_id, task_hash=task_hash)
+            await self._mark(key, value)
             keeper = asyncio.create_task(
                 self._keep_alive(key, value), name=f"presence-refresh:{key}"
             )
@@ -135,9 +134,18 @@ class Presence:
         await asyncio.sleep(self.grace)
         # Held before the write, so that a cancel in the middle of it still deletes the key.
         self._held.add(key)
-        await self.kv.set(key, value, self.ttl)
-        _log.debug("presence_held", key=key)
+        await self._mark(key, value)
         await self._keep_alive(key, value)
+
+    async def _mark(self, key: str, value: str) -> None:
+        try:
+            await self.kv.set(key, value, self.ttl)
+        except Exception as exc:
+            # The KV store is out of reach (a Redis cut): the task runs all the same, unseen by
+            # presence until the next refresh puts the key back.
+            _log.warning("presence_not_written", key=key, error=repr(exc))
+        else:
+            _log.debug("presence_held", key=key)
 
     async def _keep_alive(self, key: str, value: str) -> None:
         while True:

@@ -27,5 +27,8 @@ class Followed:
     def find(self, task_hash: str) -> TaskState | None:
         return self._states.get(task_hash)
 
+    def unfinished(self) -> list[TaskState]:
+        return [state for state in self._states.values() if not state.finished]
+
     def pop(self, task_hash: str) -> TaskState | None:
         return self._states.pop(task_hash, None)

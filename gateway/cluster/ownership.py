@@ -79,7 +79,7 @@ class Ownership:
         async with self._holding(session_id):
             if not self._closing and await self.leases.acquire(lease_of(session_id)):
                 return enqueue()
-        await self.bus.publish(JOURNAL, {"session_id": session_id})
+        await self.bus.publish(JOURNAL, {"session_id": session_id}, keep=True)
         return None
 
     async def adopt(self, session_id: str) -> int:
@@ -169,4 +169,4 @@ class Ownership:
         for session_id in had:
             await self.leases.release(lease_of(session_id))
         for session_id in had:
-            await self.bus.publish(JOURNAL, {"session_id": session_id})
+            await self.bus.publish(JOURNAL, {"session_id": session_id}, keep=True)

@@ -8,6 +8,10 @@ streaming it, works on any instance. An answer given on any instance is recorded
 archive first — the first answer to a prompt stands, wherever it was given — and then
 signalled to the instance running the task. A gateway that runs alone has
 `gateway.cluster.one.SingleInstance` instead.
+
+While the bus may be losing signals (a Redis cut, and a moment after it), the archive stands
+in for them: each task followed here is brought up to what its journal and its recorded run
+say, and tasks running here take answers recorded elsewhere.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ EVENT = "event"  # {"from", "task", "event"}: an event of a task running on "fro
 ANSWER = "answer"  # {"task"}: the task's open prompt has an answer in the archive
 CANCEL = "cancel"  # {"session_id", "task", "by"}: cancel the task wherever it runs
 
+ENDS = (DoneEvent, ErrorEvent, CanceledEvent)
+
 CancelHere = Callable[[str, str, str], Awaitable[bool]]
 
 
@@ -86,12 +92,14 @@ class Relay:
         bus.on(EVENT, self._on_event)
         bus.on(ANSWER, self._on_answer)
         bus.on(CANCEL, self._on_cancel)
+        bus.on_gap(self._look)
 
     # -- the instance running the task -----------------------------------------------------
 
     async def publish(self, task: Task, event: Event) -> None:
         message = {"from": self.instance, "task": task.task_hash, "event": event_to_json(event)}
-        await self.bus.publish(EVENT, message)
+        # An end sent late still ends a wait elsewhere; a late step would only confuse it.
+        await self.bus.publish(EVENT, message, keep=isinstance(event, ENDS))
 
     async def _on_answer(self, message: dict[str, Any]) -> None:
         task = self.tasks.find(str(message.get("task", "")))
@@ -145,6 +153,31 @@ class Relay:
         await followed.update(status="waiting" if prompt else "running", prompt=prompt)
         return followed
 
+    async def _look(self) -> None:
+        """Signals may have been lost: what they would have said is in the archive."""
+        for followed in self._followed.unfinished():
+            await self._catch_up(followed)
+        for task in list(self.tasks):
+            if task.waiting_for_answer():
+                await self.asker.take_stored(task)
+
+    async def _catch_up(self, followed: TaskState) -> None:
+        """Bring a followed task up to its journal: ended, asking, or running."""
+        record = await self.store.journal(followed.task_hash)
+        if record is None:
+            await self._ended(followed)
+            return
+        try:
+            prompt = Prompt.from_json(record.prompt) if record.prompt else None
+        except (KeyError, TypeError, ValueError):
+            return
+        if prompt is not None and not followed.prompt_open():
+            await followed.update(prompt=prompt, status="waiting")
+        elif prompt is None and followed.status == "waiting":
+            await followed.update(prompt=None, status="running")
+        elif followed.status == "queued" and record.status == "running":
+            await followed.update(status="running")
+
     def watch(self, state: TaskState) -> None:
         self._followed.add(state)
 
@@ -197,13 +230,13 @@ class Relay:
         )
         if not taken:
             raise AlreadyAnswered(f"the prompt of task {task_hash} was already answered")
-        await self.bus.publish(ANSWER, {"task": task_hash})
+        await self.bus.publish(ANSWER, {"task": task_hash}, keep=True)
         return answer
 
     async def cancel(self, task: TaskState, by: str) -> bool:
         """Ask the instance running `task` to cancel it."""
         message = {"session_id": task.session_id, "task": task.task_hash, "by": by}
-        await self.bus.publish(CANCEL, message)
+        await self.bus.publish(CANCEL, message, keep=True)
         return True
 
 
