@@ -22,7 +22,7 @@ from adapters.http.routes import ROUTES
 from adapters.http.server import ApiRunner
 from adapters.http.sse import KEEPALIVE_SECONDS
 from adapters.mcp.endpoint import MCP_PATH, McpEndpoint
-from adapters.web.app import CONSOLE_PREFIX, build_console
+from adapters.web.app import CONSOLE_PREFIX, ENTRY_PATHS, add_entry_redirects, build_console
 from gateway.access import SessionAccess
 from gateway.adapter import HttpRoute
 from gateway.credentials import WATCH_SECONDS, Credentials
@@ -60,6 +60,7 @@ def build_app(
     contributed = runtime.http_routes
     contributed_paths = {route.path for route in contributed}
     open_paths = {route.path for route in ROUTES if route.public} | contributed_paths
+    open_paths |= set(ENTRY_PATHS)  # redirects to the console, which signs its viewers in
     ctx = Context(
         runtime,
         SessionAccess(
@@ -96,6 +97,7 @@ def build_app(
     # Stateless: no event stream to open (GET) and no session to end (DELETE).
     app.router.add_post(MCP_PATH, mcp.handle)
     app.on_cleanup.append(mcp.close)
+    add_entry_redirects(app)
     app.add_subapp(CONSOLE_PREFIX, build_console(ctx, credentials))
     app.cleanup_ctx.append(functools.partial(_watch_credentials, runtime, credentials))
     return app

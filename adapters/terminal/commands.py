@@ -1,6 +1,6 @@
 """The `agenvoy` commands that are clients of a running gateway: `chat` opens the window,
-`send`, `pending`, `approve` and `deny` talk to its HTTP API, and `mcp` carries an MCP client's
-stdio to it. The root command registers them.
+`send`, `pending`, `approve`, `deny` and `answer` talk to its HTTP API, and `mcp` carries an
+MCP client's stdio to it. The root command registers them.
 What the gateway sends back is printed through `printable`: it can carry anyone's text.
 
 They open no store and start no agent, so what they import comes in only when one runs.
@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 
 def register(app: typer.Typer) -> None:
-    for command in (chat, send, pending, approve, deny, mcp, link):
+    for command in (chat, send, pending, approve, deny, answer, mcp, link):
         app.command()(command)
 
 
@@ -109,10 +109,6 @@ def _confirmation(prompt: dict[str, Any]) -> str:
     return f"{printable(str(prompt.get('tool')))} {json.dumps(prompt.get('args', {}))}"
 
 
-def _task(body: dict[str, Any]) -> str:
-    return printable(f"{body.get('session_id')} {body.get('task_hash')}")
-
-
 def send(
     text: str,
     session: Annotated[str | None, typer.Option("--session", "-s", metavar="SID")] = None,
@@ -127,6 +123,8 @@ def send(
     key = str(uuid.uuid4())
 
     async def work(client: GatewayClient) -> int:
+        from adapters.terminal.outcome import Exit, finish, say, waiting_line
+
         def sent() -> Awaitable[Reply]:
             return client.send(
                 text, session_id=session, persist=persist, wait=wait, idempotency_key=key
@@ -134,12 +132,20 @@ def send(
 
         reply = await _across_restarts(client, sent, wait, resend=True)
         body = reply.body
+        sid = str(body.get("session_id", ""))
+        if session is None and persist:
+            say(f"session {printable(sid)} (go on with --session {printable(sid)})")
+        elif session is None and sid.startswith("temp-"):
+            say(
+                f"session {printable(sid)}: a temp- session, reaped after 30 idle minutes "
+                "(AGENVOY_TEMP_IDLE_SECONDS); --persist keeps one, --session SID goes on with one"
+            )
         while reply.status == 202 and body.get("pending"):
             prompt = body["pending"]
             answer = _ask_in_terminal(prompt)
             if answer is None:
-                typer.echo(f"waiting for an answer: agenvoy approve|deny {_task(body)}")
-                return 3
+                typer.echo(waiting_line(body))
+                return Exit.STILL_RUNNING
             await client.answer(
                 body["session_id"],
                 body["task_hash"],
@@ -152,14 +158,7 @@ def send(
         if "command" in body:
             typer.echo(printable(str(body.get("text", "")), body=""))
             return 0 if body.get("ok", True) else 1
-        if body.get("status") == "done":
-            typer.echo(printable(str(body.get("text", "")), body=""))
-            return 0
-        if body.get("error"):
-            typer.secho(printable(str(body["error"]), body=""), fg="red", err=True)
-            return 1
-        typer.echo(f"still running: {_task(body)}")
-        return 3
+        return await finish(client, body, wait)
 
     code = _client_call(work)
     if code:
@@ -283,6 +282,16 @@ def deny(
 ) -> None:
     """Deny a waiting confirmation."""
     _answer(session_id, task_hash, False)
+
+
+def answer(
+    session_id: Annotated[str, typer.Argument(callback=checked_id, metavar="SID")],
+    task_hash: str,
+    text: Annotated[str, typer.Argument(metavar="TEXT")],
+) -> None:
+    """Answer a waiting question (a confirmation takes approve or deny)."""
+    reply = _client_call(lambda client: client.answer(session_id, task_hash, text=text))
+    typer.echo(f"answered (by {printable(str(reply.body.get('by', '?')))})")
 
 
 def mcp() -> None:

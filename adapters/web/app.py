@@ -72,6 +72,20 @@ async def _guarded_headers(request: web.Request, response: web.StreamResponse) -
     response.headers.setdefault("Referrer-Policy", "same-origin")
 
 
+# Where a browser pointed at the gateway's address lands: the console.
+ENTRY_PATHS: Final = ("/", CONSOLE_PREFIX)
+
+
+async def _to_console(_request: web.Request) -> web.Response:
+    raise web.HTTPFound(f"{CONSOLE_PREFIX}/")
+
+
+def add_entry_redirects(app: web.Application) -> None:
+    """`/` and `/ui` lead to the console's `/ui/` (the sub-application serves only below it)."""
+    for path in ENTRY_PATHS:
+        app.router.add_get(path, _to_console)
+
+
 def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     runtime = ctx.runtime
     auth = ConsoleAuth(

@@ -1,0 +1,130 @@
+"""`agenvoy send` and `agenvoy answer` against a running gateway: what each ending prints, its
+own exit status, the notices about the session; and `/`, `/ui` leading to the console."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+from gateway_proc import EXE
+from support import wait_until
+from test_http import Server, serving
+
+from adapters.terminal.outcome import Exit
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return f"exit {self.exit_code}\n{self.stdout}\n{self.stderr}"
+
+
+# The commands run as processes: several at once, as a user in several terminals would.
+ENV: dict[str, str] = {}
+
+
+async def agenvoy(*args: str) -> Result:
+    command = await asyncio.create_subprocess_exec(
+        EXE,
+        *args,
+        env={**os.environ, **ENV, "NO_PROXY": "127.0.0.1,localhost"},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(command.communicate(), 60)
+    assert command.returncode is not None
+    return Result(command.returncode, out.decode(), err.decode())
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
+    async with serving(tmp_path, confirm_timeout_seconds=60) as server:
+        monkeypatch.setitem(ENV, "AGENVOY_HOME", str(server.runtime.settings.home))
+        monkeypatch.setitem(ENV, "AGENVOY_HTTP_PORT", server.base.rsplit(":", 1)[1])
+        yield server
+
+
+async def load_is(gateway: Server, running: int, queued: int) -> None:
+    """Wait for the gateway (one session in each test) to run and queue so many tasks."""
+
+    async def there() -> bool:
+        return gateway.runtime.router.load() == (running, queued)
+
+    assert await wait_until(there, 10)
+
+
+async def test_a_question_is_answered_from_the_command_line(gateway: Server) -> None:
+    asked = await agenvoy("send", "!ask favourite colour?", "--session", "cli-q")
+    assert asked.exit_code == Exit.STILL_RUNNING, asked.output
+    line = asked.stdout.strip().splitlines()[-1]
+    assert line.startswith("waiting for an answer: agenvoy answer cli-q "), line
+    task = line.split()[-2]
+    answered = await agenvoy("answer", "cli-q", task, "blue")
+    assert answered.exit_code == 0 and answered.stdout.startswith("answered"), answered.output
+    view = await gateway.runtime.router.wait(task, 10)
+    assert view.reply == "answer: blue"
+
+
+async def test_a_steered_message_and_a_canceled_task_exit_with_their_own_status(
+    gateway: Server,
+) -> None:
+    assert (await agenvoy("send", "/queue steer", "--session", "cli-s")).exit_code == 0
+    first = asyncio.create_task(agenvoy("send", "!sleep 2", "--session", "cli-s"))
+    await load_is(gateway, 1, 0)
+    steered = await agenvoy("send", "look here", "--session", "cli-s")
+    assert steered.exit_code == Exit.STEERED, steered.output
+    assert "steered into the running task cli-s" in steered.stderr
+    assert steered.stdout.strip() == "slept 2s; took in: look here"
+    assert (await first).exit_code == Exit.ANSWERED
+
+    assert (await agenvoy("send", "/queue interrupt", "--session", "cli-s")).exit_code == 0
+    cut = asyncio.create_task(agenvoy("send", "!sleep 30", "--session", "cli-s"))
+    await load_is(gateway, 1, 0)
+    newer = await agenvoy("send", "instead", "--session", "cli-s")
+    assert (newer.exit_code, newer.stdout.strip()) == (Exit.ANSWERED, "echo: instead")
+    canceled = await cut
+    assert canceled.exit_code == Exit.CANCELED and "canceled: cli-s" in canceled.stderr
+
+
+async def test_collected_messages_exit_with_their_own_status(gateway: Server) -> None:
+    assert (await agenvoy("send", "/queue collect", "--session", "cli-c")).exit_code == 0
+    first = asyncio.create_task(agenvoy("send", "!sleep 2", "--session", "cli-c"))
+    await load_is(gateway, 1, 0)
+    waiting = asyncio.create_task(agenvoy("send", "one", "--session", "cli-c"))
+    await load_is(gateway, 1, 1)
+    newest = await agenvoy("send", "two", "--session", "cli-c")
+    collected = await waiting
+    assert newest.exit_code == Exit.ANSWERED, newest.output
+    assert collected.exit_code == Exit.COLLECTED, collected.output
+    assert "collected into cli-c" in collected.stderr
+    assert collected.stdout == newest.stdout  # the reply that answers both
+    assert (await first).exit_code == Exit.ANSWERED
+
+
+async def test_send_names_the_session_it_used(gateway: Server) -> None:
+    kept = await agenvoy("send", "keep this", "--persist")
+    assert kept.exit_code == 0 and kept.stdout.strip() == "echo: keep this"
+    assert kept.stderr.startswith("session chat-"), kept.stderr
+    passing = await agenvoy("send", "just once")
+    assert passing.stderr.count("temp-") == 2, passing.stderr  # said once: its id, the kind
+    assert "reaped after 30 idle minutes" in passing.stderr
+    named = await agenvoy("send", "again", "--session", "cli-n")
+    assert named.stderr == ""
+
+
+async def test_root_and_ui_lead_to_the_console(gateway: Server) -> None:
+    async with aiohttp.ClientSession() as http:
+        for path in ("/", "/ui"):
+            async with http.get(gateway.url(path), allow_redirects=False) as resp:
+                assert (resp.status, resp.headers.get("Location")) == (302, "/ui/"), path
