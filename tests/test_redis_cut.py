@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from gateway_proc import Gateway
 from support import REDIS_URL
 from tcp_relay import Relay
 
+from gateway.bus import RedisBus
 from gateway.store.sessions import SessionStore
 
 pytestmark = pytest.mark.slow
@@ -127,3 +129,41 @@ async def test_requests_waiting_across_a_redis_cut_answer_within_seconds(
             request.cancel()
         await asyncio.gather(*requests, return_exceptions=True)
         await store.close()
+
+
+async def test_a_kept_signal_that_met_the_cut_is_sent_once_redis_is_back(
+    redis_relay: tuple[Relay, str],
+) -> None:
+    """A cancel (kept) published during the cut reaches an instance that stayed subscribed once
+    Redis is back; a task's step (not kept) is not sent late. Meanwhile the archive is looked
+    at in the signals' stead."""
+    relay, relayed = redis_relay
+    namespace = uuid.uuid4().hex
+    sender, listener = RedisBus(relayed, namespace), RedisBus(REDIS_URL, namespace)
+    heard: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    looked = asyncio.Event()
+
+    async def ignore(_message: dict[str, Any]) -> None:
+        return None
+
+    async def look() -> None:
+        looked.set()
+
+    listener.on("cancel", heard.put)
+    sender.on("cancel", ignore)
+    sender.on_gap(look)
+    await listener.start()
+    await sender.start()
+    try:
+        await relay.cut()
+        await sender.publish("cancel", {"n": 1}, keep=True)
+        await sender.publish("cancel", {"n": 2})
+        await asyncio.wait_for(looked.wait(), 5)
+        assert heard.empty()
+        await relay.restore()
+        assert await asyncio.wait_for(heard.get(), 10) == {"n": 1}
+        await sender.publish("cancel", {"n": 3})
+        assert await asyncio.wait_for(heard.get(), 5) == {"n": 3}
+    finally:
+        await sender.close()
+        await listener.close()
