@@ -94,7 +94,7 @@ async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
 async def test_client_commands_print_what_the_gateway_sends_inert(gateway: Server) -> None:
     sent = await asyncio.to_thread(invoke, ["send", HOSTILE])
     assert_inert(sent.output)
-    assert sent.output.startswith("echo: look")
+    assert sent.stdout.startswith("echo: look")  # stderr names the temp- session it used
 
     asked = await gateway.runtime.router.submit(Inbound(MAL, "cli-ask", f"!ask {HOSTILE}"))
     await gateway.runtime.router.wait(asked.task_hash, 10, until_prompt=True)
