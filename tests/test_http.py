@@ -849,7 +849,8 @@ async def test_log_stream_replays_then_goes_live(server: Server) -> None:
         assert all(f is not None and f.event == "log" for f in replay)
         records = [f.json for f in replay if f is not None]
         assert [r["kind"] for r in records] == ["user", "text", "done"]
-        assert set(records[0]) == {"at", "window_hash", "kind", "task_hash", "body"}
+        assert set(records[0]) == {"at", "window_hash", "kind", "task_hash", "body", "identity"}
+        assert {r["identity"] for r in records} == {"http:ann"}
         assert {r["task_hash"] for r in records} == {first_task}
         assert records[0]["window_hash"] == "w-ann"
         assert json.loads(records[0]["body"])["text"] == "first"

@@ -296,6 +296,7 @@ class LogRecord(Reply):
     kind: str
     task_hash: str
     body: str = Field(description="The event's own fields as JSON.")
+    identity: str = Field("", description="Whom it happened for (`platform:sender id`) or empty.")
 
     @classmethod
     def of(cls, record: ActionRecord) -> LogRecord:
@@ -305,6 +306,7 @@ class LogRecord(Reply):
             kind=str(record.kind),
             task_hash=record.task_hash,
             body=record.body,
+            identity=record.identity,
         )
 
 

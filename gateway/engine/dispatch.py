@@ -135,6 +135,7 @@ class Dispatch:
                 body,
                 window_hash=task.origin.window_hash,
                 task_hash=task.task_hash,
+                identity=task.origin.sender_key,
             )
         except FileNotFoundError:
             log.warning("session gone while its task ran", session=task.session_id)

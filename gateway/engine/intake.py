@@ -128,7 +128,12 @@ class Intake:
             log_file = self.store.files(session_id).action_log
 
             def log_it(_stored: StoredMessage) -> None:
-                log_file.append("user", inbound.text, window_hash=origin.window_hash)
+                log_file.append(
+                    "user",
+                    inbound.text,
+                    window_hash=origin.window_hash,
+                    identity=origin.sender_key,
+                )
 
             stored = await self._archive(session_id, inbound, then=log_it)
             if stored is None:

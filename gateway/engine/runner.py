@@ -272,7 +272,15 @@ class Runner:
         then `event` goes out."""
         pushed = self.dispatch.pushed(task.origin)
         usage = [task.usage] if task.usage is not None else []
-        run = RunRecord(task.session_id, task.task_hash, task.text, reply, task.tool_results, usage)
+        run = RunRecord(
+            task.session_id,
+            task.task_hash,
+            task.text,
+            reply,
+            task.tool_results,
+            usage,
+            identity=task.origin.sender_key,
+        )
         outbox = [self.dispatch.outbox_entry(task, event)] if pushed else []
         # The task is done: its end is recorded once the database is back, however long that
         # takes (finish_run is idempotent per task), rather than lost with the queue's worker.

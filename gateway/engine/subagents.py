@@ -151,9 +151,10 @@ class Subagents:
                         reply = step.text
         except AgentFailed as exc:
             raise AgentFailed(f"the subagent failed: {exc}") from exc
-        await self.store.finish_run(
-            RunRecord(child_id, child_hash, text, reply, usage=usage), reply, sender=self.agent.name
+        run = RunRecord(
+            child_id, child_hash, text, reply, usage=usage, identity=root.origin.sender_key
         )
+        await self.store.finish_run(run, reply, sender=self.agent.name)
         await self._note(child, TextEvent(session_id=child_id, text=reply))
         await self._note(child, DoneEvent(session_id=child_id, text=reply))
         log.info("subagent answered", parent=parent.task_hash, session=child_id)
@@ -175,19 +176,21 @@ class Subagents:
         if await self.store.last_message_id(child_id) == 0:
             sender = f"subagent of {parent.session_id}"
             await self.store.append_message(child_id, "user", text, sender=sender)
-            await self._note_in(
-                child_id, "", UserEvent(session_id=child_id, text=text, sender=sender)
-            )
+            event = UserEvent(session_id=child_id, text=text, sender=sender)
+            await self._note_in(child_id, "", event, parent.root.origin.sender_key)
 
     async def _note(self, child: RunContext, event: Event) -> None:
-        await self._note_in(child.session_id, child.task_hash, event)
+        await self._note_in(child.session_id, child.task_hash, event, child.root.origin.sender_key)
 
-    async def _note_in(self, session_id: str, task_hash: str, event: Event) -> None:
-        """Into the child's audit trail and to whoever follows it; never to a chat."""
+    async def _note_in(self, session_id: str, task_hash: str, event: Event, identity: str) -> None:
+        """Into the child's audit trail, for `identity` (whom its parent task acts for), and to
+        whoever follows it; never to a chat."""
         event = event.model_copy(update={"task_hash": task_hash})
         body = event.model_dump_json(
             exclude={"kind", "session_id", "task_hash", "window_hash", "at"}
         )
         with contextlib.suppress(FileNotFoundError):
-            await self.store.log_action(session_id, event.kind, body, task_hash=task_hash)
+            await self.store.log_action(
+                session_id, event.kind, body, task_hash=task_hash, identity=identity
+            )
         self.offer(event, session_id)

@@ -2,13 +2,20 @@
 
 One event is one line::
 
-    [YYYY-MM-DD HH:MM:SS.mmm][<window_hash>][<kind>][<task_hash>] <body>
+    [YYYY-MM-DD HH:MM:SS.mmm][<window_hash>][<kind>][<task_hash>][<identity>] <body>
 
 The timestamp is UTC with millisecond precision. Either hash may be empty, written `[]`.
-A record with an empty body ends at the task bracket. Lines written before task hashes
+`identity` is whom the event happened for (`platform:sender id`, as `Origin.sender_key`):
+the task's requester, a schedule's creator, a subagent's parent's requester. A record
+without one (the gateway's own lines) has no identity bracket at all, and so has every line
+written before identities were kept: both read back with an empty identity. In the bracket,
+every character outside `A-Z a-z 0-9 _ . : @ + -` is written as `%XX` of its UTF-8 bytes, so
+the bracket never holds `]`, a space or a line break.
+
+A record with an empty body ends at its last bracket. Lines written before task hashes
 existed have no task bracket (`[ts][window][kind] body`); they are still read, with an empty
-task hash. The two forms are told apart by what follows the kind bracket: another bracket
-in the current form, a space (or the end of the line) in the older one.
+task hash. The forms are told apart by what follows the kind bracket: another bracket in the
+current form, a space (or the end of the line) in the older one.
 
 The body is escaped so that an event can never span two lines: `\\` becomes `\\\\`, newline
 `\\n`, carriage return `\\r`, tab `\\t`, every other C0/C1 control character and DEL `\\xNN`,
@@ -28,6 +35,8 @@ from typing import Final
 from gateway.ids import validate_hash
 
 KIND_RE: Final = re.compile(r"[a-z_]{1,32}", re.ASCII)
+# As long as an identity key may be where the archive keeps one (`usage.identity`).
+MAX_IDENTITY: Final = 200
 
 
 class ActionKind(StrEnum):
@@ -91,6 +100,37 @@ def unescape_body(text: str) -> str:
     return _UNESCAPE_RE.sub(_unescape_match, text)
 
 
+# --- identity -------------------------------------------------------------------------------
+
+_IDENTITY_PLAIN: Final = re.compile(r"[A-Za-z0-9_.:@+-]", re.ASCII)
+_SURROGATE_RE: Final = re.compile("[\ud800-\udfff]")
+_PERCENT_RE: Final = re.compile(r"(?:%[0-9A-F]{2})+", re.ASCII)
+
+
+def encode_identity(identity: str) -> str:
+    """`identity` as its bracket holds it: plain characters kept, the rest `%XX` per byte."""
+    return "".join(
+        char if _IDENTITY_PLAIN.fullmatch(char) else "".join(f"%{b:02X}" for b in char.encode())
+        for char in identity
+    )
+
+
+def decode_identity(text: str) -> str:
+    """Invert `encode_identity`; bytes that are not UTF-8 read as U+FFFD."""
+    return _PERCENT_RE.sub(
+        lambda m: bytes.fromhex(m.group().replace("%", "")).decode("utf-8", "replace"), text
+    )
+
+
+def _check_identity(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"identity must be a str, not {type(value).__name__}")
+    if len(value) > MAX_IDENTITY:
+        raise ValueError(f"identity is longer than {MAX_IDENTITY} characters")
+    # A lone surrogate has no UTF-8 form; what reads back is U+FFFD, so it is that from here.
+    return _SURROGATE_RE.sub("\ufffd", str.__str__(value))
+
+
 # --- records -------------------------------------------------------------------------------
 
 _LINE_RE: Final = re.compile(
@@ -98,7 +138,9 @@ _LINE_RE: Final = re.compile(
     r"\[(?P<window>[A-Za-z0-9_-]{0,64})\]"
     r"\[(?P<kind>[a-z_]{1,32})\]"
     r"(?:"
-    r"\[(?P<task>[A-Za-z0-9_-]{0,64})\](?: (?P<body>.*))?"
+    r"\[(?P<task>[A-Za-z0-9_-]{0,64})\]"
+    r"(?:\[(?P<identity>(?:[A-Za-z0-9_.:@+-]|%[0-9A-F]{2}){1,1200})\])?"
+    r"(?: (?P<body>.*))?"
     r"|(?: (?P<old_body>.*))?"
     r")",
     re.ASCII,
@@ -148,7 +190,8 @@ class ActionRecord:
     """One action.log event.
 
     `at` is normalised to UTC and truncated to milliseconds, the precision the line keeps.
-    `kind` is an `ActionKind` when known and a plain `str` otherwise.
+    `kind` is an `ActionKind` when known and a plain `str` otherwise. `identity` is whom the
+    event happened for, "" when for no one in particular.
     """
 
     at: datetime
@@ -156,6 +199,7 @@ class ActionRecord:
     kind: str
     task_hash: str
     body: str
+    identity: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.body, str):
@@ -164,10 +208,13 @@ class ActionRecord:
         object.__setattr__(self, "window_hash", _check_hash(self.window_hash, "window hash"))
         object.__setattr__(self, "kind", _check_kind(self.kind))
         object.__setattr__(self, "task_hash", _check_hash(self.task_hash, "task hash"))
+        object.__setattr__(self, "identity", _check_identity(self.identity))
 
     def format_line(self) -> str:
         """The record as one line, without the trailing newline."""
         head = f"[{_format_time(self.at)}][{self.window_hash}][{self.kind}][{self.task_hash}]"
+        if self.identity:
+            head += f"[{encode_identity(self.identity)}]"
         if not self.body:
             return head
         return f"{head} {escape_body(self.body)}"
@@ -212,6 +259,7 @@ def parse_line(line: str | bytes) -> ActionRecord | None:
             kind=match["kind"],
             task_hash=task or "",
             body=unescape_body(raw_body or ""),
+            identity=decode_identity(match["identity"] or ""),
         )
     except ValueError:
         return None

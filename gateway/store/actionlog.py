@@ -128,9 +128,11 @@ class ActionLog:
         *,
         window_hash: str = "",
         task_hash: str = "",
+        identity: str = "",
         at: datetime | None = None,
     ) -> ActionRecord:
-        """Append one record and return it as it will read back.
+        """Append one record and return it as it will read back; `identity` is whom it
+        happened for (the requester), "" for the gateway's own lines.
 
         Raises `SessionDirectoryMissing` if the session directory does not exist, and
         `ValueError` for a malformed kind, hash or naive `at`, before touching the file.
@@ -141,6 +143,7 @@ class ActionLog:
             kind=kind,
             task_hash=task_hash,
             body=body,
+            identity=identity,
         )
         data = (record.format_line() + "\n").encode("utf-8")
         size = self._write(data)

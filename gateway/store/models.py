@@ -116,6 +116,8 @@ class ActionHistoryRow(SQLModel, table=True):
     objective: str = Field(default="", sa_column=Column(Text, nullable=False))
     tool_results: str = Field(default="[]", sa_column=Column(Text, nullable=False))  # JSON list
     reply: str = Field(default="", sa_column=Column(Text, nullable=False))
+    # Whom the task acted for (`platform:sender id`); "" for runs from before it was kept.
+    identity: str = Field(default="", max_length=200)
     created_at: int = Field(default=0, sa_type=BigInteger)
 
 

@@ -35,13 +35,16 @@ class RunRecord:
     tool_results: Sequence[dict[str, Any]] = field(default_factory=tuple)
     # Model calls not recorded yet (the last one's usage comes with the run).
     usage: Sequence[UsageRecord] = field(default_factory=tuple)
+    # Whom the task acted for (`Origin.sender_key`): its requester, a schedule's creator, a
+    # subagent's parent's requester.
+    identity: str = ""
 
 
 # Lean statements (gateway.store.lean): one of each per task.
 _ALREADY = "SELECT id FROM action_history WHERE session_id = ? AND task_hash = ?"
 _INSERT_RUN = (
     "INSERT INTO action_history (session_id, task_hash, objective, tool_results, reply,"
-    " created_at) VALUES (?, ?, ?, ?, ?, ?)"
+    " identity, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 
 
@@ -84,7 +87,14 @@ class RunArchive(StoreBase):
                     filed.append(replace(reply_message, id=reply_id))
                 tool_results = json.dumps(list(run.tool_results), ensure_ascii=False)
                 sql.run(
-                    _INSERT_RUN, run.session_id, run.task_hash, objective, tool_results, reply, at
+                    _INSERT_RUN,
+                    run.session_id,
+                    run.task_hash,
+                    objective,
+                    tool_results,
+                    reply,
+                    run.identity,
+                    at,
                 )
                 for record in run.usage:
                     insert_usage(sql, record)

@@ -340,8 +340,15 @@ class SessionStore(
         *,
         window_hash: str = "",
         task_hash: str = "",
+        identity: str = "",
     ) -> ActionRecord:
         log_file = self.files(session_id).action_log
-        return await self.file_calls.submit(
-            partial(log_file.append, kind, body, window_hash=window_hash, task_hash=task_hash)
+        line = partial(
+            log_file.append,
+            kind,
+            body,
+            window_hash=window_hash,
+            task_hash=task_hash,
+            identity=identity,
         )
+        return await self.file_calls.submit(line)
