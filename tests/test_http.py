@@ -24,7 +24,8 @@ from adapters.http import InsecureBinding, check_binding, is_loopback, sse_frame
 from adapters.http.context import Context
 from adapters.http.errors import errors
 from adapters.http.models import SendRequest
-from adapters.http.replies import Health, HealthChecks, Inputs, OpenApiDocument
+from adapters.http.operations import Health, HealthChecks
+from adapters.http.replies import Inputs, OpenApiDocument
 from adapters.http.route import Call, Route
 from adapters.http.routes import ROUTES
 from adapters.mcp.endpoint import MCP_PATH

@@ -2,18 +2,50 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from aiohttp import web
+from pydantic import Field
 
 from adapters.http.metrics import CONTENT_TYPE
-from adapters.http.replies import (
-    ErrorDetail,
-    Health,
-    HealthChecks,
-    HealthUnavailable,
-    OpenApiDocument,
-    PlatformHealth,
-)
+from adapters.http.replies import ErrorDetail, OpenApiDocument, Reply
 from adapters.http.route import Call
+from gateway.health import CheckState
+
+
+class HealthChecks(Reply):
+    """Each part this instance needs, as it answered within the check timeout (2 s): `ok`,
+    `unreachable` (it failed), `timeout` (no answer in time) or `full` (no room to write)."""
+
+    database: CheckState = Field(description="Whether the SQL archive answers a trivial query")
+    kv: CheckState = Field(description="Whether the KV store answers")
+    leases: CheckState = Field(description="Whether the leases can be renewed")
+
+
+class PlatformHealth(Reply):
+    """A chat platform (down: tried again with backoff; the instance serves on, still ready)."""
+
+    state: Literal["connected", "down"]
+    reason: str = Field("", description="Why it is down: the error of the last attempt")
+    since: int = Field(description="Unix ms since which it has been in this state")
+
+
+class Health(Reply):
+    """Ready: the archive, the KV store and the leases answer."""
+
+    status: Literal["ok"] = "ok"
+    checks: HealthChecks
+    platforms: dict[str, PlatformHealth] = {}  # by name: "telegram", "discord"
+
+
+class HealthUnavailable(Reply):
+    """Not ready: the checks that are not `ok` name what this instance cannot reach; `error`
+    says it too, in the shape every error of the API has."""
+
+    status: Literal["unavailable", "degraded"] = "unavailable"  # degraded: storage full
+    checks: HealthChecks
+    platforms: dict[str, PlatformHealth] = {}  # by name: "telegram", "discord"
+    error: ErrorDetail
 
 
 async def healthz(call: Call) -> Health | HealthUnavailable:

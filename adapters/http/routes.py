@@ -21,7 +21,7 @@ from adapters.http.models import (
     UpdateSessionRequest,
     UsageQuery,
 )
-from adapters.http.operations import healthz, metrics, openapi
+from adapters.http.operations import Health, HealthUnavailable, healthz, metrics, openapi
 from adapters.http.prompts import (
     answer_prompt,
     cancel_task,
@@ -40,8 +40,6 @@ from adapters.http.replies import (
     CommandResult,
     CreatedSession,
     Deleted,
-    Health,
-    HealthUnavailable,
     Inputs,
     Messages,
     OpenApiDocument,
