@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 
 from gateway.memory.embedders import LocalEmbedder
 from gateway.memory.indexer import Indexer
+from gateway.ownership import ShareMode
 from gateway.store.db import Database
 from gateway.store.files import Summary
 from gateway.store.journals import JournalRecord
@@ -25,6 +26,9 @@ from gateway.store.usage import UsageRecord
 # Tables that hold no session's rows: the schema version, and the storage of the SQLite FTS5
 # index, whose entries are checked through the index itself.
 UNRELATED = {"alembic_version", "messages_fts5_config", "messages_fts5_data", "messages_fts5_idx"}
+# Tables of people rather than sessions: links, link codes, quotas and console sign-ins, and
+# bans, which outlive a chat's session (a chat made again keeps its bans).
+UNRELATED |= {"identity_link", "link_code", "quota", "console_signin", "ban"}
 # Every table a session has rows in once it has talked, run a task and saved a file.
 SESSION_TABLES = {"session", *(table.name for table in PER_SESSION_TABLES)}
 
@@ -34,6 +38,7 @@ async def populate(store: SessionStore, session_id: str, marker: str) -> None:
     its messages contain (and no other session's should)."""
     task = f"task-{marker}"
     await store.ensure(session_id)
+    await store.ownership.share(session_id, f"http:{marker}", ShareMode.read)
     await store.append_message(session_id, "user", f"tell me about {marker}s")
     reply = f"{marker}s are fine"
     entry = OutboxEntry(
