@@ -351,9 +351,9 @@ class Schedules:
         )
         try:
             submission = await self.router.submit(inbound)
-        except (TooManyTasks, MessageTooLong, UnstorableText) as exc:
-            # Refused for good at this due time (the session is flooded, a limit shrank):
-            # the next one may go through.
+        except (TooManyTasks, MessageTooLong, UnstorableText, NotAllowed) as exc:
+            # Refused for good at this due time (the session is flooded, a limit shrank, its
+            # creator is banned there): the next one may go through.
             await self.store.schedules.advance(schedule.id, due, upcoming, fired_at=None)
             log.warning("schedule refused", reason=str(exc), **context)
             return False

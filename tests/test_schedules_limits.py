@@ -12,6 +12,7 @@ from gateway.auth import NotAllowed
 from gateway.events import Origin
 from gateway.schedule_spec import BadSchedule
 from gateway.schedules import NewSchedule, ScheduleQuota
+from gateway.store.bans import BanList
 
 HOUR = 3600.0
 MINUTE = 60.0
@@ -113,3 +114,17 @@ async def test_a_revoked_creators_schedules_are_suspended_until_an_admin_resumes
         # A creator holding a token again gets it back as theirs.
         back = await schedules.resume(other.id, ROOT, {"http:carol"})
         assert not back.suspended and back.created_by_id == "http:carol"
+
+
+async def test_a_banned_creators_schedule_is_refused_and_moves_on(
+    engines: EngineRig, clock: FakeClock
+) -> None:
+    async with engines.open(admins=ADMINS, min_schedule_interval_seconds=0) as engine:
+        await engine.schedules.create("cli-b", BOB, NewSchedule("every 1m", "hello"))
+        await BanList(engine.store.db).add("*", "http:bob", by="terminal:op", reason="", at=0)
+        await clock.advance(MINUTE)  # past the bans' one-second copy, and due
+        assert await engine.schedules.fire_due() == 0
+        # Refused at this due time and moved on, not tried again at every look.
+        (schedule,) = await engine.schedules.of_session("cli-b")
+        assert schedule.next_due_at == START_MS + 2 * 60_000
+        assert engine.router.running_task("cli-b") is None
