@@ -270,6 +270,8 @@ async def test_healthz_and_openapi(server: Server) -> None:
     # `/mcp` speaks JSON-RPC and describes itself to MCP clients (tools/list); the console's
     # pages are for browsers.
     assert served.pop(MCP_PATH) == {"post"}
+    # `/` and `/ui` only send a browser on to the console (`/ui/`).
+    assert (served.pop("/"), served.pop("/ui")) == ({"get"}, {"get"})
     served = {path: methods for path, methods in served.items() if not path.startswith("/ui/")}
     assert described == served
     # The app serves the route table and nothing beside it, so a route added without an
@@ -286,6 +288,7 @@ async def test_healthz_and_openapi(server: Server) -> None:
         if route.method == "HEAD"
         and route.resource
         and not route.resource.canonical.startswith("/ui")
+        and route.resource.canonical != "/"
     }
     assert heads == {e.path for e in ROUTES if e.method == "GET"} - {"/v1/session/{sid}/log"}
     for item in doc["paths"].values():
@@ -843,6 +846,7 @@ async def test_log_stream_replays_then_goes_live(server: Server) -> None:
     )
     sid, first_task = body["session_id"], body["task_hash"]
     await server.share(sid, "tester", by=ANN)
+    await server.share(sid, "bob", by=ANN)
     async with server.client.get(server.url(f"/v1/session/{sid}/log?tail=100")) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("text/event-stream")
@@ -1038,7 +1042,7 @@ async def test_cancel_route(server: Server) -> None:
 
     cancel = f"/v1/session/{sid}/cancel/{task}"
     status, body = await server.call("POST", cancel, headers=BOB)
-    assert (status, err(body)) == (403, "not_allowed")
+    assert (status, err(body)) == (404, "not_found")  # not shared with bob: not even there
     assert await server.call("POST", cancel, headers=ANN) == (
         200,
         {"canceled": True, "was": "running"},  # parked on its prompt, its run begun
