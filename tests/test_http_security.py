@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support import wait_until
-from test_http import ROOT, Server, bearer, err, serving, terminal
+from test_http import ROOT, Server, bearer, err, member_of, serving, terminal
 from typer.testing import CliRunner
 
 from adapters.http.routes import ROUTES
@@ -120,9 +120,10 @@ async def test_deleting_a_shared_chat_is_for_admins(tmp_path: Path) -> None:
     async with serving(tmp_path) as srv:
         for sid in ("dc-42", "tg--100"):
             await srv.runtime.store.ensure(sid)
+            await member_of(srv, sid, "tester")
             status, body = await srv.call("DELETE", f"/v1/session/{sid}")
             assert (status, err(body)) == (403, "not_allowed")
-            assert body["error"]["message"] == "only an admin may delete a shared chat"
+            assert body["error"]["message"] == "only an admin of this chat may manage it"
             assert await srv.runtime.store.get(sid) is not None
             assert (await srv.call("DELETE", f"/v1/session/{sid}", headers=ROOT))[0] == 200
         private = (await srv.call("POST", "/v1/session"))[1]["session_id"]

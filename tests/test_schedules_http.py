@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from openapi_spec_validator import validate as validate_openapi
-from test_http import ROOT, bearer, err, serving
+from test_http import ROOT, bearer, err, member_of, serving
 
 BOB = bearer("bob")
 
@@ -99,8 +99,11 @@ async def test_shared_chats_schedule_over_http_for_admins_only(tmp_path: Path) -
         path = "/v1/session/tg--100/schedules"
         body = {"spec": "every 1h", "prompt": "nag"}
         status, answer = await srv.call("POST", path, json_body=body, headers=BOB)
+        assert (status, err(answer)) == (404, "not_found")  # no member: not even there
+        await member_of(srv, "tg--100", "bob")
+        status, answer = await srv.call("POST", path, json_body=body, headers=BOB)
         assert (status, err(answer)) == (403, "not_allowed")
-        assert answer["error"]["message"] == "only an admin may schedule prompts in a shared chat"
+        assert answer["error"]["message"] == "only an admin of this chat may manage it"
         status, made = await srv.call("POST", path, json_body=body, headers=ROOT)
         assert status == 201
         status, listed = await srv.call("GET", path, headers=BOB)  # anyone may look
