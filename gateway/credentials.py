@@ -34,9 +34,6 @@ from typing import Any, Final
 
 from gateway.clock import Clock
 from gateway.ids import HASH_RE
-from gateway.logs import get_logger
-
-log = get_logger(__name__)
 
 TERMINAL_FILE: Final = "terminal.token"
 TOKENS_FILE: Final = "api_tokens.json"
@@ -326,6 +323,11 @@ class Credentials:
     ) -> None:
         """Read the token file every `every` seconds, for ever; a change is announced
         (`changed`) and the HTTP identities it took away handed to `on_gone`."""
+        # Imported here: the client commands import this module, and the logging set-up
+        # would bring the settings (pydantic) and structlog into every `agenvoy send`.
+        from gateway.logs import get_logger
+
+        log = get_logger(__name__)
         held = self.http_identities()
         while True:
             # Real time, not the gateway's clock: the file is changed by people, in real time.
