@@ -23,6 +23,8 @@ from mcp.client.streamable_http import streamable_http_client
 from support import wait_until
 from test_http import Server, bearer, serving
 
+from gateway.ownership import ShareMode
+
 TOOLS = {
     "list_sessions",
     "read_history",
@@ -106,7 +108,8 @@ async def test_prompts_are_answered_only_by_the_requester_or_an_admin(server: Se
         assert prompt["tool"] == "demo_action" and prompt["origin"]["sender_id"] == "ann"
         sid, task = sent["session_id"], sent["task_hash"]
 
-        # Bob neither sees it nor may answer it; the admin sees it.
+        # Bob, shared in to write, neither sees it nor may answer it; the admin sees it.
+        await server.share(sid, "bob", by=bearer("ann"))
         assert (await call(bob, "list_pending"))[1]["pending"] == []
         failed, refused = await call(
             bob, "answer_prompt", session_id=sid, task_hash=task, approve=True
@@ -188,7 +191,8 @@ async def test_stdio_relay_signs_in_as_the_local_user(server: Server) -> None:
         origin = sent["pending"]["origin"]
         assert (origin["platform"], origin["sender_id"]) == ("terminal", "ann")
         sid, task = sent["session_id"], sent["task_hash"]
-        # The HTTP caller "ann" is someone else: only the local user answers.
+        # The HTTP caller "ann" is someone else: shared in, still only the local user answers.
+        await server.runtime.store.ownership.share(sid, "http:ann", ShareMode.write)
         async with mcp_client(server, bearer("ann")) as http_ann:
             failed, refused = await call(
                 http_ann, "answer_prompt", session_id=sid, task_hash=task, approve=False

@@ -22,7 +22,7 @@ async def test_semantic_search_over_one_session(tmp_path: Path) -> None:
             ("cli-one", "the garden party is on Sunday"),
             ("cli-two", "the boiler in the basement was replaced"),
         ]:
-            await runtime.store.ensure(sid)
+            await runtime.store.ensure(sid, owner="http:tester")
             await runtime.router.record(Inbound(BOB, sid, text))
         await runtime.memory.indexer.embed_due()
 
@@ -60,7 +60,7 @@ async def test_semantic_search_says_when_the_embedding_endpoint_is_away(tmp_path
             "embedding_model": DEFAULT_EMBEDDING_MODEL,
         }
         async with serving(tmp_path, **options) as server:
-            await server.runtime.store.ensure("cli-one")
+            await server.runtime.store.ensure("cli-one", owner="http:tester")
             fake.fail_embeddings(Error(400, "model is loading"))
             status, body = await server.call(
                 "GET", "/v1/search?q=boiler&mode=semantic&session_id=cli-one"
