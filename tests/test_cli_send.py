@@ -4,6 +4,7 @@ own exit status, the notices about the session; and `/`, `/ui` leading to the co
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -11,11 +12,13 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from clock import FakeClock
 from gateway_proc import EXE
 from support import wait_until
 from test_http import Server, serving
 
 from adapters.terminal.outcome import Exit
+from gateway.clock import SYSTEM_CLOCK, Clock
 
 
 @dataclass(frozen=True)
@@ -47,11 +50,20 @@ async def agenvoy(*args: str) -> Result:
     return Result(command.returncode, out.decode(), err.decode())
 
 
-@pytest.fixture
-async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
-    async with serving(tmp_path, confirm_timeout_seconds=60) as server:
+@contextlib.asynccontextmanager
+async def commanded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock = SYSTEM_CLOCK
+) -> AsyncIterator[Server]:
+    """A gateway the commands run here talk to."""
+    async with serving(tmp_path, clock, confirm_timeout_seconds=60) as server:
         monkeypatch.setitem(ENV, "AGENVOY_HOME", str(server.runtime.settings.home))
         monkeypatch.setitem(ENV, "AGENVOY_HTTP_PORT", server.base.rsplit(":", 1)[1])
+        yield server
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Server]:
+    async with commanded(tmp_path, monkeypatch) as server:
         yield server
 
 
@@ -97,19 +109,31 @@ async def test_a_steered_message_and_a_canceled_task_exit_with_their_own_status(
     assert canceled.exit_code == Exit.CANCELED and "canceled: cli-s" in canceled.stderr
 
 
-async def test_collected_messages_exit_with_their_own_status(gateway: Server) -> None:
-    assert (await agenvoy("send", "/queue collect", "--session", "cli-c")).exit_code == 0
-    first = asyncio.create_task(agenvoy("send", "!sleep 2", "--session", "cli-c"))
-    await load_is(gateway, 1, 0)
-    waiting = asyncio.create_task(agenvoy("send", "one", "--session", "cli-c"))
-    await load_is(gateway, 1, 1)
-    newest = await agenvoy("send", "two", "--session", "cli-c")
-    collected = await waiting
-    assert newest.exit_code == Exit.ANSWERED, newest.output
-    assert collected.exit_code == Exit.COLLECTED, collected.output
-    assert "collected into cli-c" in collected.stderr
-    assert collected.stdout == newest.stdout  # the reply that answers both
-    assert (await first).exit_code == Exit.ANSWERED
+async def test_collected_messages_exit_with_their_own_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    async with commanded(tmp_path, monkeypatch, clock) as gateway:
+        assert (await agenvoy("send", "/queue collect", "--session", "cli-c")).exit_code == 0
+        # The first task sleeps on the test's clock: both messages are queued behind it
+        # however slowly the commands start, and only then does it end.
+        first = asyncio.create_task(agenvoy("send", "!sleep 1", "--session", "cli-c"))
+        await load_is(gateway, 1, 0)
+        waiting = asyncio.create_task(agenvoy("send", "one", "--session", "cli-c"))
+        await load_is(gateway, 1, 1)
+        latest = asyncio.create_task(agenvoy("send", "two", "--session", "cli-c"))
+        await load_is(gateway, 1, 2)
+
+        async def slept() -> bool:
+            await clock.advance(1)
+            return gateway.runtime.router.load() != (1, 2)
+
+        assert await wait_until(slept, 10)
+        newest, collected = await latest, await waiting
+        assert newest.exit_code == Exit.ANSWERED, newest.output
+        assert collected.exit_code == Exit.COLLECTED, collected.output
+        assert "collected into cli-c" in collected.stderr
+        assert collected.stdout == newest.stdout  # the reply that answers both
+        assert (await first).exit_code == Exit.ANSWERED
 
 
 async def test_send_names_the_session_it_used(gateway: Server) -> None:
