@@ -281,6 +281,8 @@ async def _prompt_shown_in(pilot: Pilot[None], app: ChatApp) -> bool:
 async def test_task_started_over_http_shows_as_foreign(server: Server, tmp_path: Path) -> None:
     async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
         app = await opened(pilot)
+        # The window's session is its user's: a script's token writes to it once shared in.
+        await server.share(app.session_id, "bot", by=bearer("root"))
         status, body = await server.call(
             "POST",
             "/v1/send",
