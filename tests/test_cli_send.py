@@ -89,24 +89,34 @@ async def test_a_question_is_answered_from_the_command_line(gateway: Server) -> 
 
 
 async def test_a_steered_message_and_a_canceled_task_exit_with_their_own_status(
-    gateway: Server,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
 ) -> None:
-    assert (await agenvoy("send", "/queue steer", "--session", "cli-s")).exit_code == 0
-    first = asyncio.create_task(agenvoy("send", "!sleep 2", "--session", "cli-s"))
-    await load_is(gateway, 1, 0)
-    steered = await agenvoy("send", "look here", "--session", "cli-s")
-    assert steered.exit_code == Exit.STEERED, steered.output
-    assert "steered into the running task cli-s" in steered.stderr
-    assert steered.stdout.strip() == "slept 2s; took in: look here"
-    assert (await first).exit_code == Exit.ANSWERED
+    async with commanded(tmp_path, monkeypatch, clock) as gateway:
+        assert (await agenvoy("send", "/queue steer", "--session", "cli-s")).exit_code == 0
+        # Asleep on the test's clock: the message is waiting behind it before a second passes.
+        first = asyncio.create_task(agenvoy("send", "!sleep 2", "--session", "cli-s"))
+        await load_is(gateway, 1, 0)
+        later = asyncio.create_task(agenvoy("send", "look here", "--session", "cli-s"))
+        await load_is(gateway, 1, 1)
 
-    assert (await agenvoy("send", "/queue interrupt", "--session", "cli-s")).exit_code == 0
-    cut = asyncio.create_task(agenvoy("send", "!sleep 30", "--session", "cli-s"))
-    await load_is(gateway, 1, 0)
-    newer = await agenvoy("send", "instead", "--session", "cli-s")
-    assert (newer.exit_code, newer.stdout.strip()) == (Exit.ANSWERED, "echo: instead")
-    canceled = await cut
-    assert canceled.exit_code == Exit.CANCELED and "canceled: cli-s" in canceled.stderr
+        async def slept() -> bool:
+            await clock.advance(1)
+            return gateway.runtime.router.load() == (0, 0)
+
+        assert await wait_until(slept, 10)
+        steered = await later
+        assert steered.exit_code == Exit.STEERED, steered.output
+        assert "steered into the running task cli-s" in steered.stderr
+        assert steered.stdout.strip() == "slept 2s; took in: look here"
+        assert (await first).exit_code == Exit.ANSWERED
+
+        assert (await agenvoy("send", "/queue interrupt", "--session", "cli-s")).exit_code == 0
+        cut = asyncio.create_task(agenvoy("send", "!sleep 30", "--session", "cli-s"))
+        await load_is(gateway, 1, 0)
+        newer = await agenvoy("send", "instead", "--session", "cli-s")
+        assert (newer.exit_code, newer.stdout.strip()) == (Exit.ANSWERED, "echo: instead")
+        canceled = await cut
+        assert canceled.exit_code == Exit.CANCELED and "canceled: cli-s" in canceled.stderr
 
 
 async def test_collected_messages_exit_with_their_own_status(
