@@ -74,6 +74,7 @@ def build_core(
         crash=crash,
         tool_memory=tool_memory,
         commands=commands.run,
+        is_command=commands.takes,
         screen=bans.screen,
         recall=recall,
         after_task=[summary.schedule] if summary is not None else [],

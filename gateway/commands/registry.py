@@ -111,6 +111,11 @@ class CommandRegistry:
         lines.append("Anything else is a message for the agent.")
         return "\n".join(lines)
 
+    def takes(self, text: str) -> bool:
+        """Whether `run` answers `text` as a command rather than leave it to the agent."""
+        parsed = parse_command(text)
+        return parsed is not None and parsed[0] in self._commands
+
     async def run(self, inbound: Inbound) -> CommandReply | None:
         """The reply to a command; None when the text is no command (it goes to the agent)."""
         parsed = parse_command(inbound.text)

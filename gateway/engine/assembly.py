@@ -20,7 +20,7 @@ from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.cancels import Cancels
 from gateway.engine.cluster import Cluster, OwnerParts, RelayParts
 from gateway.engine.dispatch import Dispatch
-from gateway.engine.intake import CommandRunner, Intake, Screen
+from gateway.engine.intake import CommandRunner, Intake, IsCommand, Screen
 from gateway.engine.outbox import Courier
 from gateway.engine.prompts import Prompts
 from gateway.engine.queue_modes import QueueModes
@@ -60,15 +60,16 @@ def assemble(
     crash: CrashPoints = NO_CRASH,
     tool_memory: ToolMemory | None = None,
     commands: CommandRunner | None = None,
+    is_command: IsCommand | None = None,
     screen: Screen | None = None,
     recall: Recall | None = None,
     after_task: Sequence[Callable[[str], None]] = (),
 ) -> Engine:
     """`cluster`: alone or one of several instances (`gateway.cluster`); `commands`: gateway
-    commands, answered before the agent sees a text; `screen`: turns a message away before
-    anything of it is kept (a ban); `recall`: older messages recalled into
-    each task's context; `after_task`: called with the session id after each task that
-    finished with a reply (the rolling summary)."""
+    commands, answered before the agent sees a text (`is_command` tells one by its text);
+    `screen`: turns a message away before anything of it is kept (a ban); `recall`: older
+    messages recalled into each task's context; `after_task`: called with the session id
+    after each task that finished with a reply (the rolling summary)."""
     authority = authority or Authority(settings.admin_keys)
     counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
     tasks = TaskTable(store)
@@ -168,6 +169,7 @@ def assemble(
         queue_modes=queue_modes,
         max_queued_per_session=settings.max_queued_per_session,
         commands=commands,
+        is_command=is_command,
         screen=screen,
         admit=admission.admit,
     )

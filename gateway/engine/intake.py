@@ -29,6 +29,8 @@ from gateway.store.sessions import SessionStore
 from gateway.text import check_storable
 
 CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
+# Whether a text is a gateway command (answered now, or not at all) rather than a message.
+IsCommand = Callable[[str], bool]
 # Raises when the sender may not write where the message was sent (a ban): nothing is kept.
 Screen = Callable[[Inbound], Awaitable[None]]
 # Quotas and budgets (gateway/quotas.py): raises to refuse a sender's message to a session.
@@ -53,6 +55,7 @@ class Intake:
         queue_modes: QueueModes | None = None,
         max_queued_per_session: int | None = None,
         commands: CommandRunner | None = None,
+        is_command: IsCommand | None = None,
         screen: Screen | None = None,
         admit: Admit | None = None,
     ) -> None:
@@ -72,6 +75,7 @@ class Intake:
         self.accepting: set[str] = accepting if accepting is not None else set()
         # Gateway commands, answered before the agent sees a text.
         self.commands = commands
+        self.is_command = is_command
         self.screen = screen
         self.queue_modes = queue_modes
         self.max_queued_per_session = max_queued_per_session
@@ -84,11 +88,14 @@ class Intake:
         async with turn or self.turns.take(session_id):
             self.check_text(inbound.text)
             if self.screen is not None:
-                await self.screen(inbound)
+                # A command is answered now or not at all: it does not wait for the database.
+                waits = self.is_command is None or not self.is_command(inbound.text)
+                await self._read(inbound, self.screen, wait=waits)
             command = await self.commands(inbound) if self.commands is not None else None
             if command is None:
-                if self.admit is not None:
-                    await self.admit(inbound.origin, session_id)
+                admit = self.admit
+                if admit is not None:
+                    await self._read(inbound, lambda i: admit(i.origin, session_id))
                 self._check_load(inbound)
                 accepted = await self._accept(session_id, inbound)
                 if accepted is None:
@@ -124,7 +131,7 @@ class Intake:
         async with turn or self.turns.take(session_id):
             self.check_text(inbound.text)
             if self.screen is not None:
-                await self.screen(inbound)
+                await self._read(inbound, self.screen)
             log_file = self.store.files(session_id).action_log
 
             def log_it(_stored: StoredMessage) -> None:
@@ -140,6 +147,18 @@ class Intake:
                 return None
             self.crash.reach("stored")
         return stored.id
+
+    async def _read(
+        self, inbound: Inbound, check: Callable[[Inbound], Awaitable[None]], *, wait: bool = True
+    ) -> None:
+        """A check that reads the archive before the message is kept (a ban, a quota): with
+        `inbound.wait_for_store` it waits out an outage as the archive write does, so the
+        message is answered once the database is back and a stop can still give it up."""
+        if not (wait and inbound.wait_for_store):
+            return await check(inbound)
+        await until_available(
+            lambda: check(inbound), sleep=self.clock.sleep, what="taking a message in"
+        )
 
     def _answered_ahead(self, session_id: str) -> int:
         """1 when the task running in the session has its answer recorded: a message arriving
