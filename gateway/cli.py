@@ -27,7 +27,7 @@ from gateway.cli_members import register as register_member_commands
 from gateway.cli_memory import reindex, semantic_search
 from gateway.cli_quotas import quota_app, usage_by_identity
 from gateway.cli_schedules import schedule_app
-from gateway.cli_support import checked_id, fail, load_settings, printable
+from gateway.cli_support import checked_id, fail, load_settings, printable, with_store
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
 
 if TYPE_CHECKING:
@@ -47,26 +47,15 @@ BODY_INDENT = "    "
 
 
 def _with_store(work: Callable[[SessionStore], Awaitable[T]]) -> T:
-    from gateway.store.db import DatabaseError
-    from gateway.store.sessions import SessionStore, UnknownSession
-
-    settings = load_settings()
-
-    async def main() -> T:
-        store = await SessionStore.open(settings)
-        try:
-            return await work(store)
-        finally:
-            await store.close()
+    """`with_store`, with a session id the archive does not know (or that is not one) said."""
+    from gateway.store.sessions import UnknownSession
 
     try:
-        return asyncio.run(main())
+        return with_store(work)
     except InvalidSessionId as exc:
         fail(str(exc), 2)
     except UnknownSession as exc:
         fail(str(exc), 1)
-    except DatabaseError as exc:
-        fail(f"database: {exc}", 1)
 
 
 def _when(ms: int) -> str:

@@ -4,7 +4,6 @@ them within a second (gateway/bans.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gateway.cli_support import checked_id, fail, load_settings, printable
+from gateway.cli_support import checked_id, fail, printable, with_store
 
 if TYPE_CHECKING:
     from gateway.store.bans import BanList
@@ -30,22 +29,8 @@ Identity = Annotated[
 
 def _with_bans(work: Callable[[BanList], Awaitable[T]]) -> T:
     from gateway.store.bans import BanList
-    from gateway.store.db import DatabaseError
-    from gateway.store.sessions import SessionStore
 
-    settings = load_settings()
-
-    async def main() -> T:
-        store = await SessionStore.open(settings)
-        try:
-            return await work(BanList(store.db))
-        finally:
-            await store.close()
-
-    try:
-        return asyncio.run(main())
-    except DatabaseError as exc:
-        fail(f"database: {exc}", 1)
+    return with_store(lambda store: work(BanList(store.db)))
 
 
 def _scope(chat: str) -> str:

@@ -5,14 +5,13 @@ terminal's other client commands."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gateway.cli_support import fail, load_settings
+from gateway.cli_support import fail, with_store
 
 if TYPE_CHECKING:
     from gateway.store.ownership import Ownership
@@ -43,22 +42,7 @@ identity_app = typer.Typer(
 
 
 def _with_ownership(work: Callable[[Ownership], Awaitable[T]]) -> T:
-    from gateway.store.db import DatabaseError
-    from gateway.store.sessions import SessionStore
-
-    settings = load_settings()
-
-    async def main() -> T:
-        store = await SessionStore.open(settings)
-        try:
-            return await work(store.ownership)
-        finally:
-            await store.close()
-
-    try:
-        return asyncio.run(main())
-    except DatabaseError as exc:
-        fail(f"database: {exc}", 1)
+    return with_store(lambda store: work(store.ownership))
 
 
 def _others(identities: frozenset[str], own: str) -> str:

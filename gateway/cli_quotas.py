@@ -4,17 +4,15 @@ directly; a running gateway reads overrides at each message, so a change holds a
 
 from __future__ import annotations
 
-import asyncio
 import getpass
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gateway.cli_support import fail, load_settings, printable
+from gateway.cli_support import load_settings, printable, with_store
 
 if TYPE_CHECKING:
-    from gateway.store.sessions import SessionStore
+    pass
 
 T = TypeVar("T")
 
@@ -22,25 +20,6 @@ quota_app = typer.Typer(
     help="Quota and budget overrides per identity (platform:id) or shared chat (dc-/tg- id).",
     no_args_is_help=True,
 )
-
-
-def _with_store(work: Callable[[SessionStore], Awaitable[T]]) -> T:
-    from gateway.store.db import DatabaseError
-    from gateway.store.sessions import SessionStore
-
-    settings = load_settings()
-
-    async def main() -> T:
-        store = await SessionStore.open(settings)
-        try:
-            return await work(store)
-        finally:
-            await store.close()
-
-    try:
-        return asyncio.run(main())
-    except DatabaseError as exc:
-        fail(f"database: {exc}", 1)
 
 
 def parse_changes(subject: str, pairs: list[str]) -> dict[str, int | None]:
@@ -90,7 +69,7 @@ def quota_set(
 
     changes = parse_changes(subject, pairs)
     by = f"terminal:{getpass.getuser()}"
-    now = _with_store(lambda store: Quotas(store.db).set(subject, changes, by=by))
+    now = with_store(lambda store: Quotas(store.db).set(subject, changes, by=by))
     typer.echo(f"{printable(subject)}: {_shown(now)}")
 
 
@@ -103,7 +82,7 @@ def quota_show(
     from gateway.store.quotas import Quotas
 
     person, chat = defaults(load_settings())
-    overrides = _with_store(lambda store: Quotas(store.db).all())
+    overrides = with_store(lambda store: Quotas(store.db).all())
     if subject is None:
         typer.echo(f"default (identity): {_shown(person)}")
         typer.echo(f"default (chat): {_shown(chat)}")
@@ -118,7 +97,7 @@ def usage_by_identity(days: int) -> None:
     from gateway.store.usage import DAY_MS
 
     since = now_ms() - days * DAY_MS
-    rows = _with_store(lambda store: store.usage.by_identity(since_ms=since))
+    rows = with_store(lambda store: store.usage.by_identity(since_ms=since))
     if not rows:
         typer.echo(f"no usage in the last {days} days")
         return

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gateway.cli_support import fail, load_settings, printable
+from gateway.cli_support import fail, printable, with_store
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
@@ -27,22 +27,7 @@ schedule_app = typer.Typer(
 
 
 def _run(work: Callable[[SessionStore, Settings], Awaitable[T]]) -> T:
-    from gateway.store.db import DatabaseError
-    from gateway.store.sessions import SessionStore
-
-    settings = load_settings()
-
-    async def main() -> T:
-        store = await SessionStore.open(settings)
-        try:
-            return await work(store, settings)
-        finally:
-            await store.close()
-
-    try:
-        return asyncio.run(main())
-    except DatabaseError as exc:
-        fail(f"database: {exc}", 1)
+    return with_store(lambda store: work(store, store.settings))
 
 
 def _when(ms: int) -> str:

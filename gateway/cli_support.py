@@ -8,7 +8,9 @@ the logging set-up, so those come in only when a command runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NoReturn
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import typer
 
@@ -16,6 +18,9 @@ from gateway.ids import InvalidSessionId, validate_session_id
 
 if TYPE_CHECKING:
     from gateway.settings import Settings
+    from gateway.store.sessions import SessionStore
+
+T = TypeVar("T")
 
 
 def _escape(code: int) -> str:
@@ -89,3 +94,24 @@ def checked_id(value: str) -> str:
         return validate_session_id(value)
     except InvalidSessionId as exc:
         raise typer.BadParameter(str(exc)) from exc
+
+
+def with_store(work: Callable[[SessionStore], Awaitable[T]]) -> T:
+    """Run `work` on the archive the settings name, opened for it and closed after; an
+    archive that cannot be reached ends the command (exit 1)."""
+    from gateway.store.db import DatabaseError
+    from gateway.store.sessions import SessionStore
+
+    settings = load_settings()
+
+    async def main() -> T:
+        store = await SessionStore.open(settings)
+        try:
+            return await work(store)
+        finally:
+            await store.close()
+
+    try:
+        return asyncio.run(main())
+    except DatabaseError as exc:
+        fail(f"database: {exc}", 1)
