@@ -271,3 +271,27 @@ async def test_a_session_from_before_owners_is_the_admins_until_the_operator_nam
         CliRunner().invoke, cli_app, ["identity", "own", "http:ann", "tg-1"]
     )
     assert shared.exit_code == 2
+
+
+async def test_the_session_listing_pages_with_a_cursor(server: Server) -> None:
+    store = server.runtime.store
+    for n in range(7):
+        await store.ensure(f"chat-page{n}", owner="http:ann")
+    await store.ensure("chat-someone-else", owner="http:bob")
+    seen: list[str] = []
+    cursor = ""
+    for _ in range(10):
+        query = "/v1/sessions?prefix=chat&limit=3" + (f"&cursor={cursor}" if cursor else "")
+        status, body = await server.call("GET", query, headers=bearer("ann"))
+        assert status == 200, body
+        assert len(body["sessions"]) <= 3
+        seen += [s["session_id"] for s in body["sessions"]]
+        cursor = body["next_cursor"] or ""
+        if not cursor:
+            break
+    # Every one of ann's, once, newest first; bob's never.
+    assert sorted(seen) == [f"chat-page{n}" for n in range(7)]
+    assert len(seen) == len(set(seen))
+    for bad in ("limit=0", "limit=501", "cursor=nonsense", "cursor=1~../etc"):
+        status, body = await server.call("GET", f"/v1/sessions?{bad}", headers=bearer("ann"))
+        assert status == 400, (bad, body)
