@@ -26,6 +26,7 @@ ACCOUNT_ROUTES: Final[tuple[Route, ...]] = (
         "Who the caller is: identity, name, linked identities, whether a gateway admin",
         caller=True,
         replies={200: Me},
+        errors=(400,),
     ),
     Route(
         "POST",
@@ -34,6 +35,7 @@ ACCOUNT_ROUTES: Final[tuple[Route, ...]] = (
         "A one-time code that links the identity entering it to the caller (10 minutes)",
         caller=True,
         replies={200: LinkCode},
+        errors=(400,),
     ),
     Route(
         "POST",
@@ -52,6 +54,7 @@ ACCOUNT_ROUTES: Final[tuple[Route, ...]] = (
         "Take the caller out of the identities it is linked with",
         caller=True,
         replies={200: Me},
+        errors=(400,),
     ),
     # -- the caller's own data
     Route(

@@ -41,7 +41,8 @@ IDENTITY_PATTERN: Final = r"^[a-z]{2,16}:[A-Za-z0-9_.@-]{1,180}$"
 SESSIONS_DEFAULT: Final = 100
 SESSIONS_MAX: Final = 500
 # A page's end: the last session's activity time and id (`1733385600000~chat-ab12`).
-SESSION_CURSOR_PATTERN: Final = r"^[0-9]{1,19}~(cli|chat|dc|tg|temp)-[A-Za-z0-9_-]{1,128}$"
+# Empty is allowed in the document as everywhere: a blank parameter is read as an absent one.
+SESSION_CURSOR_PATTERN: Final = r"^([0-9]{1,19}~(cli|chat|dc|tg|temp)-[A-Za-z0-9_-]{1,128})?$"
 SEARCH_MAX_OFFSET: Final = 10_000
 USAGE_DEFAULT_DAYS: Final = 28
 USAGE_MAX_DAYS: Final = 3650
