@@ -18,9 +18,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from gateway.events import Origin
-from gateway.ids import Prefix, prefix_of
-
-SHARED_PREFIXES = frozenset({Prefix.dc, Prefix.tg})
+from gateway.ownership import is_shared
 
 
 class Access(StrEnum):
@@ -35,10 +33,6 @@ class NotAllowed(PermissionError):
     """The caller may not do this; the message says who may."""
 
     code = "not_allowed"
-
-
-def is_shared(session_id: str) -> bool:
-    return prefix_of(session_id) in SHARED_PREFIXES
 
 
 def display(origin: Origin, fallback: str = "the requester") -> str:

@@ -34,8 +34,8 @@ def _with_bans(work: Callable[[BanList], Awaitable[T]]) -> T:
 
 
 def _scope(chat: str) -> str:
-    from gateway.auth import is_shared
     from gateway.bans import chat_scope
+    from gateway.ownership import is_shared
     from gateway.store.bans import EVERYWHERE
 
     if not chat:

@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gateway.auth import is_shared
 from gateway.clock import Clock
 from gateway.engine.errors import QuotaExceeded, TooManyTasks
 from gateway.events import Origin
 from gateway.ids import prefix_of
+from gateway.ownership import is_shared
 from gateway.settings import Settings
 from gateway.store.quotas import OWNED_PREFIXES, Quotas
 from gateway.store.sessions import SessionStore

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from gateway.auth import Access, is_shared
+from gateway.auth import Access
 from gateway.bans import Bans, chat_scope, identity_of
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
+from gateway.ownership import is_shared
 from gateway.store.ownership import Ownership
 
 CHAT_PLATFORMS = frozenset({"discord", "telegram"})

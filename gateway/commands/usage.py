@@ -3,8 +3,9 @@ for its admins, what each member spent there."""
 
 from __future__ import annotations
 
-from gateway.auth import Access, Authority, is_shared
+from gateway.auth import Access, Authority
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
+from gateway.ownership import is_shared
 from gateway.quotas import Admission, day_start
 from gateway.store.usage import month_start
 
