@@ -471,3 +471,29 @@ async def test_two_processes_append_concurrently(settings: Settings, database_ur
             if proc.returncode is None:
                 proc.kill()
         await store.close()
+
+
+async def test_an_open_at_head_asks_the_version_table_and_runs_no_upgrade(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every process start and every operator command opens the archive: at head, that costs
+    one query, not a load of every migration script (which the upgrade command does)."""
+    first = await Database.open(database_url)
+    await first.close()
+    upgrades: list[str] = []
+    from alembic import command
+
+    monkeypatch.setattr(command, "upgrade", lambda _config, rev: upgrades.append(rev))
+    again = await Database.open(database_url)
+    try:
+        assert await again.current_revision() == head_revision()
+    finally:
+        await again.close()
+    assert upgrades == []
+    # Behind head, the upgrade still runs.
+    behind = await Database.open(database_url, migrate=False)
+    try:
+        await behind.migrate("0001")
+    finally:
+        await behind.close()
+    assert upgrades == ["0001"]

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -387,7 +388,19 @@ def alembic_config() -> Config:
     return config
 
 
+@functools.cache
+def _head_revision() -> str | None:
+    """The newest migration's revision: read from the scripts once per process."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
 def _upgrade(connection: Connection, revision: str) -> None:
+    # A schema already at head is the common case of every open after the first: asking the
+    # version table is one query, where the upgrade command loads every migration script.
+    if revision == "head":
+        at = MigrationContext.configure(connection).get_current_revision()
+        if at is not None and at == _head_revision():
+            return
     config = alembic_config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
