@@ -30,8 +30,12 @@ def free_port() -> int:
 
 
 class Gateway:
-    def __init__(self, home: Path, port: int, **env: str) -> None:
+    def __init__(
+        self, home: Path, port: int, *, exe: str = EXE, cwd: Path | None = None, **env: str
+    ) -> None:
+        """`exe`: the `agenvoy` to start (another installation's); `cwd`: where it runs."""
         self.home, self.port = home, port
+        self.exe, self.cwd = exe, cwd
         self.url = f"http://127.0.0.1:{port}"
         self.env = env
         self.proc: asyncio.subprocess.Process | None = None
@@ -52,9 +56,10 @@ class Gateway:
             **env,
         }
         self.proc = await asyncio.create_subprocess_exec(
-            EXE,
+            self.exe,
             "run",
             env=full_env,
+            cwd=self.cwd,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
