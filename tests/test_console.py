@@ -2,7 +2,7 @@
 Telegram chat appearing as its first message arrives, a reply streaming, a confirmation asked
 in a Discord channel approved from the console and finished there, and the sign-in's defences.
 
-Screenshots go to docs/ when AGENVOY_SCREENSHOTS=1 (how the README's pictures are made)."""
+Screenshots go to docs/ when AGENVOY_SCREENSHOTS=1 (how the docs' pictures are made)."""
 
 from __future__ import annotations
 

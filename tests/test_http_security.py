@@ -22,7 +22,7 @@ from gateway.auth import Access
 from gateway.cli import app as cli_app
 from gateway.credentials import TERMINAL_FILE, load_tokens, tokens_path
 
-README = Path(__file__).parents[1] / "README.md"
+SECURITY_PAGE = Path(__file__).parents[1] / "docs" / "security.md"
 
 
 @pytest.fixture
@@ -238,9 +238,9 @@ async def test_client_encodes_path_segments(server: Server) -> None:
             assert caught.value.code in ("not_found", "bad_request"), task
 
 
-def test_readme_lists_the_rule_of_every_route() -> None:
-    text = README.read_text()
-    section = text.split("## Security", 1)[1].split("\n## ", 1)[0]
+def test_the_security_page_lists_the_rule_of_every_route() -> None:
+    text = SECURITY_PAGE.read_text()
+    section = text.split("## Authorization per route", 1)[1].split("\n## ", 1)[0]
     rows = {
         tuple(cell.strip("` ") for cell in line.strip("|").split("|")[:4])
         for line in section.splitlines()

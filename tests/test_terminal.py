@@ -458,7 +458,7 @@ async def test_start_launches_a_gateway_in_the_background(
 
 @pytest.mark.slow
 async def test_screenshots_render(tmp_path: Path) -> None:
-    """docs/make_screenshots.py still drives the window to what README shows."""
+    """docs/make_screenshots.py still drives the window to what the docs show."""
     import importlib.util
 
     script = Path(__file__).parent.parent / "docs" / "make_screenshots.py"
