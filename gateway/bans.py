@@ -164,9 +164,21 @@ class Bans:
         body = f"message from {origin.sender_key} not taken: banned ({ban.scope})"
         log_file = self.store.files(inbound.session_id).action_log
         try:
-            await asyncio.to_thread(log_file.append, "banned", body, window_hash=origin.window_hash)
+            await asyncio.to_thread(
+                log_file.append,
+                "banned",
+                body,
+                window_hash=origin.window_hash,
+                identity=origin.sender_key,
+            )
         except SessionDirectoryMissing:
             # A chat whose first message comes from a banned member: its session is made for
             # the audit line, as any member's first message would make it.
             await self.store.ensure(inbound.session_id)
-            await asyncio.to_thread(log_file.append, "banned", body, window_hash=origin.window_hash)
+            await asyncio.to_thread(
+                log_file.append,
+                "banned",
+                body,
+                window_hash=origin.window_hash,
+                identity=origin.sender_key,
+            )

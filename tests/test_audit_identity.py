@@ -8,6 +8,10 @@ import json
 from pathlib import Path
 
 from clock import FakeClock
+from discord_rig import ANN as DISCORD_ANN
+from discord_rig import GENERAL, general_only
+from discord_rig import start_rig as discord_start
+from discord_rig import stop_rig as discord_stop
 from sqlmodel import Session, col, select
 from support import wait_until
 from test_http import ANN, BOB, Server, next_frame, serving
@@ -162,3 +166,60 @@ def test_erasure_blanks_the_body_and_keeps_whom_it_was_for(tmp_path: Path) -> No
     assert erased.identity == "http:ann" and "my secret" not in erased.body
     assert (kept.identity, json.loads(kept.body)["text"]) == ("http:bob", "other")
     assert "my secret" not in log.path.read_text()
+
+
+async def test_the_gateways_own_lines_name_whom_they_concern(tmp_path: Path) -> None:
+    """A turned-away message and an erasure: their lines name the member they are about."""
+    async with serving(tmp_path) as srv:
+        status, body = await srv.call(
+            "POST", "/v1/send", json_body={"content": "hi", "persist": True}, headers=BOB
+        )
+        assert status == 200, body
+        sid = body["session_id"]
+        assert srv.runtime.bans is not None
+        await srv.runtime.bans.ban("*", "http:bob", by="http:root")
+        turned_away = {"content": "let me in", "session_id": sid}
+        status, body = await srv.call("POST", "/v1/send", json_body=turned_away, headers=BOB)
+        assert status == 403 and body["error"]["code"] == "banned", body
+        [banned] = [r for r in _logged(srv, sid) if r.kind == "banned"]
+        assert banned.identity == "http:bob"
+
+        status, body = await srv.call(
+            "POST", "/v1/send", json_body={"content": "mine", "persist": True}, headers=ANN
+        )
+        assert status == 200, body
+        mine = body["session_id"]
+        status, body = await srv.call(
+            "POST", "/v1/me/forget", json_body={"confirm": True}, headers=ANN
+        )
+        assert status == 200, body
+        [erasure] = [r for r in _logged(srv, mine) if r.body.startswith("erasure of identity")]
+        assert (erasure.kind, erasure.identity) == ("system", "http:ann")
+
+
+async def test_a_delivery_that_failed_for_good_names_whom_the_reply_was_for(
+    tmp_path: Path,
+) -> None:
+    async with general_only() as fake:
+        rig = await discord_start(fake, tmp_path / "home", clock=FakeClock())
+        try:
+            fake.fail_next(
+                "POST /channels/{id}/messages",
+                403,
+                when=lambda body: str(body.get("content", "")).startswith("echo:"),
+            )
+            fake.inject_message(GENERAL, DISCORD_ANN, "anyone?", mentions_bot=True)
+            session = f"dc-{GENERAL}"
+
+            def failures() -> list[ActionRecord]:
+                records = rig.runtime.store.files(session).action_log.read()
+                return [r for r in records if r.kind == "error" and "refused by discord" in r.body]
+
+            async def ended() -> bool:
+                return bool(failures())
+
+            assert await wait_until(ended, 10)
+            [failed] = failures()
+            assert failed.identity == f"discord:{DISCORD_ANN['id']}" and failed.task_hash
+        finally:
+            await discord_stop(rig)

@@ -198,6 +198,10 @@ class Dispatch:
             self.counters["sink_errors"] += 1
             log.exception("notice failed", platform=origin.platform)
 
-    async def _log_for_courier(self, session_id: str, kind: str, body: str, task_hash: str) -> None:
+    async def _log_for_courier(
+        self, session_id: str, kind: str, body: str, task_hash: str, identity: str
+    ) -> None:
         with contextlib.suppress(FileNotFoundError):
-            await self.store.log_action(session_id, kind, body, task_hash=task_hash)
+            await self.store.log_action(
+                session_id, kind, body, task_hash=task_hash, identity=identity
+            )

@@ -63,7 +63,7 @@ class Courier:
         self,
         outbox: Outbox,
         sinks: Mapping[str, Sink],
-        log_action: Callable[[str, str, str, str], Awaitable[object]],
+        log_action: Callable[[str, str, str, str, str], Awaitable[object]],
         *,
         clock: Clock = SYSTEM_CLOCK,
         attempts: int = 5,
@@ -238,6 +238,7 @@ class Courier:
             ActionKind.error,
             f"delivery of {item.kind} #{item.chunk_index} to {item.platform} {why}: {error!r}",
             item.task_hash,
+            _acting_for(item),
         )
 
     # -- the background ----------------------------------------------------------------------
@@ -332,3 +333,10 @@ class PartsRecord:
         if self.unsaved is not None:
             self._stored_sent = self.unsaved[0]
         self.unsaved = None
+
+
+def _acting_for(item: OutboxItem) -> str:
+    """Whom the entry's task acts for, from the origin it was recorded with ("" for an entry
+    without one)."""
+    origin = item.payload.get("origin")
+    return Origin.from_json(origin).sender_key if isinstance(origin, dict) else ""

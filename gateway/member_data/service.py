@@ -170,7 +170,7 @@ class MemberData:
         line = erasure.audit(by)
         for sid in footprint.sessions:
             with contextlib.suppress(FileNotFoundError):
-                await self.store.log_action(sid, "system", line)
+                await self.store.log_action(sid, "system", line, identity=by or identity)
         log.info("member data erased", identity=identity, by=by, **erasure.counts())
         return erasure
 
