@@ -62,14 +62,20 @@ def _html_errors(pages: Pages) -> Middleware:
     return middleware
 
 
+GUARDING_HEADERS: Final = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+
+
 async def _guarded_headers(request: web.Request, response: web.StreamResponse) -> None:
     """On every console response, pages, files, redirects and event streams alike: a browser
     never guesses a type other than the one given, and never tells another site which console
     page (with a session id in its address) a link was followed from. Same-origin rather than
     no-referrer: with no-referrer a browser sends `Origin: null` on the console's own forms,
     which their cross-site check then refuses."""
-    response.headers.setdefault("X-Content-Type-Options", "nosniff")
-    response.headers.setdefault("Referrer-Policy", "same-origin")
+    for name, value in GUARDING_HEADERS.items():
+        response.headers.setdefault(name, value)
 
 
 # Where a browser pointed at the gateway's address lands: the console.
@@ -77,7 +83,8 @@ ENTRY_PATHS: Final = ("/", CONSOLE_PREFIX)
 
 
 async def _to_console(_request: web.Request) -> web.Response:
-    raise web.HTTPFound(f"{CONSOLE_PREFIX}/")
+    # Served by the API's app, not the console's: the console's guarding headers set here.
+    raise web.HTTPFound(f"{CONSOLE_PREFIX}/", headers=GUARDING_HEADERS)
 
 
 def add_entry_redirects(app: web.Application) -> None:
