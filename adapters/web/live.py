@@ -3,13 +3,16 @@ script shows of a running task (text as it streams, tool calls and results, prom
 
 A stream lasts only as long as the sign-in that opened it: once that ends (signed out
 elsewhere, expired, its token revoked) a last `signed_out` frame is sent and the stream ends,
-within `SIGNIN_CHECK_SECONDS`."""
+within `SIGNIN_CHECK_SECONDS`. It lasts only as long as its viewer may read the session, too:
+once they may not (the share withdrawn, the identity that made them a chat's member unlinked)
+it ends without a word, and the page's script, opening it again, is answered 404."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from enum import Enum
 from typing import Final
 
 from aiohttp import web
@@ -25,9 +28,17 @@ from gateway.ownership import Need
 
 log = get_logger(__name__)
 
-# How often an open stream asks whether its sign-in still stands: a revoked token's streams
-# end within this (the token file is read afresh each time).
+# How often an open stream asks whether its sign-in still stands and its viewer may still
+# read the session: a revoked token's streams end within this (the token file is read afresh
+# each time), as do those of a viewer whose share was withdrawn.
 SIGNIN_CHECK_SECONDS: Final = 0.5
+
+
+class Ended(Enum):
+    """Why a stream's watch ended it."""
+
+    signed_out = "signed_out"
+    no_access = "no_access"
 
 
 async def session_state(ctx: Context, session_id: str) -> str:
@@ -65,7 +76,7 @@ class LiveEvents:
                 # event: the page compares this with what it was rendered from.
                 await stream.frame("state", json.dumps(await session_state(ctx, sid)))
                 relay = asyncio.ensure_future(self._relay(stream, sub.get))
-                watch = asyncio.ensure_future(self._until_signed_out(viewer))
+                watch = asyncio.ensure_future(self._until_ended(viewer, sid))
                 try:
                     await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -77,7 +88,8 @@ class LiveEvents:
                 if watch.cancelled():
                     pass
                 elif watch.exception() is None:
-                    await stream.frame("signed_out", "{}")
+                    if watch.result() is Ended.signed_out:
+                        await stream.frame("signed_out", "{}")
                 else:
                     # The page's script opens the stream again, and is then told plainly.
                     log.warning(
@@ -93,7 +105,12 @@ class LiveEvents:
             event = await stream.receive(get)
             await stream.frame(event.kind, event_to_json(event))
 
-    async def _until_signed_out(self, viewer: Viewer) -> None:
+    async def _until_ended(self, viewer: Viewer, session_id: str) -> Ended:
         clock = self.ctx.runtime.clock
-        while await self.auth.still_signed_in(viewer):
+        origin = viewer.origin()
+        while True:
+            if not await self.auth.still_signed_in(viewer):
+                return Ended.signed_out
+            if not await self.ctx.access.may(origin, session_id, Need.read):
+                return Ended.no_access
             await clock.sleep(SIGNIN_CHECK_SECONDS)
