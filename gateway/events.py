@@ -30,6 +30,13 @@ class Origin:
     # The identity (`platform:sender id`) a message is sent on behalf of: a schedule's
     # creator. Limits, ownership and the audit count it as the sender.
     acting_for: str = ""
+    # Where on Discord it was sent, for the profile bindings (gateway.profiles.bindings): the
+    # guild, the channel a thread is in, the channel's category, and the sender's roles,
+    # highest first. Empty elsewhere.
+    guild_id: str = ""
+    parent_id: str = ""
+    category_id: str = ""
+    role_ids: tuple[str, ...] = ()
 
     @property
     def sender_key(self) -> str:
@@ -38,7 +45,12 @@ class Origin:
         return self.acting_for or f"{self.platform}:{self.sender_id}"
 
     def to_json(self) -> dict[str, Any]:
-        extra = {"acting_for": self.acting_for} if self.acting_for else {}
+        extra: dict[str, Any] = {"acting_for": self.acting_for} if self.acting_for else {}
+        for name in ("guild_id", "parent_id", "category_id"):
+            if value := getattr(self, name):
+                extra[name] = value
+        if self.role_ids:
+            extra["role_ids"] = list(self.role_ids)
         return {
             "platform": self.platform,
             "channel_id": self.channel_id,
@@ -61,6 +73,10 @@ class Origin:
             is_admin=bool(data.get("is_admin", False)),
             window_hash=str(data.get("window_hash", "")),
             acting_for=str(data.get("acting_for", "")),
+            guild_id=str(data.get("guild_id", "")),
+            parent_id=str(data.get("parent_id", "")),
+            category_id=str(data.get("category_id", "")),
+            role_ids=tuple(str(r) for r in data.get("role_ids", ())),
         )
 
 
@@ -87,6 +103,9 @@ class Inbound:
     # The platform will not deliver the message again (Discord): while the archive is
     # unreachable the intake waits for it, in the session's turn, rather than refuse it.
     wait_for_store: bool = False
+    # The sender was let in because the session did not exist: it is stored only if the
+    # session is still theirs to make (another may have made the same new id meanwhile).
+    claim: bool = False
 
 
 # -- events -----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from adapters.discord.commands import (
     SlashCommands,
 )
 from adapters.discord.connect import connect, refused
+from adapters.discord.place import placed
 from adapters.discord.prompts import literal, outcome_content, prompt_content
 from adapters.discord.split import DISCORD_LIMIT, split_message
 from adapters.reconnect import Connection
@@ -130,14 +131,13 @@ class DiscordAdapter(ChatAdapter):
         await self._tell(interaction, REFUSAL)
         return False
 
-    def who(self, user: discord.abc.User, channel_id: str = "", reply_to: str = "") -> Origin:
-        return Origin(
-            PLATFORM,
-            channel_id=channel_id,
-            reply_to=reply_to,
-            sender_id=str(user.id),
-            sender_name=user.display_name,
-            is_admin=self.is_admin(user),
+    def who(
+        self, user: discord.abc.User, channel_id: str = "", reply_to: str = "", where: Any = None
+    ) -> Origin:
+        """The sender; with `where` (the channel), also the guild, category and roles."""
+        name, admin = user.display_name, self.is_admin(user)
+        return placed(
+            Origin(PLATFORM, channel_id, reply_to, str(user.id), name, admin), where, user
         )
 
     async def on_message(self, message: discord.Message) -> None:
@@ -172,7 +172,7 @@ class DiscordAdapter(ChatAdapter):
         )
         channel = str(message.channel.id)
         return Arrival(
-            self.who(message.author, channel, str(message.id)),
+            self.who(message.author, channel, str(message.id), message.channel),
             discord_session_id(message.channel.id),
             text,
             addressed,
@@ -195,9 +195,8 @@ class DiscordAdapter(ChatAdapter):
         if not await self.admit(interaction):
             return
         channel_id = interaction.channel_id or 0
-        origin = self.who(
-            interaction.user, str(channel_id), f"{INTERACTION_PREFIX}{interaction.id}"
-        )
+        reply_to = f"{INTERACTION_PREFIX}{interaction.id}"
+        origin = self.who(interaction.user, str(channel_id), reply_to, interaction.channel)
         arrival = Arrival(
             origin,
             discord_session_id(channel_id),

@@ -1,0 +1,182 @@
+"""The agents of the profiles: built once per profile version, shared by the tasks that use
+it, and closed when a newer version replaces it (once its last task has ended) or when the
+gateway stops.
+
+The `default` profile's agent is the one the gateway starts with; a task that no binding
+sends elsewhere takes it without anything being built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from gateway.agents.base import Agent, AgentContext, AgentFailed
+from gateway.events import Origin
+from gateway.logs import get_logger
+from gateway.profiles.service import Profiles, Resolved
+from gateway.profiles.spec import DEFAULT, ProfileSpec
+
+log = get_logger(__name__)
+
+
+@dataclass
+class Built:
+    """An agent made for a profile version, and what else must be closed with it (the MCP
+    servers' tools it alone uses)."""
+
+    agent: Agent
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def aclose(self) -> None:
+        await self.agent.aclose()
+        for close in self.closers:
+            await close()
+
+
+# Makes the agent of a profile's version (reads its key; may fail with a message that names
+# what is missing, never a key).
+Build = Callable[[str, ProfileSpec], Awaitable[Built]]
+# The fallback seam: the primary agent and its fallbacks' agents → the agent a task runs
+# (gateway.agents.fallback.build_chain, once it exists). None: fallbacks are not used.
+Chain = Callable[[Agent, list[Agent]], Agent]
+
+
+@dataclass
+class _Entry:
+    version: int
+    built: Built
+    users: int = 0
+    retired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """The agent a task runs, and the profile that chose it (None: no profiles here)."""
+
+    agent: Agent
+    profile: Resolved | None
+
+    def window(self, fallback: int) -> int:
+        """How many recent messages the agent sees."""
+        spec = self.profile.spec if self.profile is not None else None
+        return spec.history_window or fallback if spec is not None else fallback
+
+    def apply(self, context: AgentContext) -> None:
+        """The profile's persona, reasoning level and allowed tools, where the session's own
+        settings (`/persona`, `/reasoning`, `/allow`) say nothing else."""
+        if self.profile is None or self.profile.name == DEFAULT:
+            return
+        spec = self.profile.spec
+        context.persona = context.persona or spec.persona
+        context.reasoning = context.reasoning or spec.reasoning
+        context.allowed_tools = context.allowed_tools | frozenset(spec.allowed_tools)
+
+
+class AgentPool:
+    def __init__(
+        self,
+        profiles: Profiles,
+        default: Agent,
+        build: Build | None = None,
+        chain: Chain | None = None,
+    ) -> None:
+        self.profiles = profiles
+        self.default = default
+        self._build = build
+        self._chain = chain
+        self._entries: dict[str, _Entry] = {}
+        self._building: dict[tuple[str, int], asyncio.Future[Built]] = {}
+        self._closed = False
+        self._closing: set[asyncio.Task[None]] = set()  # closes under way, kept alive
+
+    @contextlib.asynccontextmanager
+    async def lease(self, session_id: str, origin: Origin | None) -> AsyncIterator[Chosen]:
+        """The agent of the profile that answers a task here, held until the task ends."""
+        resolved = await self.profiles.resolve(session_id, origin)
+        if resolved.name == DEFAULT:
+            yield Chosen(self.default, resolved)
+            return
+        entry = await self._entry(resolved)
+        entry.users += 1
+        try:
+            yield Chosen(self._chained(entry.built.agent, resolved), resolved)
+        finally:
+            entry.users -= 1
+            if entry.retired and entry.users == 0:
+                await entry.built.aclose()
+
+    def _chained(self, agent: Agent, resolved: Resolved) -> Agent:
+        if not resolved.spec.fallbacks or self._chain is None:
+            return agent
+        # The seam for the fallback layer: the fallbacks' agents would be leased here too.
+        return self._chain(agent, [])
+
+    async def _entry(self, resolved: Resolved) -> _Entry:
+        name, version = resolved.name, resolved.version
+        entry = self._entries.get(name)
+        if entry is not None and entry.version == version:
+            return entry
+        key = (name, version)
+        pending = self._building.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._building[key] = pending
+            try:
+                pending.set_result(await self._make(name, resolved.spec))
+            except BaseException as exc:
+                pending.set_exception(exc)
+                pending.exception()  # retrieved here: the waiters below re-raise it
+                raise
+            finally:
+                del self._building[key]
+            self._replace(name, _Entry(version, pending.result()))
+        else:
+            await asyncio.shield(pending)
+        return self._entries[name]
+
+    async def _make(self, name: str, spec: ProfileSpec) -> Built:
+        if self._build is None:
+            raise AgentFailed(f"profile {name!r}: this gateway builds no agents for profiles")
+        try:
+            built = await self._build(name, spec)
+        except AgentFailed:
+            raise
+        except Exception as exc:
+            log.warning("a profile's agent could not be built", profile=name, error=str(exc))
+            raise AgentFailed(f"profile {name!r}: {exc}") from exc
+        log.info("profile agent built", profile=name, agent=built.agent.name)
+        return built
+
+    def _replace(self, name: str, entry: _Entry) -> None:
+        old = self._entries.get(name)
+        if old is not None and old.version > entry.version:
+            # Built for an older version while a newer one was built: keep the newer one.
+            entry.retired = True
+            self._retire_later(entry)
+            return
+        self._entries[name] = entry
+        if old is not None:
+            old.retired = True
+            if old.users == 0:
+                self._retire_later(old)
+
+    def _retire_later(self, entry: _Entry) -> None:
+        if entry.users == 0:
+            task = asyncio.get_running_loop().create_task(entry.built.aclose())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    async def aclose(self) -> None:
+        """Close every profile agent (the default one is the runtime's to close)."""
+        if self._closed:
+            return
+        self._closed = True
+        entries, self._entries = list(self._entries.values()), {}
+        for entry in entries:
+            with contextlib.suppress(Exception):
+                await entry.built.aclose()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
