@@ -17,6 +17,7 @@ from discord import app_commands, ui
 
 from adapters.discord.allowlist import AllowList
 from adapters.discord.catchup import CatchUp
+from adapters.discord.invite import invite_url
 from gateway.events import AskUserEvent, ConfirmEvent
 from gateway.logs import get_logger
 from gateway.settings import Settings
@@ -185,6 +186,9 @@ class GatewayClient(discord.AutoShardedClient):
     async def on_ready(self) -> None:
         self.owner.ready.set()
         log.info("discord ready", user=str(self.user), guilds=len(self.guilds))
+        if self.application_id is not None:
+            # What a new bot needs first: the link that adds it to a server.
+            log.info("discord invite link", url=invite_url(self.application_id))
 
     async def on_shard_connect(self, shard_id: int) -> None:
         # READY of a new session, dispatched before any message of that session: nothing to

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from adapters.cli_discord import discord_app
 from gateway.cli_support import checked_id, fail, load_settings, printable
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ T = TypeVar("T")
 def register(app: typer.Typer) -> None:
     for command in (chat, send, pending, approve, deny, answer, mcp, link):
         app.command()(command)
+    # The Discord bot's own command (its invite link) lives with it, as light to import.
+    app.add_typer(discord_app, name="discord")
 
 
 def _client_call(work: Callable[[GatewayClient], Awaitable[T]]) -> T:

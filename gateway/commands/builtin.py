@@ -5,6 +5,7 @@ from __future__ import annotations
 from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Access
 from gateway.clock import Clock
+from gateway.commands.ids import IdCommands
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
 from gateway.engine.cancels import Canceled
 from gateway.engine.errors import TaskNotFound
@@ -89,6 +90,7 @@ class BuiltinCommands:
                 platforms=frozenset({"terminal"}),
             )
         )
+        IdCommands(self.registry).register()  # /id: Telegram's, like /new is the terminal's
         for name, usage, summary in (
             ("model", "<name>", "use another model in this session"),
             ("persona", "<text>", "give the agent a persona in this session"),
