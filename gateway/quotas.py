@@ -2,21 +2,23 @@
 chat may take, checked once, when a message is taken in, before anything of it is stored.
 
 Limits, 0 meaning none: `messages_per_minute`, `running` and `waiting` tasks, `sessions`
-owned (`cli-`/`chat-`), `tokens_day` and `tokens_month` (input + output tokens since 00:00 UTC
-of the day, of the 1st of the month). A shared chat (`dc-`/`tg-`) has `messages_per_minute`,
-`tokens_day` and `tokens_month` of its own. Defaults come from the settings; the `quota` table
-overrides them per identity or per chat. Gateway admins are exempt from all but the task
-counts (which guard the gateway's load rather than its spend) unless the settings say otherwise.
+owned (`cli-`/`chat-`), and the budgets of gateway/budgets.py: `tokens_day`/`tokens_month`
+(input + output tokens since 00:00 UTC of the day, of the 1st of the month) and
+`cost_day`/`cost_month` (the same in dollars, by the price table). A shared chat (`dc-`/`tg-`)
+has `messages_per_minute` and the budgets of its own. Budgets are asked again before each
+model call of a run (`recheck`), so a tool loop or subagents stop at the limit. Defaults come
+from the settings; the `quota` table overrides them per identity or per chat. Gateway admins
+are exempt from all but the task counts (which guard the gateway's load rather than its spend)
+unless the settings say otherwise.
 """
 
 from __future__ import annotations
 
-import calendar
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
+from gateway.budgets import BUDGET_KEYS, check_budgets, day_start, micros, next_month, seconds
 from gateway.clock import Clock
 from gateway.engine.errors import QuotaExceeded, TooManyTasks
 from gateway.events import Origin
@@ -25,35 +27,15 @@ from gateway.ownership import is_shared
 from gateway.settings import Settings
 from gateway.store.quotas import OWNED_PREFIXES, Quotas
 from gateway.store.sessions import SessionStore
-from gateway.store.usage import month_start
 
-DAY_MS = 86_400_000
+# Where they were before gateway/budgets.py held them; callers import them from here.
+__all__ = ["Admission", "People", "Person", "day_start", "defaults", "next_month"]
+
 MINUTE_MS = 60_000
-PERSON_KEYS = (
-    "messages_per_minute",
-    "running",
-    "waiting",
-    "sessions",
-    "tokens_day",
-    "tokens_month",
-)
-CHAT_KEYS = ("messages_per_minute", "tokens_day", "tokens_month")
+PERSON_KEYS = ("messages_per_minute", "running", "waiting", "sessions", *BUDGET_KEYS)
+CHAT_KEYS = ("messages_per_minute", *BUDGET_KEYS)
 # How many tasks an identity's person has waiting or running (the scheduler's count).
 TasksOf = Callable[[str], int]
-
-
-def day_start(now: int) -> int:
-    return now - now % DAY_MS
-
-
-def next_month(now: int) -> int:
-    at = datetime.fromtimestamp(now / 1000, UTC)
-    year, month = (at.year + 1, 1) if at.month == 12 else (at.year, at.month + 1)
-    return calendar.timegm((year, month, 1, 0, 0, 0)) * 1000
-
-
-def _seconds(ms: int) -> int:
-    return max(1, -(-ms // 1000))
 
 
 def defaults(settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
@@ -65,11 +47,15 @@ def defaults(settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
         "sessions": settings.quota_sessions,
         "tokens_day": settings.quota_tokens_day,
         "tokens_month": settings.quota_tokens_month,
+        "cost_day": micros(settings.quota_cost_day),
+        "cost_month": micros(settings.quota_cost_month),
     }
     chat = {
         "messages_per_minute": settings.chat_quota_messages_per_minute,
         "tokens_day": settings.chat_quota_tokens_day,
         "tokens_month": settings.chat_quota_tokens_month,
+        "cost_day": micros(settings.chat_quota_cost_day),
+        "cost_month": micros(settings.chat_quota_cost_month),
     }
     return person, chat
 
@@ -141,6 +127,7 @@ class Admission:
         self.admins = admins
         self.clock = clock
         self.exempt_admins = settings.quota_admins_exempt
+        self.priced = settings.prices is not None  # spend is shown, and held, in money too
         self.person_defaults, self.chat_defaults = defaults(settings)
         self.people = People(settings.max_running_per_sender)
         self._tasks_of = tasks_of
@@ -181,12 +168,25 @@ class Admission:
         new = f"{prefix_of(session_id)}-" in OWNED_PREFIXES
         if new and await self.store.get(session_id) is None:
             await self._check_sessions(person)
-        await self._check_budgets(person.limits, now, "", identities=person.identities)
+        usage = self.store.usage
+        await check_budgets(usage, person.limits, now, "", identities=person.identities)
         if chat is not None:
-            await self._check_budgets(chat, now, "this chat's ", session_id=session_id)
+            await check_budgets(usage, chat, now, "this chat's ", session_id=session_id)
         self._window.note(person.key, now)
         if chat is not None:
             self._window.note(session_id, now)
+
+    async def recheck(self, identity: str, session_id: str) -> None:
+        """Raise `QuotaExceeded` when the budgets of `identity`'s person, or of the shared chat
+        `session_id`, are spent: asked before each model call of a run taken in under them."""
+        person = await self.person(identity)
+        if person.exempt:
+            return
+        now, usage = self.clock.now_ms(), self.store.usage
+        await check_budgets(usage, person.limits, now, "", identities=person.identities)
+        if is_shared(session_id):
+            chat = await self.chat(session_id)
+            await check_budgets(usage, chat, now, "this chat's ", session_id=session_id)
 
     async def admit_session(self, origin: Origin) -> None:
         """Raise `QuotaExceeded` when `origin` owns as many sessions as it may."""
@@ -212,38 +212,6 @@ class Admission:
                 "rate_limited",
                 f"{whose} sent {limit:,} message{'s' if limit != 1 else ''} in the last minute, "
                 "the most allowed; "
-                f"try again in {_seconds(wait)} s",
-                _seconds(wait),
+                f"try again in {seconds(wait)} s",
+                seconds(wait),
             )
-
-    async def _check_budgets(
-        self,
-        limits: Mapping[str, int],
-        now: int,
-        whose: str,
-        *,
-        identities: frozenset[str] | None = None,
-        session_id: str | None = None,
-    ) -> None:
-        usage = self.store.usage
-        daily, monthly = limits["tokens_day"], limits["tokens_month"]
-        if daily:
-            start = day_start(now)
-            spent = await usage.tokens(since_ms=start, identities=identities, session_id=session_id)
-            if spent >= daily:
-                raise QuotaExceeded(
-                    "budget_exceeded",
-                    f"{whose}daily budget of {daily:,} tokens used; resets 00:00 UTC",
-                    _seconds(start + DAY_MS - now),
-                )
-        if monthly:
-            start = month_start(now)
-            spent = await usage.tokens(since_ms=start, identities=identities, session_id=session_id)
-            if spent >= monthly:
-                reset = next_month(now)
-                on = datetime.fromtimestamp(reset / 1000, UTC).strftime("%Y-%m-%d")
-                raise QuotaExceeded(
-                    "budget_exceeded",
-                    f"{whose}monthly budget of {monthly:,} tokens used; resets {on} 00:00 UTC",
-                    _seconds(reset - now),
-                )

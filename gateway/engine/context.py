@@ -21,6 +21,8 @@ from gateway.store.sessions import SessionStore
 if TYPE_CHECKING:
     from gateway.memory.recall import Recall
 
+# Raises BudgetReached when the task's budgets are spent (the runner's, before a model call).
+BudgetCheck = Callable[[], Awaitable[None]]
 RunTool = Callable[[Task, ToolCall, Callable[[], Awaitable[str]]], Awaitable[ToolResult]]
 # Hands a running task the messages it takes in now (the `steer` queue mode).
 Steer = Callable[[Task], Awaitable[list[Steered]]]
@@ -79,6 +81,7 @@ class RunContext:
         self.recalled: Sequence[Recalled] = ()
         self.recaller: Recaller | None = None
         self.window_start = 0  # the oldest message id in the window: recall stays below it
+        self.budget: BudgetCheck | None = None
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         answer = await self._prompts.ask(
@@ -92,6 +95,10 @@ class RunContext:
 
     async def run_tool(self, call: ToolCall, execute: Callable[[], Awaitable[str]]) -> ToolResult:
         return await self._run_tool(self._task, call, execute)
+
+    async def before_model_call(self) -> None:
+        if self.budget is not None:
+            await self.budget()
 
     async def steering(self) -> list[NewMessage]:
         """Messages sent to the session since this run began, now this run's to answer (the

@@ -49,6 +49,7 @@ COUNTERS = (
     "events",
     "subscriber_drops",
     "sink_errors",
+    "model_calls_unpriced",  # calls of a model the price table does not name (cost 0)
 )
 
 

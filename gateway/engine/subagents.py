@@ -86,6 +86,7 @@ class ChildContext(RunContext):
         self.reasoning, self.allowed_tools = parent.reasoning, parent.allowed_tools
         self.depth = parent.depth + 1
         self.root = parent.root
+        self.budget = parent.budget  # the task's requester's and chat's: a child spends theirs
         # Who the subagent hears from: the agent that handed it the task, not a person.
         self.origin = replace(parent.origin, sender_id="agent", sender_name="parent agent")
 
@@ -107,6 +108,8 @@ class Subagents:
     offer: Offer  # hands an event to a session's live subscribers
     max_depth: int  # how deep subagents may nest (0: none)
     max_per_task: int  # how many one task may start
+    # A usage row with its cost (the price table's), as it is written.
+    priced: Callable[[UsageRecord], UsageRecord] = lambda record: record
 
     async def run(self, parent: RunContext, text: str, key: str = "") -> str:
         """The child's final answer to `text`; raises SubagentRefused or AgentFailed.
@@ -137,7 +140,6 @@ class Subagents:
         child = ChildContext(parent, child_id, child_hash, text)
         log.info("subagent started", parent=parent.task_hash, session=child_id, depth=child.depth)
         reply = ""
-        usage: list[UsageRecord] = []
         try:
             async with closing(self.agent.run(child)) as steps:
                 async for step in steps:
@@ -146,14 +148,15 @@ class Subagents:
                         delta = TextDeltaEvent(session_id=child_id, text=step.text)
                         await self._note(child, delta)
                     elif isinstance(step, Usage):
-                        usage.append(step.record(child_id, root.task_hash, root.origin.sender_key))
+                        # Written as it comes, like the parent's: the budgets asked before the
+                        # child's next model call count it, and a child that fails has spent.
+                        spent = step.record(child_id, root.task_hash, root.origin.sender_key)
+                        await self.store.usage.record(self.priced(spent))
                     elif isinstance(step, Reply):
                         reply = step.text
         except AgentFailed as exc:
             raise AgentFailed(f"the subagent failed: {exc}") from exc
-        run = RunRecord(
-            child_id, child_hash, text, reply, usage=usage, identity=root.origin.sender_key
-        )
+        run = RunRecord(child_id, child_hash, text, reply, identity=root.origin.sender_key)
         await self.store.finish_run(run, reply, sender=self.agent.name)
         await self._note(child, TextEvent(session_id=child_id, text=reply))
         await self._note(child, DoneEvent(session_id=child_id, text=reply))

@@ -31,7 +31,7 @@ def month_start(at: int) -> int:
 # A lean statement (gateway.store.lean): one per model call.
 _INSERT_USAGE = (
     "INSERT INTO usage (session_id, model, input, output, cache_read, cache_write, elapsed_ms,"
-    " tool_calls, send_at, task_hash, identity) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " tool_calls, send_at, task_hash, identity, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " RETURNING id"
 )
 
@@ -49,6 +49,9 @@ class UsageRecord:
     send_at: int | None = None
     task_hash: str = ""  # the task it was spent for (a subagent's: its parent task)
     identity: str = ""  # whom: the requester of that task (`platform:sender id`)
+    # US dollars, from the price table when the row was written (gateway/prices.py); None
+    # when no price table was set.
+    cost: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,7 @@ class ModelUsage:
     elapsed_ms: int
     # Output tokens per second over the calls that measured their time (elapsed_ms > 0).
     output_tps: float
+    cost: float | None = None  # US dollars; None when none of the calls was priced
 
 
 def insert_usage(sql: Lean, record: UsageRecord) -> int:
@@ -85,6 +89,7 @@ def _values(record: UsageRecord) -> dict[str, object]:
         "send_at": record.send_at if record.send_at is not None else now_ms(),
         "task_hash": record.task_hash,
         "identity": record.identity,
+        "cost": record.cost,
     }
 
 
@@ -98,11 +103,12 @@ def _sums(timed: Any) -> list[Any]:
         func.sum(col(UsageRow.elapsed_ms)),
         func.sum(case((timed, col(UsageRow.output)), else_=0)).cast(BigInteger),
         func.sum(case((timed, col(UsageRow.elapsed_ms)), else_=0)).cast(BigInteger),
+        func.sum(col(UsageRow.cost)),
     ]
 
 
 def _usage(model: str, sums: Sequence[Any]) -> ModelUsage:
-    calls, inp, out, c_read, c_write, elapsed, timed_out, timed_ms = sums
+    calls, inp, out, c_read, c_write, elapsed, timed_out, timed_ms, cost = sums
     return ModelUsage(
         model=model,
         calls=int(calls),
@@ -112,6 +118,7 @@ def _usage(model: str, sums: Sequence[Any]) -> ModelUsage:
         cache_write=int(c_write or 0),
         elapsed_ms=int(elapsed or 0),
         output_tps=(timed_out or 0) / (timed_ms / 1000) if timed_ms else 0.0,
+        cost=None if cost is None else float(cost),
     )
 
 
@@ -121,6 +128,15 @@ class IdentityUsage:
     calls: int
     input: int
     output: int
+    cost: float | None = None  # US dollars; None when none of the calls was priced
+
+
+@dataclass(frozen=True, slots=True)
+class Spent:
+    """What a budget is held against: input + output tokens, and US dollars."""
+
+    tokens: int
+    cost: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +163,7 @@ class Usage:
         identities: Collection[str] | None = None,
     ) -> list[ModelUsage]:
         """Usage per model; with `identities`, only what was spent for them."""
-        # Nine columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
+        # Ten columns: past the four sqlmodel's select is typed for, so SQLAlchemy's own.
         stmt = sa_select(col(UsageRow.model), *_sums(col(UsageRow.elapsed_ms) > 0))
         stmt = stmt.group_by(col(UsageRow.model))
         if since_ms is not None:
@@ -189,16 +205,33 @@ class Usage:
         identities: Collection[str] | None = None,
         session_id: str | None = None,
     ) -> int:
-        """Input and output tokens spent since `since_ms`, for any of `identities` and/or in
-        `session_id` (what a budget is held against)."""
+        """Input and output tokens spent since `since_ms` (see `spent`)."""
+        spent = await self.spent(since_ms=since_ms, identities=identities, session_id=session_id)
+        return spent.tokens
+
+    async def spent(
+        self,
+        *,
+        since_ms: int,
+        identities: Collection[str] | None = None,
+        session_id: str | None = None,
+    ) -> Spent:
+        """Tokens (input and output) and dollars spent since `since_ms`, for any of
+        `identities` and/or in `session_id` (what a budget is held against)."""
         stmt = sa_select(
-            func.coalesce(func.sum(col(UsageRow.input) + col(UsageRow.output)), 0)
+            func.coalesce(func.sum(col(UsageRow.input) + col(UsageRow.output)), 0),
+            func.coalesce(func.sum(col(UsageRow.cost)), 0.0),
         ).where(col(UsageRow.send_at) >= since_ms)
         if identities is not None:
             stmt = stmt.where(col(UsageRow.identity).in_(tuple(identities)))
         if session_id is not None:
             stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
-        return await self._db.read(lambda s: int(s.connection().execute(stmt).scalar_one()))
+
+        def work(session: Session) -> Spent:
+            tokens, cost = session.connection().execute(stmt).one()
+            return Spent(int(tokens or 0), float(cost or 0.0))
+
+        return await self._db.read(work)
 
     async def by_identity(
         self,
@@ -206,27 +239,43 @@ class Usage:
         since_ms: int,
         identities: Collection[str] | None = None,
         session_id: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[IdentityUsage]:
         """Spend per identity since `since_ms` (of `identities`, in `session_id`), the
-        biggest spender first."""
+        biggest spender first; or, paged (`limit` of them after the identity `after`), by
+        identity, an order that holds while spend grows between pages."""
         total = func.sum(col(UsageRow.input) + col(UsageRow.output))
         stmt = sa_select(
             col(UsageRow.identity),
             func.count(),
             func.sum(col(UsageRow.input)),
             func.sum(col(UsageRow.output)),
+            func.sum(col(UsageRow.cost)),
         ).where(col(UsageRow.send_at) >= since_ms)
         if identities is not None:
             stmt = stmt.where(col(UsageRow.identity).in_(tuple(identities)))
         if session_id is not None:
             stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
-        stmt = stmt.group_by(col(UsageRow.identity)).order_by(total.desc(), col(UsageRow.identity))
+        stmt = stmt.group_by(col(UsageRow.identity))
+        if limit is None:
+            stmt = stmt.order_by(total.desc(), col(UsageRow.identity))
+        else:
+            if after is not None:
+                stmt = stmt.where(col(UsageRow.identity) > after)
+            stmt = stmt.order_by(col(UsageRow.identity)).limit(limit)
 
         def work(session: Session) -> list[IdentityUsage]:
             rows = session.connection().execute(stmt).all()
             return [
-                IdentityUsage(str(who), int(calls), int(inp or 0), int(out or 0))
-                for who, calls, inp, out in rows
+                IdentityUsage(
+                    str(who),
+                    int(calls),
+                    int(inp or 0),
+                    int(out or 0),
+                    None if cost is None else float(cost),
+                )
+                for who, calls, inp, out, cost in rows
             ]
 
         return await self._db.read(work)
