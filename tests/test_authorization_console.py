@@ -23,6 +23,7 @@ from typing import Any, Final
 import aiohttp
 import pytest
 from support import wait_until
+from test_console import sign_in
 from test_http import USERS, Server, bearer, serving
 
 from adapters.web.app import CONSOLE_PREFIX, ENTRY_PATHS
@@ -316,8 +317,6 @@ async def test_who_may_do_what_in_the_console(server: Server) -> None:
 async def test_in_the_browser_another_viewer_sees_nothing_and_a_revoked_one_is_ended(
     browser: Any, server: Server
 ) -> None:
-    from test_console import sign_in
-
     base = server.base
     private, _ = await make_places(server)
     eve = await sign_in(browser, base, "eve")
