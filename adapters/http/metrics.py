@@ -18,6 +18,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from adapters.http.model_metrics import ModelCollector
+from gateway.agents.model_stats import ModelStats
 from gateway.agents.tool_cache import ToolCache
 from gateway.engine import Router
 
@@ -70,7 +72,12 @@ class ToolCacheCollector(Collector):
 
 
 class HttpMetrics:
-    def __init__(self, router: Router, tool_cache: ToolCache | None = None) -> None:
+    def __init__(
+        self,
+        router: Router,
+        tool_cache: ToolCache | None = None,
+        models: ModelStats | None = None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.durations = Histogram(
             "agenvoy_http_request_duration_seconds",
@@ -93,6 +100,8 @@ class HttpMetrics:
         self.registry.register(RouterCollector(router))
         if tool_cache is not None:
             self.registry.register(ToolCacheCollector(tool_cache))
+        if models is not None:  # a fallback chain's models
+            self.registry.register(ModelCollector(models))
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

@@ -19,23 +19,34 @@ import aiohttp
 from tenacity import (
     AsyncRetrying,
     retry_if_exception_type,
-    stop_after_attempt,
     wait_exponential_jitter,
 )
 
 from gateway.agents.base import AgentFailed, Usage
-from gateway.agents.retries import Retryable, retry_after, wait_for_server
+from gateway.agents.retries import (
+    ALONE,
+    FailureKind,
+    Retryable,
+    RetryPolicy,
+    lost_kind,
+    retry_after,
+    status_kind,
+    wait_for_server,
+)
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
 
 log = get_logger(__name__)
 
 API_VERSION = "2023-06-01"
-ATTEMPTS = 4
 # Statuses worth another try: timeouts, conflicts, rate limits, server errors and 529
 # ("overloaded"), as Anthropic documents them.
 RETRY_STATUSES = frozenset({408, 409, 429})
-RETRY_EVENT_ERRORS = frozenset({"overloaded_error", "api_error", "rate_limit_error"})
+RETRY_EVENT_ERRORS: dict[str, FailureKind] = {
+    "overloaded_error": "overloaded",
+    "api_error": "server_error",
+    "rate_limit_error": "rate_limited",
+}
 
 
 @dataclass
@@ -100,7 +111,7 @@ class Turn:
             error = event.get("error") or {}
             etype, message = str(error.get("type") or ""), str(error.get("message") or "")
             if etype in RETRY_EVENT_ERRORS:
-                raise Retryable(f"{etype}: {message}")
+                raise Retryable(f"{etype}: {message}", None, RETRY_EVENT_ERRORS[etype])
             raise AgentFailed(f"the Anthropic API stopped the answer ({etype}): {message}")
         return ""  # ping, and event types added to the API later
 
@@ -170,13 +181,19 @@ class MessagesClient:
     """`POST {base}/v1/messages`, streamed, over one aiohttp session."""
 
     def __init__(
-        self, base_url: str, api_key: str, idle_timeout: float, clock: Clock = SYSTEM_CLOCK
+        self,
+        base_url: str,
+        api_key: str,
+        idle_timeout: float,
+        clock: Clock = SYSTEM_CLOCK,
+        retry: RetryPolicy = ALONE,
     ) -> None:
         self.url = f"{base_url.rstrip('/')}/v1/messages"
         self.base_url = base_url
         self.api_key = api_key
         self.idle_timeout = idle_timeout
         self.clock = clock
+        self.retry = retry  # fewer tries in a fallback chain: the next model answers sooner
         self._http: aiohttp.ClientSession | None = None
 
     async def aclose(self) -> None:
@@ -198,8 +215,8 @@ class MessagesClient:
         only text not shown by an earlier attempt yielded again."""
         retrying = AsyncRetrying(
             retry=retry_if_exception_type(Retryable),
-            stop=stop_after_attempt(ATTEMPTS),
-            wait=_wait_for_server,
+            stop=self.retry.stop,
+            wait=wait_for_server(_backoff, self.retry.longest_wait),
             sleep=self.clock.sleep,
             reraise=True,
         )
@@ -214,7 +231,7 @@ class MessagesClient:
                             yield produced[len(shown) :]
                             shown = produced
         except Retryable as exc:
-            raise AgentFailed(f"the model is not available right now ({exc})") from exc
+            raise exc.failed() from exc
 
     async def _attempt(self, body: dict[str, Any], into: Turn) -> AsyncIterator[str]:
         into.reset()
@@ -235,7 +252,8 @@ class MessagesClient:
                     if into.finished:
                         break
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise Retryable(f"cannot reach {self.base_url}: {type(exc).__name__}") from exc
+            lost = f"cannot reach {self.base_url}: {type(exc).__name__}"
+            raise Retryable(lost, None, lost_kind(exc)) from exc
         if not into.finished:
             raise Retryable("the answer was cut off mid-stream")
 
@@ -249,7 +267,10 @@ async def _refused(resp: aiohttp.ClientResponse) -> None:
     except (ValueError, AttributeError):
         etype, message = "", raw[:300]
     if resp.status in RETRY_STATUSES or resp.status >= 500:
-        raise Retryable(f"HTTP {resp.status} {etype}".strip(), retry_after(resp.headers))
+        kind = status_kind(resp.status)
+        raise Retryable(f"HTTP {resp.status} {etype}".strip(), retry_after(resp.headers), kind)
+    if resp.status == 402 or etype == "billing_error":  # the account's credit is spent
+        raise Retryable(f"HTTP {resp.status} {etype}: {message}", None, "quota")
     if resp.status == 401:
         raise AgentFailed(
             f"the Anthropic API rejected the API key (AGENVOY_ANTHROPIC_API_KEY): {message}"
@@ -280,4 +301,4 @@ async def _events(content: aiohttp.StreamReader) -> AsyncIterator[dict[str, Any]
 
 
 # Between tries when the API named no wait of its own.
-_wait_for_server = wait_for_server(wait_exponential_jitter(initial=1, max=20))
+_backoff = wait_exponential_jitter(initial=1, max=20)
