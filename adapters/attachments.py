@@ -76,13 +76,15 @@ async def stage_downloads(
     errors: tuple[type[Exception], ...],
     *,
     owner: str = "",
+    claim: bool = False,
 ) -> Staged:
-    """Fetch each file into the session workspace (creating the session, owned by `owner`),
-    under a hidden name until `keep`. A file over `limit` bytes, or one the platform fails to
-    hand over (`errors`), is described but not saved."""
+    """Fetch each file into the session workspace (creating the session, owned by `owner`;
+    with `claim`, only a session still theirs to make), under a hidden name until `keep`. A
+    file over `limit` bytes, or one the platform fails to hand over (`errors`), is described
+    but not saved."""
     if not downloads:
         return Staged()
-    await store.ensure(session_id, owner=owner)
+    await store.ensure(session_id, owner=owner, claim=claim)
     staged = Staged(Workspace(store.files(session_id).dir / "workspace"))
     for item in downloads:
         name = safe_name(item.name)

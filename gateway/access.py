@@ -10,11 +10,12 @@ what it asked is told why (`NotAllowed`).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from gateway.auth import Authority, NotAllowed
 from gateway.events import Origin
 from gateway.ownership import Caller, Need, allows, is_shared, owner_for, refusal
-from gateway.store.base import UnknownSession
+from gateway.store.base import SessionTaken, UnknownSession
 from gateway.store.ownership import EVERYTHING, Ownership, Visibility
 
 # Identities that are the gateway's operator by the credential they hold: the local
@@ -22,6 +23,8 @@ from gateway.store.ownership import EVERYTHING, Ownership, Visibility
 OPERATOR_KEYS = frozenset({"http:api"})
 OPERATOR_PLATFORMS = frozenset({"terminal"})
 ANONYMOUS_KEY = "http:anonymous"
+
+T = TypeVar("T")
 
 
 class SessionAccess:
@@ -70,20 +73,37 @@ class SessionAccess:
         if need is not Need.read and not allows(caller, need, facts):
             raise NotAllowed(refusal(need, session_id))
 
-    async def require_send(self, who: Origin, session_id: str) -> None:
+    async def require_send(self, who: Origin, session_id: str) -> bool:
         """`require(write)` for a session that exists. One that does not is made by the
         message, owned by `who` when it is private; a shared chat is made by its platform
-        (or a gateway admin)."""
+        (or a gateway admin). True when the session does not exist yet: the message is then
+        to be stored only if its session is still `who`'s to make (`claim`, `SessionTaken`)."""
         caller = await self.caller(who)
         facts = await self._ownership.facts(session_id, caller.identities)
         if facts is None:
             if is_shared(session_id) and not caller.gateway_admin:
                 raise UnknownSession(session_id)
-            return
+            return True
         if not allows(caller, Need.read, facts):
             raise UnknownSession(session_id)
         if not allows(caller, Need.write, facts):
             raise NotAllowed(refusal(Need.write, session_id))
+        return False
+
+    async def sending(
+        self, who: Origin, session_id: str, send: Callable[[bool], Awaitable[T]]
+    ) -> T:
+        """`send(claim)` once `who` may send to the session (`require_send`). Two callers
+        may both find a new id free: the store lets one make it, and the other, told
+        `SessionTaken`, is asked the rule again — refused, unless the maker let them in."""
+        new = await self.require_send(who, session_id)
+        try:
+            return await send(new)
+        except SessionTaken:
+            if not new:
+                raise
+        await self.require_send(who, session_id)
+        return await send(False)
 
     async def visibility(self, who: Origin) -> Visibility:
         """What of the listings and searches `who` may see."""

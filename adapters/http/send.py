@@ -47,19 +47,24 @@ async def send(call: Call) -> Reply | web.StreamResponse:
     first = await kept(call, request)
     if first is not None:
         return await _again(call, body, first)
-    if body.session_id is not None:
-        session_id = validate_session_id(body.session_id)
-        await call.ctx.access.require_send(call.ctx.caller(call.request), session_id)
-    else:
-        session_id = new_session_id(Prefix.chat if body.persist else Prefix.temp)
     ctx = call.ctx
-    ctx.runtime.crash.reach("received")
-    try:
+
+    async def submit(claim: bool) -> Submission:
+        ctx.runtime.crash.reach("received")
         if body.attachments:
-            submission = await submit_with_files(call, session_id, body, request)
+            return await submit_with_files(call, session_id, body, request, claim=claim)
+        inbound = replace(_inbound(call, session_id, body.content, request), claim=claim)
+        return await ctx.router.submit(inbound)
+
+    try:
+        if body.session_id is not None:
+            session_id = validate_session_id(body.session_id)
+            # A new id the client chose may be chosen by another at the same moment: one of
+            # them makes the session, the other is refused as for anyone else's session.
+            submission = await ctx.access.sending(call.ctx.caller(call.request), session_id, submit)
         else:
-            inbound = _inbound(call, session_id, body.content, request)
-            submission = await ctx.router.submit(inbound)
+            session_id = new_session_id(Prefix.chat if body.persist else Prefix.temp)
+            submission = await submit(False)
     except MaybeStored as unknown:
         raise outcome_unknown(request, unknown.session_id, unknown.task_hash) from None
     except RequestKeyTaken:  # the same key, sent twice at once: the other one stored first
@@ -167,7 +172,12 @@ def _command_again(session_id: str, content: str) -> CommandResult:
 
 
 async def submit_with_files(
-    call: Call, session_id: str, body: SendRequest, request: RequestKey | None
+    call: Call,
+    session_id: str,
+    body: SendRequest,
+    request: RequestKey | None,
+    *,
+    claim: bool = False,
 ) -> Submission:
     """Submit a message with its files, saved in the session's workspace once the message
     passed the intake's checks, as the chat adapters do: described in its text (and voice
@@ -180,7 +190,7 @@ async def submit_with_files(
         # The files may make the session: it is the sender's, as the message would make it.
         owner = ctx.access.owner_for(session_id, call.origin())
         staged = await stage_downloads(
-            ctx.store, session_id, downloads, MAX_UPLOAD_BYTES, (), owner=owner
+            ctx.store, session_id, downloads, MAX_UPLOAD_BYTES, (), owner=owner, claim=claim
         )
         try:
             text = f"{body.content}\n{describe(staged.attachments)}"
@@ -188,7 +198,9 @@ async def submit_with_files(
             router.check_text(text)
             await staged.keep()
             inbound = replace(
-                _inbound(call, session_id, text, request), attachments=staged.attachments
+                _inbound(call, session_id, text, request),
+                attachments=staged.attachments,
+                claim=claim,
             )
             return await router.submit(inbound, turn=turn)
         except Exception:

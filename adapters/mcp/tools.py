@@ -41,7 +41,7 @@ from adapters.http.replies import (
     TaskView,
 )
 from adapters.http.sessions import session_list
-from gateway.engine import TaskStatus
+from gateway.engine import Submission, TaskStatus
 from gateway.events import Inbound, Origin
 from gateway.ids import Prefix, new_session_id, validate_hash, validate_session_id
 from gateway.ownership import Need
@@ -150,10 +150,14 @@ async def _send_message(
 ) -> TaskOutcome | CommandResult:
     if args.session_id is not None:
         session_id = validate_session_id(args.session_id)
-        await ctx.access.require_send(who, session_id)
+
+        async def submit(claim: bool) -> Submission:
+            return await ctx.router.submit(Inbound(who, session_id, args.content, claim=claim))
+
+        submission = await ctx.access.sending(who, session_id, submit)
     else:
         session_id = new_session_id(Prefix.chat if args.persist else Prefix.temp)
-    submission = await ctx.router.submit(Inbound(who, session_id, args.content))
+        submission = await ctx.router.submit(Inbound(who, session_id, args.content))
     if submission.command is not None:
         command = submission.command
         return CommandResult(

@@ -203,6 +203,7 @@ class Intake:
                 sender=inbound.origin.sender_name,
                 sender_key=inbound.origin.sender_key,
                 owner=owner_for(session_id, inbound.origin),
+                claim=inbound.claim,
                 task_hash=task_hash,
                 source_key=inbound.source_key,
                 request=request,

@@ -19,6 +19,15 @@ class UnknownSession(LookupError):
         self.session_id = session_id
 
 
+class SessionTaken(LookupError):
+    """A session the writer found missing, and so meant to make, was made by someone else
+    meanwhile: nothing was written. Whether the writer may use it is asked again."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id} was made by someone else meanwhile")
+        self.session_id = session_id
+
+
 class StoreBase:
     def __init__(self, settings: Settings, db: Database) -> None:
         self.settings = settings

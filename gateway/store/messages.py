@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 from gateway.clock import now_ms
 from gateway.ids import validate_hash, validate_session_id
 from gateway.logs import get_logger
-from gateway.store.base import StoreBase, UnknownSession
+from gateway.store.base import SessionTaken, StoreBase, UnknownSession
 from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
@@ -39,6 +39,7 @@ _NEW_SESSION = (
     "INSERT INTO session (id, name, self_id, role, rule, model, reasoning, settings, created_at,"
     " updated_at, owner) VALUES (?, '', '', '', '', '', '', '{}', ?, ?, ?) ON CONFLICT DO NOTHING"
 )
+_SESSION_OWNER = "SELECT owner FROM session WHERE id = ?"
 _INSERT_MESSAGE = (
     "INSERT INTO messages (session_id, role, content, sender, send_at, task_hash, source_key,"
     " sender_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -131,6 +132,7 @@ class MessageArchive(StoreBase):
         sender: str,
         sender_key: str = "",
         owner: str = "",
+        claim: bool = False,
         task_hash: str = "",
         source_key: str = "",
         request: RequestKey | None = None,
@@ -144,7 +146,10 @@ class MessageArchive(StoreBase):
 
         `then` runs with the stored message right after its history.json line, in the same
         hand-off off the event loop (a file write that belongs with it, an action.log line).
-        `owner` owns the session if this message makes it (gateway/ownership.py)."""
+        `owner` owns the session if this message makes it (gateway/ownership.py). With
+        `claim` (the writer was let in because the session did not exist), a session found
+        made meanwhile by another owner raises `SessionTaken` and nothing is written: the
+        insert of its row is the one place two makers of the same new id are told apart."""
         return await self._append(
             session_id,
             "user",
@@ -152,6 +157,7 @@ class MessageArchive(StoreBase):
             sender=sender,
             sender_key=sender_key,
             owner=owner,
+            claim=claim,
             task_hash=task_hash,
             create_session=True,
             source_key=source_key,
@@ -169,6 +175,7 @@ class MessageArchive(StoreBase):
         sender: str,
         sender_key: str = "",
         owner: str = "",
+        claim: bool = False,
         send_at: int | None = None,
         task_hash: str = "",
         write_history: bool = True,
@@ -194,6 +201,8 @@ class MessageArchive(StoreBase):
                 if not create_session:
                     raise UnknownSession(session_id)
                 new_session(sql, session_id, at, owner)
+            if claim and sql.value(_SESSION_OWNER, session_id) != owner:
+                raise SessionTaken(session_id)
             if request is not None:
                 forget_expired(sql, request)
             message_id = insert_message(sql, unfiled, source_key)

@@ -23,9 +23,9 @@ from gateway.ids import validate_session_id
 from gateway.logs import get_logger
 from gateway.settings import Settings
 from gateway.store.actionlog import ActionKind, ActionRecord
-from gateway.store.base import UnknownSession
+from gateway.store.base import SessionTaken, UnknownSession
 from gateway.store.console_signins import ConsoleSignins
-from gateway.store.db import Database
+from gateway.store.db import Database, insert_ignoring
 from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.listing import SessionCursor, SessionInfo, SessionListing, parent_of
 from gateway.store.messages import MessageArchive, StoredMessage
@@ -110,20 +110,24 @@ class SessionStore(
         from one platform (where reading that platform's backlog starts)."""
         return await latest_sources(self.db, session_prefix, key_prefix)
 
-    async def ensure(self, session_id: str, *, name: str = "", owner: str = "") -> SessionRow:
+    async def ensure(
+        self, session_id: str, *, name: str = "", owner: str = "", claim: bool = False
+    ) -> SessionRow:
         """The session's row, creating it (owned by `owner`) and its directory if this is its
-        first message."""
+        first message. With `claim`, one found owned by another raises `SessionTaken` (see
+        `take_in`): one conditional insert decides who made a new id."""
         validate_session_id(session_id)
         await asyncio.to_thread(self.dirs.create, session_id)
         now = now_ms()
+        made = SessionRow(id=session_id, name=name, owner=owner, created_at=now, updated_at=now)
 
         def work(session: Session) -> SessionRow:
+            insert = insert_ignoring(self.db.dialect, SessionRow)
+            session.connection().execute(insert.values(**made.model_dump()))
             row = session.get(SessionRow, session_id)
-            if row is None:
-                row = SessionRow(
-                    id=session_id, name=name, owner=owner, created_at=now, updated_at=now
-                )
-                session.add(row)
+            assert row is not None
+            if claim and row.owner != owner:
+                raise SessionTaken(session_id)
             return row
 
         return await self.db.write(work)
