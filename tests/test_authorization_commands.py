@@ -51,6 +51,7 @@ COMMANDS: Final[dict[str, tuple[str, frozenset[str]]]] = {
     "ban": ("/ban 77", ADMINS),
     "unban": ("/unban 77", ADMINS),
     "bans": ("/bans", ADMINS),
+    "id": ("/id", ADMINS),  # anyone in a private chat with the bot: test_telegram_id.py
     "new": ("", frozenset()),
 }
 CHANGES: Final[dict[str, tuple[str, frozenset[str]]]] = {
