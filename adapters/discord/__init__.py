@@ -1,10 +1,11 @@
 """The Discord front-end, on discord.py: every channel is one permanent `dc-*` session.
 
 - A thread is a channel of its own, and a DM channel too, so DMs are per user.
-- The agent answers DMs, mentions of the bot (the mention is taken out of the text), replies
-  to its messages, and everything in the listen channels; other messages in allowed channels
-  are kept as context. It never answers itself or another bot. Messages, slash commands,
-  button presses and modal submits pass one check (`allowlist`): from outside the allowed
+- The agent answers mentions of the bot (the mention is taken out of the text), replies to
+  its messages, everything in the listen channels, and DMs when they are allowed (they are
+  not by default); other messages in allowed channels are kept as context. It never answers
+  itself or another bot. Messages, slash commands, button presses and modal submits pass one
+  check (`allowlist`): from outside the allowed
   guilds and channels they are not served, DMs only when allowed. A message carries its id,
   so one delivered twice is stored once.
 - A slash command is taken in as the message `/name args` would be (same order, sender and
@@ -21,9 +22,9 @@
 
 Modules: `adapter` (what the bot answers, prompts, sending), `allowlist` (where it serves),
 `client` (the discord.py client and its buttons), `connect` (connecting, tried again while
-Discord is unreachable), `commands` (slash commands from the
-registry), `prompts` (the bot's own text, escaped) and `split` (cutting replies to Discord's
-limit).
+Discord is unreachable), `invite` (the link that adds the bot to a server), `commands` (slash
+commands from the registry), `prompts` (the bot's own text, escaped) and `split` (cutting
+replies to Discord's limit).
 """
 
 from __future__ import annotations
