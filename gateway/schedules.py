@@ -266,8 +266,12 @@ class Schedules:
             raise BadSchedule(str(exc)) from None
         return prompt
 
-    async def of_session(self, session_id: str) -> list[Schedule]:
-        return await self.store.schedules.of_session(validate_session_id(session_id))
+    async def of_session(
+        self, session_id: str, *, after_id: int = 0, limit: int | None = None
+    ) -> list[Schedule]:
+        return await self.store.schedules.of_session(
+            validate_session_id(session_id), after_id=after_id, limit=limit
+        )
 
     async def remove(self, session_id: str, who: Origin, schedule_id: int) -> None:
         """Raises NotAllowed or ScheduleNotFound."""

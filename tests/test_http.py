@@ -519,7 +519,7 @@ async def test_search_and_usage(server: Server) -> None:
     status, body = await server.call("GET", "/v1/search?q=zebra&limit=1&offset=1")
     assert [r["role"] for r in body["results"]] == ["user"]
     status, body = await server.call("GET", "/v1/search?q=zebra&session_id=cli-other")
-    assert (status, body) == (200, {"results": []})
+    assert (status, body) == (200, {"results": [], "next_cursor": None})
     for query in ("", "?q=", "?q=%20%20"):
         status, body = await server.call("GET", f"/v1/search{query}")
         assert (status, err(body)) == (400, "bad_request") and "'q'" in body["error"]["message"]
@@ -547,6 +547,7 @@ async def test_search_and_usage(server: Server) -> None:
         "cache_write",
         "elapsed_ms",
         "output_tps",
+        "cost",
     }
     status, body = await server.call("GET", "/v1/usage?days=1")
     assert status == 200 and len(body["models"]) == 1
@@ -1007,7 +1008,10 @@ async def test_prompt_expiry(tmp_path: Path) -> None:
             "POST", f"/v1/session/{sid}/pending/{task}", json_body={"approve": True}, headers=ANN
         )
         assert (status, err(body)) == (409, "already_answered")
-        assert await srv.call("GET", f"/v1/session/{sid}/pending") == (200, {"pending": []})
+        assert await srv.call("GET", f"/v1/session/{sid}/pending") == (
+            200,
+            {"pending": [], "next_cursor": None},
+        )
 
 
 # -- canceling -------------------------------------------------------------------------------------
@@ -1050,7 +1054,10 @@ async def test_cancel_route(server: Server) -> None:
     status, view = await server.call("GET", f"/v1/session/{sid}/task/{task}?wait=10")
     assert view["status"] == "canceled" and view["events"][-1]["kind"] == "canceled"
     assert view["events"][-1]["by"] == "Ann"
-    assert await server.call("GET", f"/v1/session/{sid}/pending") == (200, {"pending": []})
+    assert await server.call("GET", f"/v1/session/{sid}/pending") == (
+        200,
+        {"pending": [], "next_cursor": None},
+    )
     assert await server.call("POST", cancel, headers=ANN) == (200, {"canceled": False, "was": None})
     status, body = await server.call("POST", f"/v1/session/{sid}/cancel/nosuchtask")
     assert (status, err(body)) == (404, "not_found")

@@ -15,7 +15,7 @@ async def test_schedules_over_http(tmp_path: Path) -> None:
     async with serving(tmp_path) as srv:
         sid = (await srv.call("POST", "/v1/session"))[1]["session_id"]
         path = f"/v1/session/{sid}/schedules"
-        assert await srv.call("GET", path) == (200, {"schedules": []})
+        assert await srv.call("GET", path) == (200, {"schedules": [], "next_cursor": None})
         status, made = await srv.call(
             "POST",
             path,

@@ -4,10 +4,13 @@ usage (search: `adapters.http.search`)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Final
 
 from aiohttp import web
 
+from adapters.http.errors import bad
 from adapters.http.models import HistoryQuery, LogQuery, UsageQuery
+from adapters.http.paging import encode_cursor, page_of, read_cursor
 from adapters.http.replies import (
     IdentityUsage,
     LogRecord,
@@ -21,12 +24,26 @@ from adapters.http.sse import StreamClosed
 from gateway.events import event_to_json
 from gateway.store.usage import DAY_MS
 
+HISTORY_CURSOR: Final = "history"
+USAGE_CURSOR: Final = "usage"
+
 
 async def get_history(call: Call) -> Messages:
-    limit = call.query(HistoryQuery).limit
+    """The newest `limit` messages (older than the cursor's), oldest first; `next_cursor`
+    pages back in time, so a page never shifts as new messages arrive."""
+    query = call.query(HistoryQuery)
+    before = read_cursor(query.cursor, HISTORY_CURSOR, int)
     await call.ctx.require_session(call.session_id)
-    messages = await call.ctx.store.recent_messages(call.session_id, limit)
-    return Messages(messages=[Message.of(m) for m in messages])
+    found = await call.ctx.store.message_page(
+        call.session_id, query.limit + 1, before_id=None if before is None else int(before[0])
+    )
+    # Oldest first: the one more than the page, if any, is the first.
+    more = len(found) > query.limit
+    shown = found[1:] if more else found
+    return Messages(
+        messages=[Message.of(m) for m in shown],
+        next_cursor=encode_cursor(HISTORY_CURSOR, shown[0].id) if more else None,
+    )
 
 
 async def stream_log(call: Call) -> web.StreamResponse:
@@ -64,17 +81,29 @@ async def usage(call: Call) -> UsageList:
     runtime = call.ctx.runtime
     since = runtime.clock.now_ms() - query.days * DAY_MS
     if query.by == "model":
+        if query.cursor is not None:
+            bad("by=model answers every model at once: it takes no cursor")
         rows = await call.ctx.store.usage.summary(since_ms=since)
         return UsageList(models=[ModelUsage.of(r) for r in rows])
+    after = read_cursor(query.cursor, USAGE_CURSOR, str)
     caller = call.ctx.caller(call.request)
     mine = None
     if not runtime.authority.is_admin(caller):
         mine = await call.ctx.store.ownership.linked(caller.sender_key)
-    spent = await call.ctx.store.usage.by_identity(since_ms=since, identities=mine)
+    spent = await call.ctx.store.usage.by_identity(
+        since_ms=since,
+        identities=mine,
+        after=None if after is None else str(after[0]),
+        limit=query.limit + 1,
+    )
+    shown, next_cursor = page_of(spent, query.limit, USAGE_CURSOR, lambda u: (u.identity,))
     return UsageList(
         models=[],
         identities=[
-            IdentityUsage(identity=u.identity, calls=u.calls, input=u.input, output=u.output)
-            for u in spent
+            IdentityUsage(
+                identity=u.identity, calls=u.calls, input=u.input, output=u.output, cost=u.cost
+            )
+            for u in shown
         ],
+        next_cursor=next_cursor,
     )

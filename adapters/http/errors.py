@@ -12,6 +12,7 @@ from typing import Final, NoReturn
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from adapters.http.paging import BadCursor
 from adapters.http.replies import Error, ErrorDetail, json_reply
 from gateway.auth import NotAllowed
 from gateway.engine import (
@@ -107,6 +108,8 @@ def known_error(exc: Exception) -> ApiError | None:
     if isinstance(exc, TooManyTasks):
         wait = exc.retry_after
         return ApiError(429, exc.code, str(exc), {"Retry-After": str(wait)} if wait else None)
+    if isinstance(exc, BadCursor):
+        return ApiError(400, "bad_request", f"query parameter 'cursor': {exc}")
     if isinstance(exc, UnstorableText):
         return ApiError(400, "bad_text", str(exc))
     if isinstance(exc, TaskNotFound | UnknownSession):

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Final, Literal, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from adapters.http.paging import Cursor, limit_field
 from gateway.ids import HASH_RE, SESSION_ID_RE, Prefix, validate_hash
 from gateway.session_settings import (
     MAX_ALLOWED_TOOLS,
@@ -45,6 +46,10 @@ SESSIONS_MAX: Final = 500
 SESSION_CURSOR_PATTERN: Final = r"^([0-9]{1,19}~(cli|chat|dc|tg|temp)-[A-Za-z0-9_-]{1,128})?$"
 SEARCH_MAX_OFFSET: Final = 10_000
 USAGE_DEFAULT_DAYS: Final = 28
+USAGE_IDENTITIES_DEFAULT: Final = 100
+USAGE_IDENTITIES_MAX: Final = 500
+PENDING_DEFAULT: Final = 50
+PENDING_MAX: Final = 200
 USAGE_MAX_DAYS: Final = 3650
 
 WINDOW_HEADER: Final = "X-Agenvoy-Window"
@@ -250,7 +255,13 @@ class SessionsQuery(Query):
 
 
 class HistoryQuery(Query):
-    limit: int = Field(HISTORY_DEFAULT, ge=1, le=HISTORY_MAX, description="How many messages.")
+    limit: int = limit_field(HISTORY_DEFAULT, HISTORY_MAX)
+    cursor: Cursor | None = None
+
+
+class PendingQuery(Query):
+    limit: int = limit_field(PENDING_DEFAULT, PENDING_MAX)
+    cursor: Cursor | None = None
 
 
 class LogQuery(Query):
@@ -275,13 +286,20 @@ class SearchQuery(Query):
         json_schema_extra={"pattern": "^[^\u0000]*[^\u0000 \t][^\u0000]*$"},
     )
     session_id: SessionId | None = Field(None, description="Only this session.")
-    limit: int = Field(SEARCH_DEFAULT, ge=1, le=MAX_PAGE, description="Page size.")
-    offset: int = Field(0, ge=0, le=SEARCH_MAX_OFFSET, description="Results to skip.")
+    limit: int = limit_field(SEARCH_DEFAULT, MAX_PAGE)
+    cursor: Cursor | None = None
+    offset: int = Field(
+        0,
+        ge=0,
+        le=SEARCH_MAX_OFFSET,
+        description="Results to skip (deprecated: pages shift as messages arrive; use cursor, "
+        "which it cannot be combined with).",
+    )
     mode: Literal["fulltext", "semantic"] = Field(
         "fulltext",
         description="fulltext: messages containing every term, newest first; semantic: the "
-        "messages (and summaries) of session_id closest in meaning to q, best first (needs "
-        "session_id; offset does not apply).",
+        "messages (and summaries) of session_id closest in meaning to q, best first, one page "
+        "of `limit` (needs session_id; neither offset nor cursor applies).",
     )
 
 
@@ -292,8 +310,10 @@ class UsageQuery(Query):
     by: Literal["model", "identity"] = Field(
         "model",
         description="identity: spend per member too (gateway admins see everyone, others "
-        "themselves and the identities linked with them)",
+        "themselves and the identities linked with them), a page of them by identity",
     )
+    limit: int = limit_field(USAGE_IDENTITIES_DEFAULT, USAGE_IDENTITIES_MAX)
+    cursor: Cursor | None = None  # by=identity only: the models are answered at once
 
 
 # -- headers and path --------------------------------------------------------------------------

@@ -3,32 +3,60 @@ canceling. Who may answer or cancel is the core's rule (`gateway.auth`)."""
 
 from __future__ import annotations
 
+from typing import Final
+
 from adapters.http.context import Context
 from adapters.http.errors import ApiError
-from adapters.http.models import AnswerRequest, TaskQuery
+from adapters.http.models import AnswerRequest, PendingQuery, TaskQuery
+from adapters.http.paging import page_of, read_cursor
 from adapters.http.replies import Answered, Approved, Canceled, PendingList, TaskView
 from adapters.http.route import Call
 from gateway.engine import Prompt
 from gateway.events import Origin
 from gateway.ids import HASH_RE
 
+PENDING_CURSOR: Final = "pending"
+
 
 async def list_pending(call: Call) -> PendingList:
     """Open prompts of the session that the caller may answer (an admin: all of them)."""
+    query = call.query(PendingQuery)
     await call.ctx.require_session(call.session_id)
     prompts = await call.ctx.router.open_prompts(call.session_id)
-    return answerable(call.ctx, call.origin(), prompts)
+    return pending_page(may_answer(call.ctx, call.origin(), prompts), query.limit, query.cursor)
 
 
 async def list_all_pending(call: Call) -> PendingList:
     """Open prompts in every session that the caller may answer."""
-    return answerable(call.ctx, call.origin(), await call.ctx.router.open_prompts())
+    query = call.query(PendingQuery)
+    prompts = await call.ctx.router.open_prompts()
+    return pending_page(may_answer(call.ctx, call.origin(), prompts), query.limit, query.cursor)
+
+
+def may_answer(ctx: Context, origin: Origin, prompts: list[Prompt]) -> list[Prompt]:
+    """The prompts `origin` may answer."""
+    authority = ctx.runtime.authority
+    return [p for p in prompts if authority.may_act_for(origin, p.origin)]
 
 
 def answerable(ctx: Context, origin: Origin, prompts: list[Prompt]) -> PendingList:
-    """The prompts `origin` may answer."""
-    authority = ctx.runtime.authority
-    return PendingList.of([p for p in prompts if authority.may_act_for(origin, p.origin)])
+    """The prompts `origin` may answer, all of them (MCP and the console's session page)."""
+    return PendingList.of(may_answer(ctx, origin, prompts))
+
+
+def _key(prompt: Prompt) -> tuple[int, str]:
+    return prompt.expires_at, prompt.task_hash
+
+
+def pending_page(prompts: list[Prompt], limit: int, cursor: str | None) -> PendingList:
+    """A page of `prompts`, soonest to expire first (a task has one open prompt at a time, so
+    expiry and task name one). They are the caller's already: a page is never short of them."""
+    after = read_cursor(cursor, PENDING_CURSOR, int, str)
+    ordered = sorted(prompts, key=_key)
+    if after is not None:
+        ordered = [p for p in ordered if _key(p) > (int(after[0]), str(after[1]))]
+    shown, next_cursor = page_of(ordered[: limit + 1], limit, PENDING_CURSOR, _key)
+    return PendingList.of(shown, next_cursor)
 
 
 async def answer_prompt(call: Call) -> Approved | Answered:

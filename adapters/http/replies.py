@@ -30,6 +30,10 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 Event = TypeAliasType("Event", events.Event)
 TaskStatus = TypeAliasType("TaskStatus", engine.TaskStatus)
 UnixMs = TypeAliasType("UnixMs", Annotated[int, Field(description="Unix time in milliseconds")])
+# Every listing's answer: where its next page starts (adapters/http/paging.py).
+NextCursor = Annotated[
+    str | None, Field(description="Pass as `cursor` for the next page; null on the last one.")
+]
 
 
 def json_reply(
@@ -173,10 +177,11 @@ class PendingList(Reply):
     """The open prompts, soonest to expire first."""
 
     pending: list[Prompt]
+    next_cursor: NextCursor = None
 
     @classmethod
-    def of(cls, prompts: list[engine.Prompt]) -> PendingList:
-        return cls(pending=[Prompt.of(p) for p in prompts])
+    def of(cls, prompts: list[engine.Prompt], next_cursor: str | None = None) -> PendingList:
+        return cls(pending=[Prompt.of(p) for p in prompts], next_cursor=next_cursor)
 
 
 class Approved(Reply):
@@ -226,9 +231,7 @@ class SessionList(Reply):
     """The sessions the caller may see, most recently active first, a page at a time."""
 
     sessions: list[SessionSummary]
-    next_cursor: str | None = Field(
-        None, description="Pass as `cursor` for the next page; absent on the last one."
-    )
+    next_cursor: NextCursor = None
 
 
 class SessionMeta(Reply):
@@ -276,9 +279,10 @@ class Message(Reply):
 
 
 class Messages(Reply):
-    """The messages."""
+    """The messages, oldest first; `next_cursor` pages back to older ones."""
 
     messages: list[Message]
+    next_cursor: NextCursor = None
 
 
 class SearchResults(Reply):
@@ -318,6 +322,9 @@ class ModelUsage(Reply):
     cache_write: int
     elapsed_ms: int
     output_tps: float
+    cost: float | None = Field(
+        None, description="US dollars by the price table (AGENVOY_PRICES); null: none priced"
+    )
 
     @classmethod
     def of(cls, row: UsageRow) -> ModelUsage:
@@ -329,13 +336,17 @@ class IdentityUsage(Reply):
     calls: int
     input: int
     output: int
+    cost: float | None = Field(
+        None, description="US dollars by the price table (AGENVOY_PRICES); null: none priced"
+    )
 
 
 class UsageList(Reply):
     """Token spend per model (of what the caller may see, with by=identity)."""
 
     models: list[ModelUsage]
-    identities: list[IdentityUsage] | None = Field(None, description="with by=identity")
+    identities: list[IdentityUsage] | None = Field(None, description="with by=identity: a page")
+    next_cursor: NextCursor = None
 
 
 # -- operations --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from adapters.http.models import (
     CreateSessionRequest,
     HistoryQuery,
     LogQuery,
+    PendingQuery,
     SearchQuery,
     SendRequest,
     SessionsQuery,
@@ -22,6 +23,7 @@ from adapters.http.models import (
     UsageQuery,
 )
 from adapters.http.operations import Health, HealthUnavailable, healthz, metrics, openapi
+from adapters.http.profiles import PROFILE_ROUTES
 from adapters.http.prompts import (
     answer_prompt,
     cancel_task,
@@ -57,6 +59,7 @@ from adapters.http.schedules import (
     ResumeRequest,
     ScheduleList,
     ScheduleRequest,
+    SchedulesQuery,
     ScheduleView,
     Unscheduled,
     create_schedule,
@@ -187,7 +190,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         "GET",
         f"{SESSION}/schedules",
         list_schedules,
-        "The session's scheduled prompts",
+        "The session's scheduled prompts, oldest first",
+        query=SchedulesQuery,
         need=Need.read,
         replies={200: ScheduleList},
         errors=(400, 404),
@@ -262,6 +266,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         list_pending,
         "Open confirmations and questions of the session that the caller may answer",
         caller=True,
+        query=PendingQuery,
         need=Need.read,
         replies={200: PendingList},
         errors=(400, 404),
@@ -272,6 +277,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         list_all_pending,
         "Open prompts in every session that the sender may answer",
         caller=True,
+        query=PendingQuery,
         replies={200: PendingList},
         errors=(400,),
     ),
@@ -353,6 +359,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         errors=(400,),
     ),
     *ACCOUNT_ROUTES,
+    *PROFILE_ROUTES,
     # -- operations
     Route(
         "GET",

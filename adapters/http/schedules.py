@@ -10,8 +10,9 @@ from pydantic import Field
 
 from adapters.http.errors import ApiError, bad
 from adapters.http.idempotency import kept, outcome_unknown, request_key
-from adapters.http.models import NonBlank, RequestBody, SessionId
-from adapters.http.replies import Reply, UnixMs
+from adapters.http.models import NonBlank, Query, RequestBody, SessionId
+from adapters.http.paging import Cursor, limit_field, page_of, read_cursor
+from adapters.http.replies import NextCursor, Reply, UnixMs
 from adapters.http.route import Call
 from gateway.auth import NotAllowed
 from gateway.schedule_spec import BadSchedule
@@ -22,6 +23,7 @@ from gateway.store.schedules import Schedule
 
 # Past any id the archive hands out, short of what an SQL integer holds.
 MAX_SCHEDULE_ID: Final = 10**12
+SCHEDULES_CURSOR: Final = "schedules"
 
 
 class ScheduleRequest(RequestBody):
@@ -63,6 +65,13 @@ class ScheduleList(Reply):
     """The session's schedules, oldest first."""
 
     schedules: list[ScheduleView]
+    next_cursor: NextCursor = None
+
+
+class SchedulesQuery(Query):
+    # A session holds at most 50 (gateway/schedules.py): a page is all of them by default.
+    limit: int = limit_field(50, 200)
+    cursor: Cursor | None = None
 
 
 class ResumeRequest(RequestBody):
@@ -99,9 +108,14 @@ def _view(schedule: Schedule) -> ScheduleView:
 
 
 async def list_schedules(call: Call) -> ScheduleList:
+    query = call.query(SchedulesQuery)
+    after = read_cursor(query.cursor, SCHEDULES_CURSOR, int)
     await call.ctx.require_session(call.session_id)
-    found = await call.ctx.runtime.schedules.of_session(call.session_id)
-    return ScheduleList(schedules=[_view(s) for s in found])
+    found = await call.ctx.runtime.schedules.of_session(
+        call.session_id, after_id=0 if after is None else int(after[0]), limit=query.limit + 1
+    )
+    shown, next_cursor = page_of(found, query.limit, SCHEDULES_CURSOR, lambda s: (s.id,))
+    return ScheduleList(schedules=[_view(s) for s in shown], next_cursor=next_cursor)
 
 
 async def create_schedule(call: Call) -> ScheduleView:

@@ -3,17 +3,20 @@ over one session's messages and summaries (best first), under the same rule as f
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
 from adapters.http.errors import ApiError, bad
 from adapters.http.models import SearchQuery
-from adapters.http.replies import Message, Reply
+from adapters.http.paging import page_of, read_cursor
+from adapters.http.replies import Message, NextCursor, Reply
 from adapters.http.route import Call
 from gateway.ids import validate_session_id
 from gateway.memory.embedders import EmbeddingFailed
 from gateway.ownership import Need
+
+SEARCH_CURSOR: Final = "search"
 
 
 class SearchHit(Message):
@@ -27,22 +30,30 @@ class SearchHits(Reply):
     """The matches: newest first (fulltext), or best first (semantic)."""
 
     results: list[SearchHit]
+    next_cursor: NextCursor = None
 
 
 async def search(call: Call) -> SearchHits:
     query = call.query(SearchQuery)
     session_id = validate_session_id(query.session_id) if query.session_id else None
     if query.mode == "semantic":
+        if query.cursor is not None:
+            bad("mode=semantic answers one page, best first: it takes no cursor")
         return await _semantic(call, query, session_id)
+    if query.cursor is not None and query.offset:
+        bad("send either cursor or offset, not both")
+    before = read_cursor(query.cursor, SEARCH_CURSOR, int)
     found = await call.ctx.store.search.messages(
         query.q,
         session_id=session_id,
-        limit=query.limit,
+        limit=query.limit + 1,
         offset=query.offset,
         visible=await call.ctx.access.visibility(call.ctx.caller(call.request)),
+        before_id=None if before is None else int(before[0]),
     )
-    hits = [SearchHit(**Message.of(m).model_dump(), kind="message", score=None) for m in found]
-    return SearchHits(results=hits)
+    shown, next_cursor = page_of(found, query.limit, SEARCH_CURSOR, lambda m: (m.id,))
+    hits = [SearchHit(**Message.of(m).model_dump(), kind="message", score=None) for m in shown]
+    return SearchHits(results=hits, next_cursor=next_cursor)
 
 
 async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> SearchHits:

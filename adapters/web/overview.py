@@ -10,6 +10,8 @@ from typing import Final
 from aiohttp import web
 
 from adapters.http.context import Context
+from adapters.http.paging import page_of, read_cursor
+from adapters.http.search import SEARCH_CURSOR
 from adapters.web.charts import Series, lines, stacked_bars
 from adapters.web.pages import Pages
 from gateway.events import Origin
@@ -21,6 +23,8 @@ from gateway.store.usage import DAY_MS
 
 # What the archive keeps of usage (AGENVOY_USAGE_RETENTION_DAYS' default).
 USAGE_DAYS: Final = 28
+# Matches a page of word search shows (newest first; the next page goes on from the last).
+SEARCH_PAGE: Final = 50
 TOKEN_KINDS: Final = ("input", "output", "cache_read", "cache_write")
 
 
@@ -54,19 +58,22 @@ class Overview:
         results: list[Found] = []
         problem = ""
         origin = viewer.origin()
+        after: str | None = None
         if query and semantic:
             results, problem = await self._by_meaning(origin, query, sid)
         elif query:
             if sid is not None:
                 await self.ctx.access.require(origin, sid, Need.read)
+            before = read_cursor(request.query.get("after") or None, SEARCH_CURSOR, int)
             found = await self.ctx.store.search.messages(
                 query,
                 session_id=sid,
-                limit=MAX_PAGE,
-                offset=0,
+                limit=SEARCH_PAGE + 1,
                 visible=await self.ctx.access.visibility(origin),
+                before_id=None if before is None else int(before[0]),
             )
-            results = [Found(m.session_id, m.role, m.sender, m.send_at, m.content) for m in found]
+            shown, after = page_of(found, SEARCH_PAGE, SEARCH_CURSOR, lambda m: (m.id,))
+            results = [Found(m.session_id, m.role, m.sender, m.send_at, m.content) for m in shown]
         return self.pages.render(
             "search.html",
             viewer,
@@ -75,6 +82,8 @@ class Overview:
             semantic=semantic,
             results=results,
             problem=problem,
+            after=after,
+            paged="after" in request.query,
         )
 
     async def _by_meaning(
@@ -133,6 +142,9 @@ class Overview:
             [Series(model, values["tps"]) for model, values in sorted(per_model.items())],
         )
         totals = await self.ctx.store.usage.summary(since_ms=since, identities=whose)
+        # Per member and per shared chat: everyone's for an admin, else one's own spend.
+        members = await self.ctx.store.usage.by_identity(since_ms=since, identities=whose)
+        chats = await self.ctx.store.usage.by_chat(since_ms=since, identities=whose)
         return self.pages.render(
             "usage.html",
             viewer,
@@ -143,6 +155,9 @@ class Overview:
             day_label=lambda day: datetime.fromtimestamp(day * DAY_MS / 1000, UTC).date(),
             days=USAGE_DAYS,
             everyone=whose is None,
+            members=members,
+            chats=chats,
+            priced=self.ctx.runtime.settings.prices is not None,
         )
 
     async def health(self, request: web.Request) -> web.Response:

@@ -11,7 +11,9 @@ import jinja2
 from aiohttp import web
 
 from adapters.http.context import Context
-from adapters.http.prompts import answerable
+from adapters.http.paging import encode_cursor
+from adapters.http.paging import read_cursor as read_key
+from adapters.http.prompts import answerable, may_answer, pending_page
 from adapters.web.auth import ConsoleAuth, SignInNeeded, Viewer, forget, remember
 from adapters.web.live import state_of
 from gateway.events import Inbound, Origin
@@ -20,10 +22,15 @@ from gateway.logs import get_logger
 from gateway.ownership import Need
 from gateway.session_settings import REASONING_LEVELS, SettingsChange, SettingsRefused
 from gateway.store.listing import SessionCursor, SessionInfo
+from gateway.store.messages import StoredMessage
 
 log = get_logger(__name__)
 
-CONVERSATION_LIMIT: Final = 200
+# Messages a page of a conversation shows; it opens at the newest, and pages back.
+CONVERSATION_PAGE: Final = 100
+CONVERSATION: Final = "history"  # its cursors are the API history's
+# Prompts a page of approvals shows.
+APPROVALS_PAGE: Final = 50
 PREFIXES: Final = tuple(prefix.value for prefix in Prefix)
 # Sessions a page of the list shows; a filter by id or name reads at most SCAN_PAGES pages of
 # SCAN_SIZE to fill one, so that a filter matching little is still answered at once.
@@ -175,7 +182,7 @@ class Pages:
         if row is None:
             raise web.HTTPNotFound(text=f"no such session: {sid}")
         access = self.ctx.access
-        messages = await self.ctx.store.recent_messages(sid, CONVERSATION_LIMIT)
+        messages, older, newer = await self._conversation(sid, request)
         prompts = await self.ctx.router.open_prompts(sid)
         mine = answerable(self.ctx, origin, prompts).pending
         running = self.ctx.router.running_task(sid)
@@ -187,6 +194,10 @@ class Pages:
             schedules=schedules,
             row=row,
             messages=messages,
+            older=older,
+            newer=newer,
+            # Read upwards from its end, as a chat is; a page of newer ones from its start.
+            open_at_end="after" not in request.query,
             prompts=mine,
             running=running,
             may_write=await access.may(origin, sid, Need.write),
@@ -199,6 +210,30 @@ class Pages:
             reasoning_levels=REASONING_LEVELS,
             state=state_of(running, prompts),
         )
+
+    async def _conversation(
+        self, sid: str, request: web.Request
+    ) -> tuple[list[StoredMessage], str | None, str | None]:
+        """The page of the conversation the address asks for: the newest messages, those
+        `before` a cursor or those `after` one, oldest first; and the cursors of the pages
+        older and newer than it (None: there is none)."""
+        store = self.ctx.store
+        before = read_key(request.query.get("before") or None, CONVERSATION, int)
+        after = read_key(request.query.get("after") or None, CONVERSATION, int)
+        if after is not None:
+            found = await store.message_page(sid, CONVERSATION_PAGE + 1, after_id=int(after[0]))
+            shown = found[:CONVERSATION_PAGE]
+            has_older, has_newer = True, len(found) > CONVERSATION_PAGE
+        else:
+            before_id = None if before is None else int(before[0])
+            found = await store.message_page(sid, CONVERSATION_PAGE + 1, before_id=before_id)
+            shown = found[1:] if len(found) > CONVERSATION_PAGE else found
+            has_older, has_newer = len(found) > CONVERSATION_PAGE, before is not None
+        if not shown:  # past either end: the way back is the newest page
+            return shown, None, "" if (before or after) else None
+        older = encode_cursor(CONVERSATION, shown[0].id) if has_older else None
+        newer = encode_cursor(CONVERSATION, shown[-1].id) if has_newer else None
+        return shown, older, newer
 
     async def send(self, request: web.Request) -> web.Response:
         viewer = await self.viewer(request)
@@ -250,10 +285,17 @@ class Pages:
     async def approvals(self, request: web.Request) -> web.Response:
         viewer = await self.viewer(request)
         origin = viewer.origin()
-        prompts = answerable(self.ctx, origin, await self.ctx.router.open_prompts()).pending
+        prompts = may_answer(self.ctx, origin, await self.ctx.router.open_prompts())
         readable = await self.readable(origin, {prompt.session_id for prompt in prompts})
-        shown = [prompt for prompt in prompts if prompt.session_id in readable]
-        return self.render("approvals.html", viewer, prompts=shown)
+        mine = [prompt for prompt in prompts if prompt.session_id in readable]
+        page = pending_page(mine, APPROVALS_PAGE, request.query.get("after") or None)
+        return self.render(
+            "approvals.html",
+            viewer,
+            prompts=page.pending,
+            after=page.next_cursor,
+            paged="after" in request.query,
+        )
 
     async def readable(self, origin: Origin, session_ids: set[str]) -> set[str]:
         """Those of `session_ids` `origin` may read."""

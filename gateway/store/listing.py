@@ -1,4 +1,5 @@
-"""Listing sessions: those a caller may see, most recently active first, a page at a time."""
+"""Listings of the archive a page at a time: the sessions a caller may see, most recently
+active first, and a session's messages."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from sqlalchemy import func, literal, tuple_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
+from gateway.ids import validate_session_id
 from gateway.store.base import StoreBase
+from gateway.store.messages import StoredMessage
 from gateway.store.models import MessageRow, SessionRow
 from gateway.store.ownership import EVERYTHING, Visibility
 
@@ -89,5 +92,45 @@ class SessionListing(StoreBase):
                 SessionInfo(sid, name, updated, counts.get(sid, 0), parent_of(settings))
                 for sid, name, updated, settings in rows
             ]
+
+        return await self.db.read(work)
+
+    async def message_page(
+        self,
+        session_id: str,
+        limit: int,
+        *,
+        before_id: int | None = None,
+        after_id: int | None = None,
+    ) -> list[StoredMessage]:
+        """`limit` of the session's messages, oldest first: the newest ones (older than
+        `before_id`), or the oldest ones newer than `after_id` (the page after one shown). By
+        id, which only grows: a page stays the same as new messages arrive."""
+        validate_session_id(session_id)
+        row = sa_select(
+            col(MessageRow.id),
+            col(MessageRow.session_id),
+            col(MessageRow.role),
+            col(MessageRow.content),
+            col(MessageRow.sender),
+            col(MessageRow.send_at),
+            col(MessageRow.task_hash),
+        ).where(col(MessageRow.session_id) == session_id)
+        if after_id is not None:
+            stmt = row.where(col(MessageRow.id) > after_id).order_by(col(MessageRow.id))
+        else:
+            if before_id is not None:
+                row = row.where(col(MessageRow.id) < before_id)
+            stmt = row.order_by(col(MessageRow.id).desc())
+        stmt = stmt.limit(limit)
+
+        def work(session: Session) -> list[StoredMessage]:
+            found = [
+                StoredMessage(int(mid or 0), sid, role, content, sender, send_at, task)
+                for mid, sid, role, content, sender, send_at, task in session.connection()
+                .execute(stmt)
+                .all()
+            ]
+            return found if after_id is not None else found[::-1]
 
         return await self.db.read(work)

@@ -93,9 +93,16 @@ class ScheduleTable:
 
         return await self._db.write(work)
 
-    async def of_session(self, session_id: str) -> list[Schedule]:
-        stmt = select(ScheduleRow).where(col(ScheduleRow.session_id) == session_id)
+    async def of_session(
+        self, session_id: str, *, after_id: int = 0, limit: int | None = None
+    ) -> list[Schedule]:
+        """The session's schedules, oldest first: all, or `limit` after the one `after_id`."""
+        stmt = select(ScheduleRow).where(
+            col(ScheduleRow.session_id) == session_id, col(ScheduleRow.id) > after_id
+        )
         stmt = stmt.order_by(col(ScheduleRow.id))
+        if limit is not None:
+            stmt = stmt.limit(limit)
         return await self._db.read(lambda session: [_of(r) for r in session.exec(stmt).all()])
 
     async def remove(self, session_id: str, schedule_id: int) -> bool:

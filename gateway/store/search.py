@@ -55,15 +55,17 @@ class Search:
         limit: int = 20,
         offset: int = 0,
         visible: Visibility = EVERYTHING,
+        before_id: int | None = None,
     ) -> list[StoredMessage]:
         """Messages containing every term of `query` in the sessions `visible` shows, newest
-        first."""
+        first (older than the message `before_id`: the next page of a listing)."""
         if session_id is not None:
             validate_session_id(session_id)
         terms = split_terms(query)
         if not terms:
             return []
-        limit = max(1, min(limit, MAX_PAGE))
+        # One past a page: a listing asks for one more to know whether a next page exists.
+        limit = max(1, min(limit, MAX_PAGE + 1))
         offset = max(0, offset)
         params: dict[str, object] = {"limit": limit, "offset": offset}
         where: list[str] = []
@@ -93,6 +95,10 @@ class Search:
                 where.append(f"m.content ILIKE :like{i} ESCAPE '\\'")
                 params[f"like{i}"] = like_pattern(term)
 
+        if before_id is not None:
+            # On the column the rows come in order of, so the index starts there.
+            where.append(f"{order} < :before")
+            params["before"] = before_id
         sql = text(
             "SELECT m.id, m.session_id, m.role, m.content, m.sender, m.send_at, m.task_hash "
             f"FROM {source} "

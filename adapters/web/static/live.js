@@ -1,3 +1,14 @@
+// A conversation opens at its newest message (or, paging back, at the end of the older page,
+// where reading upwards goes on), not at the top of the page; an address with a #fragment
+// goes where it says.
+(function () {
+  "use strict";
+  var conversation = document.getElementById("conversation");
+  if (!conversation || conversation.dataset.openAt !== "end" || window.location.hash) { return; }
+  var last = conversation.lastElementChild;
+  if (last) { last.scrollIntoView({ block: "end" }); }
+})();
+
 // Follows the session's live events: a running task's text as it streams, its tool calls and
 // results; when something lands in the archive (a message, a reply, a prompt), the page is
 // loaded again, unless the viewer is typing, who is then told instead.
