@@ -21,8 +21,11 @@ from gateway.cli_support import fail, load_settings
 
 
 def _run(identity: str, *, forget: bool, by: str = "") -> Any:
+    from gateway.agents.tool_memory import ToolMemory
+    from gateway.clock import SYSTEM_CLOCK
     from gateway.member_data.service import MemberData, NotAMember, OpenTasks
     from gateway.store.db import DatabaseError
+    from gateway.store.kv import open_kv
     from gateway.store.sessions import SessionStore
 
     settings = load_settings()
@@ -30,10 +33,13 @@ def _run(identity: str, *, forget: bool, by: str = "") -> Any:
     async def main() -> Any:
         store = await SessionStore.open(settings)
         try:
-            members = MemberData(store)
-            if forget:
-                return await members.forget(identity, by=by)
-            return await members.export(identity)
+            if not forget:
+                return await MemberData(store).export(identity)
+            # The tool cache and error memory may quote them too: the gateway's KV store,
+            # shared with a running gateway like the archive.
+            async with await open_kv(settings.resolved_kv_url) as kv:
+                memory = ToolMemory.open(kv, settings, SYSTEM_CLOCK)
+                return await MemberData(store, tool_memory=memory).forget(identity, by=by)
         finally:
             await store.close()
 

@@ -48,7 +48,7 @@ class Forgotten(Reply):
 
 
 def _member(call: Call) -> MemberData:
-    return MemberData(call.ctx.store, canceler(call.ctx.router))
+    return MemberData(call.ctx.store, canceler(call.ctx.router), call.ctx.runtime.tool_memory)
 
 
 def _refused(exc: NotAMember) -> ApiError:

@@ -3,6 +3,7 @@ settings once per runtime and handed to every task's context (`tools.call_tool` 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gateway.agents.error_memory import ErrorMemory
@@ -28,3 +29,12 @@ class ToolMemory:
         """Clear the session's error memory and tool cache (`/forget`); how many failures
         and cache keys went."""
         return await self.errors.clear(session_id), await self.cache.clear(session_id)
+
+    async def forget_for_erasure(self, session_ids: Iterable[str]) -> int:
+        """Forget the sessions' tool calls (their results and errors may quote a member's
+        words), then leave no copy in the store's files; how many entries went."""
+        gone = 0
+        for session_id in session_ids:
+            gone += sum(await self.forget(session_id))
+        await self.cache.kv.scrub()
+        return gone

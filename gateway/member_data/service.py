@@ -12,15 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gateway.agents.tool_memory import ToolMemory
 from gateway.clock import now_ms
 from gateway.engine.errors import TaskNotFound
 from gateway.engine.router import Router
 from gateway.logs import get_logger
-from gateway.member_data.files import redact_action_log, redact_history
+from gateway.member_data.files import (
+    drop_resume_state,
+    redact_action_log,
+    redact_history,
+    redact_inputs,
+)
 from gateway.store.files import Summary
 from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.member_data import Footprint, MemberRows, SessionErasure, SessionTrace
@@ -76,6 +82,10 @@ class Erasure:
     history_lines: int
     log_lines: int
     canceled: int
+    inputs: int = 0  # terminal input history entries
+    resume_files: int = 0  # backends' resume state, dropped
+    names: int = 0  # session names blanked
+    tool_memory: int = 0  # cached tool results and remembered failures
 
     def counts(self) -> dict[str, int]:
         return {
@@ -92,6 +102,10 @@ class Erasure:
             "history_lines": self.history_lines,
             "log_lines": self.log_lines,
             "canceled_tasks": self.canceled,
+            "inputs": self.inputs,
+            "resume_files": self.resume_files,
+            "session_names": self.names,
+            "tool_memory": self.tool_memory,
         }
 
     def audit(self, by: str) -> str:
@@ -112,10 +126,16 @@ def canceler(router: Router) -> Canceler:
 
 
 class MemberData:
-    def __init__(self, store: SessionStore, cancel: Canceler | None = None) -> None:
+    def __init__(
+        self,
+        store: SessionStore,
+        cancel: Canceler | None = None,
+        tool_memory: ToolMemory | None = None,
+    ) -> None:
         self.store = store
         self.rows = MemberRows(store.db)
         self._cancel = cancel
+        self._tool_memory = tool_memory
 
     async def identities(self, identity: str) -> frozenset[str]:
         if not identity or identity in NOBODY:
@@ -146,13 +166,25 @@ class MemberData:
         totals = dict.fromkeys(("messages", "runs", "journals", "deliveries", "embeddings"), 0)
         summaries = history_lines = log_lines = 0
         for sid, trace in sorted(footprint.sessions.items()):
-            done, lines, logged = await self._erase_session(sid, trace)
+            done, lines, logged = await self._erase_session(sid, trace, footprint.quotes)
             for key in totals:
                 totals[key] += getattr(done, key)
             summaries += done.summary_dropped
             history_lines += lines
             log_lines += logged
         schedules = await self.rows.erase_schedules(identities)
+        names = await self.rows.erase_names(identities, footprint.quotes)
+        reached = sorted(set(footprint.sessions) | footprint.owned)
+        inputs = resume_files = 0
+        for sid in reached:
+            typed, resumed = await asyncio.to_thread(
+                self._erase_local_files, sid, footprint.quotes, whole=sid in footprint.owned
+            )
+            inputs += typed
+            resume_files += resumed
+        tool_memory = 0
+        if self._tool_memory is not None:
+            tool_memory = await self._tool_memory.forget_for_erasure(reached)
         await self.rows.compact()
         erasure = Erasure(
             identity,
@@ -165,6 +197,10 @@ class MemberData:
             history_lines=history_lines,
             log_lines=log_lines,
             canceled=canceled,
+            inputs=inputs,
+            resume_files=resume_files,
+            names=names,
+            tool_memory=tool_memory,
             **totals,
         )
         line = erasure.audit(by)
@@ -184,21 +220,30 @@ class MemberData:
             await self._cancel(sid, task, by or "erasure")
         return len(open_tasks)
 
+    def _erase_local_files(
+        self, sid: str, quotes: Collection[str], *, whole: bool
+    ) -> tuple[int, int]:
+        """The terminal input history and the backends' resume state of one session."""
+        folder = self.store.files(sid).dir
+        if not folder.is_dir():
+            return 0, 0
+        return redact_inputs(folder, quotes, whole=whole), drop_resume_state(folder)
+
     async def _erase_session(
-        self, sid: str, trace: SessionTrace
+        self, sid: str, trace: SessionTrace, quotes: Collection[str]
     ) -> tuple[SessionErasure, int, int]:
         files = self.store.files(sid)
         # The session's message writes wait meanwhile, so no line is filed from a row read
         # before its redaction.
         async with self.store._archive_turn(sid):
-            done = await self.rows.erase_session(sid, trace)
+            done = await self.rows.erase_session(sid, trace, quotes)
 
             def redact_files() -> tuple[int, int]:
                 try:
-                    lines = redact_history(files.history, trace.message_ids, trace.texts)
+                    lines = redact_history(files.history, trace.message_ids, trace.texts, quotes)
                 except SessionDirectoryMissing:
                     return 0, 0
-                logged = redact_action_log(files.action_log, trace.tasks, trace.texts)
+                logged = redact_action_log(files.action_log, trace.tasks, trace.texts, quotes)
                 for task in trace.tasks:
                     files.remove_pending(task)
                 if done.summary_dropped:

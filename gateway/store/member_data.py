@@ -24,6 +24,15 @@ from sqlalchemy import delete, or_, select, text, update
 from sqlmodel import Session, col
 
 from gateway.store.db import SQLITE_BUSY_TIMEOUT_MS, Database
+from gateway.store.member_data_reach import ERASED as ERASED  # where the text stood
+from gateway.store.member_data_reach import (
+    blank_session_names,
+    erase_quotes,
+    needles,
+    owned_sessions,
+    session_messages,
+    subagent_sessions,
+)
 from gateway.store.models import (
     ActionHistoryRow,
     BanRow,
@@ -43,7 +52,6 @@ from gateway.store.models import (
     UsageRow,
 )
 
-ERASED: Final = "[erased]"
 # Rows per IN (...) list: under the bound-parameter limit of older SQLite.
 _CHUNK: Final = 500
 
@@ -59,9 +67,12 @@ class SessionTrace:
 
 @dataclass(frozen=True, slots=True)
 class Footprint:
-    sessions: dict[str, SessionTrace]
+    sessions: dict[str, SessionTrace]  # where they wrote, and their subagents' sessions
     own: int  # messages they wrote
     replies: int  # the agent's messages in their tasks
+    # The forms their words take when quoted elsewhere (member_data_reach.needles).
+    quotes: tuple[str, ...] = ()
+    owned: frozenset[str] = frozenset()  # the sessions they own
 
     @property
     def tasks(self) -> set[str]:
@@ -115,7 +126,19 @@ def _footprint(session: Session, identities: Collection[str]) -> Footprint:
             found = {_int(row[0]) for row in conn.execute(answers).all()} - trace.message_ids
             replies += len(found)
             trace.message_ids |= found
-    return Footprint(dict(traces), own, replies)
+    written = {text for trace in traces.values() for text in trace.texts}
+    for sid, tasks in subagent_sessions(
+        session, {t for tr in traces.values() for t in tr.tasks}
+    ).items():
+        child = traces[sid]  # ran for them, on what their task handed it: all of it theirs
+        child.tasks |= tasks
+        for message_id, content in session_messages(session, sid):
+            child.message_ids.add(message_id)
+            if content != ERASED:
+                child.texts.add(content)
+        written |= child.texts
+    owned = frozenset(owned_sessions(session, identities))
+    return Footprint(dict(traces), own, replies, tuple(needles(written)), owned)
 
 
 def _int(value: Any) -> int:
@@ -126,7 +149,9 @@ def _in(column: Any, values: Collection[Any]) -> Any:
     return or_(*(column.in_(chunk) for chunk in _chunks(values)))
 
 
-def _erase_session(session: Session, sid: str, trace: SessionTrace) -> SessionErasure:
+def _erase_session(
+    session: Session, sid: str, trace: SessionTrace, quotes: Collection[str]
+) -> SessionErasure:
     conn = session.connection()
     secure = conn.dialect.name == "sqlite"
     if secure:
@@ -139,6 +164,8 @@ def _erase_session(session: Session, sid: str, trace: SessionTrace) -> SessionEr
             .where(col(MessageRow.session_id) == sid, _in(col(MessageRow.id), ids))
             .values(content=ERASED, sender="")
         ).rowcount
+        quoted = erase_quotes(session, sid, quotes, ids)
+        messages += len(quoted)
         runs = journals = deliveries = 0
         if tasks:
             runs = conn.execute(
@@ -173,7 +200,8 @@ def _erase_session(session: Session, sid: str, trace: SessionTrace) -> SessionEr
                 _in(col(EmbeddingRow.message_id), ids),
             )
         ).rowcount
-        dropped, reset_at = _drop_summary(session, sid, min(ids) if ids else 0)
+        changed = ids | quoted
+        dropped, reset_at = _drop_summary(session, sid, min(changed) if changed else 0)
         if dropped:
             embeddings += conn.execute(
                 delete(EmbeddingRow).where(
@@ -313,8 +341,15 @@ class MemberRows:
 
         return await self._db.read(work)
 
-    async def erase_session(self, session_id: str, trace: SessionTrace) -> SessionErasure:
-        return await self._db.write(lambda s: _erase_session(s, session_id, trace))
+    async def erase_session(
+        self, session_id: str, trace: SessionTrace, quotes: Collection[str] = ()
+    ) -> SessionErasure:
+        return await self._db.write(lambda s: _erase_session(s, session_id, trace, quotes))
+
+    async def erase_names(self, identities: Collection[str], quotes: Collection[str]) -> int:
+        """Blank the names of the sessions they own, and their words in any other name."""
+        wanted = list(identities)
+        return await self._db.write(lambda s: blank_session_names(s, wanted, quotes))
 
     async def erase_schedules(self, identities: Collection[str]) -> int:
         """Their schedules go: each holds a prompt they wrote."""

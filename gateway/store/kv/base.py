@@ -58,6 +58,11 @@ class KVStore(ABC):
         a question every backend can answer without changing anything."""
         await self.get("health:ping")
 
+    async def scrub(self) -> None:  # noqa: B027 - a no-op unless the backend has files
+        """Leave no trace of deleted values in the store's own files (an erasure asks). A
+        server keeps its files itself: nothing to do here (Redis rewrites its dump and
+        append-only file on its own schedule)."""
+
     @abstractmethod
     async def close(self) -> None:
         """Release the connection. Calling it twice is harmless."""

@@ -203,6 +203,16 @@ class SqliteKV(KVStore):
             _log.debug("kv_purged", path=str(self.path), rows=removed)
         return removed
 
+    async def scrub(self) -> None:
+        """Rebuild the file without the pages deleted values were left in, and empty the
+        write-ahead log that still holds their frames."""
+
+        async def rebuild() -> None:
+            await self._conn.execute("VACUUM")
+            await self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+        await self._run(rebuild)
+
     def _now(self) -> float:
         """Wall-clock seconds, the unit of the `expires_at` column."""
         return self._clock.now_ms() / 1000
