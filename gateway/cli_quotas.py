@@ -22,8 +22,25 @@ quota_app = typer.Typer(
 )
 
 
+def _dollars(pair: str, value: str) -> int:
+    """A money limit (`2.50`, `$2.50`) in millionths of a dollar, as the quota table keeps it."""
+    from decimal import Decimal, InvalidOperation
+
+    from gateway.budgets import MICROS
+
+    try:
+        amount = Decimal(value.removeprefix("$"))
+    except InvalidOperation:
+        amount = Decimal(-1)
+    if not amount.is_finite() or amount < 0 or amount > 10**9:
+        raise typer.BadParameter(f"{pair!r}: the value is an amount of dollars, or `default`")
+    return int(amount * MICROS)
+
+
 def parse_changes(subject: str, pairs: list[str]) -> dict[str, int | None]:
-    """`key=value` pairs for `subject`: a whole number, or `default` to take one away."""
+    """`key=value` pairs for `subject`: a whole number (dollars for `cost_*`), or `default`
+    to take one away."""
+    from gateway.budgets import COST_KEYS
     from gateway.ids import InvalidSessionId, validate_session_id
     from gateway.quotas import CHAT_KEYS, PERSON_KEYS
 
@@ -46,6 +63,8 @@ def parse_changes(subject: str, pairs: list[str]) -> dict[str, int | None]:
             raise typer.BadParameter(f"{pair!r}: expected KEY=N with KEY one of {', '.join(known)}")
         if value == "default":
             changes[key] = None
+        elif key in COST_KEYS:
+            changes[key] = _dollars(pair, value)
         elif value.isascii() and value.isdigit() and len(value) <= 15:
             changes[key] = int(value)
         else:
@@ -56,7 +75,12 @@ def parse_changes(subject: str, pairs: list[str]) -> dict[str, int | None]:
 
 
 def _shown(limits: dict[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(limits.items())) or "(defaults)"
+    from gateway.budgets import COST_KEYS, MICROS
+
+    def value(key: str, amount: int) -> str:
+        return f"{amount / MICROS:.2f}" if key in COST_KEYS else str(amount)
+
+    return " ".join(f"{k}={value(k, v)}" for k, v in sorted(limits.items())) or "(defaults)"
 
 
 @quota_app.command("set")
@@ -97,11 +121,14 @@ def usage_by_identity(days: int) -> None:
     from gateway.store.usage import DAY_MS
 
     since = now_ms() - days * DAY_MS
+    priced = load_settings().prices is not None
     rows = with_store(lambda store: store.usage.by_identity(since_ms=since))
     if not rows:
         typer.echo(f"no usage in the last {days} days")
         return
-    typer.echo(f"{'identity':<40}{'calls':>7}{'input':>12}{'output':>12}")
+    cost = f"{'cost $':>12}" if priced else ""
+    typer.echo(f"{'identity':<40}{'calls':>7}{'input':>12}{'output':>12}{cost}")
     for u in rows:
         who = printable(u.identity) or "(unknown)"
-        typer.echo(f"{who:<40}{u.calls:>7}{u.input:>12}{u.output:>12}")
+        cost = f"{u.cost or 0.0:>12.4f}" if priced else ""
+        typer.echo(f"{who:<40}{u.calls:>7}{u.input:>12}{u.output:>12}{cost}")

@@ -14,9 +14,9 @@ unless the settings say otherwise.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NoReturn
 
 from gateway.budgets import BUDGET_KEYS, check_budgets, day_start, micros, next_month, seconds
 from gateway.clock import Clock
@@ -24,6 +24,7 @@ from gateway.engine.errors import QuotaExceeded, TooManyTasks
 from gateway.events import Origin
 from gateway.ids import prefix_of
 from gateway.ownership import is_shared
+from gateway.rate_window import LocalWindow, Rate, RateWindow
 from gateway.settings import Settings
 from gateway.store.quotas import OWNED_PREFIXES, Quotas
 from gateway.store.sessions import SessionStore
@@ -31,7 +32,6 @@ from gateway.store.sessions import SessionStore
 # Where they were before gateway/budgets.py held them; callers import them from here.
 __all__ = ["Admission", "People", "Person", "day_start", "defaults", "next_month"]
 
-MINUTE_MS = 60_000
 PERSON_KEYS = ("messages_per_minute", "running", "waiting", "sessions", *BUDGET_KEYS)
 CHAT_KEYS = ("messages_per_minute", *BUDGET_KEYS)
 # How many tasks an identity's person has waiting or running (the scheduler's count).
@@ -89,28 +89,6 @@ class People:
         self._running[person.key] = person.limits.get("running") or self._running_default
 
 
-class _Window:
-    """Messages taken in during the last minute, per person or chat (this instance's)."""
-
-    def __init__(self) -> None:
-        self._times: dict[str, deque[int]] = {}
-
-    def wait_ms(self, key: str, limit: int, now: int) -> int:
-        """0 when one more message fits; else how long until one does."""
-        times = self._times.get(key)
-        if times is None:
-            return 0
-        while times and times[0] <= now - MINUTE_MS:
-            times.popleft()
-        if not times:
-            del self._times[key]
-            return 0
-        return times[0] + MINUTE_MS - now if len(times) >= limit else 0
-
-    def note(self, key: str, now: int) -> None:
-        self._times.setdefault(key, deque()).append(now)
-
-
 class Admission:
     """The one check a message passes before it becomes a task."""
 
@@ -131,7 +109,8 @@ class Admission:
         self.person_defaults, self.chat_defaults = defaults(settings)
         self.people = People(settings.max_running_per_sender)
         self._tasks_of = tasks_of
-        self._window = _Window()
+        # Messages a minute: this instance's count, or one all instances share (Runtime).
+        self.window: RateWindow = LocalWindow()
 
     async def person(self, identity: str) -> Person:
         identities = await self.store.ownership.linked(identity)
@@ -162,9 +141,6 @@ class Admission:
         if person.exempt:
             return
         chat = await self.chat(session_id) if is_shared(session_id) else None
-        self._check_rate(person.key, person.limits["messages_per_minute"], now, "you have")
-        if chat is not None:
-            self._check_rate(session_id, chat["messages_per_minute"], now, "this chat has")
         new = f"{prefix_of(session_id)}-" in OWNED_PREFIXES
         if new and await self.store.get(session_id) is None:
             await self._check_sessions(person)
@@ -172,9 +148,15 @@ class Admission:
         await check_budgets(usage, person.limits, now, "", identities=person.identities)
         if chat is not None:
             await check_budgets(usage, chat, now, "this chat's ", session_id=session_id)
-        self._window.note(person.key, now)
+        # Last: a message counts against the minute only once nothing else refuses it.
+        rates = [Rate(person.key, person.limits["messages_per_minute"])]
         if chat is not None:
-            self._window.note(session_id, now)
+            rates.append(Rate(session_id, chat["messages_per_minute"]))
+        refused = await self.window.take(rates, now)
+        if refused is not None:
+            rate, wait = refused
+            whose = "you have" if rate is rates[0] else "this chat has"
+            self._rate_limited(rate.limit, wait, whose)
 
     async def recheck(self, identity: str, session_id: str) -> None:
         """Raise `QuotaExceeded` when the budgets of `identity`'s person, or of the shared chat
@@ -203,15 +185,10 @@ class Admission:
                 None,
             )
 
-    def _check_rate(self, key: str, limit: int, now: int, whose: str) -> None:
-        if not limit:
-            return
-        wait = self._window.wait_ms(key, limit, now)
-        if wait:
-            raise QuotaExceeded(
-                "rate_limited",
-                f"{whose} sent {limit:,} message{'s' if limit != 1 else ''} in the last minute, "
-                "the most allowed; "
-                f"try again in {seconds(wait)} s",
-                seconds(wait),
-            )
+    def _rate_limited(self, limit: int, wait: int, whose: str) -> NoReturn:
+        raise QuotaExceeded(
+            "rate_limited",
+            f"{whose} sent {limit:,} message{'s' if limit != 1 else ''} in the last minute, "
+            f"the most allowed; try again in {seconds(wait)} s",
+            seconds(wait),
+        )

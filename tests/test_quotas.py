@@ -147,7 +147,7 @@ async def test_usage_per_identity_over_http_shows_others_only_to_admins(tmp_path
         status, body = await server.call("GET", "/v1/usage?by=identity")
         assert status == 200
         assert body["identities"] == [
-            {"identity": "http:tester", "calls": 1, "input": 5, "output": 2}
+            {"identity": "http:tester", "calls": 1, "input": 5, "output": 2, "cost": None}
         ]
         status, body = await server.call("GET", "/v1/usage?by=identity", headers=bearer("root"))
         assert [u["identity"] for u in body["identities"]] == ["http:ann", "http:tester"]

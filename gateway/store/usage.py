@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, case, delete, func
+from sqlalchemy import BigInteger, case, delete, func, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
@@ -20,6 +20,7 @@ from gateway.store.lean import Lean
 from gateway.store.models import UsageRow
 
 DAY_MS = 86_400_000
+SHARED_PREFIXES = ("dc-", "tg-")  # the shared chats' sessions (gateway.ownership)
 
 
 def month_start(at: int) -> int:
@@ -125,6 +126,15 @@ def _usage(model: str, sums: Sequence[Any]) -> ModelUsage:
 @dataclass(frozen=True, slots=True)
 class IdentityUsage:
     identity: str  # "" for calls made before identities were kept
+    calls: int
+    input: int
+    output: int
+    cost: float | None = None  # US dollars; None when none of the calls was priced
+
+
+@dataclass(frozen=True, slots=True)
+class ChatUsage:
+    session_id: str  # a shared chat: dc-*, tg-*
     calls: int
     input: int
     output: int
@@ -276,6 +286,40 @@ class Usage:
                     None if cost is None else float(cost),
                 )
                 for who, calls, inp, out, cost in rows
+            ]
+
+        return await self._db.read(work)
+
+    async def by_chat(
+        self, *, since_ms: int, identities: Collection[str] | None = None
+    ) -> list[ChatUsage]:
+        """Spend per shared chat (dc-*, tg-*) since `since_ms` (of `identities`), the biggest
+        first."""
+        total = func.sum(col(UsageRow.input) + col(UsageRow.output))
+        shared = or_(*(col(UsageRow.session_id).startswith(p) for p in SHARED_PREFIXES))
+        stmt = sa_select(
+            col(UsageRow.session_id),
+            func.count(),
+            func.sum(col(UsageRow.input)),
+            func.sum(col(UsageRow.output)),
+            func.sum(col(UsageRow.cost)),
+        ).where(col(UsageRow.send_at) >= since_ms, shared)
+        if identities is not None:
+            stmt = stmt.where(col(UsageRow.identity).in_(tuple(identities)))
+        stmt = stmt.group_by(col(UsageRow.session_id))
+        stmt = stmt.order_by(total.desc(), col(UsageRow.session_id))
+
+        def work(session: Session) -> list[ChatUsage]:
+            rows = session.connection().execute(stmt).all()
+            return [
+                ChatUsage(
+                    str(sid),
+                    int(calls),
+                    int(inp or 0),
+                    int(out or 0),
+                    None if cost is None else float(cost),
+                )
+                for sid, calls, inp, out, cost in rows
             ]
 
         return await self._db.read(work)

@@ -47,6 +47,15 @@ class RedisKV(KVStore):
         self._prefix = key_prefix
         self._closed = False
 
+    @property
+    def client(self) -> aioredis.Redis:
+        """The connection, for what the KV operations do not cover (a shared counter)."""
+        return self._redis
+
+    @property
+    def key_prefix(self) -> str:
+        return self._prefix
+
     @classmethod
     async def from_url(cls, url: str, *, key_prefix: str = "") -> RedisKV:
         client = aioredis.Redis.from_url(url, decode_responses=True)
