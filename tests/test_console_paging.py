@@ -19,6 +19,7 @@ from test_http import Server, bearer, serving
 
 import adapters.web.overview as overview_module
 import adapters.web.pages as pages_module
+from gateway.store.usage import UsageRecord
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -139,3 +140,21 @@ async def test_in_the_browser_a_long_conversation_opens_at_its_newest(
         # The script runs once the page is parsed: wait for it rather than for a time.
         await view.wait_for_function("() => window.scrollY > 0", timeout=15_000)
         assert await in_view(79) and not await in_view(0)
+
+
+async def test_the_usage_page_lists_the_biggest_spenders_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(overview_module, "USAGE_TOP", 2)
+    async with serving(tmp_path) as srv, browsing(srv, "root") as root:
+        for n, spent in enumerate((5, 50, 500, 1)):
+            await srv.runtime.store.usage.record(
+                UsageRecord(f"tg-{n}", "gpt-a", input=spent, output=0, identity=f"telegram:{n}")
+            )
+        status, text = await page(root, "/ui/usage")
+        assert status == 200, status
+        members = text.split('class="per-member"')[1].split("</table>")[0]
+        chats = text.split('class="per-chat"')[1].split("</table>")[0]
+        assert re.findall(r"<tr><td>(telegram:\d)</td>", members) == ["telegram:2", "telegram:1"]
+        assert re.findall(r'<a href="/ui/session/(tg-\d)">', chats) == ["tg-2", "tg-1"]
+        assert "more-members" in text and "more-chats" in text

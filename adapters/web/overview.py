@@ -23,6 +23,8 @@ from gateway.store.usage import DAY_MS
 
 # What the archive keeps of usage (AGENVOY_USAGE_RETENTION_DAYS' default).
 USAGE_DAYS: Final = 28
+# Members and shared chats the usage page lists, the biggest spenders first.
+USAGE_TOP: Final = 50
 # Matches a page of word search shows (newest first; the next page goes on from the last).
 SEARCH_PAGE: Final = 50
 TOKEN_KINDS: Final = ("input", "output", "cache_read", "cache_write")
@@ -143,8 +145,14 @@ class Overview:
         )
         totals = await self.ctx.store.usage.summary(since_ms=since, identities=whose)
         # Per member and per shared chat: everyone's for an admin, else one's own spend.
-        members = await self.ctx.store.usage.by_identity(since_ms=since, identities=whose)
-        chats = await self.ctx.store.usage.by_chat(since_ms=since, identities=whose)
+        # The biggest spenders only, so the page does not grow with the members: everyone's,
+        # a page at a time, is GET /v1/usage?by=identity.
+        members = await self.ctx.store.usage.by_identity(
+            since_ms=since, identities=whose, biggest=USAGE_TOP + 1
+        )
+        chats = await self.ctx.store.usage.by_chat(
+            since_ms=since, identities=whose, biggest=USAGE_TOP + 1
+        )
         return self.pages.render(
             "usage.html",
             viewer,
@@ -155,8 +163,11 @@ class Overview:
             day_label=lambda day: datetime.fromtimestamp(day * DAY_MS / 1000, UTC).date(),
             days=USAGE_DAYS,
             everyone=whose is None,
-            members=members,
-            chats=chats,
+            members=members[:USAGE_TOP],
+            chats=chats[:USAGE_TOP],
+            more_members=len(members) > USAGE_TOP,
+            more_chats=len(chats) > USAGE_TOP,
+            top=USAGE_TOP,
             priced=self.ctx.runtime.settings.prices is not None,
         )
 

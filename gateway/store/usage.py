@@ -251,10 +251,11 @@ class Usage:
         session_id: str | None = None,
         after: str | None = None,
         limit: int | None = None,
+        biggest: int | None = None,
     ) -> list[IdentityUsage]:
         """Spend per identity since `since_ms` (of `identities`, in `session_id`), the
-        biggest spender first; or, paged (`limit` of them after the identity `after`), by
-        identity, an order that holds while spend grows between pages."""
+        biggest spender first (only the `biggest` ones); or, paged (`limit` of them after the
+        identity `after`), by identity, an order that holds while spend grows between pages."""
         total = func.sum(col(UsageRow.input) + col(UsageRow.output))
         stmt = sa_select(
             col(UsageRow.identity),
@@ -269,7 +270,7 @@ class Usage:
             stmt = stmt.where(col(UsageRow.session_id) == validate_session_id(session_id))
         stmt = stmt.group_by(col(UsageRow.identity))
         if limit is None:
-            stmt = stmt.order_by(total.desc(), col(UsageRow.identity))
+            stmt = stmt.order_by(total.desc(), col(UsageRow.identity)).limit(biggest)
         else:
             if after is not None:
                 stmt = stmt.where(col(UsageRow.identity) > after)
@@ -291,10 +292,14 @@ class Usage:
         return await self._db.read(work)
 
     async def by_chat(
-        self, *, since_ms: int, identities: Collection[str] | None = None
+        self,
+        *,
+        since_ms: int,
+        identities: Collection[str] | None = None,
+        biggest: int | None = None,
     ) -> list[ChatUsage]:
         """Spend per shared chat (dc-*, tg-*) since `since_ms` (of `identities`), the biggest
-        first."""
+        first (only the `biggest` ones)."""
         total = func.sum(col(UsageRow.input) + col(UsageRow.output))
         shared = or_(*(col(UsageRow.session_id).startswith(p) for p in SHARED_PREFIXES))
         stmt = sa_select(
@@ -307,7 +312,7 @@ class Usage:
         if identities is not None:
             stmt = stmt.where(col(UsageRow.identity).in_(tuple(identities)))
         stmt = stmt.group_by(col(UsageRow.session_id))
-        stmt = stmt.order_by(total.desc(), col(UsageRow.session_id))
+        stmt = stmt.order_by(total.desc(), col(UsageRow.session_id)).limit(biggest)
 
         def work(session: Session) -> list[ChatUsage]:
             rows = session.connection().execute(stmt).all()
