@@ -6,7 +6,6 @@ item twice, never one the caller may not see; and a bad limit or cursor is a 400
 
 from __future__ import annotations
 
-import base64
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, Final
 
 import pytest
 from test_http import ANN, BOB, ROOT, Server, bearer, serving
+from test_mcp_server import call, mcp_client
 
 from adapters.http.paging import encode_cursor
 from gateway.store.usage import UsageRecord
@@ -164,18 +164,14 @@ REFUSING: Final = {
 @pytest.mark.parametrize("name", sorted(REFUSING))
 async def test_a_bad_limit_or_cursor_is_refused(server: Server, name: str) -> None:
     path, most, caller = REFUSING[name]
-    foreign = encode_cursor("elsewhere", 1)
-    wrong_shape = encode_cursor(name.split()[-1], "x", "y", "z")
-    not_json = base64.urlsafe_b64encode(b"{oops").decode().rstrip("=")
     for query, says in (
         ("limit=0", "limit"),
         (f"limit={most + 1}", "limit"),
         ("limit=ten", "limit"),
         ("cursor=nonsense", "cursor"),
-        (f"cursor={not_json}", "cursor"),
         ("cursor=a%2Fb", "cursor"),
-        (f"cursor={foreign}", "not a cursor this listing gave"),
-        (f"cursor={wrong_shape}", "not a cursor this listing gave"),
+        ("cursor=1234567890123456789", "cursor"),  # past what an id may be
+        ("cursor=1~..%2Fetc", "cursor"),
     ):
         status, body = await server.call("GET", _with(path, query), headers=caller)
         assert status == 400, (query, body)
@@ -215,6 +211,41 @@ async def test_history_pages_back_from_the_newest(server: Server) -> None:
 
 
 async def test_usage_by_model_answers_at_once_and_takes_no_cursor(server: Server) -> None:
-    cursor = encode_cursor("usage", "http:u1")
+    cursor = encode_cursor("http:u1")
     status, body = await server.call("GET", f"/v1/usage?cursor={cursor}", headers=ROOT)
     assert status == 400 and "no cursor" in body["error"]["message"], body
+
+
+async def _sessions(server: Server) -> set[str]:
+    for n in range(N):
+        await server.runtime.store.ensure(f"chat-s{n}", owner="http:ann")
+    return {f"chat-s{n}" for n in range(N)} | {PAGED}
+
+
+# The MCP tools that list: tool, its arguments, the answer's list, what names an item.
+MCP_LISTINGS: Final = {
+    "list_sessions": ({}, "sessions", "session_id", _sessions),
+    "read_history": ({"session_id": PAGED}, "messages", "id", _messages),
+    "search_history": ({"query": "needle"}, "results", "id", _messages),
+    "list_pending": ({}, "pending", "task_hash", _prompts),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(MCP_LISTINGS))
+async def test_an_mcp_listing_pages_through_every_item_once(server: Server, tool: str) -> None:
+    arguments, items, key, make = MCP_LISTINGS[tool]
+    made = await make(server)
+    seen: list[str] = []
+    async with mcp_client(server, ANN) as client:
+        cursor = None
+        for _ in range(N):
+            failed, body = await call(client, tool, **arguments, limit=LIMIT, cursor=cursor)
+            assert not failed, body
+            assert len(body[items]) <= LIMIT, body
+            seen += [str(item[key]) for item in body[items]]
+            cursor = body["next_cursor"]
+            if cursor is None:
+                break
+        assert len(seen) == len(set(seen)) and set(seen) == made, (seen, made)
+        failed, answer = await call(client, tool, **arguments, cursor="nonsense")
+        assert failed and answer.startswith("bad_request: argument 'cursor'"), answer

@@ -4,10 +4,10 @@ usage (search: `adapters.http.search`)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Final
 
 from aiohttp import web
 
+from adapters.http.context import Context
 from adapters.http.errors import bad
 from adapters.http.models import HistoryQuery, LogQuery, UsageQuery
 from adapters.http.paging import encode_cursor, page_of, read_cursor
@@ -24,25 +24,29 @@ from adapters.http.sse import StreamClosed
 from gateway.events import event_to_json
 from gateway.store.usage import DAY_MS
 
-HISTORY_CURSOR: Final = "history"
-USAGE_CURSOR: Final = "usage"
-
 
 async def get_history(call: Call) -> Messages:
     """The newest `limit` messages (older than the cursor's), oldest first; `next_cursor`
     pages back in time, so a page never shifts as new messages arrive."""
     query = call.query(HistoryQuery)
-    before = read_cursor(query.cursor, HISTORY_CURSOR, int)
+    before = read_cursor(query.cursor, int)
     await call.ctx.require_session(call.session_id)
-    found = await call.ctx.store.message_page(
-        call.session_id, query.limit + 1, before_id=None if before is None else int(before[0])
+    return await history_page(call.ctx, call.session_id, query.limit, before)
+
+
+async def history_page(
+    ctx: Context, session_id: str, limit: int, before: tuple[int | str, ...] | None
+) -> Messages:
+    """A page of history, as the route and the MCP tool answer it."""
+    found = await ctx.store.message_page(
+        session_id, limit + 1, before_id=None if before is None else int(before[0])
     )
     # Oldest first: the one more than the page, if any, is the first.
-    more = len(found) > query.limit
+    more = len(found) > limit
     shown = found[1:] if more else found
     return Messages(
         messages=[Message.of(m) for m in shown],
-        next_cursor=encode_cursor(HISTORY_CURSOR, shown[0].id) if more else None,
+        next_cursor=encode_cursor(shown[0].id) if more else None,
     )
 
 
@@ -85,7 +89,7 @@ async def usage(call: Call) -> UsageList:
             bad("by=model answers every model at once: it takes no cursor")
         rows = await call.ctx.store.usage.summary(since_ms=since)
         return UsageList(models=[ModelUsage.of(r) for r in rows])
-    after = read_cursor(query.cursor, USAGE_CURSOR, str)
+    after = read_cursor(query.cursor, str)
     caller = call.ctx.caller(call.request)
     mine = None
     if not runtime.authority.is_admin(caller):
@@ -96,7 +100,7 @@ async def usage(call: Call) -> UsageList:
         after=None if after is None else str(after[0]),
         limit=query.limit + 1,
     )
-    shown, next_cursor = page_of(spent, query.limit, USAGE_CURSOR, lambda u: (u.identity,))
+    shown, next_cursor = page_of(spent, query.limit, lambda u: (u.identity,))
     return UsageList(
         models=[],
         identities=[

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Final, Literal, get_args
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from adapters.http.paging import Cursor, limit_field
+from adapters.http.paging import IdCursor, NameCursor, PromptCursor, limit_field
 from gateway.ids import HASH_RE, SESSION_ID_RE, Prefix, validate_hash
 from gateway.session_settings import (
     MAX_ALLOWED_TOOLS,
@@ -256,12 +256,12 @@ class SessionsQuery(Query):
 
 class HistoryQuery(Query):
     limit: int = limit_field(HISTORY_DEFAULT, HISTORY_MAX)
-    cursor: Cursor | None = None
+    cursor: IdCursor | None = None
 
 
 class PendingQuery(Query):
     limit: int = limit_field(PENDING_DEFAULT, PENDING_MAX)
-    cursor: Cursor | None = None
+    cursor: PromptCursor | None = None
 
 
 class LogQuery(Query):
@@ -287,7 +287,7 @@ class SearchQuery(Query):
     )
     session_id: SessionId | None = Field(None, description="Only this session.")
     limit: int = limit_field(SEARCH_DEFAULT, MAX_PAGE)
-    cursor: Cursor | None = None
+    cursor: IdCursor | None = None
     offset: int = Field(
         0,
         ge=0,
@@ -313,7 +313,7 @@ class UsageQuery(Query):
         "themselves and the identities linked with them), a page of them by identity",
     )
     limit: int = limit_field(USAGE_IDENTITIES_DEFAULT, USAGE_IDENTITIES_MAX)
-    cursor: Cursor | None = None  # by=identity only: the models are answered at once
+    cursor: NameCursor | None = None  # by=identity only: the models are answered at once
 
 
 # -- headers and path --------------------------------------------------------------------------
@@ -363,4 +363,8 @@ class PathParameters(BaseModel):
     identity: str = Field(
         pattern=IDENTITY_PATTERN,
         description="An identity: platform:sender id (http:ann, telegram:1234).",
+    )
+    profile: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$",
+        description="An agent profile's name; `default` is the environment's configuration.",
     )

@@ -3,8 +3,6 @@ canceling. Who may answer or cancel is the core's rule (`gateway.auth`)."""
 
 from __future__ import annotations
 
-from typing import Final
-
 from adapters.http.context import Context
 from adapters.http.errors import ApiError
 from adapters.http.models import AnswerRequest, PendingQuery, TaskQuery
@@ -14,8 +12,6 @@ from adapters.http.route import Call
 from gateway.engine import Prompt
 from gateway.events import Origin
 from gateway.ids import HASH_RE
-
-PENDING_CURSOR: Final = "pending"
 
 
 async def list_pending(call: Call) -> PendingList:
@@ -51,11 +47,11 @@ def _key(prompt: Prompt) -> tuple[int, str]:
 def pending_page(prompts: list[Prompt], limit: int, cursor: str | None) -> PendingList:
     """A page of `prompts`, soonest to expire first (a task has one open prompt at a time, so
     expiry and task name one). They are the caller's already: a page is never short of them."""
-    after = read_cursor(cursor, PENDING_CURSOR, int, str)
+    after = read_cursor(cursor, int, str)
     ordered = sorted(prompts, key=_key)
     if after is not None:
         ordered = [p for p in ordered if _key(p) > (int(after[0]), str(after[1]))]
-    shown, next_cursor = page_of(ordered[: limit + 1], limit, PENDING_CURSOR, _key)
+    shown, next_cursor = page_of(ordered[: limit + 1], limit, _key)
     return PendingList.of(shown, next_cursor)
 
 

@@ -289,6 +289,7 @@ class SearchResults(Reply):
     """The matches, newest first."""
 
     results: list[Message]
+    next_cursor: NextCursor = None
 
 
 class LogRecord(Reply):

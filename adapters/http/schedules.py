@@ -11,7 +11,7 @@ from pydantic import Field
 from adapters.http.errors import ApiError, bad
 from adapters.http.idempotency import kept, outcome_unknown, request_key
 from adapters.http.models import NonBlank, Query, RequestBody, SessionId
-from adapters.http.paging import Cursor, limit_field, page_of, read_cursor
+from adapters.http.paging import IdCursor, limit_field, page_of, read_cursor
 from adapters.http.replies import NextCursor, Reply, UnixMs
 from adapters.http.route import Call
 from gateway.auth import NotAllowed
@@ -23,7 +23,6 @@ from gateway.store.schedules import Schedule
 
 # Past any id the archive hands out, short of what an SQL integer holds.
 MAX_SCHEDULE_ID: Final = 10**12
-SCHEDULES_CURSOR: Final = "schedules"
 
 
 class ScheduleRequest(RequestBody):
@@ -71,7 +70,7 @@ class ScheduleList(Reply):
 class SchedulesQuery(Query):
     # A session holds at most 50 (gateway/schedules.py): a page is all of them by default.
     limit: int = limit_field(50, 200)
-    cursor: Cursor | None = None
+    cursor: IdCursor | None = None
 
 
 class ResumeRequest(RequestBody):
@@ -109,12 +108,12 @@ def _view(schedule: Schedule) -> ScheduleView:
 
 async def list_schedules(call: Call) -> ScheduleList:
     query = call.query(SchedulesQuery)
-    after = read_cursor(query.cursor, SCHEDULES_CURSOR, int)
+    after = read_cursor(query.cursor, int)
     await call.ctx.require_session(call.session_id)
     found = await call.ctx.runtime.schedules.of_session(
         call.session_id, after_id=0 if after is None else int(after[0]), limit=query.limit + 1
     )
-    shown, next_cursor = page_of(found, query.limit, SCHEDULES_CURSOR, lambda s: (s.id,))
+    shown, next_cursor = page_of(found, query.limit, lambda s: (s.id,))
     return ScheduleList(schedules=[_view(s) for s in shown], next_cursor=next_cursor)
 
 

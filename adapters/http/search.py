@@ -3,20 +3,21 @@ over one session's messages and summaries (best first), under the same rule as f
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Literal
 
 from pydantic import Field
 
+from adapters.http.context import Context
 from adapters.http.errors import ApiError, bad
 from adapters.http.models import SearchQuery
 from adapters.http.paging import page_of, read_cursor
 from adapters.http.replies import Message, NextCursor, Reply
 from adapters.http.route import Call
+from gateway.events import Origin
 from gateway.ids import validate_session_id
 from gateway.memory.embedders import EmbeddingFailed
 from gateway.ownership import Need
-
-SEARCH_CURSOR: Final = "search"
+from gateway.store.messages import StoredMessage
 
 
 class SearchHit(Message):
@@ -42,18 +43,40 @@ async def search(call: Call) -> SearchHits:
         return await _semantic(call, query, session_id)
     if query.cursor is not None and query.offset:
         bad("send either cursor or offset, not both")
-    before = read_cursor(query.cursor, SEARCH_CURSOR, int)
-    found = await call.ctx.store.search.messages(
+    shown, next_cursor = await search_page(
+        call.ctx,
+        call.ctx.caller(call.request),
         query.q,
-        session_id=session_id,
-        limit=query.limit + 1,
-        offset=query.offset,
-        visible=await call.ctx.access.visibility(call.ctx.caller(call.request)),
-        before_id=None if before is None else int(before[0]),
+        session_id,
+        query.limit,
+        query.cursor,
+        query.offset,
     )
-    shown, next_cursor = page_of(found, query.limit, SEARCH_CURSOR, lambda m: (m.id,))
     hits = [SearchHit(**Message.of(m).model_dump(), kind="message", score=None) for m in shown]
     return SearchHits(results=hits, next_cursor=next_cursor)
+
+
+async def search_page(
+    ctx: Context,
+    who: Origin,
+    terms: str,
+    session_id: str | None,
+    limit: int,
+    cursor: str | None,
+    offset: int = 0,
+) -> tuple[list[StoredMessage], str | None]:
+    """A page of full-text matches `who` may read, newest first, and the next page's cursor:
+    as the route and the MCP tool answer it."""
+    before = read_cursor(cursor, int)
+    found = await ctx.store.search.messages(
+        terms,
+        session_id=session_id,
+        limit=limit + 1,
+        offset=offset,
+        visible=await ctx.access.visibility(who),
+        before_id=None if before is None else int(before[0]),
+    )
+    return page_of(found, limit, lambda m: (m.id,))
 
 
 async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> SearchHits:

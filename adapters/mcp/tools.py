@@ -15,18 +15,25 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from adapters.http.archive import history_page
 from adapters.http.context import Context
 from adapters.http.errors import ApiError
 from adapters.http.models import (
     HISTORY_DEFAULT,
     HISTORY_MAX,
+    PENDING_DEFAULT,
+    PENDING_MAX,
     SEARCH_DEFAULT,
+    SESSION_CURSOR_PATTERN,
+    SESSIONS_DEFAULT,
+    SESSIONS_MAX,
     NonBlank,
     RequestBody,
     SessionId,
     WaitSeconds,
 )
-from adapters.http.prompts import answerable, task_view
+from adapters.http.paging import IdCursor, PromptCursor, limit_field, read_cursor
+from adapters.http.prompts import may_answer, pending_page, task_view
 from adapters.http.replies import (
     Answered,
     Approved,
@@ -40,6 +47,7 @@ from adapters.http.replies import (
     SessionList,
     TaskView,
 )
+from adapters.http.search import search_page
 from adapters.http.sessions import session_list
 from gateway.engine import Submission, TaskStatus
 from gateway.events import Inbound, Origin
@@ -59,17 +67,26 @@ class Arguments(RequestBody):
 
 class ListSessionsArgs(Arguments):
     prefix: Prefix | None = Field(None, description="Only sessions with this prefix.")
+    limit: int = limit_field(SESSIONS_DEFAULT, SESSIONS_MAX)
+    cursor: str | None = Field(
+        None,
+        max_length=200,
+        pattern=SESSION_CURSOR_PATTERN,
+        description="Where the page starts: the next_cursor of the page before.",
+    )
 
 
 class ReadHistoryArgs(Arguments):
     session_id: SessionId
-    limit: int = Field(HISTORY_DEFAULT, ge=1, le=HISTORY_MAX, description="How many messages.")
+    limit: int = limit_field(HISTORY_DEFAULT, HISTORY_MAX)
+    cursor: IdCursor | None = None
 
 
 class SearchHistoryArgs(Arguments):
     query: NonBlank = Field(description="Search terms (full text).")
     session_id: SessionId | None = Field(None, description="Only this session.")
-    limit: int = Field(SEARCH_DEFAULT, ge=1, le=MAX_PAGE)
+    limit: int = limit_field(SEARCH_DEFAULT, MAX_PAGE)
+    cursor: IdCursor | None = None
 
 
 class SendMessageArgs(Arguments):
@@ -89,6 +106,8 @@ class GetTaskArgs(Arguments):
 
 class ListPendingArgs(Arguments):
     session_id: SessionId | None = Field(None, description="Only this session's prompts.")
+    limit: int = limit_field(PENDING_DEFAULT, PENDING_MAX)
+    cursor: PromptCursor | None = None
 
 
 class AnswerPromptArgs(Arguments):
@@ -123,26 +142,22 @@ class McpTool:
 
 
 async def _list_sessions(ctx: Context, who: Origin, args: ListSessionsArgs) -> SessionList:
-    return await session_list(ctx, who, args.prefix)
+    return await session_list(ctx, who, args.prefix, args.cursor, args.limit)
 
 
 async def _read_history(ctx: Context, who: Origin, args: ReadHistoryArgs) -> Messages:
     session_id = validate_session_id(args.session_id)
+    before = read_cursor(args.cursor, int)
     await ctx.access.require(who, session_id, Need.read)
-    messages = await ctx.store.recent_messages(session_id, args.limit)
-    return Messages(messages=[Message.of(m) for m in messages])
+    return await history_page(ctx, session_id, args.limit, before)
 
 
 async def _search_history(ctx: Context, who: Origin, args: SearchHistoryArgs) -> SearchResults:
     session_id = validate_session_id(args.session_id) if args.session_id else None
-    found = await ctx.store.search.messages(
-        args.query,
-        session_id=session_id,
-        limit=args.limit,
-        offset=0,
-        visible=await ctx.access.visibility(who),
+    found, next_cursor = await search_page(
+        ctx, who, args.query, session_id, args.limit, args.cursor
     )
-    return SearchResults(results=[Message.of(m) for m in found])
+    return SearchResults(results=[Message.of(m) for m in found], next_cursor=next_cursor)
 
 
 async def _send_message(
@@ -191,10 +206,12 @@ def _outcome(view: TaskView) -> TaskOutcome:
 
 async def _list_pending(ctx: Context, who: Origin, args: ListPendingArgs) -> PendingList:
     if args.session_id is None:
-        return answerable(ctx, who, await ctx.router.open_prompts())
-    session_id = validate_session_id(args.session_id)
-    await ctx.access.require(who, session_id, Need.read)
-    return answerable(ctx, who, await ctx.router.open_prompts(session_id))
+        prompts = await ctx.router.open_prompts()
+    else:
+        session_id = validate_session_id(args.session_id)
+        await ctx.access.require(who, session_id, Need.read)
+        prompts = await ctx.router.open_prompts(session_id)
+    return pending_page(may_answer(ctx, who, prompts), args.limit, args.cursor)
 
 
 async def _answer_prompt(ctx: Context, who: Origin, args: AnswerPromptArgs) -> Approved | Answered:

@@ -11,7 +11,6 @@ from aiohttp import web
 
 from adapters.http.context import Context
 from adapters.http.paging import page_of, read_cursor
-from adapters.http.search import SEARCH_CURSOR
 from adapters.web.charts import Series, lines, stacked_bars
 from adapters.web.pages import Pages
 from gateway.events import Origin
@@ -66,7 +65,7 @@ class Overview:
         elif query:
             if sid is not None:
                 await self.ctx.access.require(origin, sid, Need.read)
-            before = read_cursor(request.query.get("after") or None, SEARCH_CURSOR, int)
+            before = read_cursor(request.query.get("after") or None, int)
             found = await self.ctx.store.search.messages(
                 query,
                 session_id=sid,
@@ -74,7 +73,7 @@ class Overview:
                 visible=await self.ctx.access.visibility(origin),
                 before_id=None if before is None else int(before[0]),
             )
-            shown, after = page_of(found, SEARCH_PAGE, SEARCH_CURSOR, lambda m: (m.id,))
+            shown, after = page_of(found, SEARCH_PAGE, lambda m: (m.id,))
             results = [Found(m.session_id, m.role, m.sender, m.send_at, m.content) for m in shown]
         return self.pages.render(
             "search.html",

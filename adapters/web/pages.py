@@ -28,7 +28,6 @@ log = get_logger(__name__)
 
 # Messages a page of a conversation shows; it opens at the newest, and pages back.
 CONVERSATION_PAGE: Final = 100
-CONVERSATION: Final = "history"  # its cursors are the API history's
 # Prompts a page of approvals shows.
 APPROVALS_PAGE: Final = 50
 PREFIXES: Final = tuple(prefix.value for prefix in Prefix)
@@ -218,8 +217,8 @@ class Pages:
         `before` a cursor or those `after` one, oldest first; and the cursors of the pages
         older and newer than it (None: there is none)."""
         store = self.ctx.store
-        before = read_key(request.query.get("before") or None, CONVERSATION, int)
-        after = read_key(request.query.get("after") or None, CONVERSATION, int)
+        before = read_key(request.query.get("before") or None, int)
+        after = read_key(request.query.get("after") or None, int)
         if after is not None:
             found = await store.message_page(sid, CONVERSATION_PAGE + 1, after_id=int(after[0]))
             shown = found[:CONVERSATION_PAGE]
@@ -231,8 +230,8 @@ class Pages:
             has_older, has_newer = len(found) > CONVERSATION_PAGE, before is not None
         if not shown:  # past either end: the way back is the newest page
             return shown, None, "" if (before or after) else None
-        older = encode_cursor(CONVERSATION, shown[0].id) if has_older else None
-        newer = encode_cursor(CONVERSATION, shown[-1].id) if has_newer else None
+        older = encode_cursor(shown[0].id) if has_older else None
+        newer = encode_cursor(shown[-1].id) if has_newer else None
         return shown, older, newer
 
     async def send(self, request: web.Request) -> web.Response:
