@@ -84,12 +84,26 @@ class Profiles:
         self.default = default_spec(settings)
         self._snapshot: Snapshot | None = None
         self._loading = asyncio.Lock()
+        self._counter_read: asyncio.Future[int] | None = None
+
+    def _read_done(self, reading: asyncio.Future[int]) -> None:
+        if self._counter_read is reading:
+            self._counter_read = None
+        if not reading.cancelled():
+            reading.exception()  # retrieved: every waiter has it raised
 
     # -- reading -------------------------------------------------------------------------
 
     async def snapshot(self) -> Snapshot:
-        """What is stored now: one read of the change counter while nothing changed."""
-        counter = await self.store.version()
+        """What is stored now: one read of the change counter while nothing changed. Tasks
+        that start while a read of it is under way share that read (a change committed a
+        moment before may then reach the task after)."""
+        reading = self._counter_read
+        if reading is None:
+            reading = asyncio.ensure_future(self.store.version())
+            self._counter_read = reading
+            reading.add_done_callback(self._read_done)
+        counter = await asyncio.shield(reading)
         held = self._snapshot
         if held is not None and held.version == counter:
             return held
@@ -114,6 +128,7 @@ class Profiles:
     async def get(self, name: str) -> tuple[int, ProfileSpec]:
         if name == DEFAULT:
             return 0, self.default
+        check_name(name)
         found = (await self.snapshot()).profiles.get(name)
         if found is None:
             raise UnknownProfile(f"no profile {name!r}")
@@ -174,6 +189,7 @@ class Profiles:
         number = await self.store.add_version(
             name, after.to_json(), change, by=by, at=at, after=base
         )
+        self._counter_read = None  # a read begun before this change must not answer after it
         return ProfileVersion(name, number, after.to_json(), by, at, change)
 
     async def _check_references(self, name: str, spec: ProfileSpec) -> None:
@@ -199,11 +215,14 @@ class Profiles:
                 raise BindingInvalid(f"profile: no profile {name!r}")
         binding = Binding(kind, key, profile, switchable, by, self.clock.now_ms())
         await self.store.bind(binding)
+        self._counter_read = None
         return binding
 
     async def unbind(self, target: str) -> bool:
         kind, key = parse_target(target)
-        return await self.store.unbind(kind, key)
+        gone = await self.store.unbind(kind, key)
+        self._counter_read = None
+        return gone
 
     async def choose(
         self, session_id: str, profile: str, under: Binding | None, *, by: str
