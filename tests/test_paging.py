@@ -119,6 +119,9 @@ LISTINGS: Final = {
         f"/v1/session/{PAGED}/schedules", "schedules", "id", _schedules, _schedule, True, 200
     ),
     "pending": Listing("/v1/pending", "pending", "task_hash", _prompts, _prompt, True, 200),
+    "shares": Listing(
+        f"/v1/session/{PAGED}/shares", "shares", "identity", _shares, _share, True, 500
+    ),
     # A gateway admin: everyone's spend (what others see is test_usage_private's).
     "usage": Listing(
         "/v1/usage?by=identity", "identities", "identity", _spending, _spend, True, 500, ROOT

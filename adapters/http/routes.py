@@ -77,7 +77,14 @@ from adapters.http.sessions import (
     list_sessions,
     update_session,
 )
-from adapters.http.shares import ShareRequest, Shares, delete_share, list_shares, put_share
+from adapters.http.shares import (
+    ShareRequest,
+    Shares,
+    SharesQuery,
+    delete_share,
+    list_shares,
+    put_share,
+)
 from gateway.auth import Access
 from gateway.ownership import Need
 
@@ -162,6 +169,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         f"{SESSION}/shares",
         list_shares,
         "Who the session is shared with, and its owner",
+        query=SharesQuery,
         need=Need.manage,
         replies={200: Shares},
         errors=(400, 404),

@@ -9,8 +9,9 @@ from typing import Final
 from pydantic import Field
 
 from adapters.http.errors import bad
-from adapters.http.models import IDENTITY_PATTERN, RequestBody
-from adapters.http.replies import Reply
+from adapters.http.models import IDENTITY_PATTERN, Query, RequestBody
+from adapters.http.paging import NameCursor, limit_field, page_of, read_cursor
+from adapters.http.replies import NextCursor, Reply
 from adapters.http.route import Call
 from gateway.ownership import ShareMode, is_shared
 
@@ -27,10 +28,17 @@ class Share(Reply):
 
 
 class Shares(Reply):
-    """The identities the session is shared with, besides its owner."""
+    """The identities the session is shared with, besides its owner, by identity (after a
+    change: the first page)."""
 
     owner: str = Field(description="The identity that made the session.")
     shares: list[Share]
+    next_cursor: NextCursor = None
+
+
+class SharesQuery(Query):
+    limit: int = limit_field(100, 500)
+    cursor: NameCursor | None = None
 
 
 def _identity(call: Call) -> str:
@@ -45,16 +53,21 @@ def _private(session_id: str) -> None:
         bad("a shared chat is shared with its members by its platform")
 
 
-async def _listing(call: Call) -> Shares:
+async def _listing(call: Call, query: SharesQuery | None = None) -> Shares:
+    query = query or SharesQuery()
+    after = read_cursor(query.cursor, str)
     row = await call.ctx.store.get(call.session_id)
     owner = row.owner if row is not None else ""
-    shares = await call.ctx.store.ownership.shares(call.session_id)
-    listed = [Share(identity=i, mode=m) for i, m in sorted(shares.items())]
-    return Shares(owner=owner, shares=listed)
+    shares = await call.ctx.store.share_page(
+        call.session_id, query.limit + 1, after="" if after is None else str(after[0])
+    )
+    listed = [Share(identity=i, mode=m) for i, m in shares]
+    shown, next_cursor = page_of(listed, query.limit, lambda s: (s.identity,))
+    return Shares(owner=owner, shares=shown, next_cursor=next_cursor)
 
 
 async def list_shares(call: Call) -> Shares:
-    return await _listing(call)
+    return await _listing(call, call.query(SharesQuery))
 
 
 async def put_share(call: Call) -> Shares:

@@ -11,9 +11,10 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
 from gateway.ids import validate_session_id
+from gateway.ownership import ShareMode
 from gateway.store.base import StoreBase
 from gateway.store.messages import StoredMessage
-from gateway.store.models import MessageRow, SessionRow
+from gateway.store.models import MessageRow, SessionRow, SessionShareRow
 from gateway.store.ownership import EVERYTHING, Visibility
 
 # Sessions whose messages are counted per statement: under 999, the bound-parameter limit of
@@ -132,5 +133,26 @@ class SessionListing(StoreBase):
                 .all()
             ]
             return found if after_id is not None else found[::-1]
+
+        return await self.db.read(work)
+
+    async def share_page(
+        self, session_id: str, limit: int, *, after: str = ""
+    ) -> list[tuple[str, ShareMode]]:
+        """`limit` of the identities the session is shared with (and how), by identity, past
+        the identity `after`."""
+        stmt = (
+            sa_select(col(SessionShareRow.identity), col(SessionShareRow.mode))
+            .where(
+                col(SessionShareRow.session_id) == session_id,
+                col(SessionShareRow.identity) > after,
+            )
+            .order_by(col(SessionShareRow.identity))
+            .limit(limit)
+        )
+
+        def work(session: Session) -> list[tuple[str, ShareMode]]:
+            rows = session.connection().execute(stmt).all()
+            return [(str(identity), ShareMode(mode)) for identity, mode in rows]
 
         return await self.db.read(work)
