@@ -28,6 +28,7 @@ from gateway.member_data.commands import MemberCommands
 from gateway.member_data.service import MemberData, canceler
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
+from gateway.prices import PriceTable
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
@@ -58,6 +59,7 @@ def build_core(
     tool_memory: ToolMemory,
     summary: RollingSummary | None = None,
     recall: Recall | None = None,
+    prices: PriceTable | None = None,
 ) -> Core:
     # The registry is filled once the router exists (the built-in commands act on it); the
     # router only ever calls `run`.
@@ -78,6 +80,7 @@ def build_core(
         screen=bans.screen,
         recall=recall,
         after_task=[summary.schedule] if summary is not None else [],
+        prices=prices,
     )
     session_settings = SessionSettings(
         store,

@@ -37,10 +37,13 @@ from gateway.logs import get_logger
 from gateway.mcp_tools.config import McpConfig, load_config
 from gateway.memory.setup import Memory
 from gateway.presence import Presence
+from gateway.prices import load_prices
+from gateway.rate_window import SharedWindow
 from gateway.schedules import Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
 from gateway.store.kv import KVStore, open_kv
+from gateway.store.kv.redis import RedisKV
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
@@ -154,6 +157,8 @@ class Runtime:
     @classmethod
     async def start(cls, settings: Settings, *, clock: Clock = SYSTEM_CLOCK) -> Runtime:
         mcp_config = await asyncio.to_thread(load_config, settings)
+        # Checked before anything opens: a bad entry stops the start, naming it.
+        prices = await asyncio.to_thread(load_prices, settings.prices) if settings.prices else None
         mcp = mcp_tools(settings, mcp_config)
         agent = build_agent(settings, clock, mcp, mcp_config)
         crash = CrashPoints(settings.crash_at)
@@ -202,7 +207,12 @@ class Runtime:
                 tool_memory=tool_memory,
                 summary=summary,
                 recall=memory.recall,
+                prices=prices,
             )
+            if isinstance(kv, RedisKV):
+                # Instances on one Redis count messages a minute together, per archive.
+                namespace = f"{kv.key_prefix}{bus_namespace(settings.resolved_database_url)}:"
+                core.engine.admission.window = SharedWindow(kv.client, namespace)
             await bus.start()
             opened.pop_all()
         return cls(

@@ -207,6 +207,7 @@ class AnthropicAgent:
         )
         messages = conversation(ctx, shown)
         for _ in range(self.settings.max_tool_iterations):
+            await ctx.before_model_call()
             body = self.request(model, system, messages, tools=tools, reasoning=reasoning)
             turn = Turn()
             started = self.clock.monotonic()

@@ -99,6 +99,12 @@ class AgentFailed(Exception):
     """The run cannot produce a reply; the message is shown to the user."""
 
 
+class BudgetReached(Exception):
+    """A budget of the run's requester, or of its shared chat, is spent
+    (`AgentContext.before_model_call`): the run ends, answered with this message, which says
+    which budget and when it resets."""
+
+
 class SubagentRefused(Exception):
     """No subagent was started (`AgentContext.delegate`); the message says which limit was
     reached."""
@@ -141,6 +147,12 @@ class AgentContext(Protocol):
 
     async def run_tool(self, call: ToolCall, execute: Callable[[], Awaitable[str]]) -> ToolResult:
         """Run a tool through the router: journaled, and never run twice for one task."""
+        ...
+
+    async def before_model_call(self) -> None:
+        """Raise BudgetReached when the requester's budgets (or the shared chat's) are spent.
+        An agent asks before each call to its model, so a run taken in under its budgets
+        stops at them rather than overspend in a tool loop or through subagents."""
         ...
 
     async def record_file_version(self, directory: str, name: str, content: str) -> None: ...

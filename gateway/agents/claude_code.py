@@ -125,6 +125,8 @@ class ClaudeCodeAgent:
             store = self.settings.store_dir
             self._mcp_file = await asyncio.to_thread(write_claude_code_config, self.mcp, store)
 
+        # The CLI runs its own tool loop: the budgets are asked once, before it starts.
+        await ctx.before_model_call()
         run: CliRun | None = None
         saved = await ctx.read_resume_state(model, system, with_tools=True)
         resume = ResumeState.from_json(saved)

@@ -169,6 +169,7 @@ class OpenAIAgent:
         tools = await with_found(self.tools, self.found)
         schemas = [tool.schema() for tool in tools.values()]
         for _ in range(self.settings.max_tool_iterations):
+            await ctx.before_model_call()
             completion = _Completion()
             started = self.clock.monotonic()
             stream = self._complete(model, messages, schemas, completion, reasoning=reasoning)

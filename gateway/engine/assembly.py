@@ -32,6 +32,7 @@ from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
+from gateway.prices import PriceTable
 from gateway.quotas import Admission
 from gateway.settings import Settings
 from gateway.store.sessions import SessionStore
@@ -64,6 +65,7 @@ def assemble(
     screen: Screen | None = None,
     recall: Recall | None = None,
     after_task: Sequence[Callable[[str], None]] = (),
+    prices: PriceTable | None = None,
 ) -> Engine:
     """`cluster`: alone or one of several instances (`gateway.cluster`); `commands`: gateway
     commands, answered before the agent sees a text (`is_command` tells one by its text);
@@ -154,6 +156,8 @@ def assemble(
         max_subagents_per_task=settings.max_subagents_per_task,
         after_task=after_task,
         recall=recall,
+        recheck=admission.recheck,
+        prices=prices,
     )
     intake = Intake(
         store,

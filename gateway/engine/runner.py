@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from gateway.agents.base import (
     Agent,
     AgentFailed,
+    BudgetReached,
     Delta,
     Reply,
     Step,
@@ -23,6 +24,7 @@ from gateway.agents.tool_memory import ToolMemory
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.context import Steer, load_context
 from gateway.engine.dispatch import Dispatch
+from gateway.engine.errors import QuotaExceeded
 from gateway.engine.journal import ToolFinished, ToolStarted
 from gateway.engine.prompts import Prompts
 from gateway.engine.subagents import Subagents
@@ -40,8 +42,14 @@ from gateway.events import (
 from gateway.logs import get_logger
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
+from gateway.prices import READS_APART, PriceTable
 from gateway.store.errors import until_available
 from gateway.store.sessions import RunRecord, SessionStore
+from gateway.store.usage import UsageRecord
+
+# Asks whether an identity's budgets, and a shared chat's, hold (Admission.recheck); raises
+# QuotaExceeded when one is spent.
+Recheck = Callable[[str, str], Awaitable[None]]
 
 log = get_logger(__name__)
 
@@ -64,10 +72,15 @@ class Runner:
         max_subagents_per_task: int = 0,
         after_task: Sequence[Callable[[str], None]] = (),
         recall: Recall | None = None,
+        recheck: Recheck | None = None,
+        prices: PriceTable | None = None,
     ) -> None:
         """`max_subagent_depth`: how deep subagents may nest (0: none);
-        `max_subagents_per_task`: how many one task may start."""
+        `max_subagents_per_task`: how many one task may start; `recheck`: the budgets asked
+        before each model call; `prices`: what each model call's usage row says it cost."""
         self.store = store
+        self.recheck = recheck
+        self.prices = prices
         self.subagents = Subagents(
             store,
             agent,
@@ -75,6 +88,7 @@ class Runner:
             dispatch.offer,
             max_depth=max_subagent_depth,
             max_per_task=max_subagents_per_task,
+            priced=self.priced,
         )
         self.tool_memory = tool_memory
         self.agent = agent
@@ -134,6 +148,7 @@ class Runner:
             )
             held.push_async_exit(context.cleanup)
             fold_soon = context.fold_soon
+            context.budget = lambda: self._within_budget(task)
             async with (
                 self.presence.hold(task.session_id, task.task_hash),
                 closing(self.agent.run(context)) as steps,
@@ -148,6 +163,13 @@ class Runner:
             raise
         except AgentFailed as exc:
             await self._finish_error(task, str(exc))
+            return
+        except BudgetReached as exc:
+            # Between model calls: every tool the run started has finished. The run ends as
+            # answered, telling the member which budget and when it resets.
+            log.info("task stopped at a budget", session=task.session_id, task=task.task_hash)
+            await task.set_reply(str(exc))
+            await self._finish_done(task, fold_soon=False)
             return
         except Exception as exc:
             log.exception("task crashed", session=task.session_id, task=task.task_hash)
@@ -168,9 +190,28 @@ class Runner:
             await self._record_usage(task)
             # Stamped by the gateway's clock: budgets count by the day that clock says.
             at = self.dispatch.courier.clock.now_ms()
-            task.hold_usage(step.record(sid, task.task_hash, task.origin.sender_key, at))
+            record = step.record(sid, task.task_hash, task.origin.sender_key, at)
+            task.hold_usage(self.priced(record))
         elif isinstance(step, Reply):
             await task.set_reply(step.text)
+
+    def priced(self, record: UsageRecord) -> UsageRecord:
+        """`record` with its cost when a price table is set."""
+        if self.prices is None:
+            return record
+        reads_in_input = self.agent.name not in READS_APART
+        return self.prices.priced(record, self.counters, reads_in_input=reads_in_input)
+
+    async def _within_budget(self, task: Task) -> None:
+        """Before a model call: the last call's usage written, then the budgets of whom the
+        task acts for, and of its shared chat, asked."""
+        await self._record_usage(task)
+        if self.recheck is None:
+            return
+        try:
+            await self.recheck(task.origin.sender_key, task.session_id)
+        except QuotaExceeded as exc:
+            raise BudgetReached(str(exc)) from None
 
     # -- tools -----------------------------------------------------------------------------
 
@@ -205,6 +246,10 @@ class Runner:
             try:
                 result = ToolResult(call.call_id, call.tool, "ok", await execute())
             except asyncio.CancelledError:
+                raise
+            except BudgetReached as exc:  # a subagent it ran reached a budget: the run ends
+                stopped = ToolResult(call.call_id, call.tool, "error", str(exc))
+                await self._tool_finished(task, stopped)
                 raise
             except Exception as exc:
                 result = ToolResult(

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sqlalchemy import BigInteger, Column, LargeBinary, Table, Text
+from sqlalchemy import BigInteger, Column, Double, LargeBinary, Table, Text
 from sqlmodel import Field, SQLModel
 
 
@@ -149,6 +149,8 @@ class UsageRow(SQLModel, table=True):
     # The task the call was made for: a subagent's name the parent task that started it.
     task_hash: str = Field(default="", max_length=32)
     identity: str = Field(default="", max_length=200)  # whom it was spent for
+    # US dollars by the price table of the time it was written; None: no price table then.
+    cost: float | None = Field(default=None, sa_type=Double)
 
 
 class OutboxRow(SQLModel, table=True):
