@@ -5,13 +5,13 @@ a Discord slash command's ephemeral answer, a private Telegram chat with the bot
 in another front-end: the identity that enters it joins the person who asked for it, and from
 then on reads what that person reads. So a code is never shown where others could see it, is
 good once and for `CODE_TTL_MS`, and is kept only as a hash; an identity holds at most
-`LIVE_CODES` at a time and may enter `ATTEMPTS` wrong ones per `ATTEMPT_WINDOW_MS`.
+`LIVE_CODES` at a time and may enter `ATTEMPTS` wrong ones per `ATTEMPT_WINDOW_MS`, counted in
+the archive: every instance sharing it counts the same guesses.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections import deque
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -89,9 +89,6 @@ class Linking:
     def __init__(self, ownership: Ownership, clock: Clock) -> None:
         self._ownership = ownership
         self._clock = clock
-        # Wrong codes entered per identity, by time. Kept per instance: each instance bounds
-        # its own guesses, and the codes' length leaves room for a handful of instances.
-        self._misses: dict[str, deque[int]] = {}
 
     async def issue(self, who: Origin) -> IssuedCode:
         """A new code for `who`; refused where others would see it."""
@@ -115,21 +112,20 @@ class Linking:
         """Join `who` to the person who asked for `code`; that person's identities now."""
         _check_linkable(who)
         key = who.sender_key
-        now = self._clock.now_ms()
-        misses = self._misses.setdefault(key, deque())
-        while misses and misses[0] <= now - ATTEMPT_WINDOW_MS:
-            misses.popleft()
-        if len(misses) >= ATTEMPTS:
-            left = misses[0] + ATTEMPT_WINDOW_MS - now
+        entry = await self._ownership.enter_code(
+            key,
+            normalized(code),
+            now=self._clock.now_ms(),
+            attempts=ATTEMPTS,
+            window_ms=ATTEMPT_WINDOW_MS,
+        )
+        if entry.retry_after_ms:
+            left = entry.retry_after_ms
             wait = (left + 59_999) // 60_000
             raise LinkRefused(f"too many wrong codes; try again in {wait} min", "too_many", left)
-        plain = normalized(code)
-        issuer = await self._ownership.redeem_code(plain, now=now) if plain else None
+        issuer = entry.issuer
         if issuer is None:
-            misses.append(now)
             raise LinkRefused("that code is wrong, used or expired; ask for a new one", "bad_code")
-        if not misses:
-            self._misses.pop(key, None)
         if issuer in await self._ownership.linked(key):
             raise LinkRefused("these identities are linked already", "linked")
         return await self._ownership.link(key, to=issuer, by=key)

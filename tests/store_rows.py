@@ -26,9 +26,9 @@ from gateway.store.usage import UsageRecord
 # Tables that hold no session's rows: the schema version, and the storage of the SQLite FTS5
 # index, whose entries are checked through the index itself.
 UNRELATED = {"alembic_version", "messages_fts5_config", "messages_fts5_data", "messages_fts5_idx"}
-# Tables of people rather than sessions: links, link codes, quotas and console sign-ins, and
-# bans, which outlive a chat's session (a chat made again keeps its bans).
-UNRELATED |= {"identity_link", "link_code", "quota", "console_signin", "ban"}
+# Tables of people rather than sessions: links, link codes and wrong ones entered, quotas,
+# console sign-ins, and bans, which outlive a chat's session (a chat made again keeps its bans).
+UNRELATED |= {"identity_link", "link_code", "link_attempt", "quota", "console_signin", "ban"}
 # Every table a session has rows in once it has talked, run a task and saved a file.
 SESSION_TABLES = {"session", *(table.name for table in PER_SESSION_TABLES)}
 

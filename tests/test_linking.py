@@ -222,3 +222,41 @@ async def test_the_operator_links_parts_and_shows_identities(
     assert again.exit_code == 1
     bad = await asyncio.to_thread(agenvoy, "identity", "show", "ann")
     assert bad.exit_code == 2
+
+
+async def test_wrong_codes_are_counted_once_over_every_instance(
+    tmp_path: Path, clock: FakeClock, database_url: str
+) -> None:
+    """Two gateways on one archive: the guesses one identity makes on either count together,
+    and guesses sent at once are each counted."""
+    async with (
+        serving(tmp_path / "a", clock, database_url=database_url) as one,
+        serving(tmp_path / "b", clock, database_url=database_url) as two,
+    ):
+        status, issued = await one.call("POST", "/v1/me/link-code", headers=ANN)
+        assert status == 200, issued
+        for n in range(ATTEMPTS):
+            server = (one, two)[n % 2]
+            status, refused = await server.call(
+                "POST", "/v1/me/link", json_body={"code": "AAAAA-AAAAA"}, headers=BOB
+            )
+            assert status == 400, refused
+        for server in (one, two):
+            status, refused = await server.call(
+                "POST", "/v1/me/link", json_body={"code": issued["code"]}, headers=BOB
+            )
+            assert (status, refused["error"]["code"]) == (429, "too_many_requests")
+        assert await one.runtime.store.ownership.linked("http:bob") == {"http:bob"}
+
+        # Guesses sent all at once to both instances: no more than the limit are tried.
+        await clock.advance(CODE_TTL_MS / 1000 + 1)
+
+        async def guess(n: int) -> int:
+            server = (one, two)[n % 2]
+            status, _ = await server.call(
+                "POST", "/v1/me/link", json_body={"code": "BBBBB-BBBBB"}, headers=ROOT
+            )
+            return status
+
+        statuses = await asyncio.gather(*(guess(n) for n in range(4 * ATTEMPTS)))
+        assert sorted(statuses) == [400] * ATTEMPTS + [429] * (3 * ATTEMPTS)

@@ -340,6 +340,16 @@ class LinkCodeRow(SQLModel, table=True):
     expires_at: int = Field(sa_type=BigInteger)
 
 
+class LinkAttemptRow(SQLModel, table=True):
+    """The wrong link codes an identity entered lately (Unix ms, comma-separated), kept in the
+    archive so that every instance counts the same guesses."""
+
+    __tablename__ = "link_attempt"
+
+    identity: str = Field(primary_key=True, max_length=200)
+    misses: str = Field(default="", sa_type=Text)
+
+
 class BanRow(SQLModel, table=True):
     """A member kept out of one chat (`scope` its session id) or of the gateway (`*`)."""
 

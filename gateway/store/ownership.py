@@ -17,9 +17,10 @@ from sqlmodel import Session, col
 
 from gateway.clock import now_ms
 from gateway.ownership import SHARED_PREFIXES, SessionFacts, ShareMode
-from gateway.store.db import Database
+from gateway.store.db import Database, insert_ignoring
 from gateway.store.models import (
     IdentityLinkRow,
+    LinkAttemptRow,
     LinkCodeRow,
     MessageRow,
     SessionRow,
@@ -265,14 +266,40 @@ class Ownership:
     async def redeem_code(self, code: str, *, now: int) -> str | None:
         """The identity that asked for `code`, the code used up; None for a code that is
         unknown, used or expired."""
-        digest = code_hash(code)
+        return await self._db.write(lambda session: _redeem(session, code, now))
 
-        def work(session: Session) -> str | None:
-            row = session.get(LinkCodeRow, digest)
-            if row is None:
-                return None
-            session.delete(row)  # used once, whether it was still good or not
-            return row.identity if row.expires_at > now else None
+    async def enter_code(
+        self, identity: str, code: str | None, *, now: int, attempts: int, window_ms: int
+    ) -> CodeEntry:
+        """`identity` enters `code` (None: one that cannot be a code, a wrong one): redeemed
+        unless it entered `attempts` wrong ones in the last `window_ms`, a wrong one counted.
+        The count is one row per identity, locked for the transaction: instances sharing the
+        archive count the same guesses, and guesses sent at once are counted one after the
+        other."""
+
+        def work(session: Session) -> CodeEntry:
+            conn = session.connection()
+            gate = insert_ignoring(self._db.dialect, LinkAttemptRow)
+            conn.execute(gate.values(identity=identity))
+            kept = conn.execute(
+                select(col(LinkAttemptRow.misses))
+                .where(col(LinkAttemptRow.identity) == identity)
+                .with_for_update()
+            ).scalar_one()
+            misses = [int(at) for at in str(kept).split(",") if at and int(at) > now - window_ms]
+            if len(misses) >= attempts:
+                return CodeEntry(None, misses[0] + window_ms - now)
+            issuer = _redeem(session, code, now) if code else None
+            if issuer is None:
+                misses.append(now)
+            if misses:
+                row = session.get(LinkAttemptRow, identity)
+                assert row is not None
+                row.misses = ",".join(str(at) for at in misses)
+                session.add(row)
+            else:
+                conn.execute(delete(LinkAttemptRow).where(col(LinkAttemptRow.identity) == identity))
+            return CodeEntry(issuer)
 
         return await self._db.write(work)
 
@@ -284,6 +311,22 @@ class Ownership:
             return int(session.connection().execute(stmt).rowcount or 0)
 
         return await self._db.write(work)
+
+
+@dataclass(frozen=True, slots=True)
+class CodeEntry:
+    """What entering a link code came to."""
+
+    issuer: str | None  # who asked for the code; None when it was wrong (or not tried)
+    retry_after_ms: int = 0  # above 0: not tried, too many wrong codes lately
+
+
+def _redeem(session: Session, code: str, now: int) -> str | None:
+    row = session.get(LinkCodeRow, code_hash(code))
+    if row is None:
+        return None
+    session.delete(row)  # used once, whether it was still good or not
+    return row.identity if row.expires_at > now else None
 
 
 def code_hash(code: str) -> str:
