@@ -130,9 +130,10 @@ class Admission:
         limits.update({k: v for k, v in own.items() if k in CHAT_KEYS})
         return limits
 
-    async def admit(self, origin: Origin, session_id: str) -> None:
+    async def admit(self, origin: Origin, session_id: str, message: str = "") -> None:
         """Raise `QuotaExceeded` (or `TooManyTasks`) when `origin`'s message to `session_id`
-        would pass a limit; else count it."""
+        would pass a limit; else count it — once for `message` (its source key), however
+        often it is taken in again (a retry after a crash cut off the first)."""
         now = self.clock.now_ms()
         person = await self.person(origin.sender_key)
         waiting = person.limits["waiting"]
@@ -152,7 +153,7 @@ class Admission:
         rates = [Rate(person.key, person.limits["messages_per_minute"])]
         if chat is not None:
             rates.append(Rate(session_id, chat["messages_per_minute"]))
-        refused = await self.window.take(rates, now)
+        refused = await self.window.take(rates, now, message)
         if refused is not None:
             rate, wait = refused
             whose = "you have" if rate is rates[0] else "this chat has"

@@ -28,9 +28,14 @@ class Rate:
 
 
 class RateWindow(Protocol):
-    async def take(self, rates: Sequence[Rate], now: int) -> tuple[Rate, int] | None:
+    async def take(
+        self, rates: Sequence[Rate], now: int, message: str = ""
+    ) -> tuple[Rate, int] | None:
         """Count one message against each of `rates` when it fits them all and answer None;
-        else the first it does not fit, and the ms until it would (counting nothing)."""
+        else the first it does not fit, and the ms until it would (counting nothing).
+        `message` names it (the platform's or the client's key): the same message taken in
+        again within the minute — delivered again, sent again after a crash cut off its
+        first taking in — is counted once and let through."""
         ...
 
 
@@ -39,6 +44,7 @@ class LocalWindow:
 
     def __init__(self) -> None:
         self._times: dict[str, deque[int]] = {}
+        self._counted: dict[str, int] = {}  # message → when it was counted
 
     def _wait_ms(self, rate: Rate, now: int) -> int:
         times = self._times.get(rate.key)
@@ -51,21 +57,35 @@ class LocalWindow:
             return 0
         return times[0] + MINUTE_MS - now if len(times) >= rate.limit else 0
 
-    async def take(self, rates: Sequence[Rate], now: int) -> tuple[Rate, int] | None:
+    async def take(
+        self, rates: Sequence[Rate], now: int, message: str = ""
+    ) -> tuple[Rate, int] | None:
         limited = [r for r in rates if r.limit]
+        if not limited:
+            return None
+        self._counted = {m: at for m, at in self._counted.items() if at > now - MINUTE_MS}
+        if message and message in self._counted:
+            return None
         for rate in limited:
             wait = self._wait_ms(rate, now)
             if wait:
                 return rate, wait
         for rate in limited:
             self._times.setdefault(rate.key, deque()).append(now)
+        if message:
+            self._counted[message] = now
         return None
 
 
 # KEYS: one sorted set per rate; ARGV: now, window, a member naming this message, then each
-# key's limit. Scores are the times messages were taken in.
+# key's limit. Scores are the times messages were taken in; a member counted already in the
+# first set is the same message again, let through uncounted.
 _TAKE = """
 local now, window, member = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZSCORE', KEYS[1], member) then
+  return {0, 0}
+end
 for i, key in ipairs(KEYS) do
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   if redis.call('ZCARD', key) >= tonumber(ARGV[3 + i]) then
@@ -88,12 +108,14 @@ class SharedWindow:
         self._redis = redis
         self._prefix = prefix  # the deployment's key prefix (RedisKV's)
 
-    async def take(self, rates: Sequence[Rate], now: int) -> tuple[Rate, int] | None:
+    async def take(
+        self, rates: Sequence[Rate], now: int, message: str = ""
+    ) -> tuple[Rate, int] | None:
         limited = [r for r in rates if r.limit]
         if not limited:
             return None
         keys = [f"{self._prefix}rate:{r.key}" for r in limited]
-        member = f"{now}:{uuid.uuid4().hex}"
+        member = f"message:{message}" if message else f"{now}:{uuid.uuid4().hex}"
         args: list[str | int] = [*keys, now, MINUTE_MS, member, *(r.limit for r in limited)]
         found = await self._redis.eval(_TAKE, len(keys), *args)
         index, wait = int(found[0]), int(found[1])

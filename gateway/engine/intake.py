@@ -33,8 +33,9 @@ CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
 IsCommand = Callable[[str], bool]
 # Raises when the sender may not write where the message was sent (a ban): nothing is kept.
 Screen = Callable[[Inbound], Awaitable[None]]
-# Quotas and budgets (gateway/quotas.py): raises to refuse a sender's message to a session.
-Admit = Callable[[Origin, str], Awaitable[None]]
+# Quotas and budgets (gateway/quotas.py): raises to refuse a sender's message to a session;
+# counts it once for its source key (the third argument).
+Admit = Callable[[Origin, str, str], Awaitable[None]]
 
 
 class Intake:
@@ -91,11 +92,13 @@ class Intake:
                 # A command is answered now or not at all: it does not wait for the database.
                 waits = self.is_command is None or not self.is_command(inbound.text)
                 await self._read(inbound, self.screen, wait=waits)
+                self.crash.reach("screened")
             command = await self.commands(inbound) if self.commands is not None else None
             if command is None:
                 admit = self.admit
                 if admit is not None:
-                    await self._read(inbound, lambda i: admit(i.origin, session_id))
+                    await self._read(inbound, lambda i: admit(i.origin, session_id, i.source_key))
+                    self.crash.reach("admitted")
                 self._check_load(inbound)
                 accepted = await self._accept(session_id, inbound)
                 if accepted is None:
