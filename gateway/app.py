@@ -133,6 +133,10 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
         ),
         SessionWatcher(runtime.store).run(),
     ]
+    bans = runtime.bans
+    if bans is not None:  # a ban given elsewhere (another instance, `agenvoy ban`) ends
+        # the tasks it reaches here within a second, as it keeps out their next message
+        jobs.append(every(bans.fresh_seconds, bans.sweep, name="bans", clock=runtime.clock))
     if runtime.memory is not None:  # every archived message embedded, by one instance
         embed = runtime.memory.indexer.embed_due
         jobs.append(

@@ -17,6 +17,12 @@ operator (`agenvoy ban`).
   chat. The operator's gateway-wide ban (scope `*`) keeps out everyone it names.
 - A Telegram forum topic belongs to its chat: a ban there holds in every topic. A Discord
   thread is a channel of its own, and so a chat of its own.
+- A ban ends what the member already started where it holds: their running and waiting tasks
+  are canceled as `/cancel` cancels them (the run ends as canceled, by the ban, in action.log),
+  at once on the instance that gave the ban and within a second of it on the others (`sweep`,
+  also for the operator's bans, which another process writes). A prompt of such a task closes
+  with it; nobody answers it. A banned member answers no prompt where the ban holds, their own
+  or, as an admin, another's (`screen_answer`).
 """
 
 from __future__ import annotations
@@ -24,10 +30,11 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, Protocol
 
 from gateway.auth import Authority, NotAllowed
 from gateway.clock import Clock
+from gateway.engine.views import TaskView
 from gateway.events import Inbound, Origin
 from gateway.ids import Prefix, prefix_of
 from gateway.logs import get_logger
@@ -44,6 +51,14 @@ _MENTION_RE: Final = re.compile(r"<@!?(\d{1,25})>")
 
 # Whether the platform calls a member (their id there) an admin of the chat of a session.
 AdminCheck = Callable[[str, str], Awaitable[bool]]
+
+
+class LiveTasks(Protocol):
+    """The tasks of this instance that have not ended, and how to cancel one (the router)."""
+
+    def live_tasks(self) -> list[TaskView]: ...
+
+    async def cancel(self, session_id: str, task_hash: str = "", *, by: str = "") -> bool: ...
 
 
 class Banned(NotAllowed):
@@ -97,6 +112,11 @@ class Bans:
         self._taken_at = 0.0
         self._refresh = asyncio.Lock()
         self._admin_checks: dict[str, AdminCheck] = {}
+        self._tasks: LiveTasks | None = None
+
+    def enforce_on(self, tasks: LiveTasks) -> None:
+        """Cancel the tasks of whom a ban keeps out (`sweep`) among `tasks`."""
+        self._tasks = tasks
 
     def register_admin_check(self, platform: str, check: AdminCheck) -> None:
         """How a front-end tells whether a member is an admin of a chat: whom that chat's
@@ -134,7 +154,39 @@ class Bans:
         added = await self.bans.add(scope, identity, by=by, reason=reason, at=self.clock.now_ms())
         self._snapshot = None
         log.info("banned", scope=scope, identity=identity, by=by)
+        await self.sweep()
         return added
+
+    async def screen_answer(self, who: Origin, session_id: str) -> None:
+        """Raise `Banned` when `who` may not answer a prompt in `session_id`."""
+        ban = await self.keeping_out(who, session_id)
+        if ban is not None:
+            raise Banned(ban)
+
+    async def sweep(self) -> int:
+        """Cancel every task here whose requester a ban keeps out of its session (waiting
+        ones first, so that none of them starts meanwhile); how many were canceled. Reads
+        the bans only while some task is live."""
+        if self._tasks is None:
+            return 0
+        live = sorted(self._tasks.live_tasks(), key=lambda view: view.status != "queued")
+        canceled = 0
+        for view in live:
+            ban = await self.keeping_out(view.origin, view.session_id)
+            if ban is None:
+                continue
+            where = "everywhere" if ban.scope == EVERYWHERE else ban.scope
+            by = f"ban ({where}) by {ban.banned_by}"
+            if await self._tasks.cancel(view.session_id, view.task_hash, by=by):
+                canceled += 1
+                log.info(
+                    "task of a banned member canceled",
+                    session_id=view.session_id,
+                    task=view.task_hash,
+                    identity=view.origin.sender_key,
+                    scope=ban.scope,
+                )
+        return canceled
 
     async def unban(self, scope: str, identity: str, *, by: str) -> bool:
         lifted = await self.bans.remove(scope, identity)

@@ -82,6 +82,9 @@ def build_core(
         after_task=[summary.schedule] if summary is not None else [],
         prices=prices,
     )
+    # A ban ends what the banned member started, and their answers to prompts.
+    bans.enforce_on(engine.router)
+    engine.router.screen_answers(bans.screen_answer)
     session_settings = SessionSettings(
         store,
         authority,

@@ -16,7 +16,7 @@ Everything outside the engine gets `TaskView` snapshots; no caller touches a tas
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from gateway.adapter import Sink
 from gateway.clock import Clock
@@ -40,6 +40,9 @@ from gateway.logs import get_logger
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
+
+# Raises when someone may not answer a prompt in a session (gateway/bans.py).
+AnswerScreen = Callable[[Origin, str], Awaitable[None]]
 
 COUNTERS = (
     "tasks_started",
@@ -87,6 +90,7 @@ class Router:
         self._takeover = takeover
         self._ownership = ownership
         self._elsewhere = elsewhere
+        self._answer_screens: list[AnswerScreen] = []
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -97,6 +101,10 @@ class Router:
     def register_pulled(self, platform: str) -> None:
         """`platform`'s clients read events from the gateway (streams, task routes)."""
         self._dispatch.register_pulled(platform)
+
+    def screen_answers(self, screen: AnswerScreen) -> None:
+        """Ask `screen` before anyone's answer to a prompt is taken (a ban: it raises)."""
+        self._answer_screens.append(screen)
 
     def front_ends(self) -> tuple[frozenset[str], frozenset[str]]:
         """The platforms replies are pushed to, and those whose clients pull them."""
@@ -151,6 +159,10 @@ class Router:
             raise TaskNotFound(f"no such task: {task_hash}")
         return task
 
+    def live_tasks(self) -> list[TaskView]:
+        """The tasks of this instance that have not ended (running, waiting, queued)."""
+        return [task.view() for task in self._tasks if not task.finished]
+
     def running_task(self, session_id: str) -> TaskView | None:
         task = self._scheduler.current(session_id)
         return task.view() if task else None
@@ -199,11 +211,17 @@ class Router:
         NotAllowed otherwise (for a front-end that asks for the answer in a second step)."""
         task = self._tasks.find(task_hash)
         if task is not None:
+            await self._screen_answer(responder, task.session_id)
             return self._prompts.check(task, responder)
         followed = await self._elsewhere.follow(task_hash)
         if followed is None:
             raise PromptNotFound(f"no task {task_hash}")
+        await self._screen_answer(responder, followed.session_id)
         return self._prompts.check_followed(followed, responder)
+
+    async def _screen_answer(self, responder: Origin, session_id: str) -> None:
+        for screen in self._answer_screens:
+            await screen(responder, session_id)
 
     # -- answering and canceling -------------------------------------------------------------
 
@@ -224,6 +242,13 @@ class Router:
             validate_session_id(session_id)
         task = self._tasks.find(task_hash, session_id)
         reply = Reply(approve, text, option)
+        if self._answer_screens:
+            where = session_id or (task.session_id if task is not None else None)
+            if where is None:
+                followed = await self._elsewhere.follow(task_hash)
+                where = followed.session_id if followed is not None else None
+            if where is not None:
+                await self._screen_answer(responder, where)
         if task is not None:
             return await self._prompts.answer(task, responder, reply)
         # Another instance runs the task, if any does: the answer is recorded here and
