@@ -254,7 +254,7 @@ ROUTES: Final[tuple[Route, ...]] = (
             200: (SendFinished, CommandResult, TASK_STREAM),
             202: (SendPending, SendAccepted),
         },
-        errors=(400, 413, 422, 429, 503),
+        errors=(400, 404, 413, 422, 429, 503),
         checked_by="each command's own rule (/reset: shared_admin)",
     ),
     Route(
