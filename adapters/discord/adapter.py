@@ -16,6 +16,7 @@ from adapters.attachments import Download
 from adapters.chat import ASKED_AGAIN, Answered, Arrival, ChatAdapter, Posted, Refused
 from adapters.discord.admins import DiscordAdmins
 from adapters.discord.allowlist import AllowList, guild_of
+from adapters.discord.answers import respond
 from adapters.discord.catchup import CatchUp
 from adapters.discord.client import NO_MENTIONS, AnswerModal, GatewayClient, point_at, prompt_view
 from adapters.discord.commands import (
@@ -213,11 +214,7 @@ class DiscordAdapter(ChatAdapter):
             return
         if submission is None or submission.duplicate:
             return  # refused (and told), or delivered before and answered then
-        reply = submission.command.text if submission.command else "done"
-        private = submission.command is not None and submission.command.private
-        await interaction.response.send_message(
-            literal(reply)[:DISCORD_LIMIT], allowed_mentions=NO_MENTIONS, ephemeral=private
-        )
+        await respond(interaction, submission.command)
 
     async def _tell(self, interaction: discord.Interaction[Any], text: str) -> None:
         """The interaction's response, seen by the one who asked alone."""

@@ -24,10 +24,11 @@ from telegram.ext import (
     filters,
 )
 
-from adapters.chat import ALREADY_ANSWERED, Arrival, ChatAdapter, Posted, Refused, Throttle
+from adapters.chat import ALREADY_ANSWERED, Arrival, Posted, Refused, Throttle
 from adapters.reconnect import Connection
 from adapters.telegram.admins import ChatAdmins, naming_reply
 from adapters.telegram.connect import connect, refused_token
+from adapters.telegram.documents import PrivateDocuments
 from adapters.telegram.incoming import addressed, display_name, downloads
 from adapters.telegram.place import Chats, Place
 from adapters.telegram.polling import Poller
@@ -66,7 +67,7 @@ EDITED_MARK: Final = "(edited) "
 TelegramApplication = Application[Any, Any, Any, Any, Any, Any]
 
 
-class TelegramAdapter(ChatAdapter):
+class TelegramAdapter(PrivateDocuments):
     name = PLATFORM
     errors: ClassVar[tuple[type[Exception], ...]] = (TelegramError,)
     forbidden: ClassVar[type[Exception]] = Forbidden

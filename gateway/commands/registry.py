@@ -14,6 +14,16 @@ from gateway.events import Inbound, Origin
 
 
 @dataclass(frozen=True, slots=True)
+class Document:
+    """A file a command's answer carries (a member's export). A front-end delivers it only
+    where the one who asked alone sees it, and otherwise says where to get it."""
+
+    name: str
+    data: bytes
+    media_type: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
 class CommandReply:
     name: str
     text: str
@@ -23,6 +33,7 @@ class CommandReply:
     # For the one who asked alone (a link code): a front-end that can show an answer to one
     # member of a chat (Discord's ephemeral responses) does so.
     private: bool = False
+    document: Document | None = None
 
 
 @dataclass(frozen=True, slots=True)

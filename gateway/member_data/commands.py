@@ -1,15 +1,31 @@
 """/export_me and /forget_me (also typed `/export-me`, `/forget-me`): a member's own data
-from any chat. A chat reply carries text only, so /export_me says what is kept and where the
-whole document is downloaded (`GET /v1/me/export`, `agenvoy export-me`, or the operator's
-`agenvoy export IDENTITY`); /forget_me asks first and erases once confirmed."""
+from any chat. /export_me says what is kept and carries the whole document as a file, which a
+front-end hands over only where the member alone sees it (a Discord slash command's ephemeral
+answer, their private chat with the Telegram bot); it is also downloaded with
+`GET /v1/me/export`, `agenvoy export-me`, or the operator's `agenvoy export IDENTITY`.
+/forget_me asks first and erases once confirmed."""
 
 from __future__ import annotations
 
+import json
+import re
+
 from gateway.auth import Access
-from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
+from gateway.commands.registry import (
+    Command,
+    CommandCall,
+    CommandRegistry,
+    CommandReply,
+    Document,
+)
 from gateway.member_data.service import MemberData, NotAMember
 
 CONFIRM = "confirm"
+
+
+def export_name(identity: str) -> str:
+    """The document's file name: the identity in characters any file system takes."""
+    return f"agenvoy-export-{re.sub(r'[^A-Za-z0-9_-]', '_', identity)[:80]}.json"
 
 
 class MemberCommands:
@@ -53,11 +69,15 @@ class MemberCommands:
                 ("sessions_owned", "sessions you own"),
             )
         )
+        data = json.dumps(found, ensure_ascii=False, indent=2).encode()
         return CommandReply(
             call.name,
-            f"Stored about {who}: {counts}. The whole document is downloaded with "
-            "GET /v1/me/export (your own token) or from the operator "
-            f"(`agenvoy export {who}`).",
+            f"Stored about {who}: {counts}. The whole document (JSON) comes where you alone "
+            "see it: as the answer to the Discord slash command /export_me, or in your "
+            "private chat with the Telegram bot. It is also downloaded with "
+            f"GET /v1/me/export (your own token) or from the operator (`agenvoy export {who}`).",
+            private=True,
+            document=Document(export_name(who), data),
         )
 
     async def forget(self, call: CommandCall) -> CommandReply:
