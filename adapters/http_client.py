@@ -196,6 +196,11 @@ class GatewayClient:
     async def update_session(self, session_id: str, **fields: Any) -> dict[str, Any]:
         return (await self.call("PUT", f"/v1/session/{_segment(session_id)}", fields)).body
 
+    async def history(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The session's latest `limit` messages, oldest first."""
+        path = f"/v1/session/{_segment(session_id)}/history?limit={limit}"
+        return list((await self.call("GET", path)).body.get("messages", []))
+
     async def inputs(self, session_id: str) -> list[str]:
         reply = await self.call("GET", f"/v1/session/{_segment(session_id)}/inputs")
         return [str(e) for e in reply.body.get("inputs", [])]

@@ -190,6 +190,15 @@ class CanceledEvent(_EventBase):
     by: str = ""
 
 
+class NoticeEvent(_EventBase):
+    """A line about the message rather than part of the conversation ("queued (2 ahead)",
+    "collected 3 messages", a prompt that expired), for a client that reads the task's events
+    (HTTP, the terminal); chat platforms get it as a message of its own."""
+
+    kind: Literal["notice"] = "notice"
+    text: str
+
+
 Event = Annotated[
     UserEvent
     | TextDeltaEvent
@@ -201,7 +210,8 @@ Event = Annotated[
     | AnswerEvent
     | DoneEvent
     | ErrorEvent
-    | CanceledEvent,
+    | CanceledEvent
+    | NoticeEvent,
     Field(discriminator="kind"),
 ]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

@@ -142,8 +142,78 @@ async def test_collected_messages_exit_with_their_own_status(
         assert newest.exit_code == Exit.ANSWERED, newest.output
         assert collected.exit_code == Exit.COLLECTED, collected.output
         assert "collected into cli-c" in collected.stderr
+        assert "queued (1 ahead)" in collected.stderr
+        # The one that answers both says so, as a chat platform is told.
+        assert "collected 2 messages" in newest.stderr, newest.output
         assert collected.stdout == newest.stdout  # the reply that answers both
         assert (await first).exit_code == Exit.ANSWERED
+
+
+async def test_a_message_queued_behind_a_prompt_says_so_while_it_waits(gateway: Server) -> None:
+    asking = await agenvoy("send", "!confirm deploy", "--session", "cli-w")
+    assert asking.exit_code == Exit.STILL_RUNNING, asking.output
+    task = asking.stdout.split()[-1]
+    command = await asyncio.create_subprocess_exec(
+        EXE,
+        "send",
+        "then this",
+        "--session",
+        "cli-w",
+        env={**os.environ, **ENV, "NO_PROXY": "127.0.0.1,localhost"},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert command.stderr is not None and command.stdout is not None
+    said = []
+    behind = f"waiting behind a task that waits for an answer: agenvoy approve|deny cli-w {task}"
+    # Told while it waits (within --wait's 120 s it would otherwise sit silent): read as said.
+    async with asyncio.timeout(30):
+        while behind not in said:
+            said.append((await command.stderr.readline()).decode().strip())
+    assert said == ["queued (1 ahead)", behind]
+    assert (await agenvoy("approve", "cli-w", task)).exit_code == 0
+    out, err = await asyncio.wait_for(command.communicate(), 30)
+    assert command.returncode == Exit.ANSWERED, err
+    assert (out.decode().strip(), err.decode()) == ("echo: then this", "")
+
+
+async def test_a_failed_task_an_absent_gateway_and_bad_arguments_exit_with_their_status(
+    gateway: Server, monkeypatch: pytest.MonkeyPatch, unused_tcp_port: int
+) -> None:
+    failed = await agenvoy("send", "!fail", "--session", "cli-f")
+    assert failed.exit_code == Exit.FAILED and failed.stdout == "", failed.output
+    assert failed.stderr.strip(), failed.output  # the task's error
+    bad = await agenvoy("send", "hello", "--session", "../etc")
+    assert bad.exit_code == 2 and "session" in bad.stderr.lower(), bad.output
+    monkeypatch.setitem(ENV, "AGENVOY_HTTP_PORT", str(unused_tcp_port))
+    absent = await agenvoy("send", "hello", "--session", "cli-f")
+    assert absent.exit_code == Exit.FAILED and "not running" in absent.stderr, absent.output
+
+
+async def test_a_denied_confirmation_exits_7(gateway: Server) -> None:
+    """At a terminal `send` asks the confirmation itself; a no is the task's answer, and the
+    status says the reply is that of a denied task."""
+    controller, terminal = os.openpty()
+    try:
+        command = await asyncio.create_subprocess_exec(
+            EXE,
+            "send",
+            "!confirm deploy",
+            "--session",
+            "cli-d",
+            env={**os.environ, **ENV, "NO_PROXY": "127.0.0.1,localhost"},
+            stdin=terminal,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        os.write(controller, b"n\n")  # kept by the terminal until the question reads it
+        out, err = await asyncio.wait_for(command.communicate(), 60)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert command.returncode == Exit.DENIED, (out, err)
+    assert "Allow demo_action" in out.decode() and "denied" in out.decode(), out
 
 
 async def test_send_names_the_session_it_used(gateway: Server) -> None:

@@ -716,3 +716,55 @@ async def test_a_long_conversation_keeps_only_the_latest_lines(
         assert len(shown) <= 6
         assert shown[-2:] == ["You: message 5", "echo: message 5"]
         assert "You: message 0" not in shown
+
+
+async def test_a_session_opens_with_its_latest_messages_and_the_picker_previews_them(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        talked = app.session_id
+        for n in range(4):
+            await type_and_send(pilot, f"message {n}")
+            await until(pilot, partial(_shows, app, f"echo: message {n}"))
+        await type_and_send(pilot, "/new")
+        await until(pilot, lambda: app.session_id != talked and app.live.is_set())
+        # The picker previews the highlighted session: the new one is empty, the other not.
+        await press(pilot, "ctrl+s")
+        await until(pilot, lambda: isinstance(app.screen, SessionPicker))
+
+        def preview() -> str:
+            return str(app.screen.query_one("#picker-preview", Static).render())
+
+        await until(pilot, lambda: preview() == "no messages yet")
+        await press(pilot, "down")
+        await until(pilot, lambda: "agent: echo: message 3" in preview())
+        assert preview().splitlines()[0] == "ann: message 1"  # the latest six, oldest first
+        await press(pilot, "escape")
+
+    # A window opened on it shows its latest messages (here the last three), not a blank.
+    monkeypatch.setattr("adapters.terminal.app.HISTORY_SHOWN", 3)
+    async with ChatApp(config(server, tmp_path, talked)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        await until(pilot, partial(_shows, app, "echo: message 3"))
+        assert texts(app)[1:] == ["echo: message 2", "ann: message 3", "echo: message 3"]
+        await type_and_send(pilot, "and now")
+        await until(pilot, partial(_shows, app, "echo: and now"))
+        assert texts(app)[-2:] == ["You: and now", "echo: and now"]
+
+
+async def test_a_queued_message_says_what_it_waits_behind(server: Server, tmp_path: Path) -> None:
+    async with ChatApp(config(server, tmp_path)).run_test(size=SIZE) as pilot:
+        app = await opened(pilot)
+        await type_and_send(pilot, "!confirm deploy")
+        await until(pilot, lambda: app.query_one(PromptPanel).display)
+        asking = next(iter(app.tasks))
+        await type_and_send(pilot, "then this")
+        behind = (
+            "waiting behind a task that waits for an answer: "
+            f"agenvoy approve|deny {app.session_id} {asking} (or /pending here)"
+        )
+        await until(pilot, partial(_shows, app, behind))
+        assert texts(app).index("queued (1 ahead)") < texts(app).index(behind)
+        await click(pilot, "#approve")
+        await until(pilot, partial(_shows, app, "echo: then this"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -11,6 +12,7 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.widget import Widget
 from textual.widgets import Footer, Header, Markdown, Static
 
 from adapters.http_client import GatewayError, GatewayUnavailable
@@ -20,13 +22,21 @@ from adapters.terminal.completion import Completer
 from adapters.terminal.conversation import Conversation, TaskView
 from adapters.terminal.history import InputHistory
 from adapters.terminal.link import GatewayLink
-from adapters.terminal.picker import SessionPicker, SessionRow, short_id
+from adapters.terminal.picker import SessionPicker, SessionRow, find_session, short_id
 from adapters.terminal.plain import line, plain
+from adapters.terminal.recent import HISTORY_SHOWN
 from adapters.terminal.widgets import MessageInput, OpenPrompt, PromptPanel, describe_confirm
-from adapters.terminal.window_commands import WINDOW_COMMANDS, help_text
+from adapters.terminal.window_commands import WINDOW_COMMANDS, help_text, pending_list
 from adapters.terminal.windows import WindowClaim, claim_window
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.events import AnswerEvent, AskUserEvent, CanceledEvent, ConfirmEvent, Event
+from gateway.events import (
+    AnswerEvent,
+    AskUserEvent,
+    CanceledEvent,
+    ConfirmEvent,
+    Event,
+    NoticeEvent,
+)
 from gateway.ids import new_window_hash
 
 
@@ -153,8 +163,19 @@ class ChatApp(App[None]):
         ):
             self.notify("could not remember the session for next time", severity="warning")
         self.follow(session_id)
-        await self.conversation.note(f"session {session_id} · window {self.window_hash}")
+        opening = await self.conversation.note(f"session {session_id} · window {self.window_hash}")
+        self._show_earlier(session_id, opening)
         await self._reopen_prompts()
+
+    @work(exclusive=True, group="earlier")
+    async def _show_earlier(self, session_id: str, opening: Widget) -> None:
+        try:
+            messages = await self.link.earlier(session_id, HISTORY_SHOWN)
+        except (GatewayUnavailable, GatewayError) as exc:
+            await self.conversation.error(f"could not read the session's messages: {exc}")
+            return
+        if session_id == self.session_id:
+            await self.conversation.earlier(messages, opening)
 
     async def _reopen_prompts(self) -> None:
         """A prompt of this window left open while another session was shown is asked again."""
@@ -257,9 +278,10 @@ class ChatApp(App[None]):
     async def _cmd_switch(self, wanted: str) -> None:
         rows = [SessionRow.from_json(s) for s in await self.link.client.sessions()]
         if not wanted:
-            self.push_screen(SessionPicker(rows, self.session_id), self._picked)
+            picker = SessionPicker(rows, self.session_id, self.link.client.history)
+            self.push_screen(picker, self._picked)
             return
-        match = _find_session(rows, wanted)
+        match = find_session(rows, wanted)
         if match is None:
             await self.conversation.error(f"no session named {wanted!r}")
             return
@@ -284,18 +306,13 @@ class ChatApp(App[None]):
         if not self.listed_prompts:
             await self.conversation.note("nothing is waiting for you")
             return
-        lines = ["Waiting for you (/approve N, /deny N, /answer N text):"]
-        for number, prompt in enumerate(self.listed_prompts, 1):
-            what = (
-                describe_confirm(prompt.get("tool", ""), prompt.get("args", {}))
-                if prompt.get("kind") == "confirm"
-                else prompt.get("question", "")
-            )
-            origin = prompt.get("origin", {})
-            here = origin.get("window_hash") == self.window_hash
-            who = "this window" if here else origin.get("sender_name") or origin.get("platform")
-            lines.append(f"{number}. {short_id(prompt['session_id'])} {line(what)} ({line(who)})")
-        await self.conversation.note("\n".join(lines))
+        await self.conversation.note(pending_list(self.listed_prompts, self.window_hash))
+
+    async def _why_waiting(self, task_hash: str) -> None:
+        with contextlib.suppress(GatewayUnavailable, GatewayError):
+            behind = await self.link.waiting_behind(self.session_id, task_hash)
+            if behind and not self.conversation.view(task_hash, mine=True).finished:
+                await self.conversation.note(f"{behind} (or /pending here)")
 
     async def _cmd_approve(self, args: str) -> None:
         await self._answer_listed("/approve", args, approve=True)
@@ -361,6 +378,8 @@ class ChatApp(App[None]):
             return
         mine = event.window_hash == self.window_hash
         await self.conversation.show(event, mine=mine)
+        if mine and isinstance(event, NoticeEvent) and event.text.startswith("queued ("):
+            self.run_worker(self._why_waiting(event.task_hash), group="notices")
         if not (mine and event.task_hash):
             return
         panel = self.query_one(PromptPanel)
@@ -377,17 +396,3 @@ class ChatApp(App[None]):
                 self.query_one(MessageInput).focus()
             case CanceledEvent():
                 panel.close(event.task_hash)
-            case _:
-                pass
-
-
-def _find_session(rows: list[SessionRow], wanted: str) -> str | None:
-    """By exact name first, then by id, then by a unique id prefix."""
-    for row in rows:
-        if row.name == wanted:
-            return row.session_id
-    for row in rows:
-        if row.session_id == wanted:
-            return row.session_id
-    prefixed = [r for r in rows if r.session_id.startswith(wanted)]
-    return prefixed[0].session_id if len(prefixed) == 1 else None

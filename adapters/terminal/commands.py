@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# How long `send` first waits for an answer before it says why the message is still waiting.
+FIRST_LOOK_SECONDS = 1.0
+
 
 def register(app: typer.Typer) -> None:
     for command in (chat, send, pending, approve, deny, answer, mcp, link):
@@ -126,11 +129,16 @@ def send(
     key = str(uuid.uuid4())
 
     async def work(client: GatewayClient) -> int:
-        from adapters.terminal.outcome import Exit, finish, say, waiting_line
+        from adapters.terminal.outcome import Exit, Notices, finish, say, waiting_line
+
+        notices = Notices()
+        # A first short look: a message that is not answered at once is told why it waits
+        # (its place in the queue, a prompt ahead of it) instead of sitting silent for --wait.
+        look = min(wait, FIRST_LOOK_SECONDS)
 
         def sent() -> Awaitable[Reply]:
             return client.send(
-                text, session_id=session, persist=persist, wait=wait, idempotency_key=key
+                text, session_id=session, persist=persist, wait=look, idempotency_key=key
             )
 
         reply = await _across_restarts(client, sent, wait, resend=True)
@@ -143,6 +151,12 @@ def send(
                 f"session {printable(sid)}: a temp- session, reaped after 30 idle minutes "
                 "(AGENVOY_TEMP_IDLE_SECONDS); --persist keeps one, --session SID goes on with one"
             )
+        if reply.status == 202 and body.get("task_hash") and not body.get("pending"):
+            if body.get("status") == "queued":
+                await notices.queued(client, body)
+            rest = partial(client.task, body["session_id"], body["task_hash"], wait - look)
+            reply = await _across_restarts(client, rest, wait)
+            body = reply.body
         while reply.status == 202 and body.get("pending"):
             prompt = body["pending"]
             answer = _ask_in_terminal(prompt)
@@ -161,7 +175,7 @@ def send(
         if "command" in body:
             typer.echo(printable(str(body.get("text", "")), body=""))
             return 0 if body.get("ok", True) else 1
-        return await finish(client, body, wait)
+        return await finish(client, body, wait, notices)
 
     code = _client_call(work)
     if code:

@@ -8,7 +8,9 @@ wrote shows as text (`adapters.terminal.plain`); only the agent's replies are Ma
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from textual.containers import VerticalScroll
 from textual.widget import Widget
@@ -16,12 +18,14 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from adapters.terminal.plain import body, plain
+from adapters.terminal.recent import is_reply, widget_of
 from gateway.events import (
     AnswerEvent,
     CanceledEvent,
     DoneEvent,
     ErrorEvent,
     Event,
+    NoticeEvent,
     TextDeltaEvent,
     TextEvent,
     ToolCallEvent,
@@ -43,6 +47,7 @@ class TaskView:
     stream: MarkdownStream | None = None
     text: str = ""
     finished: bool = False
+    asked: bool = False  # its message is shown (live, so the history leaves it out)
 
 
 class Conversation(VerticalScroll):
@@ -62,8 +67,23 @@ class Conversation(VerticalScroll):
             view = self.tasks[task_hash] = TaskView(task_hash, mine)
         return view
 
-    async def note(self, text: str) -> None:
-        await self.add(Static(plain(text), classes="note"))
+    async def note(self, text: str) -> Static:
+        shown = Static(plain(text), classes="note")
+        await self.add(shown)
+        return shown
+
+    async def earlier(self, messages: Sequence[dict[str, Any]], after: Widget) -> None:
+        """The session's archived messages, oldest first, shown after `after` (the window's
+        opening line) and before what streamed in meanwhile, which they leave out."""
+        widgets = []
+        for message in messages:
+            view = self.tasks.get(str(message.get("task_hash") or ""))
+            if view is not None and (view.reply is not None if is_reply(message) else view.asked):
+                continue
+            widgets.append(widget_of(message))
+        if widgets and after.parent is self:
+            await self.mount_all(widgets, after=after)
+            self._scroll()
 
     async def error(self, text: str) -> None:
         await self.add(Static(plain(text), classes="error"))
@@ -74,6 +94,8 @@ class Conversation(VerticalScroll):
         foreign = "" if mine else " foreign"
         match event:
             case UserEvent():
+                if view is not None:
+                    view.asked = True
                 who = "You" if mine else f"{event.sender or 'someone'} (elsewhere)"
                 await self.add(Static(plain(f"{who}: {event.text}"), classes="user" + foreign))
             case TextDeltaEvent() if view is not None:
@@ -104,6 +126,8 @@ class Conversation(VerticalScroll):
                 await self._end_stream(view)
                 by = f" by {event.by}" if event.by else ""
                 await self.add(Static(plain(f"canceled{by}"), classes="note" + foreign))
+            case NoticeEvent() if mine:
+                await self.add(Static(plain(event.text), classes="note"))
             case _:
                 pass
 

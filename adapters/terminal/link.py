@@ -18,6 +18,7 @@ from adapters.http_client import (
     GatewayRestarting,
     GatewayUnavailable,
 )
+from adapters.terminal.outcome import waiting_behind
 from adapters.terminal.widgets import OpenPrompt, describe_confirm
 from gateway.clock import Clock
 from gateway.events import Event
@@ -104,17 +105,36 @@ class GatewayLink:
             self._lost = False
             listener.connection_back()
 
+    async def wait_live(self) -> None:
+        """Until the shown session's stream is live; `GatewayUnavailable` if it does not
+        come up in time."""
+        try:
+            await self._clock.wait_for(self.live.wait(), LIVE_TIMEOUT_SECONDS)
+        except TimeoutError:
+            raise GatewayUnavailable("not connected to the gateway") from None
+
     async def submit(
         self, session_id: str, text: str, attachments: Sequence[dict[str, str]] = ()
     ) -> dict[str, Any]:
         """Hand `text` to the session once its stream is live (its task's events follow there)."""
         try:
-            await self._clock.wait_for(self.live.wait(), LIVE_TIMEOUT_SECONDS)
-        except TimeoutError:
+            await self.wait_live()
+        except GatewayUnavailable:
             raise GatewayUnavailable(
                 "not connected to the gateway; the message was not sent (Up brings it back)"
             ) from None
         return await self.client.submit(session_id, text, attachments)
+
+    async def earlier(self, session_id: str, limit: int) -> list[dict[str, Any]]:
+        """The session's latest messages, read once its stream is live: a message stored
+        meanwhile then shows live or among these, never nowhere."""
+        await self.wait_live()
+        return await self.client.history(session_id, limit)
+
+    async def waiting_behind(self, session_id: str, task_hash: str) -> str | None:
+        """How to answer the prompt a queued task waits behind, if it waits behind one."""
+        behind = waiting_behind(await self.client.pending(session_id), task_hash)
+        return behind[1] if behind is not None else None
 
     async def open_prompts(self, session_id: str) -> list[OpenPrompt]:
         """The prompts of this window waiting in `session_id`, to be asked (again)."""

@@ -55,8 +55,12 @@ async def _steered(client: GatewayClient, body: dict[str, Any], into: str) -> bo
     return bool(mine and firsts) and firsts[0] < mine[0]
 
 
-async def finish(client: GatewayClient, body: dict[str, Any], wait: float) -> Exit:
+async def finish(
+    client: GatewayClient, body: dict[str, Any], wait: float, notices: Notices | None = None
+) -> Exit:
     """Print what became of the message, and the status `send` exits with."""
+    notices = notices or Notices()
+    notices.tell(body)
     status = body.get("status")
     if status == "collected" and (into := str(body.get("collected_into") or "")):
         steered = await _steered(client, body, into)
@@ -75,18 +79,54 @@ async def finish(client: GatewayClient, body: dict[str, Any], wait: float) -> Ex
     if body.get("error"):
         typer.secho(printable(str(body["error"]), body=""), fg="red", err=True)
         return Exit.FAILED
-    await _why_waiting(client, body)
+    await notices.why_waiting(client, body)
     typer.echo(f"still running: {task_of(body)}")
     return Exit.STILL_RUNNING
 
 
-async def _why_waiting(client: GatewayClient, body: dict[str, Any]) -> None:
-    """A message queued behind a task that waits for an answer waits as long as it does."""
-    if body.get("status") != "queued":
-        return
-    for prompt in await client.pending(str(body["session_id"])):
-        if prompt.get("task_hash") != body.get("task_hash"):
-            verb = "approve|deny" if prompt.get("kind") == "confirm" else "answer"
-            task = printable(f"{prompt.get('session_id')} {prompt.get('task_hash')}")
-            say(f"queued behind a task waiting for an answer: agenvoy {verb} {task}")
+class Notices:
+    """What `send` says about its message while it is not answered: the notices among the
+    task's events ("queued (2 ahead)", "collected 3 messages") and the prompt it waits behind,
+    each said once however often the task is asked for."""
+
+    def __init__(self) -> None:
+        self._told: set[tuple[int, str]] = set()
+        self._behind: set[str] = set()
+
+    def tell(self, body: dict[str, Any]) -> None:
+        for event in body.get("events") or ():
+            if event.get("kind") != "notice":
+                continue
+            key = (int(event.get("at") or 0), str(event.get("text", "")))
+            if key not in self._told:
+                self._told.add(key)
+                say(printable(key[1]))
+
+    async def queued(self, client: GatewayClient, body: dict[str, Any]) -> None:
+        """The message is not answered yet: say where it waits, and behind what."""
+        view = (await client.task(str(body["session_id"]), str(body["task_hash"]), 0)).body
+        self.tell(view)
+        await self.why_waiting(client, view)
+
+    async def why_waiting(self, client: GatewayClient, body: dict[str, Any]) -> None:
+        """A message queued behind a task that waits for an answer waits as long as it
+        does: say how to give that answer."""
+        if body.get("status") != "queued":
             return
+        prompts = await client.pending(str(body["session_id"]))
+        behind = waiting_behind(prompts, str(body.get("task_hash")))
+        if behind is not None and behind[0] not in self._behind:
+            self._behind.add(behind[0])
+            say(behind[1])
+
+
+def waiting_behind(prompts: list[dict[str, Any]], task_hash: str) -> tuple[str, str] | None:
+    """The task a queued one waits behind that itself waits for an answer (from the session's
+    open prompts), and the line that says how to answer it."""
+    for prompt in prompts:
+        ahead = str(prompt.get("task_hash"))
+        if ahead != task_hash:
+            verb = "approve|deny" if prompt.get("kind") == "confirm" else "answer"
+            task = printable(f"{prompt.get('session_id')} {ahead}")
+            return ahead, f"waiting behind a task that waits for an answer: agenvoy {verb} {task}"
+    return None

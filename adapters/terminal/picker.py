@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
-from textual.widgets import Label, OptionList, TabbedContent, TabPane
+from textual.widgets import Label, OptionList, Static, TabbedContent, TabPane
 from textual.widgets.option_list import Option
 
+from adapters.http_client import GatewayError, GatewayUnavailable
 from adapters.terminal.plain import line
+from adapters.terminal.recent import PREVIEW_SHOWN, preview
 
 PREFIX_ORDER = ("cli", "chat", "dc", "tg", "temp")
+
+# A session's latest n messages, oldest first (GatewayClient.history).
+Messages = Callable[[str, int], Awaitable[list[dict[str, Any]]]]
 
 
 @dataclass(frozen=True)
@@ -85,15 +93,26 @@ def visible_groups(rows: Sequence[SessionRow]) -> list[str]:
 class SessionPicker(ModalScreen[str | None]):
     """Dismissed with the chosen session id, or None."""
 
+    DEFAULT_CSS = """
+    #picker-preview { dock: bottom; height: 7; color: $text-muted; border-top: solid $secondary; }
+    """
     BINDINGS = [
         Binding("escape", "dismiss_picker", "Close"),
         Binding("t", "toggle_temp", "Show temp-*"),
     ]
 
-    def __init__(self, sessions: Sequence[SessionRow], current: str, show_temp: bool = False):
+    def __init__(
+        self,
+        sessions: Sequence[SessionRow],
+        current: str,
+        messages: Messages | None = None,
+        show_temp: bool = False,
+    ):
+        """`messages(session_id, n)`: a session's latest n messages, for the preview."""
         super().__init__()
         self.sessions = list(sessions)
         self.current = current
+        self.messages = messages
         self.show_temp = show_temp
 
     @property
@@ -120,6 +139,8 @@ class SessionPicker(ModalScreen[str | None]):
                     for prefix in groups:
                         with TabPane(prefix, id=f"tab-{prefix}"):
                             yield self._list(prefix, [r for r in rows if r.prefix == prefix])
+            if self.messages is not None:
+                yield Static("", id="picker-preview")
 
     def _list(self, group: str, rows: Sequence[SessionRow]) -> OptionList:
         options = [Option(self._label(r), id=r.session_id) for r in rows]
@@ -144,6 +165,21 @@ class SessionPicker(ModalScreen[str | None]):
         if pane is not None:
             pane.query_one(OptionList).focus()
 
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        if self.messages is not None and event.option.id is not None:
+            self._preview(event.option.id)
+
+    @work(exclusive=True, group="preview")
+    async def _preview(self, session_id: str) -> None:
+        """The highlighted session's latest messages, under the list."""
+        assert self.messages is not None
+        try:
+            shown = preview(await self.messages(session_id, PREVIEW_SHOWN))
+        except (GatewayUnavailable, GatewayError) as exc:
+            shown = f"no preview: {exc}"
+        with contextlib.suppress(NoMatches):  # the picker closed meanwhile
+            self.query_one("#picker-preview", Static).update(Content(shown))
+
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         self.dismiss(event.option.id)
 
@@ -153,3 +189,15 @@ class SessionPicker(ModalScreen[str | None]):
     def action_toggle_temp(self) -> None:
         self.show_temp = not self.show_temp
         self.refresh(recompose=True)
+
+
+def find_session(rows: list[SessionRow], wanted: str) -> str | None:
+    """By exact name first, then by id, then by a unique id prefix."""
+    for row in rows:
+        if row.name == wanted:
+            return row.session_id
+    for row in rows:
+        if row.session_id == wanted:
+            return row.session_id
+    prefixed = [r for r in rows if r.session_id.startswith(wanted)]
+    return prefixed[0].session_id if len(prefixed) == 1 else None

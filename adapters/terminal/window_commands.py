@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from adapters.terminal.completion import CommandHint, Completer
+from adapters.terminal.picker import short_id
+from adapters.terminal.plain import line
+from adapters.terminal.widgets import describe_confirm
 
 CLIENT_HELP = """**Window commands**
 
@@ -36,3 +41,19 @@ WINDOW_COMMANDS = (
 def help_text(completer: Completer) -> str:
     gateway = "\n".join(f"- `{hint.shown}`: {hint.summary}" for hint in completer.gateway_hints())
     return f"{CLIENT_HELP}\n\n**Gateway commands**\n\n{gateway}" if gateway else CLIENT_HELP
+
+
+def pending_list(prompts: list[dict[str, Any]], window_hash: str) -> str:
+    """`/pending`: the confirmations and questions waiting for an answer, numbered for
+    `/approve N`, `/deny N` and `/answer N text`."""
+    lines = ["Waiting for you (/approve N, /deny N, /answer N text):"]
+    for number, prompt in enumerate(prompts, 1):
+        if prompt.get("kind") == "confirm":
+            what = describe_confirm(prompt.get("tool", ""), prompt.get("args", {}))
+        else:
+            what = f"question: {prompt.get('question', '')}"
+        origin = prompt.get("origin", {})
+        here = origin.get("window_hash") == window_hash
+        who = "this window" if here else origin.get("sender_name") or origin.get("platform")
+        lines.append(f"{number}. {short_id(prompt['session_id'])} {line(what)} ({line(who)})")
+    return "\n".join(lines)

@@ -46,6 +46,7 @@ from gateway.events import (
     DoneEvent,
     ErrorEvent,
     Event,
+    NoticeEvent,
     Origin,
     TextEvent,
     UserEvent,
@@ -255,7 +256,8 @@ async def _follow(followed: TaskState, event: Event) -> None:
     elif isinstance(event, TextEvent):
         await followed.update(event=event, reply=event.text)
     else:
-        started = not isinstance(event, UserEvent) and followed.status == "queued"
+        # A notice ("queued (1 ahead)") is about a task still waiting its turn.
+        started = not isinstance(event, UserEvent | NoticeEvent) and followed.status == "queued"
         await followed.update(event=event, status="running" if started else KEEP)
 
 

@@ -17,7 +17,7 @@ from gateway.adapter import Progress, Sink
 from gateway.clock import Clock
 from gateway.engine.outbox import DEFAULT_EXPIRY_SECONDS, OUTBOX_KINDS, Courier
 from gateway.engine.task import Task
-from gateway.events import Event, Origin
+from gateway.events import Event, NoticeEvent, Origin
 from gateway.ids import validate_session_id
 from gateway.logs import get_logger
 from gateway.store.outbox import OutboxEntry, OutboxItem
@@ -187,10 +187,14 @@ class Dispatch:
             payload,
         )
 
-    async def notice(self, origin: Origin, text: str) -> None:
-        """A line for `origin` outside any conversation (queue position, prompt expiry)."""
+    async def notice(self, origin: Origin, text: str, task: Task | None = None) -> None:
+        """A line for `origin` outside any conversation (queue position, prompt expiry).
+        A client that pulls its events (HTTP, the terminal) has no sink to be told through: it
+        reads the line among the events of `task`, the task it is about."""
         sink = self.sinks.get(origin.platform)
         if sink is None:
+            if task is not None and origin.platform in self.pulled:
+                await self.record(task, NoticeEvent(session_id=task.session_id, text=text))
             return
         try:
             await sink.notice(origin, text)

@@ -123,7 +123,7 @@ class Intake:
         if position and modes is not None and await modes.interrupt_for(task):
             position = 0  # what was ahead is canceled, and says so
         if position:
-            await self.dispatch.notice(inbound.origin, f"queued ({position} ahead)")
+            await self.dispatch.notice(inbound.origin, f"queued ({position} ahead)", task)
         return Submission(session_id, task.task_hash, position or 0)
 
     async def record(self, inbound: Inbound, turn: Turn | None = None) -> int | None:

@@ -170,7 +170,7 @@ class Prompts:
         what, outcome = (
             ("confirmation", "treated as denied") if confirm else ("question", "left unanswered")
         )
-        await self.dispatch.notice(task.origin, f"The {what} expired and was {outcome}.")
+        await self.dispatch.notice(task.origin, f"The {what} expired and was {outcome}.", task)
         return expired
 
     async def _settle(self, task: Task, answer: Answer) -> Answer:

@@ -68,7 +68,9 @@ class QueueModes:
             await self._collected(task, into=newest)
         self.crash.reach("collected")
         if taken:
-            await self.dispatch.notice(newest.origin, f"collected {len(taken) + 1} messages")
+            await self.dispatch.notice(
+                newest.origin, f"collected {len(taken) + 1} messages", newest
+            )
 
     async def steer(self, running: Task) -> list[Steered]:
         """The messages `running` takes in now (`steer` mode), in order: after a restart first
