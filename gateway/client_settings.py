@@ -20,6 +20,9 @@ ENV_FILE: Final = ".env"
 DEFAULT_HOME: Final = "~/.config/agenvoy"
 DEFAULT_HTTP_HOST: Final = "127.0.0.1"
 DEFAULT_HTTP_PORT: Final = 17989
+# Where a running gateway writes the port its API listens on, in its store directory: with
+# AGENVOY_HTTP_PORT=0 it takes a free one, and its clients find it there.
+PORT_FILE: Final = "http.port"
 
 
 class InvalidClientSettings(ValueError):
@@ -33,6 +36,10 @@ class ClientSettings:
     http_port: int
     api_token: str = ""
 
+    def __post_init__(self) -> None:
+        if self.http_port == 0:  # whichever port the running gateway took
+            object.__setattr__(self, "http_port", read_bound_port(self.store_dir))
+
     @property
     def store_dir(self) -> Path:
         return self.home / ".store"
@@ -44,6 +51,14 @@ class ClientSettings:
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.http_port}"
+
+
+def read_bound_port(store_dir: Path) -> int:
+    """The port the gateway of this home listens on, as it wrote it; 0 if none did."""
+    try:
+        return int((store_dir / PORT_FILE).read_text(encoding="ascii").strip())
+    except (OSError, ValueError):
+        return 0
 
 
 def read_client_settings(

@@ -164,6 +164,9 @@ class GatewayClient(discord.AutoShardedClient):
     def __init__(self, owner: Owner, **options: Any) -> None:
         intents = discord.Intents.default()
         intents.message_content = True
+        # The gateway never joins a voice channel: discord.py's warnings that the voice
+        # libraries (PyNaCl, davey) are missing say nothing to its operator.
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
         super().__init__(intents=intents, allowed_mentions=NO_MENTIONS, **options)
         self.owner = owner
         self.tree = app_commands.CommandTree(self)

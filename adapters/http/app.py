@@ -25,11 +25,14 @@ from adapters.mcp.endpoint import MCP_PATH, McpEndpoint
 from adapters.web.app import CONSOLE_PREFIX, ENTRY_PATHS, add_entry_redirects, build_console
 from gateway.access import SessionAccess
 from gateway.adapter import HttpRoute
+from gateway.client_settings import PORT_FILE
 from gateway.credentials import WATCH_SECONDS, Credentials
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
+from gateway.store.fslock import atomic_write
 
 log = get_logger(__name__)
+CREDENTIALS: Final = web.AppKey("credentials", Credentials)
 
 MAX_BODY_BYTES: Final = 1024 * 1024
 CONTEXT_KEY: Final = web.AppKey("agenvoy_http_context", Context)
@@ -98,6 +101,7 @@ def build_app(
     app.router.add_post(MCP_PATH, mcp.handle)
     app.on_cleanup.append(mcp.close)
     add_entry_redirects(app)
+    app[CREDENTIALS] = credentials
     app.add_subapp(CONSOLE_PREFIX, build_console(ctx, credentials))
     app.cleanup_ctx.append(functools.partial(_watch_credentials, runtime, credentials))
     return app
@@ -169,17 +173,25 @@ class HttpAdapter:
     async def start(self) -> None:
         self._runner = await start_http(self.runtime)
         settings = self.runtime.settings
+        port = self._runner.addresses[0][1]
+        # The clients of this home find the API there, also on a port the system chose.
+        port_file = settings.store_dir / PORT_FILE
+        await asyncio.to_thread(atomic_write, port_file, f"{port}\n".encode(), durable=False)
+        credentials = self._runner.app[CREDENTIALS]
         for address in self._runner.addresses:
             log.info(
                 "adapter started",
                 adapter=self.name,
                 url=f"http://{address[0]}:{address[1]}",
-                auth=bool(api_token(settings)),
+                # A token is asked for once one is set or issued (per-user tokens too).
+                auth=credentials.required,
             )
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+            port_file = self.runtime.settings.store_dir / PORT_FILE
+            await asyncio.to_thread(port_file.unlink, missing_ok=True)
 
 
 def create(runtime: Runtime) -> HttpAdapter:

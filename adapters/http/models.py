@@ -147,6 +147,7 @@ class RequestBody(BaseModel):
 
 class CreateSessionRequest(RequestBody):
     prefix: Literal["cli", "chat"] = "cli"
+    name: str = Field("", max_length=MAX_NAME_CHARS, description="The session's name.")
 
     @field_validator("prefix", mode="before")
     @classmethod

@@ -41,7 +41,8 @@ async def create_session(call: Call) -> CreatedSession:
     session_id = new_session_id(body.prefix)
     caller = call.ctx.caller(call.request)
     await call.ctx.runtime.engine.admission.admit_session(caller)
-    await call.ctx.store.ensure(session_id, owner=caller.sender_key)
+    # Named as it is made: the new-session log line carries the name.
+    await call.ctx.store.ensure(session_id, name=body.name, owner=caller.sender_key)
     return CreatedSession(session_id=session_id)
 
 
