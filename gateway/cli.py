@@ -25,6 +25,7 @@ from gateway.cli_bans import ban, bans, unban
 from gateway.cli_identity import identity_app
 from gateway.cli_members import register as register_member_commands
 from gateway.cli_memory import reindex, semantic_search
+from gateway.cli_profiles import bind, bindings, profile_app, unbind
 from gateway.cli_quotas import quota_app, usage_by_identity
 from gateway.cli_schedules import schedule_app
 from gateway.cli_support import checked_id, fail, load_settings, printable, with_store
@@ -345,6 +346,10 @@ app.add_typer(token_app, name="token")
 app.add_typer(identity_app, name="identity")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(quota_app, name="quota")
+app.add_typer(profile_app, name="profile")
+app.command()(bind)
+app.command()(unbind)
+app.command()(bindings)
 app.command()(ban)
 app.command()(unban)
 app.command()(bans)
