@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 from clock import FakeClock
+from fakes.anthropic import FakeAnthropic, ToolUse
+from fakes.anthropic import Text as ClaudeText
 from fakes.openai import FakeOpenAI
 from fakes.openai.replies import Text, ToolCalls
 from test_http import bearer, serving
 from typer.testing import CliRunner
 
 from gateway.cli import app as cli_app
+from gateway.events import Inbound, Origin
 from gateway.prices import PriceTableError, parse_prices
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -205,3 +208,26 @@ async def test_money_budgets_set_from_the_command_line_and_shown(
     code, out = await cli("usage", "--by", "identity")
     assert code == 0 and "cost $" in out
     assert out.splitlines()[1].split() == ["http:tester", "1", "100", "50", "2.0000"]
+
+
+async def test_the_claude_agent_asks_before_each_model_call_too(tmp_path: Path) -> None:
+    async with FakeAnthropic() as fake:
+        settings = Settings(
+            home=tmp_path / "home",
+            _env_file=None,
+            agent="claude",
+            anthropic_base_url=fake.url,
+            anthropic_api_key=fake.api_key,
+            anthropic_model="claude-test",
+            quota_tokens_day=1,
+        )
+        runtime = await Runtime.start(settings)
+        try:
+            fake.script(ToolUse([("toolu_a", "current_time", {})]), ClaudeText("never said"))
+            ann = Origin("http", sender_id="ann", sender_name="Ann")
+            submitted = await runtime.router.submit(Inbound(ann, "cli-c", "what time is it?"))
+            state = await runtime.router.wait(submitted.task_hash, 15)
+            assert state.reply == "daily budget of 1 tokens used; resets 00:00 UTC"
+            assert len(fake.requests) == 1
+        finally:
+            await runtime.close()
