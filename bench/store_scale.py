@@ -81,7 +81,7 @@ from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.db import Database, sqlite_pragmas
 from gateway.store.history_file import HistoryMessage
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 from gateway.store.models import PER_SESSION_TABLES
 from gateway.store.sessions import SessionStore
 

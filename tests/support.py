@@ -14,8 +14,8 @@ import pytest
 from patience import patient
 from redis.exceptions import RedisError
 
-from gateway.store.db import alembic_config
 from gateway.store.kv import RedisKV
+from gateway.store.schema import alembic_config
 
 
 def worker_redis_url(base: str, worker: str) -> str:

@@ -16,7 +16,7 @@ from gateway.engine.task import TaskState
 from gateway.engine.tasks import TaskTable
 from gateway.events import Origin
 from gateway.store.journals import JournalRecord
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 from gateway.store.sessions import SessionStore
 
 pytestmark = pytest.mark.fast

@@ -40,7 +40,7 @@ from gateway.leases import open_leases
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.journals import JournalRecord
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 from gateway.store.sessions import SessionStore
 
 ANN_HTTP = Origin("http", sender_id="ann", sender_name="Ann", window_hash="w1")

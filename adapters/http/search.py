@@ -17,7 +17,7 @@ from gateway.events import Origin
 from gateway.ids import validate_session_id
 from gateway.memory.embedders import EmbeddingFailed
 from gateway.ownership import Need
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 
 
 class SearchHit(Message):

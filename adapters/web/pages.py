@@ -22,7 +22,7 @@ from gateway.logs import get_logger
 from gateway.ownership import Need
 from gateway.session_settings import REASONING_LEVELS, SettingsChange, SettingsRefused
 from gateway.store.listing import SessionCursor, SessionInfo
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 
 log = get_logger(__name__)
 

@@ -23,7 +23,7 @@ from gateway.ids import new_task_hash, validate_session_id
 from gateway.ownership import owner_for
 from gateway.store.errors import OutcomeUnknown, until_available
 from gateway.store.journals import JournalRecord
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 from gateway.store.request_keys import RequestKey
 from gateway.store.sessions import SessionStore
 from gateway.text import check_storable

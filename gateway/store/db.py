@@ -21,21 +21,14 @@ locked is retried, so "database is locked" never reaches a user.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
 import functools
-import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, make_url
@@ -53,6 +46,7 @@ from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean
 from gateway.store.pg_lean import PgLeanPool
 from gateway.store.readers import ReaderThreads
+from gateway.store.schema import migrate_postgresql, migrate_sqlite, revision_of
 from gateway.store.space import Space
 
 log = get_logger(__name__)
@@ -61,15 +55,12 @@ T = TypeVar("T")
 U = TypeVar("U")
 Work = Callable[[Session], T]
 
-MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_MS = 5000
 SQLITE_READERS = 4
 # Connections per instance for the sessions that run at once: the lean pool takes the statements
 # every message makes, SQLAlchemy's the rest (with overflow for a burst of ORM work).
 PG_POOL_SIZE = 20
 PG_ORM_POOL_SIZE = 10
-# Advisory-lock key shared by every instance migrating one PostgreSQL database.
-_PG_MIGRATION_LOCK = 0x616765_6E766F79
 
 
 class DatabaseError(RuntimeError):
@@ -163,18 +154,10 @@ class Database:
     async def migrate(self, revision: str = "head") -> None:
         """Bring the schema to `revision`. Safe to run by several processes at once."""
         if self._async_engine is None:
-            async with self._sqlite_migration_lock():
-                await asyncio.to_thread(_migrate_sqlite, self._writer, revision)
+            assert self.sqlite_path is not None
+            await migrate_sqlite(self._writer, self.sqlite_path, revision)
         else:
-            async with self._async_engine.connect() as conn:
-                lock = {"k": _PG_MIGRATION_LOCK}
-                await conn.execute(text("SELECT pg_advisory_lock(:k)"), lock)
-                try:
-                    await conn.run_sync(_upgrade, revision)
-                    await conn.commit()
-                finally:
-                    await conn.execute(text("SELECT pg_advisory_unlock(:k)"), lock)
-                    await conn.commit()
+            await migrate_postgresql(self._async_engine, revision)
         log.debug("database migrated", dialect=self.dialect, revision=revision)
 
     async def ping(self) -> None:
@@ -182,21 +165,7 @@ class Database:
         await self.read(_select_one)
 
     async def current_revision(self) -> str | None:
-        def current(session: Session) -> str | None:
-            return MigrationContext.configure(session.connection()).get_current_revision()
-
-        return await self.read(current)
-
-    @contextlib.asynccontextmanager
-    async def _sqlite_migration_lock(self) -> AsyncIterator[None]:
-        assert self.sqlite_path is not None
-        # The database's folder is the lock: no extra file, and it covers the WAL files too.
-        fd = os.open(self.sqlite_path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
+        return await self.read(revision_of)
 
     # -- running work ----------------------------------------------------------------------
 
@@ -380,33 +349,3 @@ def _while_locked() -> AsyncRetrying:
         stop=stop_after_delay(60),
         reraise=True,
     )
-
-
-def alembic_config() -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return config
-
-
-@functools.cache
-def _head_revision() -> str | None:
-    """The newest migration's revision: read from the scripts once per process."""
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
-
-
-def _upgrade(connection: Connection, revision: str) -> None:
-    # A schema already at head is the common case of every open after the first: asking the
-    # version table is one query, where the upgrade command loads every migration script.
-    if revision == "head":
-        at = MigrationContext.configure(connection).get_current_revision()
-        if at is not None and at == _head_revision():
-            return
-    config = alembic_config()
-    config.attributes["connection"] = connection
-    command.upgrade(config, revision)
-
-
-def _migrate_sqlite(engine: Engine, revision: str) -> None:
-    with engine.connect() as connection:
-        _upgrade(connection, revision)
-        connection.commit()

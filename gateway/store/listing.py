@@ -13,7 +13,7 @@ from sqlmodel import Session, col
 from gateway.ids import validate_session_id
 from gateway.ownership import ShareMode
 from gateway.store.base import StoreBase
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 from gateway.store.models import MessageRow, SessionRow, SessionShareRow
 from gateway.store.ownership import EVERYTHING, Visibility
 

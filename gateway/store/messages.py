@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-
-from sqlalchemy import func
-from sqlmodel import Session, col, select
+from dataclasses import replace
 
 from gateway.clock import now_ms
 from gateway.ids import validate_hash, validate_session_id
 from gateway.logs import get_logger
-from gateway.store.base import SessionTaken, StoreBase, UnknownSession
+from gateway.store.base import SessionTaken, UnknownSession
 from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.lean import Lean
-from gateway.store.models import MessageRow
+from gateway.store.message_reads import MessageReads, StoredMessage
 from gateway.store.request_keys import RequestKey, forget_expired, keep
 from gateway.store.summaries import NoSummaryRow, SummaryState, latest_state, summary_state
 
@@ -50,18 +47,6 @@ _INSERT_KEYED = _INSERT_MESSAGE + " ON CONFLICT DO NOTHING" + _RETURNING_ID
 _INSERT_MESSAGE += _RETURNING_ID
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    id: int
-    session_id: str
-    role: str
-    content: str
-    sender: str
-    send_at: int
-    task_hash: str = ""
-    sender_key: str = ""  # who wrote it (`platform:sender id`); "" for the agent
-
-
 def touch_session(sql: Lean, session_id: str, at: int) -> bool:
     """Move the session's last activity up to `at`; False when the session has no row."""
     return bool(sql.run(_TOUCH_SESSION, at, at, session_id))
@@ -90,7 +75,7 @@ def history_line(message: StoredMessage) -> HistoryMessage:
     )
 
 
-class MessageArchive(StoreBase):
+class MessageArchive(MessageReads):
     async def append_message(
         self,
         session_id: str,
@@ -320,69 +305,6 @@ class MessageArchive(StoreBase):
             )
         return len(missing)
 
-    async def recent_messages(
-        self, session_id: str, limit: int = 20, *, after_id: int = 0
-    ) -> list[StoredMessage]:
-        """The newest `limit` messages (newer than `after_id`), oldest first."""
-        validate_session_id(session_id)
-        stmt = (
-            select(MessageRow)
-            .where(MessageRow.session_id == session_id, col(MessageRow.id) > after_id)
-            .order_by(col(MessageRow.id).desc())
-            .limit(limit)
-        )
-
-        def work(session: Session) -> list[StoredMessage]:
-            rows = session.exec(stmt).all()
-            return [_stored(r) for r in reversed(rows)]
-
-        return await self.db.read(work)
-
-    async def window_start_id(self, session_id: str, window: int, *, after_id: int = 0) -> int:
-        """Id of the oldest of the newest `window` messages after `after_id`; 0 when there are
-        fewer than that. Ids only, so asking costs no message bodies."""
-        validate_session_id(session_id)
-        stmt = (
-            select(MessageRow.id)
-            .where(MessageRow.session_id == session_id, col(MessageRow.id) > after_id)
-            .order_by(col(MessageRow.id).desc())
-            .offset(max(window - 1, 0))
-            .limit(1)
-        )
-
-        def work(session: Session) -> int:
-            return int(session.exec(stmt).first() or 0)
-
-        return await self.db.read(work)
-
-    async def last_message_id(self, session_id: str) -> int:
-        """Id of the session's newest archived message; 0 when it has none."""
-        validate_session_id(session_id)
-        stmt = select(func.max(MessageRow.id)).where(MessageRow.session_id == session_id)
-
-        def work(session: Session) -> int:
-            return int(session.exec(stmt).one() or 0)
-
-        return await self.db.read(work)
-
-    async def messages_after(
-        self, session_id: str, after_id: int, limit: int = 500
-    ) -> list[StoredMessage]:
-        """Messages newer than `after_id` (e.g. the summary cursor), oldest first."""
-        validate_session_id(session_id)
-
-        def work(sql: Lean) -> list[StoredMessage]:
-            return [StoredMessage(*row) for row in sql.all(_AFTER, session_id, after_id, limit)]
-
-        return await self.db.read_lean(work)
-
-
-# Lean (gateway.store.lean): the summary reads these every fold, history.json at a catch-up.
-_AFTER = (
-    "SELECT id, session_id, role, content, sender, send_at, task_hash FROM messages"
-    " WHERE session_id = ? AND id > ? ORDER BY id LIMIT ?"
-)
-
 
 _IDS_FROM = "SELECT id FROM messages WHERE session_id = ? AND id >= ? ORDER BY id LIMIT ?"
 
@@ -395,10 +317,3 @@ def _resync_view(
     if not first:
         return state, []
     return state, [int(row[0]) for row in sql.all(_IDS_FROM, session_id, first, HISTORY_CATCH_UP)]
-
-
-def _stored(row: MessageRow) -> StoredMessage:
-    assert row.id is not None
-    return StoredMessage(
-        row.id, row.session_id, row.role, row.content, row.sender, row.send_at, row.task_hash
-    )

@@ -18,7 +18,8 @@ from gateway.store.base import StoreBase
 from gateway.store.db import insert_ignoring
 from gateway.store.journals import delete_journal
 from gateway.store.lean import Lean
-from gateway.store.messages import StoredMessage, history_line, insert_message, touch_session
+from gateway.store.message_reads import StoredMessage
+from gateway.store.messages import history_line, insert_message, touch_session
 from gateway.store.models import ActionHistoryRow, FileHistoryRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, claim_in
 from gateway.store.usage import UsageRecord, insert_usage

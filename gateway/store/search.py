@@ -17,7 +17,7 @@ from sqlmodel import Session
 
 from gateway.ids import validate_session_id
 from gateway.store.db import Database
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 from gateway.store.ownership import EVERYTHING, Visibility
 
 MAX_TERMS = 16

@@ -28,7 +28,8 @@ from gateway.store.console_signins import ConsoleSignins
 from gateway.store.db import Database, insert_ignoring
 from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.listing import SessionCursor, SessionInfo, SessionListing, parent_of
-from gateway.store.messages import MessageArchive, StoredMessage
+from gateway.store.message_reads import StoredMessage
+from gateway.store.messages import MessageArchive
 from gateway.store.models import PER_SESSION_TABLES, SessionRow
 from gateway.store.outbox import Outbox
 from gateway.store.ownership import Ownership

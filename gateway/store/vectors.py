@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 from gateway.ids import validate_session_id
 from gateway.store.db import Database
 from gateway.store.lean import Lean
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 from gateway.store.models import EmbeddingCursorRow, EmbeddingRow, MessageRow, SessionSummaryRow
 
 MESSAGE = "message"
