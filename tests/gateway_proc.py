@@ -30,12 +30,12 @@ def free_port() -> int:
 
 
 class Gateway:
-    def __init__(
-        self, home: Path, port: int, *, exe: str = EXE, cwd: Path | None = None, **env: str
-    ) -> None:
-        """`exe`: the `agenvoy` to start (another installation's); `cwd`: where it runs."""
+    def __init__(self, home: Path, port: int, **env: str) -> None:
         self.home, self.port = home, port
-        self.exe, self.cwd = exe, cwd
+        # Another installation's `agenvoy`, and where it runs: set after construction, so every
+        # keyword argument stays an environment variable.
+        self.exe: str = EXE
+        self.cwd: Path | None = None
         self.url = f"http://127.0.0.1:{port}"
         self.env = env
         self.proc: asyncio.subprocess.Process | None = None

@@ -131,7 +131,8 @@ async def test_the_pages_examples_answer_what_they_show(page: Path, tmp_path: Pa
     place = tmp_path / "work"  # where a reader runs them: `.venv/bin/agenvoy` is there
     place.mkdir()
     (place / ".venv").symlink_to(VENV)
-    gateway = Gateway(tmp_path / "home", free_port(), cwd=place, AGENVOY_AGENT="offline")
+    gateway = Gateway(tmp_path / "home", free_port(), AGENVOY_AGENT="offline")
+    gateway.cwd = place
     await gateway.start()
     try:
         for block in runnable(page):

@@ -73,7 +73,8 @@ async def test_the_wheel_installs_outside_the_checkout_and_answers(tmp_path: Pat
 
     exe = str(venv / "bin" / "agenvoy")
     port = free_port()
-    gateway = Gateway(tmp_path / "home", port, exe=exe, cwd=place, PATH=env["PATH"])
+    gateway = Gateway(tmp_path / "home", port, PATH=env["PATH"])
+    gateway.exe, gateway.cwd = exe, place
     try:
         ready = await gateway.start()
         assert ready["event"] == "gateway ready"
