@@ -14,6 +14,7 @@ from gateway.agents.tool_memory import ToolMemory
 from gateway.auth import Authority
 from gateway.bans import Bans
 from gateway.clock import Clock
+from gateway.commands.agents import AgentCommands
 from gateway.commands.bans import BanCommands
 from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.links import LinkCommands
@@ -29,10 +30,13 @@ from gateway.member_data.service import MemberData, canceler
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.prices import PriceTable
+from gateway.profiles.agents import AgentPool, Build, Chain
+from gateway.profiles.service import Profiles
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
 from gateway.store.bans import BanList
+from gateway.store.profiles import ProfileStore
 from gateway.store.sessions import SessionStore
 
 
@@ -44,6 +48,8 @@ class Core:
     schedules: Schedules
     linking: Linking
     bans: Bans
+    profiles: Profiles
+    agents: AgentPool  # the profiles' agents; the caller closes it before the default agent
 
 
 def build_core(
@@ -60,11 +66,19 @@ def build_core(
     summary: RollingSummary | None = None,
     recall: Recall | None = None,
     prices: PriceTable | None = None,
+    build_agent: Build | None = None,
+    chain: Chain | None = None,
+    mcp_servers: frozenset[str] | None = None,
 ) -> Core:
+    """`build_agent`: makes a profile's agent (None: only the `default` profile answers);
+    `chain`: joins a profile's agent and its fallbacks'; `mcp_servers`: the configured MCP
+    servers' names, that profiles may name."""
     # The registry is filled once the router exists (the built-in commands act on it); the
     # router only ever calls `run`.
     commands = CommandRegistry(authority, first_delivery=store.first_delivery)
     bans = Bans(BanList(store.db), store, authority, clock)
+    profiles = Profiles(settings, ProfileStore(store.db), clock, mcp_servers)
+    agents = AgentPool(profiles, agent, build_agent, chain)
     engine = assemble(
         settings,
         store,
@@ -81,6 +95,7 @@ def build_core(
         recall=recall,
         after_task=[summary.schedule] if summary is not None else [],
         prices=prices,
+        agents=agents,
     )
     # A ban ends what the banned member started, and their answers to prompts.
     bans.enforce_on(engine.router)
@@ -110,9 +125,10 @@ def build_core(
     # Scheduled tasks of sessions no chat holds are read like any task of their session.
     engine.router.register_pulled(SCHEDULE_PLATFORM)
     ScheduleCommands(commands, schedules).register()
-    MemberCommands(commands, MemberData(store, canceler(engine.router))).register()
+    MemberCommands(commands, MemberData(store, canceler(engine.router), tool_memory)).register()
     UsageCommands(commands, engine.admission, authority).register()
     linking = Linking(store.ownership, clock)
     LinkCommands(commands, linking).register()
     BanCommands(commands, bans, store.ownership).register()
-    return Core(engine, commands, session_settings, schedules, linking, bans)
+    AgentCommands(commands, profiles, authority).register()
+    return Core(engine, commands, session_settings, schedules, linking, bans, profiles, agents)

@@ -15,6 +15,9 @@ from sqlalchemy.engine import make_url
 
 from gateway.adapter import HttpRoute
 from gateway.agents.base import Agent
+from gateway.agents.fallback import FallbackChain
+from gateway.agents.model_stats import ModelStats
+from gateway.agents.retries import ALONE, RetryPolicy
 from gateway.agents.summary import RollingSummary, Summarizes
 from gateway.agents.tool_memory import ToolMemory
 from gateway.agents.tools import ToolSource
@@ -38,6 +41,9 @@ from gateway.mcp_tools.config import McpConfig, load_config
 from gateway.memory.setup import Memory
 from gateway.presence import Presence
 from gateway.prices import load_prices
+from gateway.profiles.agents import AgentPool, Built, Chain
+from gateway.profiles.building import Make, builder
+from gateway.profiles.service import Profiles
 from gateway.rate_window import SharedWindow
 from gateway.schedules import Schedules
 from gateway.session_settings import SessionSettings
@@ -62,7 +68,29 @@ def build_agent(
     mcp: McpConfig | None = None,
 ) -> Agent:
     """`found`: the MCP servers' tools for the agents that run tools themselves; `mcp`: the
-    servers, for the claude-code agent to hand its CLI."""
+    servers, for the claude-code agent to hand its CLI. With `AGENVOY_FALLBACK`, the agent
+    and its fallbacks as one chain (gateway/agents/chains.py)."""
+    if not settings.fallback:
+        return one_agent(settings, clock, found, mcp)
+    from gateway.agents.chains import default_chain
+
+    def make(target: Settings, retry: RetryPolicy) -> Agent:
+        return one_agent(target, clock, found, mcp, retry)
+
+    try:
+        return default_chain(settings, clock, make)
+    except ValueError as exc:  # a bad AGENVOY_FALLBACK item, a key variable not set
+        raise UnknownAgent(str(exc)) from exc
+
+
+def one_agent(
+    settings: Settings,
+    clock: Clock = SYSTEM_CLOCK,
+    found: ToolSource | None = None,
+    mcp: McpConfig | None = None,
+    retry: RetryPolicy = ALONE,
+) -> Agent:
+    """The agent `settings.agent` names; `retry`: how its model calls are retried."""
     name = settings.agent
     if name == "offline":
         from gateway.agents.offline import OfflineAgent
@@ -71,11 +99,11 @@ def build_agent(
     if name == "openai":
         from gateway.agents.openai import OpenAIAgent
 
-        return OpenAIAgent(settings, clock, found=found)
+        return OpenAIAgent(settings, clock, found=found, retry=retry)
     if name == "claude":
         from gateway.agents.anthropic import AnthropicAgent
 
-        return AnthropicAgent(settings, clock, found=found)
+        return AnthropicAgent(settings, clock, found=found, retry=retry)
     if name == "claude-code":
         from gateway.agents.claude_code import ClaudeCodeAgent, ClaudeCodeUnavailable
 
@@ -99,6 +127,43 @@ def mcp_tools(settings: Settings, config: McpConfig) -> ToolSource | None:
         call_timeout=settings.mcp_call_timeout_seconds,
         start_timeout=settings.mcp_start_timeout_seconds,
     )
+
+
+def _maker(clock: Clock, stats: ModelStats) -> Make:
+    """Builds a profile's agent, with the MCP servers' tools it alone holds."""
+
+    def make(settings: Settings, config: McpConfig, chained: bool) -> Built:
+        from gateway.agents.chains import chain_policy, label_of
+
+        label = label_of(settings)
+        tools = mcp_tools(settings, config)
+        retry = chain_policy(stats, label) if chained else ALONE
+        agent = one_agent(settings, clock, tools, config, retry)
+        return Built(agent, [tools.aclose] if tools is not None else [], label)
+
+    return make
+
+
+def _chainer(settings: Settings, clock: Clock, stats: ModelStats) -> Chain:
+    """Joins a profile's agent and its fallbacks' into one chain, their breakers in `stats`
+    (shared with the default agent's chain, so /metrics shows every target)."""
+
+    def chain(primary: Built, fallbacks: list[Built]) -> Agent:
+        from gateway.agents.chains import label_of
+        from gateway.agents.fallback import build_chain
+
+        members = [primary, *fallbacks]
+        return build_chain(
+            primary.agent,
+            [built.agent for built in fallbacks],
+            labels=[built.label or label_of(settings) for built in members],
+            clock=clock,
+            stats=stats,
+            breaker_failures=settings.breaker_failures,
+            breaker_cooldown=settings.breaker_cooldown_seconds,
+        )
+
+    return chain
 
 
 def bus_namespace(database_url: str) -> str:
@@ -135,6 +200,11 @@ class Runtime:
     linking: Linking | None = None
     # Who is kept out of which chat: the chat front-ends say who their platform's admins are.
     bans: Bans | None = None
+    # Agent profiles and the agents built for them (closed before the default agent).
+    profiles: Profiles | None = None
+    agents: AgentPool | None = None
+    # What each model target did (calls, tokens, failures, switches, breakers), for /metrics.
+    model_stats: ModelStats | None = None
     router: Router = field(init=False)  # the engine's face, which front-ends talk to
     probe: ReadinessProbe = field(init=False)
     platforms: Platforms = field(init=False)  # the chat platforms, connected or not
@@ -195,6 +265,9 @@ class Runtime:
                 if isinstance(leases, LocalLeases)
                 else SeveralInstances(leases, bus, settings.instance_id, settings.lease_ttl_seconds)
             )
+            # The model targets' counts and breakers, for the default agent's chain and the
+            # profiles' alike.
+            model_stats = agent.stats if isinstance(agent, FallbackChain) else ModelStats()
             core = build_core(
                 settings,
                 store,
@@ -208,7 +281,11 @@ class Runtime:
                 summary=summary,
                 recall=memory.recall,
                 prices=prices,
+                build_agent=builder(settings, mcp_config, _maker(clock, model_stats)),
+                chain=_chainer(settings, clock, model_stats),
+                mcp_servers=frozenset(server.name for server in mcp_config.servers),
             )
+            opened.push_async_callback(core.agents.aclose)
             if isinstance(kv, RedisKV):
                 # Instances on one Redis count messages a minute together, per archive.
                 namespace = f"{kv.key_prefix}{bus_namespace(settings.resolved_database_url)}:"
@@ -236,6 +313,9 @@ class Runtime:
             memory,
             linking=core.linking,
             bans=core.bans,
+            profiles=core.profiles,
+            agents=core.agents,
+            model_stats=model_stats,
         )
 
     async def close(self) -> None:
@@ -252,6 +332,8 @@ class Runtime:
             await self.summary.close()
         if self.memory is not None:
             await self.memory.close()
+        if self.agents is not None:
+            await self.agents.aclose()
         await self.agent.aclose()
         if self.mcp is not None:
             await self.mcp.aclose()  # ends the stdio servers' processes

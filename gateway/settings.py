@@ -24,6 +24,7 @@ from gateway.client_settings import (
     ClientSettings,
 )
 from gateway.discord_settings import DiscordSettings
+from gateway.fallback_settings import FallbackSettings
 from gateway.quota_settings import QuotaSettings
 
 
@@ -37,7 +38,8 @@ class TelegramMode(StrEnum):
     webhook = "webhook"
 
 
-class Settings(QuotaSettings, DiscordSettings, BaseSettings):  # parts: quota_, discord_settings
+# parts: quota_settings, discord_settings, fallback_settings
+class Settings(QuotaSettings, DiscordSettings, FallbackSettings, BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX.upper(),
         env_file=ENV_FILE,
@@ -151,6 +153,9 @@ class Settings(QuotaSettings, DiscordSettings, BaseSettings):  # parts: quota_, 
     # How long one MCP tool call may take, and a server to start and list its tools.
     mcp_call_timeout_seconds: float = Field(120.0, gt=0)
     mcp_start_timeout_seconds: float = Field(30.0, gt=0)
+    # Agent profiles: the file their `file:NAME` key references read (`NAME=value` lines,
+    # mode 0600); empty = `<home>/secrets.env`.
+    profile_secrets_file: Path | None = None
     # The claude agent: the Anthropic Messages API. The key is also read from
     # ANTHROPIC_API_KEY, the name Anthropic's own tools use, when the AGENVOY_ one is unset.
     anthropic_base_url: str = "https://api.anthropic.com"

@@ -16,7 +16,7 @@ from gateway.ownership import ShareMode
 from gateway.store.db import Database
 from gateway.store.files import Summary
 from gateway.store.journals import JournalRecord
-from gateway.store.messages import StoredMessage
+from gateway.store.message_reads import StoredMessage
 from gateway.store.models import PER_SESSION_TABLES, OutboxRow, ScheduleRow
 from gateway.store.outbox import OutboxEntry, OutboxItem, outbox_item
 from gateway.store.request_keys import RequestKey
@@ -29,6 +29,10 @@ UNRELATED = {"alembic_version", "messages_fts5_config", "messages_fts5_data", "m
 # Tables of people rather than sessions: links, link codes and wrong ones entered, quotas,
 # console sign-ins, and bans, which outlive a chat's session (a chat made again keeps its bans).
 UNRELATED |= {"identity_link", "link_code", "link_attempt", "quota", "console_signin", "ban"}
+# The operator's agent configuration: profiles, their bindings to places (a binding may name one
+# session, and outlives it as a ban does, so a chat made again keeps its agent) and the change
+# counter.
+UNRELATED |= {"agent_profile", "agent_binding", "agent_config"}
 # Every table a session has rows in once it has talked, run a task and saved a file.
 SESSION_TABLES = {"session", *(table.name for table in PER_SESSION_TABLES)}
 

@@ -51,6 +51,7 @@ COMMANDS: Final[dict[str, tuple[str, frozenset[str]]]] = {
     "ban": ("/ban 77", ADMINS),
     "unban": ("/unban 77", ADMINS),
     "bans": ("/bans", ADMINS),
+    "agent": ("/agent", EVERYONE),  # alone it only shows the profile and why
     "id": ("/id", ADMINS),  # anyone in a private chat with the bot: test_telegram_id.py
     "new": ("", frozenset()),
 }
@@ -60,6 +61,8 @@ CHANGES: Final[dict[str, tuple[str, frozenset[str]]]] = {
     "reasoning": ("/reasoning high", ADMINS),
     "allow": ("/allow demo_action", ADMINS),
     "queue": ("/queue collect", ADMINS),
+    # No binding lets this chat's admins switch: only a gateway admin may choose a profile.
+    "agent": ("/agent use default", frozenset({"gateway admin"})),
 }
 
 

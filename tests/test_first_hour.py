@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 from pathlib import Path
 
 import discord
@@ -56,6 +57,20 @@ async def test_clients_find_a_gateway_on_a_chosen_port_and_the_log_says_tokens_a
     assert not (home / ".store" / PORT_FILE).exists()
     code, _, err = await agenvoy(home, "send", "hello", AGENVOY_HTTP_PORT="0")
     assert code == 1 and "not running" in err, err
+
+
+async def test_doctor_lines_its_settings_up_and_leaves_test_settings_out(tmp_path: Path) -> None:
+    code, out, err = await agenvoy(tmp_path / "home", "doctor")
+    assert code == 0, err
+    rows = out.split("settings\n", 1)[1].split("\nok ", 1)[0].splitlines()
+    assert len(rows) > 20 and all(row.startswith("  ") for row in rows)
+    valued = [m for row in rows if (m := re.fullmatch(r"  (\S+ +)(\S.*)", row))]
+    assert len(valued) > 10
+    columns = {len(m.group(1)) for m in valued}
+    assert len(columns) == 1, out  # every value starts in the same column
+    assert "crash_at" not in out
+    code, out, _ = await agenvoy(tmp_path / "home", "doctor", AGENVOY_CRASH_AT="stored")
+    assert "crash_at is set" in out
 
 
 async def test_the_new_session_line_names_a_session_named_as_it_is_made(tmp_path: Path) -> None:

@@ -595,7 +595,7 @@ async def test_body_validation(server: Server) -> None:
     await server.runtime.store.delete(body["session_id"])
     for path, payload, name in (
         ("/v1/send", {"content": "x", "colour": "blue"}, "colour"),
-        ("/v1/session", {"prefix": "cli", "name": "x"}, "name"),
+        ("/v1/session", {"prefix": "cli", "colour": "x"}, "colour"),
     ):
         status, body = await server.call("POST", path, json_body=payload)
         assert (status, err(body)) == (400, "bad_request"), payload

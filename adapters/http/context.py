@@ -45,7 +45,8 @@ class Context:
         self.store = runtime.store
         self.settings = runtime.settings
         self.access = access
-        self.metrics = HttpMetrics(runtime.router, runtime.tool_memory.cache)
+        models = runtime.model_stats
+        self.metrics = HttpMetrics(runtime.router, runtime.tool_memory.cache, models)
         self.keepalive_seconds = keepalive_seconds
         self.closing = asyncio.Event()
         # Set with `closing`: one future every waiting request watches, where a task per

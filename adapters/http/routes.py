@@ -23,6 +23,7 @@ from adapters.http.models import (
     UsageQuery,
 )
 from adapters.http.operations import Health, HealthUnavailable, healthz, metrics, openapi
+from adapters.http.profiles import PROFILE_ROUTES
 from adapters.http.prompts import (
     answer_prompt,
     cancel_task,
@@ -366,6 +367,7 @@ ROUTES: Final[tuple[Route, ...]] = (
         errors=(400,),
     ),
     *ACCOUNT_ROUTES,
+    *PROFILE_ROUTES,
     # -- operations
     Route(
         "GET",

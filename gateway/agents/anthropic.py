@@ -26,6 +26,7 @@ from gateway.agents.anthropic_stream import MessagesClient, Turn, usage_row
 from gateway.agents.base import AgentContext, AgentFailed, Delta, Reply, Step, ToolResult
 from gateway.agents.images import DecodeGate, Picture, Pictures, pictures_of
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
+from gateway.agents.retries import ALONE, RetryPolicy
 from gateway.agents.tools import (
     BUILTIN_TOOLS,
     Tool,
@@ -135,6 +136,7 @@ class AnthropicAgent:
         clock: Clock = SYSTEM_CLOCK,
         tools: Mapping[str, Tool] = BUILTIN_TOOLS,
         found: ToolSource | None = None,
+        retry: RetryPolicy = ALONE,
     ) -> None:
         self.settings = settings
         self.clock = clock
@@ -150,6 +152,7 @@ class AnthropicAgent:
             key.get_secret_value() if key else "",
             settings.anthropic_timeout_seconds,
             clock,
+            retry,
         )
 
     async def aclose(self) -> None:

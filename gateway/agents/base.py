@@ -92,7 +92,18 @@ class Reply:
     text: str
 
 
-Step = Delta | ToolCall | ToolResult | Usage | Reply
+@dataclass(frozen=True, slots=True)
+class Switched:
+    """The run went on with another model (a fallback chain): which, and why. Written to
+    action.log; the reply text marks it only where the earlier model had shown text."""
+
+    from_model: str
+    to_model: str
+    reason: str  # the failure's kind: rate_limited, quota, server_error, overloaded, ...
+    detail: str = ""
+
+
+Step = Delta | ToolCall | ToolResult | Usage | Reply | Switched
 
 
 class AgentFailed(Exception):

@@ -18,7 +18,6 @@ import aiohttp
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
-    stop_after_attempt,
     wait_exponential_jitter,
 )
 
@@ -32,7 +31,15 @@ from gateway.agents.base import (
     Usage,
 )
 from gateway.agents.images import DecodeGate, Pictures, pictures_of
-from gateway.agents.retries import Retryable, retry_after, wait_for_server
+from gateway.agents.retries import (
+    ALONE,
+    Retryable,
+    RetryPolicy,
+    failure_kind,
+    lost_kind,
+    retry_after,
+    wait_for_server,
+)
 from gateway.agents.tools import (
     BUILTIN_TOOLS,
     Tool,
@@ -93,9 +100,11 @@ class OpenAIAgent:
         clock: Clock = SYSTEM_CLOCK,
         tools: Mapping[str, Tool] = BUILTIN_TOOLS,
         found: ToolSource | None = None,
+        retry: RetryPolicy = ALONE,
     ) -> None:
         self.settings = settings
         self.clock = clock
+        self.retry = retry  # fewer tries in a fallback chain: the next model answers sooner
         self.tools = dict(tools)
         self.tool_names = frozenset(self.tools)
         # The MCP servers' tools, listed when a task starts (the servers start lazily).
@@ -250,8 +259,8 @@ class OpenAIAgent:
         url = f"{self.base_url}/chat/completions"
         retrying = AsyncRetrying(
             retry=retry_if_exception(lambda e: isinstance(e, Retryable)),
-            stop=stop_after_attempt(4),
-            wait=_wait_for_server,
+            stop=self.retry.stop,
+            wait=wait_for_server(_backoff, self.retry.longest_wait),
             sleep=self.clock.sleep,
             reraise=True,
         )
@@ -267,7 +276,7 @@ class OpenAIAgent:
                             yield produced[len(shown) :]
                             shown = produced
         except Retryable as exc:
-            raise AgentFailed(f"the model is not available right now ({exc})") from exc
+            raise exc.failed() from exc
 
     async def _stream(
         self, url: str, body: dict[str, Any], headers: dict[str, str], into: _Completion
@@ -281,7 +290,8 @@ class OpenAIAgent:
                         "the model provider rejected the API key (AGENVOY_OPENAI_API_KEY)"
                     )
                 if resp.status == 429 or resp.status >= 500:
-                    raise Retryable(f"HTTP {resp.status}", retry_after(resp.headers))
+                    kind = failure_kind(resp.status, await resp.text())
+                    raise Retryable(f"HTTP {resp.status}", retry_after(resp.headers), kind)
                 if resp.status >= 400:
                     detail = (await resp.text())[:300]
                     raise AgentFailed(f"the model refused the request: HTTP {resp.status} {detail}")
@@ -302,7 +312,8 @@ class OpenAIAgent:
                     if delta:
                         yield delta
         except (TimeoutError, aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise Retryable(f"cannot reach {self.base_url}: {type(exc).__name__}", None) from exc
+            lost = f"cannot reach {self.base_url}: {type(exc).__name__}"
+            raise Retryable(lost, None, lost_kind(exc)) from exc
         if not into.finished:
             # Ended without a finish reason: cut off, not complete, whatever the text says.
             raise Retryable("the answer was cut off mid-stream", None)
@@ -380,4 +391,4 @@ def _usage(model: str, usage: dict[str, Any], elapsed_ms: int, call_ids: list[st
 
 
 # Between tries when the server named no wait of its own.
-_wait_for_server = wait_for_server(wait_exponential_jitter(multiplier=0.5, max=20))
+_backoff = wait_exponential_jitter(multiplier=0.5, max=20)

@@ -33,6 +33,7 @@ from gateway.engine.tasks import TaskTable
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.prices import PriceTable
+from gateway.profiles.agents import AgentPool
 from gateway.quotas import Admission
 from gateway.settings import Settings
 from gateway.store.sessions import SessionStore
@@ -66,12 +67,14 @@ def assemble(
     recall: Recall | None = None,
     after_task: Sequence[Callable[[str], None]] = (),
     prices: PriceTable | None = None,
+    agents: AgentPool | None = None,
 ) -> Engine:
     """`cluster`: alone or one of several instances (`gateway.cluster`); `commands`: gateway
     commands, answered before the agent sees a text (`is_command` tells one by its text);
     `screen`: turns a message away before anything of it is kept (a ban); `recall`: older
     messages recalled into each task's context; `after_task`: called with the session id
-    after each task that finished with a reply (the rolling summary)."""
+    after each task that finished with a reply (the rolling summary); `agents`: the agent of
+    each task's profile (None: `agent` answers every task)."""
     authority = authority or Authority(settings.admin_keys)
     counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
     tasks = TaskTable(store)
@@ -158,6 +161,7 @@ def assemble(
         recall=recall,
         recheck=admission.recheck,
         prices=prices,
+        agents=agents,
     )
     intake = Intake(
         store,

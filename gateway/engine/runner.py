@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Sequence
 
 from gateway.agents.base import (
@@ -15,6 +16,7 @@ from gateway.agents.base import (
     Delta,
     Reply,
     Step,
+    Switched,
     ToolCall,
     ToolResult,
     Usage,
@@ -43,6 +45,7 @@ from gateway.logs import get_logger
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.prices import READS_APART, PriceTable
+from gateway.profiles.agents import AgentPool, Chosen
 from gateway.store.errors import until_available
 from gateway.store.sessions import RunRecord, SessionStore
 from gateway.store.usage import UsageRecord
@@ -74,10 +77,12 @@ class Runner:
         recall: Recall | None = None,
         recheck: Recheck | None = None,
         prices: PriceTable | None = None,
+        agents: AgentPool | None = None,
     ) -> None:
         """`max_subagent_depth`: how deep subagents may nest (0: none);
         `max_subagents_per_task`: how many one task may start; `recheck`: the budgets asked
-        before each model call; `prices`: what each model call's usage row says it cost."""
+        before each model call; `prices`: what each model call's usage row says it cost;
+        `agents`: the agent of each task's profile (None: `agent` answers every task)."""
         self.store = store
         self.recheck = recheck
         self.prices = prices
@@ -92,6 +97,8 @@ class Runner:
         )
         self.tool_memory = tool_memory
         self.agent = agent
+        self.agents = agents
+        self._agent_of: dict[str, Agent] = {}  # task hash → its profile's agent, while it runs
         self.presence = presence
         self.dispatch = dispatch
         self.prompts = prompts
@@ -129,29 +136,36 @@ class Runner:
             # The journal written at submission already holds all a replay needs until a step.
             # Nothing has happened yet that a wait would hold up: an unreachable database is
             # waited out here rather than end the task in an error.
+            chosen = await until_available(
+                lambda: self._chosen(task, held),
+                sleep=self.dispatch.courier.clock.sleep,
+                what="task waiting for its profile",
+            )
+            agent, window = chosen.agent, chosen.window(self.window)
             context = await until_available(
                 lambda: load_context(
                     task,
                     self.store,
                     self.prompts,
                     self.run_tool,
-                    self.window,
+                    window,
                     self.tool_memory,
                     steer=self.steer,
                     subagents=self.subagents,
                     recall=self.recall,
                     # Only an agent that shows recalled messages to its model pays for them.
-                    recall_into_context=self.agent.reads_recall,
+                    recall_into_context=agent.reads_recall,
                 ),
                 sleep=self.dispatch.courier.clock.sleep,
                 what="task waiting for its context",
             )
             held.push_async_exit(context.cleanup)
+            chosen.apply(context)
             fold_soon = context.fold_soon
             context.budget = lambda: self._within_budget(task)
             async with (
                 self.presence.hold(task.session_id, task.task_hash),
-                closing(self.agent.run(context)) as steps,
+                closing(agent.run(context)) as steps,
             ):
                 async for step in steps:
                     await self._step(task, step)
@@ -177,6 +191,15 @@ class Runner:
             return
         await self._finish_done(task, fold_soon=fold_soon)
 
+    async def _chosen(self, task: Task, held: contextlib.AsyncExitStack) -> Chosen:
+        """The agent of the task's profile, held until the task ends."""
+        if self.agents is None:
+            return Chosen(self.agent, None)
+        chosen = await held.enter_async_context(self.agents.lease(task.session_id, task.origin))
+        self._agent_of[task.task_hash] = chosen.agent
+        held.callback(self._agent_of.pop, task.task_hash, None)
+        return chosen
+
     async def _step(self, task: Task, step: Step) -> None:
         sid = task.session_id
         if isinstance(step, Delta):
@@ -194,12 +217,29 @@ class Runner:
             task.hold_usage(self.priced(record))
         elif isinstance(step, Reply):
             await task.set_reply(step.text)
+        elif isinstance(step, Switched):
+            await self._switched(task, step)
+
+    async def _switched(self, task: Task, step: Switched) -> None:
+        """A `fallback` line in action.log: which model took over from which, and why."""
+        said = {"from": step.from_model, "to": step.to_model, "reason": step.reason}
+        body = json.dumps({**said, "detail": step.detail}, ensure_ascii=False)
+        with contextlib.suppress(FileNotFoundError):
+            await self.store.log_action(
+                task.session_id,
+                "fallback",
+                body,
+                window_hash=task.origin.window_hash,
+                task_hash=task.task_hash,
+                identity=task.origin.sender_key,
+            )
 
     def priced(self, record: UsageRecord) -> UsageRecord:
         """`record` with its cost when a price table is set."""
         if self.prices is None:
             return record
-        reads_in_input = self.agent.name not in READS_APART
+        agent = self._agent_of.get(record.task_hash, self.agent)
+        reads_in_input = agent.name not in READS_APART
         return self.prices.priced(record, self.counters, reads_in_input=reads_in_input)
 
     async def _within_budget(self, task: Task) -> None:
@@ -329,8 +369,9 @@ class Runner:
         outbox = [self.dispatch.outbox_entry(task, event)] if pushed else []
         # The task is done: its end is recorded once the database is back, however long that
         # takes (finish_run is idempotent per task), rather than lost with the queue's worker.
+        sender = self._agent_of.get(task.task_hash, self.agent).name
         items = await until_available(
-            lambda: self.store.finish_run(run, reply, sender=self.agent.name, outbox=outbox),
+            lambda: self.store.finish_run(run, reply, sender=sender, outbox=outbox),
             sleep=self.dispatch.courier.clock.sleep,
             what="task ended, not yet recorded",
         )

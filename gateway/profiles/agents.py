@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from gateway.agents.base import Agent, AgentContext, AgentFailed
+from gateway.agents.model_stats import TargetLabel
 from gateway.events import Origin
 from gateway.logs import get_logger
-from gateway.profiles.service import Profiles, Resolved
+from gateway.profiles.service import Profiles, Resolved, UnknownProfile
 from gateway.profiles.spec import DEFAULT, ProfileSpec
 
 log = get_logger(__name__)
@@ -29,6 +30,7 @@ class Built:
 
     agent: Agent
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    label: TargetLabel | None = None  # its model target, as /metrics and action.log name it
 
     async def aclose(self) -> None:
         await self.agent.aclose()
@@ -39,9 +41,9 @@ class Built:
 # Makes the agent of a profile's version (reads its key; may fail with a message that names
 # what is missing, never a key).
 Build = Callable[[str, ProfileSpec], Awaitable[Built]]
-# The fallback seam: the primary agent and its fallbacks' agents → the agent a task runs
-# (gateway.agents.fallback.build_chain, once it exists). None: fallbacks are not used.
-Chain = Callable[[Agent, list[Agent]], Agent]
+# A profile's agent and its fallback profiles' agents → the agent a task runs (the composition
+# root's `gateway.agents.fallback.build_chain`). None: fallbacks are not used.
+Chain = Callable[[Built, list[Built]], Agent]
 
 
 @dataclass
@@ -99,20 +101,39 @@ class AgentPool:
         if resolved.name == DEFAULT:
             yield Chosen(self.default, resolved)
             return
+        async with contextlib.AsyncExitStack() as held:
+            primary = await held.enter_async_context(self._held(resolved))
+            if not resolved.spec.fallbacks or self._chain is None:
+                yield Chosen(primary.agent, resolved)
+                return
+            fallbacks = [await self._fallback(name, held) for name in resolved.spec.fallbacks]
+            usable = [built for built in fallbacks if built is not None]
+            yield Chosen(self._chain(primary, usable), resolved)
+
+    @contextlib.asynccontextmanager
+    async def _held(self, resolved: Resolved) -> AsyncIterator[Built]:
+        """A profile version's agent, built at its first use, kept while a task holds it."""
         entry = await self._entry(resolved)
         entry.users += 1
         try:
-            yield Chosen(self._chained(entry.built.agent, resolved), resolved)
+            yield entry.built
         finally:
             entry.users -= 1
             if entry.retired and entry.users == 0:
                 await entry.built.aclose()
 
-    def _chained(self, agent: Agent, resolved: Resolved) -> Agent:
-        if not resolved.spec.fallbacks or self._chain is None:
-            return agent
-        # The seam for the fallback layer: the fallbacks' agents would be leased here too.
-        return self._chain(agent, [])
+    async def _fallback(self, name: str, held: contextlib.AsyncExitStack) -> Built | None:
+        """A fallback profile's agent, at its current version (its own fallbacks are not
+        followed: a chain is one profile's list). One that cannot be built is left out of the
+        chain: the task still has the profiles before and after it."""
+        if name == DEFAULT:
+            return Built(self.default)
+        try:
+            version, spec = await self.profiles.get(name)
+            return await held.enter_async_context(self._held(Resolved(name, version, spec, None)))
+        except (AgentFailed, UnknownProfile) as exc:
+            log.warning("a fallback profile is left out", profile=name, error=str(exc))
+            return None
 
     async def _entry(self, resolved: Resolved) -> _Entry:
         name, version = resolved.name, resolved.version
