@@ -130,5 +130,5 @@ def build_core(
     linking = Linking(store.ownership, clock)
     LinkCommands(commands, linking).register()
     BanCommands(commands, bans, store.ownership).register()
-    AgentCommands(commands, profiles, authority).register()
+    AgentCommands(commands, profiles, authority, store.ownership).register()
     return Core(engine, commands, session_settings, schedules, linking, bans, profiles, agents)

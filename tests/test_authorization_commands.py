@@ -93,3 +93,18 @@ async def test_who_may_run_which_command_in_a_shared_chat(
                 if got != (kind in allowed):
                     wrong[(name, kind)] = reply.text
         assert not wrong, wrong
+
+
+async def test_the_operators_terminal_and_api_token_choose_any_profile(engines: EngineRig) -> None:
+    """Gateway admins are the same for `/agent use` as everywhere: the local terminal and the
+    API token's holder count in their own sessions, with no AGENVOY_ADMINS entry."""
+    async with engines.open() as engine:
+        for session_id, origin in (
+            ("cli-op", Origin("terminal", "w1", sender_id="op", sender_name="Op")),
+            ("chat-op", Origin("http", "w2", sender_id="api", sender_name="API")),
+        ):
+            await engine.store.ensure(session_id, owner=origin.sender_key)
+            typed = Inbound(origin, session_id, "/agent use default")
+            reply = (await engine.router.submit(typed)).command
+            assert reply is not None and reply.ok, (origin.platform, reply)
+            assert reply.text == "profile default answers here from the next message"

@@ -7,11 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from gateway.events import Origin
 from gateway.profiles.bindings import Binding, BindingInvalid, parse_target, winner
+from gateway.profiles.building import profile_settings
 from gateway.profiles.keys import KeyUnavailable, resolve_key
 from gateway.profiles.spec import ProfileInvalid, ProfileSpec, changed
+from gateway.settings import Settings
 
 pytestmark = pytest.mark.fast
 
@@ -135,3 +138,25 @@ def test_a_key_comes_from_the_environment_or_a_private_secrets_file(
 def test_the_discord_place_survives_the_journal() -> None:
     assert Origin.from_json(IN_THREAD.to_json()) == IN_THREAD
     assert "guild_id" not in Origin("http", sender_id="a").to_json()
+
+
+@pytest.mark.parametrize("agent", ["openai", "claude"])
+def test_another_endpoint_never_gets_the_environments_key(agent: str, tmp_path: Path) -> None:
+    settings = Settings(
+        home=tmp_path,
+        _env_file=None,
+        openai_api_key=SecretStr("env-openai-key"),
+        anthropic_api_key=SecretStr("env-claude-key"),
+    )
+
+    def key_of(made: Settings) -> str | None:
+        key = made.anthropic_api_key if agent == "claude" else made.openai_api_key
+        return key.get_secret_value() if key is not None else None
+
+    elsewhere = ProfileSpec(agent=agent, base_url="https://models.example.net/v1")
+    assert key_of(profile_settings(settings, elsewhere, None)) is None
+    assert key_of(profile_settings(settings, elsewhere, "profile-key")) == "profile-key"
+    # The environment's endpoint keeps the environment's key.
+    same = profile_settings(settings, ProfileSpec(agent=agent, model="m"), None)
+    assert key_of(settings) is not None
+    assert key_of(same) == key_of(settings)

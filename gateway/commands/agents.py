@@ -4,20 +4,30 @@ profiles. Gateway admins may choose any profile."""
 
 from __future__ import annotations
 
+from gateway.access import SessionAccess
 from gateway.auth import Access, Authority
 from gateway.commands.registry import Command, CommandCall, CommandRegistry, CommandReply
 from gateway.profiles.bindings import BindingInvalid
 from gateway.profiles.service import Profiles, Resolved, UnknownProfile
 from gateway.profiles.spec import DEFAULT
+from gateway.store.ownership import Ownership
 
 USAGE = "usage: /agent, or /agent use NAME"
 
 
 class AgentCommands:
-    def __init__(self, registry: CommandRegistry, profiles: Profiles, authority: Authority) -> None:
+    def __init__(
+        self,
+        registry: CommandRegistry,
+        profiles: Profiles,
+        authority: Authority,
+        ownership: Ownership,
+    ) -> None:
         self.registry = registry
         self.profiles = profiles
-        self.authority = authority
+        # Gateway admins as everywhere else: the operator's terminal and API token, the
+        # identities AGENVOY_ADMINS names, and those linked with one of them.
+        self.access = SessionAccess(ownership, authority, open_gateway=_never)
 
     def register(self) -> None:
         self.registry.add(
@@ -41,7 +51,7 @@ class AgentCommands:
         return await self.use(call, resolved, words[1])
 
     async def use(self, call: CommandCall, resolved: Resolved, name: str) -> CommandReply:
-        operator = call.origin.sender_key in self.authority.admins
+        operator = (await self.access.caller(call.origin)).gateway_admin
         under = resolved.binding
         allowed = (*under.switchable, under.profile) if under is not None else ()
         if not operator and name not in allowed:
@@ -68,3 +78,7 @@ def _shown(resolved: Resolved) -> str:
         choices = sorted({*binding.switchable, binding.profile})
         lines.append(f"admins may switch here: {', '.join(choices)} (/agent use NAME)")
     return "\n".join(lines)
+
+
+async def _never() -> bool:
+    return False

@@ -30,20 +30,20 @@ def profile_settings(settings: Settings, spec: ProfileSpec, key: str | None) -> 
         update["reasoning"] = spec.reasoning
     if spec.history_window:
         update["history_window"] = spec.history_window
-    if agent == "claude":
-        if spec.model:
-            update["anthropic_model"] = spec.model
-        if spec.base_url:
-            update["anthropic_base_url"] = spec.base_url
-        if key is not None:
-            update["anthropic_api_key"] = SecretStr(key)
-    else:
-        if spec.model:
-            update["model"] = spec.model
-        if spec.base_url:
-            update["openai_base_url"] = spec.base_url
-        if key is not None:
-            update["openai_api_key"] = SecretStr(key)
+    model, url, key_field = (
+        ("anthropic_model", "anthropic_base_url", "anthropic_api_key")
+        if agent == "claude"
+        else ("model", "openai_base_url", "openai_api_key")
+    )
+    if spec.model:
+        update[model] = spec.model
+    if spec.base_url:
+        update[url] = spec.base_url
+        # The environment's key is for the environment's endpoint: another host gets only the
+        # key the profile names (as an AGENVOY_FALLBACK target does).
+        update[key_field] = None
+    if key is not None:
+        update[key_field] = SecretStr(key)
     return settings.model_copy(update=update)
 
 
