@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 import typer
 
+from adapters.setup_checks import LiveChecks
 from adapters.terminal.commands import register as register_client_commands
 from gateway.cli_bans import ban, bans, unban
 from gateway.cli_identity import identity_app
@@ -28,6 +29,7 @@ from gateway.cli_memory import reindex, semantic_search
 from gateway.cli_profiles import bind, bindings, profile_app, unbind
 from gateway.cli_quotas import quota_app, usage_by_identity
 from gateway.cli_schedules import schedule_app
+from gateway.cli_setup import register as register_setup
 from gateway.cli_support import checked_id, fail, load_settings, printable, with_store
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
 
@@ -341,6 +343,7 @@ def token_remove(name: str) -> None:
 
 
 # In the order `agenvoy --help` lists them.
+register_setup(app, LiveChecks())
 for _command in (sessions, show, search, usage, doctor, run):
     app.command()(_command)
 register_client_commands(app)

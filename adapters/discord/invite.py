@@ -8,6 +8,7 @@ bot that cannot manage anything cannot be made to.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlencode
 
@@ -38,7 +39,22 @@ def invite_url(application_id: int | str) -> str:
 
 
 class InviteUnavailable(Exception):
-    """Discord did not say which application the token is of."""
+    """Discord did not say which application the token is of; `refused`: because it refused
+    the token (rather than not being reachable, or answering something else)."""
+
+    def __init__(self, message: str, *, refused: bool = False) -> None:
+        super().__init__(message)
+        self.refused = refused
+
+
+@dataclass(frozen=True, slots=True)
+class Application:
+    """The bot's application as Discord describes it: `flags` say which privileged intents
+    are switched on for it (`agenvoy setup` tells the operator)."""
+
+    id: int
+    name: str
+    flags: int
 
 
 ASK_TIMEOUT_SECONDS: Final = 15.0
@@ -46,6 +62,11 @@ ASK_TIMEOUT_SECONDS: Final = 15.0
 
 async def application_id(api_url: str, token: str) -> int:
     """The id of the application whose bot `token` is, asked of Discord."""
+    return (await application(api_url, token)).id
+
+
+async def application(api_url: str, token: str) -> Application:
+    """The application whose bot `token` is, asked of Discord."""
     url = f"{api_url.rstrip('/')}/oauth2/applications/@me"
     headers = {"Authorization": f"Bot {token}"}
     try:
@@ -54,13 +75,13 @@ async def application_id(api_url: str, token: str) -> int:
             http.get(url, headers=headers) as response,
         ):
             if response.status == 401:
-                raise InviteUnavailable("Discord refused the token (HTTP 401)")
+                raise InviteUnavailable("Discord refused the token (HTTP 401)", refused=True)
             if response.status != 200:
                 raise InviteUnavailable(f"Discord answered HTTP {response.status}")
             body = await response.json()
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         raise InviteUnavailable(f"Discord could not be asked: {exc or type(exc).__name__}") from exc
     try:
-        return int(body["id"])
-    except (KeyError, TypeError, ValueError) as exc:
+        return Application(int(body["id"]), str(body.get("name", "")), int(body.get("flags") or 0))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise InviteUnavailable("Discord's answer names no application") from exc

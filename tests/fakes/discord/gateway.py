@@ -42,6 +42,21 @@ INTENT_PRESENCES = 1 << 8
 INTENT_MESSAGE_CONTENT = 1 << 15
 PRIVILEGED_INTENTS = INTENT_MEMBERS | INTENT_PRESENCES | INTENT_MESSAGE_CONTENT
 
+# The application's flags that say a privileged intent is switched on in the developer portal:
+# the _LIMITED ones, those of a bot in fewer than 100 servers (as every fake bot is).
+APP_FLAG_PRESENCE_LIMITED = 1 << 13
+APP_FLAG_MEMBERS_LIMITED = 1 << 15
+APP_FLAG_MESSAGE_CONTENT_LIMITED = 1 << 19
+
+
+def portal_flags(enabled_intents: int) -> int:
+    """The application flags ``GET /applications/@me`` reports for these enabled intents."""
+    return (
+        (APP_FLAG_PRESENCE_LIMITED if enabled_intents & INTENT_PRESENCES else 0)
+        | (APP_FLAG_MEMBERS_LIMITED if enabled_intents & INTENT_MEMBERS else 0)
+        | (APP_FLAG_MESSAGE_CONTENT_LIMITED if enabled_intents & INTENT_MESSAGE_CONTENT else 0)
+    )
+
 
 @dataclass
 class _Session:

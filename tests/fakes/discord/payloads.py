@@ -217,9 +217,10 @@ def message(id: str, channel_id: str, guild_id: str | None, author: JSON, conten
     return data
 
 
-def application(id: str, bot_user: JSON) -> JSON:
+def application(id: str, bot_user: JSON, flags: int = 0) -> JSON:
     """The bot's ``Application``; a null ``interactions_endpoint_url`` keeps discord.py from
-    warning that components will not be delivered over the gateway."""
+    warning that components will not be delivered over the gateway. ``flags`` say which
+    privileged intents are switched on."""
     return {
         "id": id,
         "name": bot_user["username"],
@@ -230,7 +231,7 @@ def application(id: str, bot_user: JSON) -> JSON:
         "owner": user(1, "owner"),
         "verify_key": "0" * 64,
         "team": None,
-        "flags": 0,
+        "flags": flags,
         "bot": copy.deepcopy(bot_user),
         "interactions_endpoint_url": None,
         "redirect_uris": [],

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from ..base import JSON, BodyPredicate, Upload
 from .api import DEFAULT_ERRORS, ApiError, RestCall, json_response, unknown
+from .gateway import portal_flags
 from .messages import DiscordMessages
 from .payloads import CHANNEL_DM, application, thread
 
@@ -278,7 +279,7 @@ class DiscordRest(DiscordMessages):
         return self.dm_channel(self._snowflake(), recipient_user)
 
     async def _get_application(self, **_: Any) -> JSON:
-        return application(self.application_id, self.bot_user)
+        return application(self.application_id, self.bot_user, portal_flags(self.enabled_intents))
 
     async def _get_gateway(self, **_: Any) -> JSON:
         return {"url": self.gateway_url}

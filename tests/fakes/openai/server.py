@@ -44,6 +44,7 @@ class FakeOpenAI(RecordingServer[CallRecord]):
         app.router.add_post("/v1/chat/completions", self._handle_chat)
         app.router.add_post("/v1/audio/transcriptions", self._handle_transcription)
         app.router.add_post("/v1/embeddings", self._handle_embeddings)
+        app.router.add_get("/v1/models", self._handle_models)
         return app
 
     @property
@@ -199,6 +200,14 @@ class FakeOpenAI(RecordingServer[CallRecord]):
         if isinstance(answer, Error):
             return json_error(answer.status, answer.message, type_=answer.type, code=answer.code)
         return web.json_response({"text": answer or transcript_of(fields["file"])})
+
+    async def _handle_models(self, request: web.Request) -> web.StreamResponse:
+        """``GET /v1/models``: the chat model and the embedding models, as OpenAI lists them."""
+        if request.headers.get("Authorization", "") != f"Bearer {self.api_key}":
+            return json_error(401, "Incorrect API key provided", code="invalid_api_key")
+        names = sorted({DEFAULT_MODEL, *self.embedding_models})
+        listed = [{"id": name, "object": "model", "owned_by": "fake"} for name in names]
+        return web.json_response({"object": "list", "data": listed})
 
     async def _handle_embeddings(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get("Authorization", "") != f"Bearer {self.api_key}":
