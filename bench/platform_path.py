@@ -104,15 +104,14 @@ async def gateway_with(settings: Any, make_adapter: Any) -> AsyncIterator[None]:
 
 @contextlib.asynccontextmanager
 async def telegram_ours(spec: dict[str, str], *, limited: bool) -> AsyncIterator[None]:
-    from telegram.ext import AIORateLimiter
-
     import adapters.telegram.adapter as telegram_adapter
+    from adapters.telegram.sender import CountingRateLimiter
     from gateway.settings import Settings
 
     if not limited:
         # The limiter stays in the path (its retries too); only its limits go.
-        telegram_adapter.AIORateLimiter = functools.partial(  # type: ignore[attr-defined,assignment]
-            AIORateLimiter, overall_max_rate=0, group_max_rate=0
+        telegram_adapter.CountingRateLimiter = functools.partial(  # type: ignore[attr-defined,assignment]
+            CountingRateLimiter, overall_max_rate=0, group_max_rate=0
         )
     settings = Settings(
         home=Path(spec["home"]),

@@ -11,6 +11,7 @@ import asyncio
 import re
 from typing import Any, Final, Protocol
 
+import aiohttp
 import discord
 import yarl
 from discord import app_commands, ui
@@ -18,8 +19,10 @@ from discord import app_commands, ui
 from adapters.discord.allowlist import AllowList
 from adapters.discord.catchup import CatchUp
 from adapters.discord.invite import invite_url
+from gateway.engine import Traffic
 from gateway.events import AskUserEvent, ConfirmEvent
 from gateway.logs import get_logger
+from gateway.runtime import Runtime
 from gateway.settings import Settings
 
 log = get_logger(__name__)
@@ -33,6 +36,21 @@ TASK: Final = r"(?P<task>[A-Za-z0-9_-]{1,64})"
 MAX_OPTIONS: Final = 25  # buttons on one message
 
 
+def rate_limit_trace(traffic: Traffic) -> aiohttp.TraceConfig:
+    """discord.py waits out a 429 and tries again itself; the client's session tells this
+    trace of every answer, so that each 429 is counted (/metrics) all the same."""
+
+    async def on_request_end(
+        session: aiohttp.ClientSession, context: Any, params: aiohttp.TraceRequestEndParams
+    ) -> None:
+        if params.response.status == 429:
+            traffic.throttled("discord")
+
+    trace = aiohttp.TraceConfig()
+    trace.on_request_end.append(on_request_end)
+    return trace
+
+
 def point_at(settings: Settings) -> None:
     """Send REST and gateway traffic where the settings say (a proxy, or a test double)."""
     discord.http.Route.BASE = settings.discord_api_url.rstrip("/")
@@ -43,6 +61,7 @@ class Owner(Protocol):
     """What the client hands on to the adapter."""
 
     ready: asyncio.Event
+    runtime: Runtime  # its router counts the REST API's 429s (`rate_limit_trace`)
     allow_list: AllowList  # its guilds get the commands; each press is checked by the owner
     catch_up: CatchUp  # told of each shard's new session, and when its guilds are in
 
@@ -167,6 +186,7 @@ class GatewayClient(discord.AutoShardedClient):
         # The gateway never joins a voice channel: discord.py's warnings that the voice
         # libraries (PyNaCl, davey) are missing say nothing to its operator.
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False
+        options.setdefault("http_trace", rate_limit_trace(owner.runtime.router.traffic))
         super().__init__(intents=intents, allowed_mentions=NO_MENTIONS, **options)
         self.owner = owner
         self.tree = app_commands.CommandTree(self)

@@ -46,7 +46,9 @@ class Context:
         self.settings = runtime.settings
         self.access = access
         models = runtime.model_stats
-        self.metrics = HttpMetrics(runtime.router, runtime.tool_memory.cache, models)
+        self.metrics = HttpMetrics(
+            runtime.router, runtime.tool_memory.cache, models, runtime.store.outbox
+        )
         self.keepalive_seconds = keepalive_seconds
         self.closing = asyncio.Event()
         # Set with `closing`: one future every waiting request watches, where a task per

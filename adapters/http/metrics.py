@@ -1,5 +1,6 @@
 """Prometheus metrics of one app: request durations and responses per route, the router's
-load and counters, the tool cache's hits and misses, and the log streams open now.
+load and counters, the tool cache's hits and misses, the log streams open now, and each
+platform's messages in and out, prompts and outbox backlog (platform_metrics.py).
 
 Each app has its own registry, so that several apps in one process (tests) keep apart.
 """
@@ -19,9 +20,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from adapters.http.model_metrics import ModelCollector
+from adapters.http.platform_metrics import PlatformCollector
 from gateway.agents.model_stats import ModelStats
 from gateway.agents.tool_cache import ToolCache
 from gateway.engine import Router
+from gateway.store.outbox import Outbox
 
 DURATION_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 CONTENT_TYPE: Final = prometheus_client.CONTENT_TYPE_PLAIN_0_0_4
@@ -77,6 +80,7 @@ class HttpMetrics:
         router: Router,
         tool_cache: ToolCache | None = None,
         models: ModelStats | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.durations = Histogram(
@@ -102,6 +106,16 @@ class HttpMetrics:
             self.registry.register(ToolCacheCollector(tool_cache))
         if models is not None:  # a fallback chain's models
             self.registry.register(ModelCollector(models))
+        self.platforms: PlatformCollector | None = None
+        if outbox is not None:
+            self.platforms = PlatformCollector(router, outbox)
+            self.registry.register(self.platforms)
+
+    async def refresh(self) -> None:
+        """Read what a scrape shows from the archive (bounded in time, never raising: see
+        platform_metrics.py); `exposition` is made on the event loop and reads nothing."""
+        if self.platforms is not None:
+            await self.platforms.refresh()
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)

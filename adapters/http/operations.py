@@ -76,6 +76,7 @@ async def healthz(call: Call) -> Health | HealthUnavailable:
 
 
 async def metrics(call: Call) -> web.Response:
+    await call.ctx.metrics.refresh()
     response = web.Response(body=call.ctx.metrics.exposition())
     # aiohttp refuses a content_type with parameters, so the header is set whole.
     response.headers["Content-Type"] = CONTENT_TYPE

@@ -13,7 +13,6 @@ from telegram import Bot, Message, Update
 from telegram.constants import ChatAction, ChatType
 from telegram.error import BadRequest, Forbidden, NetworkError, TelegramError
 from telegram.ext import (
-    AIORateLimiter,
     Application,
     ApplicationBuilder,
     ApplicationHandlerStop,
@@ -34,7 +33,7 @@ from adapters.telegram.place import Chats, Place
 from adapters.telegram.polling import Poller
 from adapters.telegram.prompts import answered_by_reply, parse_press
 from adapters.telegram.render import render_html
-from adapters.telegram.sender import MAX_CHARS, Sender
+from adapters.telegram.sender import MAX_CHARS, CountingRateLimiter, Sender
 from adapters.telegram.split import split_html
 from adapters.telegram.webhook import Webhook
 from gateway.adapter import HttpRoute, Undeliverable
@@ -131,7 +130,7 @@ class TelegramAdapter(PrivateDocuments):
             .token(settings.telegram_token.get_secret_value())
             .base_url(f"{root}/bot")
             .base_file_url(f"{root}/file/bot")
-            .rate_limiter(AIORateLimiter(max_retries=3))
+            .rate_limiter(CountingRateLimiter(runtime.router.traffic, max_retries=3))
             # Updates come from `Poller` or `Webhook`, each confirmed only once handled.
             .updater(None)
         )

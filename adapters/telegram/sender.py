@@ -3,23 +3,53 @@ rejects goes out again as plain text, so a reply is never dropped over its marku
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 from telegram import Bot, Message, ReplyParameters
 from telegram.constants import ParseMode
-from telegram.error import BadRequest, ChatMigrated
+from telegram.error import BadRequest, ChatMigrated, RetryAfter
+from telegram.ext import AIORateLimiter
 
 from adapters.chat.prompts import ASKED_AGAIN
 from adapters.telegram.place import Chats, Place
 from adapters.telegram.prompts import prompt_message
 from adapters.telegram.split import TELEGRAM_MESSAGE_LIMIT, split_plain, strip_html
+from gateway.engine import Traffic
 from gateway.events import AskUserEvent, ConfirmEvent
 from gateway.logs import get_logger
 
 log = get_logger(__name__)
 
 MAX_CHARS: Final = TELEGRAM_MESSAGE_LIMIT
+
+
+class CountingRateLimiter(AIORateLimiter):
+    """python-telegram-bot's rate limiter, which waits out a 429 and tries again itself:
+    each 429 is counted first (/metrics), through the limiter's public hook, as no error
+    reaches the adapter for a 429 that a retry got past."""
+
+    def __init__(self, traffic: Traffic, **options: Any) -> None:
+        super().__init__(**options)
+        self._traffic = traffic
+
+    async def process_request(
+        self,
+        callback: Callable[..., Coroutine[Any, Any, Any]],
+        args: Any,
+        kwargs: dict[str, Any],
+        endpoint: str,
+        data: dict[str, Any],
+        rate_limit_args: Any,
+    ) -> Any:
+        async def counted(*call_args: Any, **call_kwargs: Any) -> Any:
+            try:
+                return await callback(*call_args, **call_kwargs)
+            except RetryAfter:
+                self._traffic.throttled("telegram")
+                raise
+
+        return await super().process_request(counted, args, kwargs, endpoint, data, rate_limit_args)
 
 
 class Sender:

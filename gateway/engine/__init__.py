@@ -16,6 +16,7 @@ from gateway.engine.errors import (
 from gateway.engine.journal import PromptKind
 from gateway.engine.prompts import AlreadyAnswered, PromptError, PromptNotFound
 from gateway.engine.router import Router
+from gateway.engine.traffic import Traffic
 from gateway.engine.views import Prompt, Submission, TaskStatus, TaskView
 
 __all__ = [
@@ -34,4 +35,5 @@ __all__ = [
     "TaskStatus",
     "TaskView",
     "TooManyTasks",
+    "Traffic",
 ]

@@ -30,6 +30,7 @@ from gateway.engine.scheduler import Scheduler
 from gateway.engine.takeover import Takeover
 from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
+from gateway.engine.traffic import Traffic
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.prices import PriceTable
@@ -77,6 +78,7 @@ def assemble(
     each task's profile (None: `agent` answers every task)."""
     authority = authority or Authority(settings.admin_keys)
     counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+    traffic = Traffic()  # messages in and out per platform, for /metrics
     tasks = TaskTable(store)
 
     async def run(task: Task) -> None:
@@ -96,6 +98,7 @@ def assemble(
         claim_seconds=cluster.claim_seconds,
         outbox_expiry_seconds=settings.outbox_expiry_seconds,
         published=lambda task, event: elsewhere.publish(task, event),
+        traffic=traffic,
     )
     scheduler: Scheduler[Task] = Scheduler(
         settings.max_concurrent_tasks,
@@ -180,11 +183,13 @@ def assemble(
         is_command=is_command,
         screen=screen,
         admit=admission.admit,
+        traffic=traffic,
     )
     router = Router(
         store=store,
         clock=clock,
         counters=counters,
+        traffic=traffic,
         tasks=tasks,
         dispatch=dispatch,
         scheduler=scheduler,

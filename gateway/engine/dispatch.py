@@ -17,6 +17,7 @@ from gateway.adapter import Progress, Sink
 from gateway.clock import Clock
 from gateway.engine.outbox import DEFAULT_EXPIRY_SECONDS, OUTBOX_KINDS, Courier
 from gateway.engine.task import Task
+from gateway.engine.traffic import LOST, Traffic
 from gateway.events import Event, NoticeEvent, Origin
 from gateway.ids import validate_session_id
 from gateway.logs import get_logger
@@ -57,12 +58,15 @@ class Dispatch:
         claim_seconds: float = 30.0,
         outbox_expiry_seconds: float = DEFAULT_EXPIRY_SECONDS,
         published: Callable[[Task, Event], Awaitable[None]] | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         """`claimant`: the name this instance claims deliveries under, when several send
         from one outbox (None: one instance, nothing to claim); a claim lapses after
         `claim_seconds`."""
         self.store = store
         self.counters = counters
+        # Messages out per platform (gateway.engine.traffic), the courier's and the sinks'.
+        self.traffic = traffic if traffic is not None else Traffic()
         self.sinks: dict[str, Sink] = {}
         self.pulled: set[str] = set()
         self.courier = Courier(
@@ -74,6 +78,7 @@ class Dispatch:
             claim_seconds=claim_seconds,
             expiry_seconds=outbox_expiry_seconds,
             counters=counters,
+            traffic=self.traffic,
         )
         self._subscribers: dict[str, set[Subscription]] = {}
         # Told of every event recorded here (the relay, which tells the other instances).
@@ -152,21 +157,28 @@ class Dispatch:
     async def deliver(self, task: Task, event: Event, *, item: OutboxItem | None = None) -> None:
         """Hand a recorded event to its origin: replies and prompts through the outbox (`item`
         when the caller recorded the entry already), the rest straight to the sink."""
+        platform = task.origin.platform
         if not self.pushed(task.origin):
+            # Its client reads the event from the gateway: recorded is as far as it goes.
+            if event.kind in OUTBOX_KINDS:
+                self.traffic.delivered(platform, event.kind)
             return
         if event.kind in OUTBOX_KINDS:
             if item is None:
                 item = await self.store.outbox.claim(self.outbox_entry(task, event))
             await self.courier.send(item)
             return
-        sink = self.sinks.get(task.origin.platform)
+        sink = self.sinks.get(platform)
         if sink is None:
             return
         try:
             await sink.deliver(task.origin, event, Progress())
         except Exception:
             self.counters["sink_errors"] += 1
-            log.exception("delivery failed", platform=task.origin.platform, kind=event.kind)
+            self.traffic.delivery_failed(platform, LOST)
+            log.exception("delivery failed", platform=platform, kind=event.kind)
+            return
+        self.traffic.delivered(platform, event.kind)
 
     def outbox_entry(self, task: Task, event: Event) -> OutboxEntry:
         event = event.model_copy(
@@ -195,12 +207,16 @@ class Dispatch:
         if sink is None:
             if task is not None and origin.platform in self.pulled:
                 await self.record(task, NoticeEvent(session_id=task.session_id, text=text))
+                self.traffic.delivered(origin.platform, "notice")
             return
         try:
             await sink.notice(origin, text)
         except Exception:
             self.counters["sink_errors"] += 1
+            self.traffic.delivery_failed(origin.platform, LOST)
             log.exception("notice failed", platform=origin.platform)
+            return
+        self.traffic.delivered(origin.platform, "notice")
 
     async def _log_for_courier(
         self, session_id: str, kind: str, body: str, task_hash: str, identity: str

@@ -4,6 +4,7 @@ queue it — or answer it at once when it is a gateway command, or keep it as co
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from gateway.clock import Clock
 from gateway.commands.registry import CommandReply
@@ -17,6 +18,7 @@ from gateway.engine.queue_modes import QueueModes
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
+from gateway.engine.traffic import COMMAND, CONTEXT, DUPLICATE, TASK, Traffic
 from gateway.engine.views import Submission
 from gateway.events import Event, Inbound, Origin, UserEvent
 from gateway.ids import new_task_hash, validate_session_id
@@ -27,6 +29,8 @@ from gateway.store.message_reads import StoredMessage
 from gateway.store.request_keys import RequestKey
 from gateway.store.sessions import SessionStore
 from gateway.text import check_storable
+
+T = TypeVar("T")
 
 CommandRunner = Callable[[Inbound], Awaitable[CommandReply | None]]
 # Whether a text is a gateway command (answered now, or not at all) rather than a message.
@@ -59,6 +63,7 @@ class Intake:
         is_command: IsCommand | None = None,
         screen: Screen | None = None,
         admit: Admit | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         self.store = store
         self.tasks = tasks
@@ -81,10 +86,30 @@ class Intake:
         self.queue_modes = queue_modes
         self.max_queued_per_session = max_queued_per_session
         self.admit = admit
+        self.traffic = traffic if traffic is not None else Traffic()
 
     async def submit(self, inbound: Inbound, turn: Turn | None = None) -> Submission:
         """Take a message in. An unreachable database raises `DatabaseUnavailable`, or with
         `inbound.wait_for_store` is waited out in the turn (later messages wait behind it)."""
+        return await self._counted(inbound, lambda taken: self._submit(inbound, turn, taken))
+
+    async def _counted(self, inbound: Inbound, take: Callable[[list[str]], Awaitable[T]]) -> T:
+        """`take(taken)`, counted per platform: what the message became once `take` notes it
+        in `taken`, or why it was refused if it raised before that (an error after the
+        message was kept, such as a platform call, is no refusal)."""
+        taken: list[str] = []
+        platform = inbound.origin.platform
+        try:
+            return await take(taken)
+        except Exception as exc:
+            if not taken:
+                self.traffic.turned_away(platform, exc)
+            raise
+        finally:
+            if taken:
+                self.traffic.took(platform, taken[0])
+
+    async def _submit(self, inbound: Inbound, turn: Turn | None, taken: list[str]) -> Submission:
         session_id = validate_session_id(inbound.session_id)
         async with turn or self.turns.take(session_id):
             self.check_text(inbound.text)
@@ -102,7 +127,9 @@ class Intake:
                 self._check_load(inbound)
                 accepted = await self._accept(session_id, inbound)
                 if accepted is None:
+                    taken.append(DUPLICATE)
                     return Submission(session_id, duplicate=True)
+                taken.append(TASK)
                 task, event = accepted
                 position = await self.ownership.run_here(
                     session_id, lambda: self.scheduler.enqueue(task)
@@ -112,8 +139,10 @@ class Intake:
                 elif position:
                     position -= self._answered_ahead(session_id)
         if command is not None and command.duplicate:
+            taken.append(DUPLICATE)
             return Submission(session_id, duplicate=True)
         if command is not None:
+            taken.append(COMMAND)
             await self.dispatch.notice(inbound.origin, command.text)
             return Submission(command.session_id or session_id, command=command)
         # The user event reaches the origin (a typing indicator) outside the turn: the next
@@ -129,6 +158,9 @@ class Intake:
     async def record(self, inbound: Inbound, turn: Turn | None = None) -> int | None:
         """Keep a message as context; its archive id, or None if it was stored before.
         An unreachable database as for `submit`."""
+        return await self._counted(inbound, lambda taken: self._record(inbound, turn, taken))
+
+    async def _record(self, inbound: Inbound, turn: Turn | None, taken: list[str]) -> int | None:
         session_id = validate_session_id(inbound.session_id)
         origin = inbound.origin
         async with turn or self.turns.take(session_id):
@@ -147,7 +179,9 @@ class Intake:
 
             stored = await self._archive(session_id, inbound, then=log_it)
             if stored is None:
+                taken.append(DUPLICATE)
                 return None
+            taken.append(CONTEXT)
             self.crash.reach("stored")
         return stored.id
 

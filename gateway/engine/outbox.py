@@ -37,6 +37,7 @@ from enum import Enum
 
 from gateway.adapter import Progress, Sink, Undeliverable
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.engine.traffic import EXPIRED, REFUSED, RETRIED, Traffic
 from gateway.events import Origin, event_from_obj
 from gateway.logs import get_logger
 from gateway.store.actionlog import ActionKind
@@ -74,6 +75,7 @@ class Courier:
         claimant: str | None = None,
         claim_seconds: float = 30.0,
         counters: dict[str, int] | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         """`attempts` are made at once, `initial_wait` doubling between them; later ones
         wait twice as long each time, up to `retry_cap`, for `expiry_seconds` in all.
@@ -91,6 +93,7 @@ class Courier:
         self.claim_seconds = claim_seconds
         self.counters = counters if counters is not None else {}
         self.counters.setdefault("deliveries_failed", 0)  # /metrics shows it from the start
+        self.traffic = traffic if traffic is not None else Traffic()
         # Entries this process is sending, and those it sent lately (bounded): a pass over
         # the pending ones (`redeliver`) lists an entry its own task may be sending, or have
         # sent since the list was read. Claims (`take`) settle that between instances only.
@@ -165,6 +168,8 @@ class Courier:
                 wait = self.wait_before(attempts + 1)
                 refused = isinstance(exc, Undeliverable)
                 final = refused or now + int(wait * 1000) >= expires_at
+                why = (REFUSED if refused else EXPIRED) if final else RETRIED
+                self.traffic.delivery_failed(item.platform, why)
                 record = self.outbox.mark_attempt_failed(
                     item.id,
                     repr(exc.__cause__ or exc) if refused else repr(exc),
@@ -201,6 +206,7 @@ class Courier:
             initial=self.initial_wait,
             maximum=self.max_wait,
         )
+        self.traffic.delivered(item.platform, item.kind)
         return Outcome.DELIVERED
 
     def wait_before(self, attempt: int) -> float:

@@ -33,6 +33,7 @@ from gateway.engine.scheduler import Scheduler
 from gateway.engine.takeover import Takeover
 from gateway.engine.task import Task, TaskState
 from gateway.engine.tasks import TaskTable
+from gateway.engine.traffic import Traffic
 from gateway.engine.views import Prompt, Submission, TaskView
 from gateway.events import Event, Inbound, Origin
 from gateway.ids import validate_session_id
@@ -65,6 +66,7 @@ class Router:
         store: SessionStore,
         clock: Clock,
         counters: dict[str, int],
+        traffic: Traffic,
         tasks: TaskTable,
         dispatch: Dispatch,
         scheduler: Scheduler[Task],
@@ -78,6 +80,7 @@ class Router:
         self._store = store
         self._clock = clock
         self.counters = counters
+        self.traffic = traffic  # messages in and out per platform
         # From `expect_recovery` until `recover(at_start=True)` has run, a task this instance
         # does not know may be one a previous life left unfinished (front-ends say "ask again").
         self.taking_up = False

@@ -70,6 +70,24 @@ class Undelivered:
     next_attempt_at: int
 
 
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """A platform's pending entries in the whole archive (every instance's): how many, how
+    many of them failed at least once (in backoff), and when the oldest was recorded."""
+
+    platform: str
+    pending: int
+    retrying: int
+    oldest_at: int  # Unix ms
+
+
+# Served by ix_outbox_status (status, platform): only the pending rows are visited.
+_BACKLOG = (
+    "SELECT platform, COUNT(*), SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), MIN(created_at)"
+    " FROM outbox WHERE status = 'pending' GROUP BY platform"
+)
+
+
 # Every reply to a platform takes these (recorded with its run, claimed, its parts counted,
 # marked delivered), so they are plain SQL on the driver's cursor (gateway.store.lean); every
 # column is given, as the ORM's Python-side defaults do not apply here.
@@ -203,6 +221,17 @@ class Outbox:
         def work(sql: Lean) -> OutboxItem | None:
             row = sql.one(_BY_ID, item_id)
             return _item(row) if row is not None else None
+
+        return await self._db.read_lean(work)
+
+    async def backlog(self) -> list[Backlog]:
+        """Pending entries per platform, over the whole archive (/metrics)."""
+
+        def work(sql: Lean) -> list[Backlog]:
+            return [
+                Backlog(str(platform), int(count), int(retrying or 0), int(oldest or 0))
+                for platform, count, retrying, oldest in sql.all(_BACKLOG)
+            ]
 
         return await self._db.read_lean(work)
 
