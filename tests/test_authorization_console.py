@@ -61,8 +61,8 @@ S: Final = "/ui/session/{sid}"
 # Every console route. Needs: `public` (anyone), `signed in` (any viewer), `token` (the
 # viewer's own token, at sign-in), and of the session: `read`, `write`, `configure`, `spend`
 # (the usage page shows what was spent for its members), `answer` (the approvals page shows
-# the open prompt of its member's task). The sign-out comes last: it ends the viewer's
-# sign-in.
+# the open prompt of its member's task), `admin` (gateway admins only: the profiles' pages and
+# forms; 403 for anyone else). The sign-out comes last: it ends the viewer's sign-in.
 ROWS: Final[tuple[Row, ...]] = (
     Row("GET", "/", need="public"),
     Row("GET", "/ui", need="public"),
@@ -83,10 +83,18 @@ ROWS: Final[tuple[Row, ...]] = (
     Row("POST", "/ui/answer", form={"decision": "deny"}, need="write"),
     Row("POST", "/ui/answer", form={"answer": "blue"}, need="write"),
     Row("POST", S + "/settings", form={"name": "renamed"}, need="configure"),
+    Row("GET", "/ui/profiles", need="admin"),
+    Row("POST", "/ui/profiles", form={"name": "house", "model": "m-house"}, need="admin"),
+    Row("GET", "/ui/profiles/{name}", need="admin"),
+    Row("POST", "/ui/profiles/{name}", form={"model": "m-house-2"}, need="admin"),
+    Row("POST", "/ui/profiles/{name}/rollback", form={"version": "1"}, need="admin"),
+    Row("POST", "/ui/bindings", form={"target": "prefix:temp", "profile": "house"}, need="admin"),
+    Row("POST", "/ui/bindings/remove", form={"target": "prefix:temp"}, need="admin"),
     Row("POST", "/ui/login", need="token"),
     Row("POST", "/ui/logout"),
 )
 SESSION_NEEDS: Final = ("read", "write", "configure")
+PROFILE: Final = "house"  # the profile the rows above make, change and bind
 NO_TASK: Final = "nosuchtask"
 
 # The viewers, each signed in with their token (`None`: no sign-in). `ann` owns the private
@@ -136,6 +144,8 @@ def expected(kind: str, place: int, need: str) -> str:
         return SIGN_IN
     if need in ("signed in", "token"):
         return OK
+    if need == "admin":
+        return OK if kind == "gateway admin" else REFUSED
     return GRANTS[kind][place][need]
 
 
@@ -225,7 +235,7 @@ async def ask(
     client: aiohttp.ClientSession, user: str | None, row: Row, place: Place
 ) -> tuple[str, list[str]]:
     """What `row` answers, and which of the guarding headers it lacked."""
-    fill = {"sid": place.sid, "word": place.word, "task": NO_TASK}
+    fill = {"sid": place.sid, "word": place.word, "task": NO_TASK, "name": PROFILE}
     url = row.route.format(**fill) + row.query.format(**fill)
     data: dict[str, str] | None = None
     if row.method == "POST":

@@ -20,6 +20,7 @@ from adapters.web.files import Files, with_attachment_links
 from adapters.web.live import LiveEvents
 from adapters.web.overview import Overview
 from adapters.web.pages import Pages
+from adapters.web.profiles import ProfilePages, add_routes
 from gateway.credentials import Credentials
 
 CONSOLE_PREFIX: Final = "/ui"
@@ -121,5 +122,6 @@ def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     console.router.add_get("/usage", overview.usage)
     console.router.add_get("/health", overview.health)
     console.router.add_post("/answer", pages.answer)
+    add_routes(console, ProfilePages(ctx, pages))
     console.router.add_static("/static", _HERE / "static")
     return console

@@ -46,6 +46,9 @@ class Viewer:
     identity: Identity
     signin_id: str  # "" for an open gateway's anonymous viewer
     signin: SignIn | None = None
+    # Whether the pages may offer what only gateway admins do (the profiles): set by the
+    # pages for each request, from the same rule the API asks (gateway/access.py).
+    gateway_admin: bool = False
 
     @property
     def name(self) -> str:

@@ -4,6 +4,7 @@ the same (README, Security)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -21,6 +22,7 @@ from gateway.ids import Prefix, validate_hash, validate_session_id
 from gateway.logs import get_logger
 from gateway.ownership import Need
 from gateway.session_settings import REASONING_LEVELS, SettingsChange, SettingsRefused
+from gateway.store.errors import DatabaseUnavailable
 from gateway.store.listing import SessionCursor, SessionInfo
 from gateway.store.message_reads import StoredMessage
 
@@ -78,9 +80,17 @@ class Pages:
 
     async def viewer(self, request: web.Request) -> Viewer:
         try:
-            return await self.auth.viewer(request)
+            viewer = await self.auth.viewer(request)
         except SignInNeeded:
             raise web.HTTPSeeOther("/ui/login") from None
+        # Asked afresh on every request: an admin removed from AGENVOY_ADMINS, or unlinked,
+        # loses the admins' link at once. Only a link to show: while the archive cannot be
+        # answered, Health still is (the profiles' pages ask again, strictly).
+        try:
+            caller = await self.ctx.access.caller(viewer.origin())
+        except DatabaseUnavailable:
+            return viewer
+        return replace(viewer, gateway_admin=caller.gateway_admin)
 
     # -- signing in ----------------------------------------------------------------------------
 

@@ -1,0 +1,344 @@
+"""The console's pages for agent profiles, for gateway admins only (others get 403, as over the
+API): every profile with its current version and fields and every binding; one profile's fields
+as a form, whose submission makes a new version, and its history with a rollback per older
+version; bindings made and removed. Each change goes through gateway/profiles/service.py, whose
+change counter the next task of every instance reads: nothing here restarts anything.
+
+Every form answers with a redirect (post/redirect/get). A refused one is kept in the KV store
+for a few minutes under a random id the redirect names, so that its page, on whichever instance
+serves it, shows the error and what was entered; a value that looks like a key is never kept
+(gateway/profiles/spec.py refuses it, and it reaches no page either)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn
+
+from aiohttp import web
+
+from adapters.http.context import Context
+from adapters.web.auth import Form, Viewer
+from adapters.web.pages import Pages
+from gateway.profiles.bindings import KINDS, BindingInvalid
+from gateway.profiles.service import Profiles, UnknownProfile
+from gateway.profiles.spec import (
+    AGENT_KINDS,
+    DEFAULT,
+    FIELD_NAMES,
+    NAME,
+    REASONING_LEVELS,
+    ProfileInvalid,
+    ProfileSpec,
+    check_name,
+    looks_like_key,
+)
+from gateway.store.profiles import ProfileConflict
+
+FORBIDDEN: Final = "only gateway admins manage agent profiles"
+# The fields the list page's form makes a profile with; the rest are on the profile's page.
+CREATE_FIELDS: Final = ("agent", "model", "base_url", "key")
+# The list shows these as columns; the others as one line of what is set.
+COLUMNS: Final = ("agent", "model", "base_url", "key")
+# How long a refused form waits for its page: a redirect is followed at once, and a reload a
+# little later still shows what went wrong.
+REFUSED_TTL_SECONDS: Final = 600
+_KV_PREFIX: Final = "console:refused-form:"
+_REFUSAL_ID: Final = re.compile(r"[A-Za-z0-9_-]{16,64}")
+_MAX_VALUE_CHARS: Final = 20_000  # a persona's limit and some: nothing larger is kept
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A refused form as its page shows it again: which form, the error, the field it names,
+    and what was entered."""
+
+    form: str
+    error: str
+    field: str
+    values: dict[str, str]
+
+
+def as_text(name: str, value: Any) -> str:
+    """A field's value as the form shows it; a submitted value is compared with this."""
+    if isinstance(value, list | tuple):
+        return ", ".join(value)
+    if name == "budgets":
+        return json.dumps(value, sort_keys=True) if value else ""
+    return "" if value is None else str(value)
+
+
+def texts(spec: ProfileSpec) -> dict[str, str]:
+    return {name: as_text(name, value) for name, value in spec.shown().items()}
+
+
+def others(fields: dict[str, str], skip: Iterable[str] = COLUMNS) -> str:
+    """The fields set, one phrase each (a persona shortened), but those of `skip` (the list's
+    columns)."""
+    said = []
+    for name in FIELD_NAMES:
+        value = fields[name]
+        if name in skip or not value:
+            continue
+        short = value if len(value) <= 60 else value[:57] + "…"
+        said.append(f"{name}: {short}")
+    return "; ".join(said)
+
+
+def _said(exc: Exception) -> tuple[str, str]:
+    """The field an error names, and the error as a page may show it: never a key that a
+    message quoted back from what was entered."""
+    text = str(exc)
+    field = exc.field if isinstance(exc, ProfileInvalid) else text.partition(":")[0]
+    if isinstance(exc, ProfileConflict):
+        field = "version"
+    if looks_like_key(text):
+        text = f"{field}: refused; what was entered looks like a key and is not shown"
+    return field, text
+
+
+def _entered(form: Form, names: Iterable[str]) -> dict[str, str]:
+    """The fields `form` carries among `names`, newlines as typed (a browser sends CRLF)."""
+    return {
+        name: str(form[name]).replace("\r\n", "\n")[:_MAX_VALUE_CHARS]
+        for name in names
+        if name in form
+    }
+
+
+def _name(request: web.Request) -> str:
+    # Checked before anything else: it goes into addresses the page and redirects write.
+    name = request.match_info["name"]
+    if not NAME.fullmatch(name):
+        raise web.HTTPNotFound(text=f"no profile {name[:40]!r}")
+    return name
+
+
+def _owner(viewer: Viewer) -> str:
+    # A refused form is shown only to the sign-in that sent it.
+    return hashlib.sha256(f"refused-form\n{viewer.csrf}".encode()).hexdigest()
+
+
+class ProfilePages:
+    def __init__(self, ctx: Context, pages: Pages) -> None:
+        self.ctx = ctx
+        self.pages = pages
+
+    # -- who may ---------------------------------------------------------------------------
+
+    async def _profiles(self, viewer: Viewer) -> Profiles:
+        # Asked again here rather than trusting the page's link: that one gives way to an
+        # archive that cannot be reached, this one answers 503 then.
+        if not (await self.ctx.access.caller(viewer.origin())).gateway_admin:
+            raise web.HTTPForbidden(text=FORBIDDEN)
+        profiles = self.ctx.runtime.profiles
+        if profiles is None:
+            raise web.HTTPNotFound(text="agent profiles are not served here")
+        return profiles
+
+    async def _viewing(self, request: web.Request) -> tuple[Viewer, Profiles]:
+        viewer = await self.pages.viewer(request)
+        return viewer, await self._profiles(viewer)
+
+    async def _posted(self, request: web.Request) -> tuple[Viewer, Profiles, Form]:
+        viewer = await self.pages.viewer(request)
+        form = await request.post()
+        self.pages.auth.check_form(request, viewer, form)
+        return viewer, await self._profiles(viewer), form
+
+    # -- refused forms ---------------------------------------------------------------------
+
+    async def _refuse(
+        self, viewer: Viewer, page: str, form: str, exc: Exception, entered: dict[str, str]
+    ) -> NoReturn:
+        field, error = _said(exc)
+        kept = {name: "" if looks_like_key(value) else value for name, value in entered.items()}
+        record = {
+            "owner": _owner(viewer),
+            "page": page,
+            "form": form,
+            "error": error,
+            "field": field,
+            "values": kept,
+        }
+        refusal_id = secrets.token_urlsafe(18)
+        await self.ctx.runtime.kv.set(
+            _KV_PREFIX + refusal_id, json.dumps(record), ttl=REFUSED_TTL_SECONDS
+        )
+        raise web.HTTPSeeOther(f"{page}?refused={refusal_id}")
+
+    async def _refusal(self, viewer: Viewer, request: web.Request) -> Refusal | None:
+        """The refused form this page's address names, if it is this viewer's and this page's
+        (an id someone else's page showed, or an expired one, shows nothing)."""
+        refusal_id = request.query.get("refused", "")
+        if not _REFUSAL_ID.fullmatch(refusal_id):
+            return None
+        text = await self.ctx.runtime.kv.get(_KV_PREFIX + refusal_id)
+        if text is None:
+            return None
+        record = json.loads(text)
+        mine = hmac.compare_digest(str(record.get("owner", "")), _owner(viewer))
+        if not mine or record.get("page") != request.path:
+            return None
+        values = {str(k): str(v) for k, v in dict(record.get("values", {})).items()}
+        return Refusal(str(record["form"]), str(record["error"]), str(record["field"]), values)
+
+    # -- the list --------------------------------------------------------------------------
+
+    async def index(self, request: web.Request) -> web.Response:
+        viewer, profiles = await self._viewing(request)
+        rows = []
+        for name in await profiles.names():
+            version, spec = await profiles.get(name)
+            fields = texts(spec)
+            rows.append(
+                {"name": name, "version": version, "fields": fields, "others": others(fields)}
+            )
+        refusal = await self._refusal(viewer, request)
+        return self.pages.render(
+            "profiles.html",
+            viewer,
+            rows=rows,
+            bindings=await profiles.bindings(),
+            refusal=refusal,
+            values=refusal.values if refusal else {},
+            agents=AGENT_KINDS,
+            kinds=KINDS,
+        )
+
+    async def create(self, request: web.Request) -> web.Response:
+        viewer, profiles, form = await self._posted(request)
+        entered = _entered(form, ("name", *CREATE_FIELDS))
+        name = entered.get("name", "").strip()
+        changes = {f: entered[f] for f in CREATE_FIELDS if entered.get(f, "").strip()}
+        try:
+            check_name(name)
+            if name in await profiles.names():
+                raise ProfileInvalid("name", f"{name!r} exists: change it on its own page")
+            made = await profiles.set(name, changes, by=_by(viewer))
+        except (ProfileInvalid, ProfileConflict) as exc:
+            await self._refuse(viewer, "/ui/profiles", "create", exc, entered)
+        raise web.HTTPSeeOther(f"/ui/profiles/{name}?saved={made.version}")
+
+    # -- one profile -----------------------------------------------------------------------
+
+    async def profile(self, request: web.Request) -> web.Response:
+        viewer, profiles = await self._viewing(request)
+        name = _name(request)
+        try:
+            version, spec = await profiles.get(name)
+            history = [] if name == DEFAULT else await profiles.history(name)
+        except (UnknownProfile, ProfileInvalid):
+            raise web.HTTPNotFound(text=f"no profile {name!r}") from None
+        refusal = await self._refusal(viewer, request)
+        saved = request.query.get("saved", "")
+        return self.pages.render(
+            "profile.html",
+            viewer,
+            profile=name,
+            version=version,
+            builtin=name == DEFAULT,
+            values={**texts(spec), **(refusal.values if refusal else {})},
+            refusal=refusal,
+            saved=int(saved) if saved.isdigit() and len(saved) < 10 else None,
+            history=[
+                {"v": v, "fields": others(texts(ProfileSpec.from_json(v.spec)), skip=())}
+                for v in reversed(history)
+            ],
+            agents=AGENT_KINDS,
+            reasoning_levels=REASONING_LEVELS,
+        )
+
+    async def change(self, request: web.Request) -> web.Response:
+        """A new version with the fields the form changed. The form names the version it was
+        filled from: one another admin changed meanwhile is refused, not overwritten with
+        this form's older values."""
+        viewer, profiles, form = await self._posted(request)
+        name = _name(request)
+        page = f"/ui/profiles/{name}"
+        entered = _entered(form, FIELD_NAMES)
+        try:
+            version, spec = await profiles.get(name)
+            based_on = str(form.get("version", str(version)))
+            if based_on != str(version):
+                raise ProfileInvalid(
+                    "version",
+                    f"changed meanwhile (now version {version}); what you entered is kept "
+                    "below: check it and save again",
+                )
+            current = texts(spec)
+            changes: dict[str, Any] = {
+                f: value for f, value in entered.items() if value != current[f]
+            }
+            # Nothing changed still makes a version: the way to have a profile's agent built
+            # again after its key changed where it is kept (docs/profiles.md, Keys).
+            made = await profiles.set(name, changes or {"model": spec.model}, by=_by(viewer))
+        except UnknownProfile:
+            raise web.HTTPNotFound(text=f"no profile {name!r}") from None
+        except (ProfileInvalid, ProfileConflict) as exc:
+            await self._refuse(viewer, page, "change", exc, entered)
+        raise web.HTTPSeeOther(f"{page}?saved={made.version}")
+
+    async def rollback(self, request: web.Request) -> web.Response:
+        viewer, profiles, form = await self._posted(request)
+        name = _name(request)
+        page = f"/ui/profiles/{name}"
+        chosen = str(form.get("version", ""))
+        try:
+            if not chosen.isdigit() or len(chosen) > 9:
+                raise ProfileInvalid("version", "a version number")
+            made = await profiles.rollback(name, int(chosen), by=_by(viewer))
+        except UnknownProfile:
+            raise web.HTTPNotFound(text=f"no profile {name!r}") from None
+        except (ProfileInvalid, ProfileConflict) as exc:
+            await self._refuse(viewer, page, "rollback", exc, {})
+        raise web.HTTPSeeOther(f"{page}?saved={made.version}")
+
+    # -- bindings --------------------------------------------------------------------------
+
+    async def bind(self, request: web.Request) -> web.Response:
+        viewer, profiles, form = await self._posted(request)
+        entered = _entered(form, ("target", "profile", "switchable"))
+        switchable = tuple(
+            part.strip() for part in entered.get("switchable", "").split(",") if part.strip()
+        )
+        try:
+            await profiles.bind(
+                entered.get("target", ""),
+                entered.get("profile", "").strip(),
+                by=_by(viewer),
+                switchable=switchable,
+            )
+        except BindingInvalid as exc:
+            await self._refuse(viewer, "/ui/profiles", "bind", exc, entered)
+        raise web.HTTPSeeOther("/ui/profiles")
+
+    async def unbind(self, request: web.Request) -> web.Response:
+        viewer, profiles, form = await self._posted(request)
+        target = str(form.get("target", ""))
+        try:
+            if not await profiles.unbind(target):
+                raise BindingInvalid(f"target: no binding of {target[:60]!r}")
+        except BindingInvalid as exc:
+            await self._refuse(viewer, "/ui/profiles", "unbind", exc, {"target": target})
+        raise web.HTTPSeeOther("/ui/profiles")
+
+
+def _by(viewer: Viewer) -> str:
+    """Who a change is recorded as made by: the signed-in identity, as the API records it."""
+    return viewer.origin().sender_key
+
+
+def add_routes(app: web.Application, pages: ProfilePages) -> None:
+    app.router.add_get("/profiles", pages.index)
+    app.router.add_post("/profiles", pages.create)
+    app.router.add_get("/profiles/{name}", pages.profile)
+    app.router.add_post("/profiles/{name}", pages.change)
+    app.router.add_post("/profiles/{name}/rollback", pages.rollback)
+    app.router.add_post("/bindings", pages.bind)
+    app.router.add_post("/bindings/remove", pages.unbind)
