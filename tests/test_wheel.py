@@ -43,6 +43,9 @@ def outside_env(home: Path) -> dict[str, str]:
     return env
 
 
+# Building the wheel and installing it with its dependencies into a new environment takes
+# 30 to 60 s alone; beside the rest of the suite on two CPUs, longer than the usual limit.
+@pytest.mark.timeout(360)
 async def test_the_wheel_installs_outside_the_checkout_and_answers(tmp_path: Path) -> None:
     place = tmp_path / "elsewhere"
     place.mkdir()
