@@ -23,6 +23,7 @@ import typer
 from adapters.setup_checks import LiveChecks
 from adapters.terminal.commands import register as register_client_commands
 from gateway.cli_bans import ban, bans, unban
+from gateway.cli_changes import changes_app
 from gateway.cli_identity import identity_app
 from gateway.cli_members import register as register_member_commands
 from gateway.cli_memory import reindex, semantic_search
@@ -354,6 +355,7 @@ app.add_typer(token_app, name="token")
 app.add_typer(identity_app, name="identity")
 app.add_typer(schedule_app, name="schedule")
 app.add_typer(quota_app, name="quota")
+app.add_typer(changes_app, name="changes")
 app.add_typer(profile_app, name="profile")
 app.command()(bind)
 app.command()(unbind)

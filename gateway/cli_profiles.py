@@ -150,7 +150,7 @@ def bind(
 
 def unbind(target: Target) -> None:
     """Remove a binding."""
-    if not _with_profiles(lambda profiles: profiles.unbind(target)):
+    if not _with_profiles(lambda profiles: profiles.unbind(target, by=_by())):
         fail(f"no binding {printable(target)}", 1)
     typer.echo(f"unbound {printable(target)}")
 

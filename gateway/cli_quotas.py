@@ -5,14 +5,11 @@ directly; a running gateway reads overrides at each message, so a change holds a
 from __future__ import annotations
 
 import getpass
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 
 from gateway.cli_support import load_settings, printable, with_store
-
-if TYPE_CHECKING:
-    pass
 
 T = TypeVar("T")
 
@@ -22,56 +19,29 @@ quota_app = typer.Typer(
 )
 
 
-def _dollars(pair: str, value: str) -> int:
-    """A money limit (`2.50`, `$2.50`) in millionths of a dollar, as the quota table keeps it."""
-    from decimal import Decimal, InvalidOperation
-
-    from gateway.budgets import MICROS
-
-    try:
-        amount = Decimal(value.removeprefix("$"))
-    except InvalidOperation:
-        amount = Decimal(-1)
-    if not amount.is_finite() or amount < 0 or amount > 10**9:
-        raise typer.BadParameter(f"{pair!r}: the value is an amount of dollars, or `default`")
-    return int(amount * MICROS)
-
-
 def parse_changes(subject: str, pairs: list[str]) -> dict[str, int | None]:
     """`key=value` pairs for `subject`: a whole number (dollars for `cost_*`), or `default`
-    to take one away."""
-    from gateway.budgets import COST_KEYS
-    from gateway.ids import InvalidSessionId, validate_session_id
-    from gateway.quotas import CHAT_KEYS, PERSON_KEYS
+    to take one away; checked as every front-end checks them (gateway/quota_changes.py)."""
+    from gateway.quota_changes import QuotaInvalid, checked, keys_for
 
-    if subject.startswith(("dc-", "tg-")):
-        try:
-            validate_session_id(subject)
-        except InvalidSessionId as exc:
-            raise typer.BadParameter(str(exc)) from None
-        known: tuple[str, ...] = CHAT_KEYS
-    elif ":" in subject.strip(":"):
-        known = PERSON_KEYS
-    else:
-        raise typer.BadParameter(
-            f"{subject!r} is neither an identity (platform:id) nor a shared chat (dc-/tg- id)"
-        )
-    changes: dict[str, int | None] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in known:
-            raise typer.BadParameter(f"{pair!r}: expected KEY=N with KEY one of {', '.join(known)}")
-        if value == "default":
-            changes[key] = None
-        elif key in COST_KEYS:
-            changes[key] = _dollars(pair, value)
-        elif value.isascii() and value.isdigit() and len(value) <= 15:
-            changes[key] = int(value)
-        else:
-            raise typer.BadParameter(f"{pair!r}: the value is a whole number or `default`")
-    if not changes:
-        raise typer.BadParameter("give at least one KEY=N")
-    return changes
+    try:
+        known = keys_for(subject)
+        changes: dict[str, str | float | int | None] = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or key not in known:
+                raise QuotaInvalid(pair, f"expected KEY=N with KEY one of {', '.join(known)}")
+            if value == "default":
+                changes[key] = None
+            elif key.startswith("cost_"):
+                changes[key] = value  # dollars, read by `checked`
+            elif value.isascii() and value.isdigit() and len(value) <= 15:
+                changes[key] = int(value)
+            else:
+                raise QuotaInvalid(pair, "the value is a whole number or `default`")
+        return checked(subject, changes)
+    except QuotaInvalid as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def _shown(limits: dict[str, int]) -> str:

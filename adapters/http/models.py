@@ -369,3 +369,8 @@ class PathParameters(BaseModel):
         pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$",
         description="An agent profile's name; `default` is the environment's configuration.",
     )
+    subject: str = Field(
+        pattern=r"^([a-z]{2,16}:[A-Za-z0-9_.@-]{1,180}|(dc|tg)-[A-Za-z0-9_-]{1,128})$",
+        description="Whose limits: an identity (`http:ann`) or a shared chat (`tg-…`, `dc-…`).",
+    )
+    change: int = Field(ge=1, description="A configuration change's number (`/v1/changes`).")

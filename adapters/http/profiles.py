@@ -224,7 +224,7 @@ async def bind(call: Call) -> BindingInfo:
 async def unbind(call: Call) -> Unbound:
     profiles = await _admin(call)
     target = call.query(UnbindQuery).target
-    if not await _checked(profiles.unbind(target)):
+    if not await _checked(profiles.unbind(target, by=call.origin().sender_key)):
         raise ApiError(404, "not_found", "no such binding")
     return Unbound()
 

@@ -23,6 +23,7 @@ from adapters.http.models import (
     UsageQuery,
 )
 from adapters.http.operations import Health, HealthUnavailable, healthz, metrics, openapi
+from adapters.http.config_routes import CONFIG_ROUTES
 from adapters.http.profiles import PROFILE_ROUTES
 from adapters.http.prompts import (
     answer_prompt,
@@ -368,6 +369,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     ),
     *ACCOUNT_ROUTES,
     *PROFILE_ROUTES,
+    *CONFIG_ROUTES,
     # -- operations
     Route(
         "GET",

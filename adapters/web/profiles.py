@@ -322,7 +322,7 @@ class ProfilePages:
         viewer, profiles, form = await self._posted(request)
         target = str(form.get("target", ""))
         try:
-            if not await profiles.unbind(target):
+            if not await profiles.unbind(target, by=_by(viewer)):
                 raise BindingInvalid(f"target: no binding of {target[:60]!r}")
         except BindingInvalid as exc:
             await self._refuse(viewer, "/ui/profiles", "unbind", exc, {"target": target})

@@ -218,11 +218,18 @@ class Profiles:
         self._counter_read = None
         return binding
 
-    async def unbind(self, target: str) -> bool:
+    async def unbind(self, target: str, *, by: str = "") -> bool:
         kind, key = parse_target(target)
-        gone = await self.store.unbind(kind, key)
+        gone = await self.store.unbind(kind, key, by=by, at=self.clock.now_ms())
         self._counter_read = None
         return gone
+
+    async def revert_binding(self, change_id: int, *, by: str) -> Binding | None:
+        """Put back what a logged binding change replaced; the binding its target has now
+        (None: unbound). UnknownChange for a number that is not a binding change."""
+        binding = await self.store.revert_binding(change_id, by=by, at=self.clock.now_ms())
+        self._counter_read = None
+        return binding
 
     async def choose(
         self, session_id: str, profile: str, under: Binding | None, *, by: str

@@ -3,12 +3,15 @@ the one counter that says whether either changed since a task last looked."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import BigInteger, Column, Text, delete, func, select, update
+from sqlalchemy import BigInteger, Column, Text, func, select, update
 from sqlmodel import Field, Session, SQLModel, col
 
 from gateway.profiles.bindings import Binding
+from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database
 from gateway.store.lean import Lean
 
@@ -172,34 +175,74 @@ class ProfileStore:
         return await self._db.read(work)
 
     async def bind(self, binding: Binding) -> None:
-        """Bind (or bind again) `binding.kind:key`."""
+        """Bind (or bind again) `binding.kind:key`; the change is logged."""
 
         def work(session: Session) -> None:
-            row = session.get(AgentBindingRow, (binding.kind, binding.key))
-            if row is None:
-                row = AgentBindingRow(kind=binding.kind, key=binding.key, profile="")
-            row.profile = binding.profile
-            row.switchable = ",".join(binding.switchable)
-            row.bound_by = binding.bound_by
-            row.bound_at = binding.bound_at
-            session.add(row)
-            _bump(session)
+            _put(session, binding, by=binding.bound_by, at=binding.bound_at)
 
         await self._db.write(work)
 
-    async def unbind(self, kind: str, key: str) -> bool:
-        """Remove a binding; False when there was none."""
+    async def unbind(self, kind: str, key: str, *, by: str = "", at: int = 0) -> bool:
+        """Remove a binding; False when there was none. The change is logged."""
 
         def work(session: Session) -> bool:
-            stmt = delete(AgentBindingRow).where(
-                col(AgentBindingRow.kind) == kind, col(AgentBindingRow.key) == key
-            )
-            gone = bool(session.connection().execute(stmt).rowcount)
-            if gone:
-                _bump(session)
-            return gone
+            return _remove(session, kind, key, by=by, at=at)
 
         return await self._db.write(work)
+
+    async def revert_binding(self, change_id: int, *, by: str, at: int) -> Binding | None:
+        """Put back the binding a logged change replaced (bound again, or removed when there
+        was none before): a new change, itself logged. What the target has now."""
+
+        def work(session: Session) -> Binding | None:
+            logged = session.get(ConfigChangeRow, change_id)
+            if logged is None or logged.kind != "binding":
+                raise UnknownChange(f"no binding change {change_id}")
+            kind, _, key = logged.subject.partition(":")
+            if not logged.before:
+                _remove(session, kind, key, by=by, at=at, reverts=change_id)
+                return None
+            was = json.loads(logged.before)
+            binding = Binding(kind, key, was["profile"], tuple(was["switchable"]), by, at)
+            _put(session, binding, by=by, at=at, reverts=change_id)
+            return binding
+
+        return await self._db.write(work)
+
+
+def _logged(row: AgentBindingRow | None) -> dict[str, Any] | None:
+    """What the change log keeps of a binding: where it sends, not who made it."""
+    if row is None:
+        return None
+    return {"profile": row.profile, "switchable": [n for n in row.switchable.split(",") if n]}
+
+
+def _put(
+    session: Session, binding: Binding, *, by: str, at: int, reverts: int | None = None
+) -> None:
+    row = session.get(AgentBindingRow, (binding.kind, binding.key))
+    before = _logged(row)
+    if row is None:
+        row = AgentBindingRow(kind=binding.kind, key=binding.key, profile="")
+    row.profile = binding.profile
+    row.switchable = ",".join(binding.switchable)
+    row.bound_by = binding.bound_by
+    row.bound_at = binding.bound_at
+    session.add(row)
+    record(session, "binding", binding.target, before, _logged(row), by=by, at=at, reverts=reverts)
+    _bump(session)
+
+
+def _remove(
+    session: Session, kind: str, key: str, *, by: str, at: int, reverts: int | None = None
+) -> bool:
+    row = session.get(AgentBindingRow, (kind, key))
+    if row is None:
+        return False
+    record(session, "binding", f"{kind}:{key}", _logged(row), None, by=by, at=at, reverts=reverts)
+    session.delete(row)
+    _bump(session)
+    return True
 
 
 class ProfileConflict(RuntimeError):

@@ -12,6 +12,7 @@ from sqlalchemy import func, or_, select
 from sqlmodel import Session, col
 
 from gateway.clock import now_ms
+from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database
 from gateway.store.models import QuotaRow, SessionRow
 
@@ -63,7 +64,8 @@ class Quotas:
         self, subject: str, changes: Mapping[str, int | None], *, by: str = ""
     ) -> dict[str, int]:
         """Change `subject`'s overrides (None takes one away, back to the default); returns
-        what it has now. A subject left with none loses its row."""
+        what it has now. A subject left with none loses its row. The change is logged
+        (gateway/store/config_changes.py) in the same transaction."""
 
         def work(session: Session) -> dict[str, int]:
             row = session.get(QuotaRow, subject)
@@ -73,15 +75,23 @@ class Quotas:
                     limits.pop(key, None)
                 else:
                     limits[key] = value
-            if not limits:
-                if row is not None:
-                    session.delete(row)
-                return {}
-            if row is None:
-                row = QuotaRow(subject=subject)
-            row.limits, row.updated_by, row.updated_at = json.dumps(limits), by, now_ms()
-            session.add(row)
-            return limits
+            return _replace(session, subject, row, limits, by=by)
+
+        return await self._db.write(work)
+
+    async def revert(self, change_id: int, *, by: str = "") -> tuple[str, dict[str, int]]:
+        """Put back the overrides a logged quota change replaced (a new change, itself
+        logged); the subject and what it has now."""
+
+        def work(session: Session) -> tuple[str, dict[str, int]]:
+            logged = session.get(ConfigChangeRow, change_id)
+            if logged is None or logged.kind != "quota":
+                raise UnknownChange(f"no quota change {change_id}")
+            row = session.get(QuotaRow, logged.subject)
+            limits = _limits(logged.before)
+            return logged.subject, _replace(
+                session, logged.subject, row, limits, by=by, reverts=change_id
+            )
 
         return await self._db.write(work)
 
@@ -95,3 +105,27 @@ class Quotas:
             or_(*(col(SessionRow.id).startswith(p) for p in OWNED_PREFIXES)),
         )
         return await self._db.read(lambda s: int(s.connection().execute(stmt).scalar_one()))
+
+
+def _replace(
+    session: Session,
+    subject: str,
+    row: QuotaRow | None,
+    limits: dict[str, int],
+    *,
+    by: str,
+    reverts: int | None = None,
+) -> dict[str, int]:
+    """Make `subject`'s overrides `limits` (no row when none) and log the change."""
+    before = _limits(row.limits) if row is not None else {}
+    at = now_ms()
+    record(session, "quota", subject, before or None, limits or None, by=by, at=at, reverts=reverts)
+    if not limits:
+        if row is not None:
+            session.delete(row)
+        return {}
+    if row is None:
+        row = QuotaRow(subject=subject)
+    row.limits, row.updated_by, row.updated_at = json.dumps(limits), by, at
+    session.add(row)
+    return limits
