@@ -62,7 +62,8 @@ S: Final = "/ui/session/{sid}"
 # viewer's own token, at sign-in), and of the session: `read`, `write`, `configure`, `spend`
 # (the usage page shows what was spent for its members), `answer` (the approvals page shows
 # the open prompt of its member's task), `admin` (gateway admins only: the profiles' pages and
-# forms; 403 for anyone else). The sign-out comes last: it ends the viewer's sign-in.
+# forms, Getting started; 403 for anyone else). The sign-out comes last: it ends the viewer's
+# sign-in.
 ROWS: Final[tuple[Row, ...]] = (
     Row("GET", "/", need="public"),
     Row("GET", "/ui", need="public"),
@@ -90,6 +91,7 @@ ROWS: Final[tuple[Row, ...]] = (
     Row("POST", "/ui/profiles/{name}/rollback", form={"version": "1"}, need="admin"),
     Row("POST", "/ui/bindings", form={"target": "prefix:temp", "profile": "house"}, need="admin"),
     Row("POST", "/ui/bindings/remove", form={"target": "prefix:temp"}, need="admin"),
+    Row("GET", "/ui/start", need="admin"),
     Row("POST", "/ui/login", need="token"),
     Row("POST", "/ui/logout"),
 )

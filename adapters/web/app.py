@@ -21,6 +21,7 @@ from adapters.web.live import LiveEvents
 from adapters.web.overview import Overview
 from adapters.web.pages import Pages
 from adapters.web.profiles import ProfilePages, add_routes
+from adapters.web.start import register as add_start_page
 from gateway.credentials import Credentials
 
 CONSOLE_PREFIX: Final = "/ui"
@@ -123,5 +124,6 @@ def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     console.router.add_get("/health", overview.health)
     console.router.add_post("/answer", pages.answer)
     add_routes(console, ProfilePages(ctx, pages))
+    add_start_page(console, ctx, pages)
     console.router.add_static("/static", _HERE / "static")
     return console
