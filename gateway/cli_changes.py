@@ -61,25 +61,12 @@ def changes_revert(
 ) -> None:
     """Put back what CHANGE replaced, as a new change."""
     from gateway.clock import now_ms
-    from gateway.quota_changes import in_dollars
-    from gateway.store.config_changes import ConfigChanges, UnknownChange
-    from gateway.store.profiles import ProfileStore
-    from gateway.store.quotas import Quotas
+    from gateway.config_log import revert
+    from gateway.store.config_changes import UnknownChange
 
     by = f"terminal:{getpass.getuser()}"
-
-    async def revert(store: Any) -> tuple[str, Any]:
-        found = await ConfigChanges(store.db).get(change)
-        if found.kind == "quota":
-            subject, limits = await Quotas(store.db).revert(change, by=by)
-            return subject, in_dollars(limits) if limits else None
-        binding = await ProfileStore(store.db).revert_binding(change, by=by, at=now_ms())
-        if binding is None:
-            return found.subject, None
-        return found.subject, {"profile": binding.profile, "switchable": binding.switchable}
-
     try:
-        subject, now = with_store(revert)
+        done = with_store(lambda store: revert(store.db, change, by=by, at=now_ms()))
     except UnknownChange as exc:
         fail(str(exc), 1)
-    typer.echo(printable(f"{subject}: now {_value(now)}"))
+    typer.echo(printable(f"{done.subject}: now {_value(done.now)}"))

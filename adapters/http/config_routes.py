@@ -14,6 +14,7 @@ from adapters.http.models import Query, RequestBody
 from adapters.http.paging import IdCursor, encode_cursor, limit_field, read_cursor
 from adapters.http.replies import Reply, UnixMs
 from adapters.http.route import Call, Route
+from gateway.config_log import revert
 from gateway.quota_changes import QuotaInvalid, checked
 from gateway.quota_changes import in_dollars as shown
 from gateway.quotas import defaults
@@ -152,22 +153,16 @@ async def revert_change(call: Call) -> Reverted:
     raw = call.request.match_info["change"]
     if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
         raise ApiError(400, "bad_request", "change: a change's number")
-    by = call.origin().sender_key
+    runtime = call.ctx.runtime
     try:
-        change = await ConfigChanges(call.ctx.store.db).get(int(raw))
-        if change.kind == "quota":
-            subject, limits = await Quotas(call.ctx.store.db).revert(change.id, by=by)
-            return Reverted(subject=subject, now=shown(limits) or None)
-        profiles = call.ctx.runtime.profiles
-        if profiles is None:
-            raise ApiError(404, "not_found", "agent profiles are not served here")
-        binding = await profiles.revert_binding(change.id, by=by)
+        done = await revert(
+            runtime.store.db, int(raw), by=call.origin().sender_key, at=runtime.clock.now_ms()
+        )
     except UnknownChange as exc:
         raise ApiError(404, "not_found", str(exc)) from None
-    now = (
-        None if binding is None else {"profile": binding.profile, "switchable": binding.switchable}
-    )
-    return Reverted(subject=change.subject, now=now)
+    if done.kind == "binding" and runtime.profiles is not None:
+        runtime.profiles.changed()
+    return Reverted(subject=done.subject, now=done.now)
 
 
 QUOTA = "/v1/quotas/{subject}"

@@ -4,20 +4,14 @@ as a form, whose submission makes a new version, and its history with a rollback
 version; bindings made and removed. Each change goes through gateway/profiles/service.py, whose
 change counter the next task of every instance reads: nothing here restarts anything.
 
-Every form answers with a redirect (post/redirect/get). A refused one is kept in the KV store
-for a few minutes under a random id the redirect names, so that its page, on whichever instance
-serves it, shows the error and what was entered; a value that looks like a key is never kept
-(gateway/profiles/spec.py refuses it, and it reaches no page either)."""
+Every form answers with a redirect (post/redirect/get); a refused one is shown again with its
+error and what was entered (adapters/web/refusals.py), but a value that looks like a key, which
+gateway/profiles/spec.py refuses and no page shows."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-import re
-import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Final, NoReturn
 
 from aiohttp import web
@@ -25,6 +19,7 @@ from aiohttp import web
 from adapters.http.context import Context
 from adapters.web.auth import Form, Viewer
 from adapters.web.pages import Pages
+from adapters.web.refusals import Refusal, RefusedForms
 from gateway.profiles.bindings import KINDS, BindingInvalid
 from gateway.profiles.service import Profiles, UnknownProfile
 from gateway.profiles.spec import (
@@ -45,23 +40,7 @@ FORBIDDEN: Final = "only gateway admins manage agent profiles"
 CREATE_FIELDS: Final = ("agent", "model", "base_url", "key")
 # The list shows these as columns; the others as one line of what is set.
 COLUMNS: Final = ("agent", "model", "base_url", "key")
-# How long a refused form waits for its page: a redirect is followed at once, and a reload a
-# little later still shows what went wrong.
-REFUSED_TTL_SECONDS: Final = 600
-_KV_PREFIX: Final = "console:refused-form:"
-_REFUSAL_ID: Final = re.compile(r"[A-Za-z0-9_-]{16,64}")
 _MAX_VALUE_CHARS: Final = 20_000  # a persona's limit and some: nothing larger is kept
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A refused form as its page shows it again: which form, the error, the field it names,
-    and what was entered."""
-
-    form: str
-    error: str
-    field: str
-    values: dict[str, str]
 
 
 def as_text(name: str, value: Any) -> str:
@@ -119,15 +98,11 @@ def _name(request: web.Request) -> str:
     return name
 
 
-def _owner(viewer: Viewer) -> str:
-    # A refused form is shown only to the sign-in that sent it.
-    return hashlib.sha256(f"refused-form\n{viewer.csrf}".encode()).hexdigest()
-
-
 class ProfilePages:
     def __init__(self, ctx: Context, pages: Pages) -> None:
         self.ctx = ctx
         self.pages = pages
+        self.refusals = RefusedForms(ctx.runtime.kv)
 
     # -- who may ---------------------------------------------------------------------------
 
@@ -158,35 +133,10 @@ class ProfilePages:
     ) -> NoReturn:
         field, error = _said(exc)
         kept = {name: "" if looks_like_key(value) else value for name, value in entered.items()}
-        record = {
-            "owner": _owner(viewer),
-            "page": page,
-            "form": form,
-            "error": error,
-            "field": field,
-            "values": kept,
-        }
-        refusal_id = secrets.token_urlsafe(18)
-        await self.ctx.runtime.kv.set(
-            _KV_PREFIX + refusal_id, json.dumps(record), ttl=REFUSED_TTL_SECONDS
-        )
-        raise web.HTTPSeeOther(f"{page}?refused={refusal_id}")
+        await self.refusals.refuse(viewer, page, form, error, field, kept)
 
     async def _refusal(self, viewer: Viewer, request: web.Request) -> Refusal | None:
-        """The refused form this page's address names, if it is this viewer's and this page's
-        (an id someone else's page showed, or an expired one, shows nothing)."""
-        refusal_id = request.query.get("refused", "")
-        if not _REFUSAL_ID.fullmatch(refusal_id):
-            return None
-        text = await self.ctx.runtime.kv.get(_KV_PREFIX + refusal_id)
-        if text is None:
-            return None
-        record = json.loads(text)
-        mine = hmac.compare_digest(str(record.get("owner", "")), _owner(viewer))
-        if not mine or record.get("page") != request.path:
-            return None
-        values = {str(k): str(v) for k, v in dict(record.get("values", {})).items()}
-        return Refusal(str(record["form"]), str(record["error"]), str(record["field"]), values)
+        return await self.refusals.shown(viewer, request)
 
     # -- the list --------------------------------------------------------------------------
 

@@ -224,12 +224,10 @@ class Profiles:
         self._counter_read = None
         return gone
 
-    async def revert_binding(self, change_id: int, *, by: str) -> Binding | None:
-        """Put back what a logged binding change replaced; the binding its target has now
-        (None: unbound). UnknownChange for a number that is not a binding change."""
-        binding = await self.store.revert_binding(change_id, by=by, at=self.clock.now_ms())
+    def changed(self) -> None:
+        """Something else changed the rows here (gateway/config_log.py): the next task reads
+        the counter again rather than share a read begun before."""
         self._counter_read = None
-        return binding
 
     async def choose(
         self, session_id: str, profile: str, under: Binding | None, *, by: str
