@@ -92,6 +92,15 @@ ROWS: Final[tuple[Row, ...]] = (
     Row("POST", "/ui/bindings", form={"target": "prefix:temp", "profile": "house"}, need="admin"),
     Row("POST", "/ui/bindings/remove", form={"target": "prefix:temp"}, need="admin"),
     Row("GET", "/ui/start", need="admin"),
+    Row("GET", "/ui/quotas", need="admin"),
+    Row(
+        "POST",
+        "/ui/quotas",
+        form={"subject": "http:zed", "limit": "running", "value": "2"},
+        need="admin",
+    ),
+    Row("GET", "/ui/changes", need="admin"),
+    Row("POST", "/ui/changes/{change}/revert", need="admin"),
     Row("POST", "/ui/login", need="token"),
     Row("POST", "/ui/logout"),
 )
@@ -237,7 +246,7 @@ async def ask(
     client: aiohttp.ClientSession, user: str | None, row: Row, place: Place
 ) -> tuple[str, list[str]]:
     """What `row` answers, and which of the guarding headers it lacked."""
-    fill = {"sid": place.sid, "word": place.word, "task": NO_TASK, "name": PROFILE}
+    fill = {"sid": place.sid, "word": place.word, "task": NO_TASK, "name": PROFILE, "change": "1"}
     url = row.route.format(**fill) + row.query.format(**fill)
     data: dict[str, str] | None = None
     if row.method == "POST":

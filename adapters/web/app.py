@@ -16,6 +16,7 @@ from aiohttp.typedefs import Handler, Middleware
 from adapters.http.context import Context
 from adapters.http.errors import known_error
 from adapters.web.auth import ConsoleAuth
+from adapters.web.config import ConfigPages, add_config_routes
 from adapters.web.files import Files, with_attachment_links
 from adapters.web.live import LiveEvents
 from adapters.web.overview import Overview
@@ -124,6 +125,7 @@ def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     console.router.add_get("/health", overview.health)
     console.router.add_post("/answer", pages.answer)
     add_routes(console, ProfilePages(ctx, pages))
+    add_config_routes(console, ConfigPages(ctx, pages))
     add_start_page(console, ctx, pages)
     console.router.add_static("/static", _HERE / "static")
     return console

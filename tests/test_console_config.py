@@ -1,0 +1,103 @@
+"""The console's quota and change-log pages in a real headless browser (Chromium, driven by
+Playwright), on two gateway instances sharing one archive: a gateway admin sets a member's
+messages a minute on instance 1's console and the member's next message to instance 2 is held
+to it, with no restart; a refused value names its limit and keeps what was entered; the change
+is in the log with who made it, and rolling it back frees the member at once. A viewer who is
+not a gateway admin gets 403 and no link."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_console import WAIT_MS, console, sign_in
+from test_http import USERS, bearer, write_tokens
+
+from gateway.runtime import Runtime
+from gateway.settings import Settings
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+async def pair(tmp_path: Path, database_url: str) -> AsyncIterator[tuple[Runtime, Runtime]]:
+    """Two instances on one archive; root is a gateway admin on the first."""
+    runtimes = []
+    for home, extra in (("a", {"admins": "http:root"}), ("b", {})):
+        settings = Settings(
+            home=tmp_path / home, database_url=database_url, _env_file=None, **extra
+        )
+        write_tokens(settings.store_dir, USERS)
+        runtimes.append(await Runtime.start(settings))
+    try:
+        yield runtimes[0], runtimes[1]
+    finally:
+        for runtime in reversed(runtimes):
+            await runtime.close()
+
+
+async def send_as_ann(page: Any, base: str) -> int:
+    """Ann's message to instance `base`, as her HTTP client sends it; the status."""
+    resp = await page.request.post(
+        f"{base}/v1/send", data={"content": "hello", "wait": 0}, headers=bearer("ann")
+    )
+    return int(resp.status)
+
+
+async def test_an_admin_sets_a_quota_another_instance_holds_and_rolls_it_back(
+    browser: Any, pair: tuple[Runtime, Runtime]
+) -> None:
+    one, two = pair
+    async with console(one) as base, console(two) as other:
+        page = await sign_in(browser, base)
+        await page.get_by_role("link", name="Quotas").click()
+        await page.wait_for_url(f"{base}/ui/quotas")
+        assert "Nobody has limits of their own" in await page.locator("main").inner_text()
+
+        # A value that is not a whole number: refused, naming the limit, the entries kept.
+        await page.get_by_label("Identity or chat").fill("http:ann")
+        await page.get_by_label("Limit", exact=True).select_option("messages_per_minute")
+        await page.get_by_label("Value", exact=True).fill("2.5")
+        await page.get_by_role("button", name="Set").click()
+        alert = page.get_by_role("alert").filter(has_text="messages_per_minute: a whole number")
+        await alert.wait_for(timeout=WAIT_MS)
+        assert await page.get_by_label("Identity or chat").input_value() == "http:ann"
+        assert await page.get_by_label("Value", exact=True).get_attribute("aria-invalid") == "true"
+
+        await page.get_by_label("Value", exact=True).fill("1")
+        await page.get_by_role("button", name="Set").click()
+        await (
+            page.get_by_role("status").filter(has_text="Saved: http:ann").wait_for(timeout=WAIT_MS)
+        )
+        row = page.locator('tr[data-subject="http:ann"]')
+        assert "messages_per_minute=1" in await row.inner_text()
+
+        # Instance 2 holds Ann to it from her next message.
+        assert await send_as_ann(page, other) == 202
+        assert await send_as_ann(page, other) == 429
+
+        await page.get_by_role("link", name="Changes").click()
+        await page.wait_for_url(f"{base}/ui/changes")
+        change = page.locator("tr[data-change]").first
+        text = await change.inner_text()
+        assert "quota" in text and "http:ann" in text and "http:root" in text
+        assert "messages_per_minute=1" in text
+        number = await change.get_attribute("data-change")
+        await page.get_by_role("button", name=f"Roll back change {number}").click()
+        await (
+            page.get_by_role("status")
+            .filter(has_text=f"Change {number} rolled back")
+            .wait_for(timeout=WAIT_MS)
+        )
+        assert f"(reverts {number})" in await page.locator("tr[data-change]").first.inner_text()
+        assert await send_as_ann(page, other) == 202  # free again, at once
+
+        # Not a gateway admin: no link, and 403.
+        ann = await sign_in(browser, base, user="ann")
+        assert await ann.get_by_role("link", name="Quotas").count() == 0
+        for path in ("/ui/quotas", "/ui/changes"):
+            resp = await ann.goto(f"{base}{path}")
+            assert resp.status == 403
+            assert "only gateway admins" in await ann.locator("main").inner_text()
