@@ -32,6 +32,7 @@ from gateway.cli_quotas import quota_app, usage_by_identity
 from gateway.cli_schedules import schedule_app
 from gateway.cli_setup import register as register_setup
 from gateway.cli_support import checked_id, fail, load_settings, printable, with_store
+from gateway.cli_tokens import token_app
 from gateway.ids import InvalidSessionId, Prefix, prefix_of
 
 if TYPE_CHECKING:
@@ -296,51 +297,6 @@ def cleanup() -> None:
 
     reaped = asyncio.run(main())
     typer.echo(f"reaped {len(reaped)} idle temp session(s)" + "".join(f"\n  {s}" for s in reaped))
-
-
-token_app = typer.Typer(
-    help="Per-user API tokens: the token a caller sends decides who they are.",
-    no_args_is_help=True,
-)
-
-
-@token_app.command("add")
-def token_add(
-    name: Annotated[str, typer.Argument(help="The sender id it stands for (http:NAME).")],
-    display: Annotated[str, typer.Option("--display", help="Display name.")] = "",
-) -> None:
-    """Issue a token for NAME and print it; only its hash is kept, so it is shown only now."""
-    from gateway.credentials import TokenRefused, issue_token
-
-    settings = load_settings()
-    try:
-        token = issue_token(settings.store_dir, name, display)
-    except TokenRefused as exc:
-        fail(str(exc), 2)
-    typer.echo(token)
-
-
-@token_app.command("list")
-def token_list() -> None:
-    """Who holds a token (the tokens themselves are not kept)."""
-    from gateway.credentials import load_tokens, tokens_path
-
-    tokens = load_tokens(tokens_path(load_settings().store_dir))
-    if not tokens:
-        typer.echo("no tokens issued")
-    for issued in tokens:
-        typer.echo(f"http:{issued.name}  {issued.display}")
-
-
-@token_app.command("remove")
-def token_remove(name: str) -> None:
-    """Revoke NAME's token; a running gateway stops accepting it, ends its streams and
-    suspends its schedules within a second."""
-    from gateway.credentials import revoke_token
-
-    if not revoke_token(load_settings().store_dir, name):
-        fail(f"no token for {name!r}", 1)
-    typer.echo(f"revoked the token of {name}")
 
 
 # In the order `agenvoy --help` lists them.

@@ -1,5 +1,5 @@
-"""`agenvoy changes list|revert`: the log of live configuration changes (quota overrides and
-agent bindings: who, when, from what to what), and a change rolled back. They open the
+"""`agenvoy changes list|revert`: the log of live configuration changes (quota overrides, agent
+bindings and API tokens: who, when, from what to what), and a change rolled back. They open the
 archive directly; every running instance applies a rollback from its next message or task."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import typer
 from gateway.cli_support import fail, printable, with_store
 
 changes_app = typer.Typer(
-    help="Changes of quotas and bindings, newest first, and rolling one back.",
+    help="Changes of quotas, bindings and tokens, newest first, and rolling one back.",
     no_args_is_help=True,
 )
 
@@ -29,7 +29,7 @@ def _value(value: Any, kind: str = "binding") -> str:
 
 @changes_app.command("list")
 def changes_list(
-    kind: Annotated[str | None, typer.Option(help="quota or binding")] = None,
+    kind: Annotated[str | None, typer.Option(help="quota, binding or token")] = None,
     subject: Annotated[str | None, typer.Option(help="Only this identity, chat or target")] = None,
     limit: Annotated[int, typer.Option(min=1, max=500)] = 20,
 ) -> None:
@@ -62,11 +62,11 @@ def changes_revert(
     """Put back what CHANGE replaced, as a new change."""
     from gateway.clock import now_ms
     from gateway.config_log import revert
-    from gateway.store.config_changes import UnknownChange
+    from gateway.store.config_changes import NotRevertible, UnknownChange
 
     by = f"terminal:{getpass.getuser()}"
     try:
         done = with_store(lambda store: revert(store.db, change, by=by, at=now_ms()))
-    except UnknownChange as exc:
+    except (UnknownChange, NotRevertible) as exc:
         fail(str(exc), 1)
     typer.echo(printable(f"{done.subject}: now {_value(done.now)}"))

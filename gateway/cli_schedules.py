@@ -4,7 +4,6 @@ gateway fires a resumed schedule at its next due time."""
 
 from __future__ import annotations
 
-import asyncio
 import getpass
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -73,14 +72,16 @@ def resume(
     ] = False,
 ) -> None:
     """Let a suspended schedule fire again, from its next due time."""
-    from gateway.credentials import load_tokens, tokens_path
+    from gateway.clock import now_ms
     from gateway.events import Origin
     from gateway.schedule_spec import BadSchedule
     from gateway.schedules import ScheduleNotFound, resume_suspended
+    from gateway.store.tokens import TokenStore
 
     async def work(store: SessionStore, settings: Settings) -> str:
-        tokens = await asyncio.to_thread(load_tokens, tokens_path(settings.store_dir))
-        valid = {f"http:{t.name}" for t in tokens}
+        issued = TokenStore(store.db)
+        await issued.import_file(settings.store_dir, at=now_ms())
+        valid = {f"http:{t.name}" for t in await issued.load()}
         if settings.api_token is not None and settings.api_token.get_secret_value():
             valid.add("http:api")
         if not valid:

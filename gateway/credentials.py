@@ -1,9 +1,11 @@
 """Who a bearer token stands for: the shared API token, per-user tokens, and the local
 (terminal) credential with the window tokens signed by it.
 
-- **Per-user tokens** are issued by `agenvoy token add NAME`: shown once, kept only as their
-  SHA-256 in `<home>/.store/api_tokens.json` (mode 0600). A token is 32 random bytes, so a
-  plain hash is as good as a slow one; what the file leaks is who has a token, not the token.
+- **Per-user tokens** are issued by `agenvoy token add NAME` (or `POST /v1/tokens`): shown
+  once, kept only as their SHA-256 in the archive (gateway/store/tokens.py), so every instance
+  on it accepts the same ones. A token is 32 random bytes, so a plain hash is as good as a slow
+  one; what the table leaks is who has a token, not the token. (Homes from before kept them in
+  `<home>/.store/api_tokens.json`, imported at the next start.)
 - **The shared token** (`AGENVOY_API_TOKEN`) is one identity, `http:api`.
 - **The local credential** (`<home>/.store/terminal.token`, mode 0600) is written by the
   gateway at start-up and stands for whoever can read the home: the gateway's owner. Local
@@ -26,11 +28,10 @@ import json
 import os
 import re
 import secrets
-import tempfile
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from gateway.clock import Clock
 from gateway.ids import HASH_RE
@@ -44,10 +45,10 @@ NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 MAX_DISPLAY_CHARS: Final = 64
 # Names that already stand for someone: the shared token and callers without one.
 RESERVED_NAMES: Final = frozenset({"api", "anonymous"})
-# How stale the gateway's copy of the token file may get: a revoked token stops working
+# How stale the gateway's copy of the issued tokens may get: a revoked token stops working
 # within this many seconds.
 RELOAD_SECONDS: Final = 1.0
-# How often the running gateway reads the token file for revocations: a revoked token's
+# How often the running gateway asks the archive for revocations: a revoked token's
 # streams and waits end, and its schedules are suspended, within about this.
 WATCH_SECONDS: Final = 0.25
 
@@ -171,22 +172,9 @@ def load_tokens(path: Path) -> list[IssuedToken]:
     ]
 
 
-def _save_tokens(path: Path, tokens: Iterable[IssuedToken]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    text = json.dumps({"tokens": [t.to_json() for t in tokens]}, indent=2)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tokens-")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text + "\n")
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-
-
-def issue_token(store_dir: Path, name: str, display: str = "") -> str:
-    """A new token for `name` (the sender id it stands for); only its hash is kept."""
+def new_token(name: str, display: str = "") -> tuple[str, IssuedToken]:
+    """A new token for `name` (the sender id it stands for) and what is kept of it: its hash.
+    TokenRefused for a name or display name that cannot be issued."""
     if NAME_RE.fullmatch(name) is None:
         raise TokenRefused("a token name is 1-64 characters from A-Z a-z 0-9 _ . -")
     if name in RESERVED_NAMES:
@@ -194,23 +182,18 @@ def issue_token(store_dir: Path, name: str, display: str = "") -> str:
     display = display.strip() or name
     if not _fit_name(display):
         raise TokenRefused(f"a display name is 1-{MAX_DISPLAY_CHARS} printable characters")
-    path = tokens_path(store_dir)
-    tokens = load_tokens(path)
-    if any(t.name == name for t in tokens):
-        raise TokenRefused(f"{name!r} has a token already; remove it first")
     token = ISSUED_PREFIX + secrets.token_urlsafe(32)
-    _save_tokens(path, [*tokens, IssuedToken(name, display, _digest(token))])
-    return token
+    return token, IssuedToken(name, display, _digest(token))
 
 
-def revoke_token(store_dir: Path, name: str) -> bool:
-    path = tokens_path(store_dir)
-    tokens = load_tokens(path)
-    kept = [t for t in tokens if t.name != name]
-    if len(kept) == len(tokens):
-        return False
-    _save_tokens(path, kept)
-    return True
+class TokenSource(Protocol):
+    """Where the issued tokens are kept (gateway/store/tokens.py)."""
+
+    async def stamp(self) -> int:
+        """A number that changes whenever a token is issued or revoked."""
+        ...
+
+    async def load(self) -> list[IssuedToken]: ...
 
 
 # -- what the gateway checks -------------------------------------------------------------------
@@ -220,23 +203,35 @@ class Credentials:
     """Every credential the gateway accepts, and who each one stands for."""
 
     def __init__(
-        self, *, shared: str, local: str, store_dir: Path, clock: Clock, issued: list[IssuedToken]
+        self,
+        *,
+        shared: str,
+        local: str,
+        source: TokenSource,
+        clock: Clock,
+        issued: list[IssuedToken],
+        stamp: int,
     ) -> None:
         self._shared = shared
         self._local = local
-        self._path = tokens_path(store_dir)
+        self._source = source
         self._clock = clock
         self._issued = {t.digest: t for t in issued}
-        self._stamp = _stamp(self._path)
+        self._stamp = stamp
         self._checked = clock.monotonic()
         self._change: asyncio.Future[None] | None = None
 
     @classmethod
-    def load(cls, *, shared: str, store_dir: Path, clock: Clock) -> Credentials:
-        """Blocking (files): call it from a thread."""
-        local = ensure_terminal_credential(store_dir)
-        issued = load_tokens(tokens_path(store_dir))
-        return cls(shared=shared, local=local, store_dir=store_dir, clock=clock, issued=issued)
+    async def load(
+        cls, *, shared: str, store_dir: Path, source: TokenSource, clock: Clock
+    ) -> Credentials:
+        """The local credential (written the first time) and the issued tokens as of now."""
+        local = await asyncio.to_thread(ensure_terminal_credential, store_dir)
+        stamp = await source.stamp()
+        issued = await source.load()
+        return cls(
+            shared=shared, local=local, source=source, clock=clock, issued=issued, stamp=stamp
+        )
 
     @property
     def required(self) -> bool:
@@ -273,7 +268,7 @@ class Credentials:
     ) -> bool:
         """Whether the credential `fingerprint` was taken from is still accepted, for
         `identity_key`: False once that token is revoked, even if another is issued under the
-        same name since. `fresh` reads the token file now rather than within a second."""
+        same name since. `fresh` asks the archive now rather than within a second."""
         await self._refresh(at_once=fresh)
         if identity_key == SHARED.key:
             return bool(self._shared) and hmac.compare_digest(fingerprint, _digest(self._shared))
@@ -287,12 +282,19 @@ class Credentials:
         if now - self._checked < RELOAD_SECONDS and not at_once:
             return
         self._checked = now
-        stamp = await asyncio.to_thread(_stamp, self._path)
-        if stamp != self._stamp:
-            issued = await asyncio.to_thread(load_tokens, self._path)
-            self._issued = {t.digest: t for t in issued}
-            self._stamp = stamp
-            self._announce_change()
+        try:
+            stamp = await self._source.stamp()
+            if stamp == self._stamp:
+                return
+            issued = await self._source.load()
+        except Exception as exc:
+            # An archive that does not answer keeps the tokens as last read: callers are
+            # neither locked out nor let in on its account; the next look tries again.
+            _warn_unread(exc)
+            return
+        self._issued = {t.digest: t for t in issued}
+        self._stamp = stamp
+        self._announce_change()
 
     # -- telling what holds a credential no more --------------------------------------------
 
@@ -321,8 +323,8 @@ class Credentials:
     async def watch(
         self, on_gone: Callable[[frozenset[str]], Awaitable[object]], *, every: float
     ) -> None:
-        """Read the token file every `every` seconds, for ever; a change is announced
-        (`changed`) and the HTTP identities it took away handed to `on_gone`."""
+        """Ask the archive for token changes every `every` seconds, for ever; a change is
+        announced (`changed`) and the HTTP identities it took away handed to `on_gone`."""
         # Imported here: the client commands import this module, and the logging set-up
         # would bring the settings (pydantic) and structlog into every `agenvoy send`.
         from gateway.logs import get_logger
@@ -330,7 +332,7 @@ class Credentials:
         log = get_logger(__name__)
         held = self.http_identities()
         while True:
-            # Real time, not the gateway's clock: the file is changed by people, in real time.
+            # Real time, not the gateway's clock: tokens are changed by people, in real time.
             await asyncio.sleep(every)
             await self._refresh(at_once=True)
             now = self.http_identities()
@@ -342,9 +344,7 @@ class Credentials:
                     log.exception("handling revoked credentials failed", identities=sorted(gone))
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
-    return stat.st_mtime_ns, stat.st_size
+def _warn_unread(exc: Exception) -> None:
+    from gateway.logs import get_logger  # as in `watch`: not for the client commands
+
+    get_logger(__name__).warning("issued tokens not read", error=f"{type(exc).__name__}: {exc}")

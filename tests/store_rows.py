@@ -33,6 +33,9 @@ UNRELATED |= {"identity_link", "link_code", "link_attempt", "quota", "console_si
 # session, and outlives it as a ban does, so a chat made again keeps its agent) and the change
 # counter.
 UNRELATED |= {"agent_profile", "agent_binding", "agent_config"}
+# The per-user API tokens, and the log of configuration changes (an audit trail that outlives
+# what it names, a session's binding or a chat's quota among them).
+UNRELATED |= {"api_token", "config_change"}
 # Every table a session has rows in once it has talked, run a task and saved a file.
 SESSION_TABLES = {"session", *(table.name for table in PER_SESSION_TABLES)}
 

@@ -18,7 +18,7 @@ from typing import Any, Final
 import aiohttp
 import pytest
 from support import wait_until
-from test_http import USERS, Server, bearer, serving, write_tokens
+from test_http import USERS, Server, bearer, revoke_token, serving
 from test_mcp_server import call, mcp_client
 from typer.testing import CliRunner
 
@@ -154,9 +154,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
     users = {**USERS, "dave": "Dave", "eve": "Eve", "carol": "Carol", "mallory": "Mallory"}
     async with serving(tmp_path, users=users) as srv:
         await srv.runtime.store.ownership.link("telegram:carol", "http:carol")
-        # Mallory's token is revoked: the file no longer lists it.
-        del users["mallory"]
-        write_tokens(srv.runtime.settings.store_dir, users)
+        await revoke_token(srv.runtime, "mallory")
 
         async def revoked() -> bool:
             return await ask(srv, "GET", "/v1/sessions", None, "mallory") == BAD_TOKEN

@@ -78,7 +78,7 @@ async def test_a_quota_set_over_http_holds_from_the_next_message_and_is_rolled_b
         assert (status, body) == (200, {"subject": "http:ann", "now": None})
         assert await _send(server, "ann") in (200, 202)
 
-        newest = (await _changes(server))[0]
+        newest = (await _changes(server, "?kind=quota"))[0]
         assert newest["reverts"] == change["id"] and newest["after"] is None
         assert newest["before"] == {"cost_day": 2.5, "messages_per_minute": 1}
 
@@ -102,7 +102,7 @@ async def test_a_refused_quota_change_names_its_field_and_changes_nothing(tmp_pa
             "PUT", "/v1/quotas/http:ann", json_body={"limits": {}}, headers=ROOT
         )
         assert status == 400
-        assert await _changes(server) == []
+        assert await _changes(server, "?kind=quota") == []
         status, body = await server.call("POST", "/v1/changes/999/revert", headers=ROOT)
         assert (status, body["error"]["code"]) == (404, "not_found")
 
@@ -151,7 +151,7 @@ async def test_the_change_log_pages(tmp_path: Path) -> None:
         seen: list[int] = []
         query = "?limit=2"
         while True:
-            status, body = await server.call("GET", f"/v1/changes{query}", headers=ROOT)
+            status, body = await server.call("GET", f"/v1/changes{query}&kind=quota", headers=ROOT)
             assert status == 200 and len(body["changes"]) <= 2
             seen += [c["after"]["messages_per_minute"] for c in body["changes"]]
             if body["next_cursor"] is None:

@@ -2,16 +2,18 @@
 Playwright), on two gateway instances sharing one archive: a gateway admin sets a member's
 messages a minute on instance 1's console and the member's next message to instance 2 is held
 to it, with no restart; a refused value names its limit and keeps what was entered; the change
-is in the log with who made it, and rolling it back frees the member at once. A viewer who is
-not a gateway admin gets 403 and no link."""
+is in the log with who made it, and rolling it back frees the member at once. A token issued on
+instance 1's console is shown once and accepted by instance 2, and revoked there too. A viewer
+who is not a gateway admin gets 403 and no link."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_until
 from test_console import WAIT_MS, console, sign_in
 from test_http import USERS, bearer, write_tokens
 
@@ -25,9 +27,9 @@ pytestmark = pytest.mark.timeout(180)
 async def pair(tmp_path: Path, database_url: str) -> AsyncIterator[tuple[Runtime, Runtime]]:
     """Two instances on one archive; root is a gateway admin on the first."""
     runtimes = []
-    for home, extra in (("a", {"admins": "http:root"}), ("b", {})):
+    for home, admins in (("a", "http:root"), ("b", "")):
         settings = Settings(
-            home=tmp_path / home, database_url=database_url, _env_file=None, **extra
+            home=tmp_path / home, database_url=database_url, admins=admins, _env_file=None
         )
         write_tokens(settings.store_dir, USERS)
         runtimes.append(await Runtime.start(settings))
@@ -101,3 +103,52 @@ async def test_an_admin_sets_a_quota_another_instance_holds_and_rolls_it_back(
             resp = await ann.goto(f"{base}{path}")
             assert resp.status == 403
             assert "only gateway admins" in await ann.locator("main").inner_text()
+
+
+async def test_an_admin_issues_a_token_another_instance_accepts_then_revokes_it(
+    browser: Any, pair: tuple[Runtime, Runtime]
+) -> None:
+    one, two = pair
+    async with console(one) as base, console(two) as other:
+        page = await sign_in(browser, base)
+        await page.get_by_role("link", name="Tokens").click()
+        await page.wait_for_url(f"{base}/ui/tokens")
+        await page.get_by_label("Name", exact=True).fill("zed")
+        await page.get_by_label("Display name (optional)").fill("Zed Z")
+        await page.get_by_role("button", name="Issue").click()
+        shown = page.locator("#new-token")
+        await shown.wait_for(timeout=WAIT_MS)
+        token = await shown.inner_text()
+        assert token.startswith("agv_")
+        assert "Zed Z" in await page.locator('tr[data-token="zed"]').inner_text()
+
+        async def status_on_two() -> int:
+            resp = await page.request.get(
+                f"{other}/v1/sessions", headers={"Authorization": f"Bearer {token}"}
+            )
+            return int(resp.status)
+
+        assert await wait_until(lambda: _is(status_on_two, 200), within=3)
+        # Shown once: the page read again holds no token.
+        await page.goto(f"{base}/ui/tokens")
+        assert await page.locator("#new-token").count() == 0
+        assert token not in await page.content()
+
+        await page.get_by_role("button", name="Revoke the token of zed").click()
+        await (
+            page.get_by_role("status")
+            .filter(has_text="Revoked the token of zed")
+            .wait_for(timeout=WAIT_MS)
+        )
+        assert await page.locator('tr[data-token="zed"]').count() == 0
+        assert await wait_until(lambda: _is(status_on_two, 403), within=3)
+
+        # A name that cannot be issued: refused, naming the field, what was entered kept.
+        await page.get_by_label("Name", exact=True).fill("api")
+        await page.get_by_role("button", name="Issue").click()
+        await page.get_by_role("alert").filter(has_text="reserved").wait_for(timeout=WAIT_MS)
+        assert await page.get_by_label("Name", exact=True).input_value() == "api"
+
+
+async def _is(status: Callable[[], Awaitable[int]], wanted: int) -> bool:
+    return await status() == wanted

@@ -18,9 +18,8 @@ import aiohttp
 import pytest
 from clock import FakeClock
 from test_console import sign_in
-from test_http import Server, bearer, serving
+from test_http import Server, bearer, issue_token, revoke_token, serving
 
-from gateway.credentials import issue_token, revoke_token
 from gateway.store.usage import UsageRecord
 
 pytestmark = pytest.mark.timeout(60)
@@ -105,7 +104,7 @@ async def test_a_revoked_tokens_sign_in_and_stream_end_at_once(tmp_path: Path) -
         async with bob.get(f"/ui/session/{sid}/events") as stream:
             assert stream.status == 200
             assert (await stream.content.readline()).startswith(b"event: state")
-            await asyncio.to_thread(revoke_token, srv.runtime.settings.store_dir, "bob")
+            await revoke_token(srv.runtime, "bob")
             revoked = time.monotonic()
             rest = await asyncio.wait_for(stream.content.read(), 10)
             closed = time.monotonic() - revoked
@@ -113,7 +112,7 @@ async def test_a_revoked_tokens_sign_in_and_stream_end_at_once(tmp_path: Path) -
         assert closed < 1.0, closed
         assert await with_cookie(srv, held) == 303
         # A new token under the same name is not the revoked one: the old sign-in stays ended.
-        await asyncio.to_thread(issue_token, srv.runtime.settings.store_dir, "bob")
+        await issue_token(srv.runtime, "bob")
         assert await with_cookie(srv, held) == 303
 
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import wait_until
 from yarl import URL
 
-from adapters.http import InsecureBinding, check_binding, is_loopback, sse_frame, start_http
+from adapters.http import InsecureBinding, is_loopback, sse_frame, start_http
 from adapters.http.context import Context
 from adapters.http.errors import errors
 from adapters.http.models import SendRequest
@@ -31,9 +31,10 @@ from adapters.http.routes import ROUTES
 from adapters.mcp.endpoint import MCP_PATH
 from gateway.access import SessionAccess
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.credentials import local_token, read_terminal_credential
+from gateway.credentials import local_token, new_token, read_terminal_credential
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.store.tokens import TokenStore
 
 TIMEOUT = 10.0
 # Per-user tokens every test server knows (name, display name), as `agenvoy token add` keeps
@@ -76,6 +77,18 @@ def write_tokens(store_dir: Path, users: dict[str, str]) -> None:
         for name, display in users.items()
     ]
     (store_dir / "api_tokens.json").write_text(json.dumps({"tokens": entries}))
+
+
+async def issue_token(runtime: Runtime, name: str) -> str:
+    """A new token for `name`, issued in `runtime`'s archive as `agenvoy token add` does."""
+    token, issued = new_token(name)
+    await TokenStore(runtime.store.db).issue(issued, by="test", at=runtime.clock.now_ms())
+    return token
+
+
+async def revoke_token(runtime: Runtime, name: str) -> bool:
+    """`name`'s token revoked in `runtime`'s archive, as `agenvoy token remove` does."""
+    return await TokenStore(runtime.store.db).revoke(name, by="test", at=runtime.clock.now_ms())
 
 
 @dataclass
@@ -759,28 +772,31 @@ async def test_token_auth(tmp_path: Path) -> None:
 
 
 async def test_insecure_binding(tmp_path: Path) -> None:
-    settings = Settings(home=tmp_path / "home", _env_file=None)
-    runtime = await Runtime.start(settings)
-    try:
-        with pytest.raises(InsecureBinding, match=r"AGENVOY_API_TOKEN.*127\.0\.0\.1"):
-            await start_http(runtime, "0.0.0.0", 0)
-        with pytest.raises(InsecureBinding):
-            await start_http(runtime, "::", 0)
-    finally:
-        await runtime.close()
     for host in ("127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost", "LocalHost"):
         assert is_loopback(host), host
     for host in ("0.0.0.0", "", "::", "10.0.0.1", "example.com", "::ffff:127.0.0.1", "128.0.0.1"):
         assert not is_loopback(host), host
-    check_binding("127.0.0.1", settings)
-    empty = settings.model_copy(update={"api_token": None})
-    with pytest.raises(InsecureBinding):
-        check_binding("0.0.0.0", empty)
-    token = Settings(home=tmp_path / "h2", api_token="t", _env_file=None)
-    check_binding("0.0.0.0", token)
-    blank = Settings(home=tmp_path / "h3", api_token="", _env_file=None)
-    with pytest.raises(InsecureBinding):
-        check_binding("0.0.0.0", blank)
+    for n, token in enumerate((None, "")):  # a blank AGENVOY_API_TOKEN is none
+        settings = Settings(home=tmp_path / f"h{n}", api_token=token, _env_file=None)
+        runtime = await Runtime.start(settings)
+        try:
+            with pytest.raises(InsecureBinding, match=r"AGENVOY_API_TOKEN.*127\.0\.0\.1"):
+                await start_http(runtime, "0.0.0.0", 0)
+            with pytest.raises(InsecureBinding):
+                await start_http(runtime, "::", 0)
+            # Loopback needs no token; a token issued since lets it bind anywhere.
+            await (await start_http(runtime, "127.0.0.1", 0)).cleanup()
+            _, issued = new_token("ann")
+            await TokenStore(runtime.store.db).issue(issued, by="test", at=0)
+            await (await start_http(runtime, "0.0.0.0", 0)).cleanup()
+        finally:
+            await runtime.close()
+    configured = Settings(home=tmp_path / "h3", api_token="t", _env_file=None)
+    runtime = await Runtime.start(configured)
+    try:
+        await (await start_http(runtime, "0.0.0.0", 0)).cleanup()
+    finally:
+        await runtime.close()
 
 
 # -- streams ---------------------------------------------------------------------------------------

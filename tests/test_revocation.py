@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from support import wait_until
-from test_http import BOB, ROOT, USERS, Server, err, next_frame, serving
+from test_http import BOB, ROOT, Server, err, next_frame, serving
 from typer.testing import CliRunner
 
 from gateway.cli import app as cli_app
@@ -106,8 +106,13 @@ async def test_a_token_removed_while_no_gateway_ran_has_its_schedules_suspended_
             "POST", f"/v1/session/{sid}/schedules", json_body=body, headers=BOB
         )
         assert status == 201
-    without_bob = {name: shown for name, shown in USERS.items() if name != "bob"}
-    async with serving(tmp_path, users=without_bob) as srv:
+    # `agenvoy token remove bob` while no gateway runs.
+    home = str(tmp_path / "home")
+    removed = await asyncio.to_thread(
+        CliRunner().invoke, cli_app, ["token", "remove", "bob"], env={"AGENVOY_HOME": home}
+    )
+    assert removed.exit_code == 0, removed.output
+    async with serving(tmp_path, users=None) as srv:
         [held] = await _schedules(srv, sid)
         assert held["suspended"] is True and held["created_by"] == "http:bob"
         assert await srv.runtime.schedules.fire_due() == 0

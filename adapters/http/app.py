@@ -30,6 +30,7 @@ from gateway.credentials import WATCH_SECONDS, Credentials
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
 from gateway.store.fslock import atomic_write
+from gateway.store.tokens import TokenStore
 
 log = get_logger(__name__)
 CREDENTIALS: Final = web.AppKey("credentials", Credentials)
@@ -139,13 +140,15 @@ async def start_http(
     settings = runtime.settings
     host = settings.http_host if host is None else host
     port = settings.http_port if port is None else port
-    await asyncio.to_thread(check_binding, host, settings)
-    credentials = await asyncio.to_thread(
-        Credentials.load,
+    tokens = TokenStore(runtime.store.db)
+    await tokens.import_file(settings.store_dir, at=runtime.clock.now_ms())
+    credentials = await Credentials.load(
         shared=api_token(settings),
         store_dir=settings.store_dir,
+        source=tokens,
         clock=runtime.clock,
     )
+    check_binding(host, credentials)
     app = build_app(runtime, credentials, host=host, keepalive_seconds=keepalive_seconds)
     runner = ApiRunner(app, idle_timeout=settings.http_idle_timeout_seconds)
     await runner.setup()

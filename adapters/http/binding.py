@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 
-from gateway.credentials import load_tokens, tokens_path
+from gateway.credentials import Credentials
 from gateway.settings import Settings
 
 
@@ -50,9 +50,7 @@ def api_token(settings: Settings) -> str:
     return settings.api_token.get_secret_value() if settings.api_token is not None else ""
 
 
-def check_binding(host: str, settings: Settings) -> None:
-    """Blocking (reads the issued tokens): call it from a thread."""
-    if is_loopback(host) or api_token(settings):
-        return
-    if not load_tokens(tokens_path(settings.store_dir)):
+def check_binding(host: str, credentials: Credentials) -> None:
+    """InsecureBinding for a host other than loopback while no token is configured or issued."""
+    if not is_loopback(host) and not credentials.required:
         raise InsecureBinding(host)

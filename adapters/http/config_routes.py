@@ -1,11 +1,12 @@
 """Live configuration over HTTP, for gateway admins: the quota overrides (read and changed,
-applied from the next message on every instance) and the log of configuration changes — who
-changed a quota or a binding, when, from what to what — with any change rolled back.
+applied from the next message on every instance), the per-user API tokens (issued, listed,
+revoked: every instance follows within a second) and the log of configuration changes — who
+changed a quota, a binding or a token, when, from what to what — with a change rolled back.
 Profiles keep their own versions (adapters/http/profiles.py)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field
 
@@ -15,11 +16,19 @@ from adapters.http.paging import IdCursor, encode_cursor, limit_field, read_curs
 from adapters.http.replies import Reply, UnixMs
 from adapters.http.route import Call, Route
 from gateway.config_log import revert
+from gateway.credentials import TokenRefused, new_token
 from gateway.quota_changes import QuotaInvalid, checked
 from gateway.quota_changes import in_dollars as shown
 from gateway.quotas import defaults
-from gateway.store.config_changes import KINDS, ConfigChange, ConfigChanges, UnknownChange
+from gateway.store.config_changes import (
+    KINDS,
+    ConfigChange,
+    ConfigChanges,
+    NotRevertible,
+    UnknownChange,
+)
 from gateway.store.quotas import Quotas
+from gateway.store.tokens import TokenStore
 
 Limits = dict[str, int | float]
 SUBJECT = Field(
@@ -59,7 +68,7 @@ class ChangesQuery(Query):
 
 class ChangeInfo(Reply):
     id: int
-    kind: str = Field(description="`quota` or `binding`.")
+    kind: str = Field(description="`quota`, `binding` or `token`.")
     subject: str = Field(description="The identity or chat; a binding's `KIND:KEY`.")
     before: dict[str, Any] | None = Field(description="What it had (null: nothing).")
     after: dict[str, Any] | None = Field(description="What it got (null: removed).")
@@ -71,6 +80,28 @@ class ChangeInfo(Reply):
 class ChangeList(Reply):
     changes: list[ChangeInfo]
     next_cursor: str | None
+
+
+class TokenInfo(Reply):
+    identity: str = Field(description="Who the token stands for: `http:NAME`.")
+    display: str
+
+
+class TokenList(Reply):
+    tokens: list[TokenInfo]
+
+
+class TokenRequest(RequestBody):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="The sender id (http:NAME).")
+    display: Annotated[str, Field(max_length=64)] = ""
+
+
+class IssuedTokenReply(TokenInfo):
+    token: str = Field(description="The token: shown only now, only its hash is kept.")
+
+
+class Revoked(Reply):
+    revoked: Literal[True] = True
 
 
 class Reverted(Reply):
@@ -160,9 +191,43 @@ async def revert_change(call: Call) -> Reverted:
         )
     except UnknownChange as exc:
         raise ApiError(404, "not_found", str(exc)) from None
+    except NotRevertible as exc:
+        raise ApiError(409, "conflict", str(exc)) from None
     if done.kind == "binding" and runtime.profiles is not None:
         runtime.profiles.changed()
     return Reverted(subject=done.subject, now=done.now)
+
+
+async def list_tokens(call: Call) -> TokenList:
+    await _admin(call)
+    issued = await TokenStore(call.ctx.store.db).load()
+    return TokenList(
+        tokens=[TokenInfo(identity=f"http:{t.name}", display=t.display) for t in issued]
+    )
+
+
+async def issue_token(call: Call) -> IssuedTokenReply:
+    await _admin(call)
+    body = await call.body(TokenRequest)
+    runtime = call.ctx.runtime
+    try:
+        token, issued = new_token(body.name, body.display)
+        await TokenStore(runtime.store.db).issue(
+            issued, by=call.origin().sender_key, at=runtime.clock.now_ms()
+        )
+    except TokenRefused as exc:
+        raise ApiError(409 if "already" in str(exc) else 400, "bad_request", str(exc)) from None
+    return IssuedTokenReply(identity=f"http:{issued.name}", display=issued.display, token=token)
+
+
+async def revoke_token(call: Call) -> Revoked:
+    await _admin(call)
+    name = call.request.match_info["name"]
+    runtime = call.ctx.runtime
+    tokens = TokenStore(runtime.store.db)
+    if not await tokens.revoke(name, by=call.origin().sender_key, at=runtime.clock.now_ms()):
+        raise ApiError(404, "not_found", f"no token for {name[:64]!r}")
+    return Revoked()
 
 
 QUOTA = "/v1/quotas/{subject}"
@@ -174,11 +239,22 @@ CONFIG_ROUTES: Final[tuple[Route, ...]] = (
           "Change an identity's or a shared chat's own limits, from its next message on "
           "(gateway admins)",
           body=QuotaChange, caller=True, replies={200: QuotaInfo}, errors=(400, 413)),
+    Route("GET", "/v1/tokens", list_tokens, "Who holds an API token (gateway admins)",
+          caller=True, replies={200: TokenList}, errors=(400,)),
+    Route("POST", "/v1/tokens", issue_token,
+          "Issue an API token, shown once; every instance accepts it within a second "
+          "(gateway admins)",
+          body=TokenRequest, caller=True, replies={201: IssuedTokenReply},
+          errors=(400, 409, 413)),
+    Route("DELETE", "/v1/tokens/{name}", revoke_token,
+          "Revoke an API token: every instance refuses it, ends its streams and suspends its "
+          "schedules within a second (gateway admins)",
+          caller=True, replies={200: Revoked}, errors=(400, 404)),
     Route("GET", "/v1/changes", list_changes,
-          "Changes of quotas and bindings: who, when, from what to what, newest first "
+          "Changes of quotas, bindings and tokens: who, when, from what to what, newest first "
           "(gateway admins)",
           query=ChangesQuery, caller=True, replies={200: ChangeList}, errors=(400,)),
     Route("POST", "/v1/changes/{change}/revert", revert_change,
           "Put back what a change replaced, as a new change (gateway admins)",
-          caller=True, replies={200: Reverted}, errors=(400, 404)),
+          caller=True, replies={200: Reverted}, errors=(400, 404, 409)),
 )  # fmt: skip

@@ -144,7 +144,7 @@ class Context:
                 if standing is None:
                     await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
                     break
-                # Every change of the credentials is announced (the token file is watched):
+                # Every change of the credentials is announced (the issued tokens are watched):
                 # nothing else can revoke what a request came with.
                 watched.add(standing.changed())
                 await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)

@@ -8,6 +8,7 @@ from typing import Final
 from adapters.http.account_routes import ACCOUNT_ROUTES
 from adapters.http.archive import get_history, stream_log, usage
 from adapters.http.commands import list_commands
+from adapters.http.config_routes import CONFIG_ROUTES
 from adapters.http.models import (
     AddInputRequest,
     AnswerRequest,
@@ -23,7 +24,6 @@ from adapters.http.models import (
     UsageQuery,
 )
 from adapters.http.operations import Health, HealthUnavailable, healthz, metrics, openapi
-from adapters.http.config_routes import CONFIG_ROUTES
 from adapters.http.profiles import PROFILE_ROUTES
 from adapters.http.prompts import (
     answer_prompt,

@@ -1,7 +1,7 @@
 """Whether the caller of a request still holds the credential it came with.
 
 A stream or a long wait outlives the check made when its request came in; it asks again when
-the token file changes (`Credentials.changed`) and about once a second besides, so a revoked
+the issued tokens change (`Credentials.changed`) and about once a second besides, so a revoked
 token's streams and waits end within a second. The middleware that identifies a request
 leaves its `Standing` in a context variable, which the request's handler runs under.
 """

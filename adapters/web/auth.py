@@ -115,7 +115,7 @@ class ConsoleAuth:
         raise SignInNeeded
 
     async def still_signed_in(self, viewer: Viewer) -> bool:
-        """Whether `viewer`'s sign-in still stands, the token file read afresh (an open
+        """Whether `viewer`'s sign-in still stands, the issued tokens read afresh (an open
         stream asks this every moment)."""
         if not viewer.signin_id:
             return await self._credentials.admits_anonymous()

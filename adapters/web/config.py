@@ -1,9 +1,9 @@
 """The console's live configuration pages, for gateway admins only (others get 403, as over the
 API): the quota and budget defaults and every identity's or chat's own limits, with a form that
-changes one (from the next message on, on every instance); and the log of quota and binding
-changes — who, when, before and after — a page at a time, each with a button that rolls it
-back. The checks and the rollback are those of the API and the CLI (gateway/quota_changes.py,
-gateway/config_log.py)."""
+changes one (from the next message on, on every instance); the per-user API tokens, issued
+(shown once) and revoked; and the log of quota, binding and token changes — who, when, before
+and after — a page at a time, each with a button that rolls it back. The checks and the
+rollback are those of the API and the CLI (gateway/quota_changes.py, gateway/config_log.py)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,19 @@ from adapters.web.auth import Form, Viewer
 from adapters.web.pages import Pages
 from adapters.web.refusals import RefusedForms
 from gateway.config_log import revert
+from gateway.credentials import TokenRefused, new_token
 from gateway.quota_changes import QuotaInvalid, checked, in_dollars
 from gateway.quotas import CHAT_KEYS, PERSON_KEYS, defaults
-from gateway.store.config_changes import ConfigChanges, UnknownChange
+from gateway.store.config_changes import ConfigChanges, NotRevertible, UnknownChange
 from gateway.store.quotas import Quotas
+from gateway.store.tokens import TokenStore
 
 FORBIDDEN: Final = "only gateway admins change the configuration"
 PAGE_SIZE: Final = 50
 LIMIT_KEYS: Final = tuple(dict.fromkeys((*PERSON_KEYS, *CHAT_KEYS)))
 QUOTAS: Final = "/ui/quotas"
 CHANGES: Final = "/ui/changes"
+TOKENS: Final = "/ui/tokens"
 
 
 def _value(text: str) -> str | int | None:
@@ -90,6 +93,60 @@ class ConfigPages:
         await Quotas(self.ctx.store.db).set(subject, changes, by=by)
         raise web.HTTPSeeOther(f"{QUOTAS}?saved={subject}")
 
+    # -- tokens ----------------------------------------------------------------------------
+
+    async def tokens(self, request: web.Request) -> web.Response:
+        viewer = await self._admin(request)
+        issued = await TokenStore(self.ctx.store.db).load()
+        refusal = await self.refusals.shown(viewer, request)
+        return self.pages.render(
+            "tokens.html",
+            viewer,
+            tokens=issued,
+            refusal=refusal,
+            values=refusal.values if refusal else {},
+            revoked=request.query.get("revoked", "")[:64],
+            issued=None,
+            token="",
+        )
+
+    async def issue_token(self, request: web.Request) -> web.Response:
+        """A new token, shown on the answer to this form only: never kept, never redirected
+        to (an address would put it in the browser's history)."""
+        viewer, form = await self._posted(request)
+        entered = {name: str(form.get(name, ""))[:200] for name in ("name", "display")}
+        runtime = self.ctx.runtime
+        try:
+            token, issued = new_token(entered["name"].strip(), entered["display"])
+            by = viewer.origin().sender_key
+            await TokenStore(runtime.store.db).issue(issued, by=by, at=runtime.clock.now_ms())
+        except TokenRefused as exc:
+            field = "display" if "display" in str(exc) else "name"
+            await self.refusals.refuse(viewer, TOKENS, "issue", str(exc), field, entered)
+        response = self.pages.render(
+            "tokens.html",
+            viewer,
+            tokens=await TokenStore(runtime.store.db).load(),
+            refusal=None,
+            values={},
+            revoked="",
+            issued=issued,
+            token=token,
+        )
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    async def revoke_token(self, request: web.Request) -> web.Response:
+        viewer, form = await self._posted(request)
+        name = str(form.get("name", ""))[:64]
+        runtime = self.ctx.runtime
+        tokens = TokenStore(runtime.store.db)
+        by = viewer.origin().sender_key
+        if not await tokens.revoke(name, by=by, at=runtime.clock.now_ms()):
+            error = f"name: no token for {name!r}"
+            await self.refusals.refuse(viewer, TOKENS, "revoke", error, "name", {})
+        raise web.HTTPSeeOther(f"{TOKENS}?revoked={name}")
+
     # -- the change log --------------------------------------------------------------------
 
     async def changes(self, request: web.Request) -> web.Response:
@@ -124,7 +181,7 @@ class ConfigPages:
                 raise UnknownChange(f"no configuration change {raw[:20]!r}")
             by = viewer.origin().sender_key
             done = await revert(runtime.store.db, int(raw), by=by, at=runtime.clock.now_ms())
-        except UnknownChange as exc:
+        except (UnknownChange, NotRevertible) as exc:
             await self.refusals.refuse(viewer, CHANGES, "revert", str(exc), "change", {})
         if done.kind == "binding" and runtime.profiles is not None:
             runtime.profiles.changed()
@@ -132,9 +189,12 @@ class ConfigPages:
 
 
 def _shown(kind: str, value: object) -> str:
-    """A logged value as one line: limits as `key=value`, a binding as its profile."""
+    """A logged value as one line: limits as `key=value`, a binding as its profile, a token as
+    its display name and the start of its hash."""
     if value is None:
         return "—"
+    if kind == "token" and isinstance(value, dict):
+        return f"{value.get('display', '')} (sha256 {value.get('sha256_prefix', '')}…)"
     if kind == "quota" and isinstance(value, dict):
         return " ".join(f"{k}={v}" for k, v in in_dollars(value).items())
     if isinstance(value, dict):
@@ -148,5 +208,8 @@ def _shown(kind: str, value: object) -> str:
 def add_config_routes(app: web.Application, pages: ConfigPages) -> None:
     app.router.add_get("/quotas", pages.quotas)
     app.router.add_post("/quotas", pages.set_quota)
+    app.router.add_get("/tokens", pages.tokens)
+    app.router.add_post("/tokens", pages.issue_token)
+    app.router.add_post("/tokens/revoke", pages.revoke_token)
     app.router.add_get("/changes", pages.changes)
     app.router.add_post("/changes/{change}/revert", pages.revert)

@@ -29,7 +29,7 @@ from gateway.ownership import Need
 log = get_logger(__name__)
 
 # How often an open stream asks whether its sign-in still stands and its viewer may still
-# read the session: a revoked token's streams end within this (the token file is read afresh
+# read the session: a revoked token's streams end within this (the issued tokens are read afresh
 # each time), as do those of a viewer whose share was withdrawn.
 SIGNIN_CHECK_SECONDS: Final = 0.5
 

@@ -1,7 +1,7 @@
-"""The log of live configuration changes (migration 0022): quota overrides and agent bindings,
-each change with who made it, when, and the value before and after. The repositories that make
-a change record it in the same transaction (`record`), so there is no change without its line
-and no line without its change; this module reads the log back.
+"""The log of live configuration changes (migration 0022): quota overrides, agent bindings and
+API tokens, each change with who made it, when, and the value before and after. The
+repositories that make a change record it in the same transaction (`record`), so there is no
+change without its line and no line without its change; this module reads the log back.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from sqlmodel import Field, Session, SQLModel, col
 
 from gateway.store.db import Database
 
-Kind = Literal["quota", "binding"]
-KINDS: tuple[Kind, ...] = ("quota", "binding")
+Kind = Literal["quota", "binding", "token"]
+KINDS: tuple[Kind, ...] = ("quota", "binding", "token")
 
 
 class ConfigChangeRow(SQLModel, table=True):
@@ -97,6 +97,10 @@ def record(
 
 class UnknownChange(LookupError):
     """No change of that number (of that kind)."""
+
+
+class NotRevertible(ValueError):
+    """A change that is not rolled back; the message says why and what to do instead."""
 
 
 class ConfigChanges:
