@@ -196,6 +196,7 @@ def usage(
 
 def doctor() -> None:
     """Print the resolved settings (secrets masked) and check the home and the database."""
+    from gateway.memory.embedders import open_embedder
     from gateway.store.db import migrated_revision
     from gateway.store.kv import open_kv
 
@@ -240,6 +241,8 @@ def doctor() -> None:
     except Exception as exc:  # reported, like the database check
         ok = False
         typer.secho(f"FAIL  KV store: {type(exc).__name__}: {exc}", fg="red")
+    # Which embedder recall uses, named (opening it reads no model and makes no request).
+    typer.echo(f"info  recall embedder: {open_embedder(settings).label}")
     if not ok:
         raise typer.Exit(1)
     typer.echo("all checks passed")

@@ -127,15 +127,19 @@ class Settings(QuotaSettings, DiscordSettings, FallbackSettings, BaseSettings):
     summary_model: str = ""
     max_tool_iterations: int = 32
     # Semantic recall (gateway/memory): the model of the endpoint's /v1/embeddings (same base
-    # URL and key as above); empty = the local hashed-trigram embedder, no network. Changing
-    # it takes `agenvoy reindex` before older messages are found again.
+    # URL and key as above); empty = a local embedder, no network. Changing it takes
+    # `agenvoy reindex` before older messages are found again.
     embedding_model: str = ""
+    # With no endpoint model: auto = the local sentence-embedding model when the `embeddings`
+    # extra is installed, else hashed trigrams (lexical only); off = hashed trigrams always.
+    local_embeddings: Literal["auto", "off"] = "auto"
     # How often messages archived since are embedded (in the background, on one instance).
     embedding_interval_seconds: float = 5.0
     # Older messages recalled into each task's context (0: none), and how similar (cosine)
-    # one must be to the new message to be recalled.
+    # one must be to the new message, or to a search, to be recalled; unset (empty) = the
+    # active embedder's own threshold, since their scales differ (gateway/memory/embedders.py).
     recall_count: int = Field(3, ge=0, le=20)
-    recall_min_score: float = Field(0.3, ge=-1, le=1)
+    recall_min_score: float | None = Field(None, ge=-1, le=1)
     # Default reasoning effort for models that support it (low|medium|high); empty = the
     # provider's default. `/reasoning` and `PUT /v1/session/{sid}` override it per session.
     reasoning: Literal["", "low", "medium", "high"] = ""
@@ -281,6 +285,12 @@ class Settings(QuotaSettings, DiscordSettings, FallbackSettings, BaseSettings):
         except (ZoneInfoNotFoundError, ValueError, OSError):
             raise ValueError(f"unknown time zone {value!r} (e.g. UTC, Europe/Paris)") from None
         return value
+
+    @field_validator("recall_min_score", mode="before")
+    @classmethod
+    def _unset_when_empty(cls, value: object) -> object:
+        # `AGENVOY_RECALL_MIN_SCORE=` (as .env.example has it) means unset, not a bad number.
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("log_level", mode="after")
     @classmethod

@@ -28,6 +28,8 @@ def invoke(args: list[str], code: int = 0) -> Result:
 async def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     monkeypatch.setenv("AGENVOY_HOME", str(home))
+    # The commands' vectors are the hashed embedder's here (LOCAL_MODEL), extra or not.
+    monkeypatch.setenv("AGENVOY_LOCAL_EMBEDDINGS", "off")
     runtime = await Runtime.start(Settings(home=home, _env_file=None))
     try:
         for sid, text in [

@@ -22,6 +22,9 @@ async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
         free_port(),
         AGENVOY_EMBEDDING_INTERVAL_SECONDS="0.2",
         AGENVOY_HISTORY_WINDOW="2",
+        # Searches here list what was embedded, summaries mixing several topics too: no
+        # relevance threshold (tests/test_embeddings_local.py has that).
+        AGENVOY_RECALL_MIN_SCORE="0",
     )
     try:
         yield gw

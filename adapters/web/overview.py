@@ -189,4 +189,5 @@ class Overview:
             pushed=sorted(pushed),
             pulled=sorted(pulled),
             platforms=runtime.platforms.states(),
+            embedder=runtime.memory.recall.embedder.label if runtime.memory else "none",
         )

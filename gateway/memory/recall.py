@@ -38,7 +38,7 @@ class Recall:
         embedder: Embedder,
         *,
         count: int = 3,
-        min_score: float = 0.0,
+        min_score: float | None = None,
         hnsw_min: int = HNSW_MIN,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
@@ -46,7 +46,8 @@ class Recall:
         self.vectors = vectors
         self.embedder = embedder
         self.count = count  # recalled into each task's context; 0: none
-        self.min_score = min_score
+        # What any recall or search drops below; None: the embedder's own (their scales differ).
+        self.min_score = embedder.min_score if min_score is None else min_score
         self.hnsw_min = hnsw_min
         self._indexes: OrderedDict[str, SessionIndex] = OrderedDict()
         self._locks = KeyedLocks()
@@ -98,11 +99,14 @@ class Recall:
         *,
         before: int = 0,
         summaries: bool = False,
-        min_score: float = 0.0,
+        min_score: float | None = None,
     ) -> list[Recalled]:
         """The `limit` messages of the session (and, with `summaries`, past summaries) most
-        similar to `query`, best first; only messages with an id below `before` (0: any)."""
+        similar to `query`, best first; only messages with an id below `before` (0: any), and
+        none less similar than `min_score` (None: `self.min_score`), so an unrelated query
+        finds nothing rather than the least unrelated messages."""
         limit = max(1, min(limit, MAX_RECALL))
+        floor = self.min_score if min_score is None else min_score
         vector = (await self.embedder.embed([query]))[0]
         if await self.vectors.uses_pgvector():  # one SQL query, shared by every instance
             blob = vector.astype("<f4").tobytes()
@@ -121,7 +125,7 @@ class Recall:
         ]
         if summaries:
             recalled += await self._summaries(session_id, vector)
-        recalled = [r for r in recalled if r.score >= min_score]
+        recalled = [r for r in recalled if r.score >= floor]
         recalled.sort(key=lambda r: -r.score)
         return recalled[:limit]
 
@@ -149,7 +153,7 @@ class Recall:
             return []
         found = self.search(session_id, text, self.count, before=before, min_score=self.min_score)
         try:
-            if not self.embedder.remote:  # microseconds of local work: no timer to set
+            if not self.embedder.remote:  # local work, milliseconds: no timer to set
                 return await found
             return await self.clock.wait_for(found, CONTEXT_DEADLINE_SECONDS)
         except Exception as exc:  # recall is a help, never a reason for a task to fail
