@@ -135,7 +135,8 @@ class _Gap:
         self._looked = now
         for handler in self.handlers:
             try:
-                await asyncio.wait_for(handler(), GAP_LOOK_SECONDS)
+                async with asyncio.timeout(GAP_LOOK_SECONDS):  # see _reachable
+                    await handler()
             except Exception as exc:
                 log.warning("a look in the archive for lost signals failed", error=repr(exc))
 
@@ -198,7 +199,10 @@ class RedisBus:
     async def _reachable(self) -> bool:
         """Whether signals can be sent again (the reader hears again already)."""
         try:
-            await asyncio.wait_for(self._redis.ping(), GAP_TICK_SECONDS)
+            # asyncio.timeout, not asyncio.wait_for: on Python 3.11 a wait_for that completes
+            # just as the reader is canceled swallows the cancellation, and close() hangs.
+            async with asyncio.timeout(GAP_TICK_SECONDS):
+                await self._redis.ping()
         except Exception:
             return False
         return True

@@ -91,6 +91,7 @@ class PostgresLeases:
         self._held: set[str] = set()
         self._lost: list[LostHandler] = []
         self._watch: asyncio.Task[None] | None = None
+        self._closing = False
 
     @classmethod
     async def open(cls, dsn: str, instance: str, ttl: float, clock: Clock) -> PostgresLeases:
@@ -153,7 +154,11 @@ class PostgresLeases:
     async def healthy(self) -> bool:
         try:
             async with self._lock:
-                await asyncio.wait_for(self._conn.fetchval("SELECT 1"), self.ttl / 3)
+                # asyncio.timeout, not asyncio.wait_for: on Python 3.11 a wait_for whose query
+                # answers just as its caller is canceled returns the answer and loses the
+                # cancellation, and a stop that cancels the watchdog then waits forever.
+                async with asyncio.timeout(self.ttl / 3):
+                    await self._conn.fetchval("SELECT 1")
         except Exception:
             return False
         return True
@@ -161,7 +166,7 @@ class PostgresLeases:
     async def _watchdog(self) -> None:
         """Check the connection every third of the TTL; if it fails, whatever this instance
         held may soon be another's: give it all up at once, and connect again."""
-        while True:
+        while not self._closing:
             await self.clock.sleep(self.ttl / 3)
             checked = self._conn
             if not await self.healthy():
@@ -186,6 +191,7 @@ class PostgresLeases:
 
     async def close(self) -> None:
         """Let every lease go now (a clean shutdown hands sessions over at once)."""
+        self._closing = True  # a cancellation lost on the way still ends the watch's loop
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -4,6 +4,7 @@ sessions' tasks, which another runtime then takes up."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -299,3 +300,43 @@ async def test_a_lease_asked_for_after_the_connection_died_connects_again_at_onc
         assert await leases.acquire("session:x")  # nobody else took it
     finally:
         await leases.close()
+
+
+class _AnsweredOnCue:
+    """An asyncpg connection's face as the watchdog sees it, whose "SELECT 1" answers when
+    the test says: the one way to cancel the watchdog at the very moment a check answers."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+        self.answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def fetchval(self, query: str, *args: object) -> int:
+        self.asked.set()
+        return await self.answer
+
+    def is_closed(self) -> bool:
+        return False
+
+    async def close(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (asyncpg's)
+        return None
+
+
+async def test_closing_ends_the_watchdog_even_as_a_check_answers() -> None:
+    """A stop that cancels the watchdog while its health check answers in the same turn of
+    the event loop must still end it (on Python 3.11, asyncio.wait_for drops such a
+    cancellation, and the stop then waited forever)."""
+    leases = PostgresLeases("postgresql://unused", "a", 0.3, SYSTEM_CLOCK)
+    conn = _AnsweredOnCue()
+    leases._conn = conn
+    leases._watch = asyncio.create_task(leases._watchdog())
+    await asyncio.wait_for(conn.asked.wait(), 3)
+    conn.answer.set_result(1)  # the check's answer and the stop land in one turn
+    closing = asyncio.create_task(leases.close())
+    try:
+        # asyncio.wait, which never cancels what it waits on: close() shields itself.
+        done, _ = await asyncio.wait({closing}, timeout=3)
+        assert closing in done, "close() still waits for the watchdog"
+        assert leases._watch.done()
+    finally:
+        leases._watch.cancel()
+        closing.cancel()

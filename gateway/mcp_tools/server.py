@@ -81,9 +81,8 @@ class McpServer:
             cursor: str | None = None
             try:
                 while True:
-                    page = await asyncio.wait_for(
-                        client.list_tools(cursor=cursor), self.start_timeout
-                    )
+                    async with asyncio.timeout(self.start_timeout):
+                        page = await client.list_tools(cursor=cursor)
                     tools += page.tools
                     cursor = page.next_cursor
                     if not cursor:
