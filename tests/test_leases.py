@@ -125,7 +125,7 @@ def settings_for(home: Path, instance: str, url: str) -> Settings:
         home=home,
         instance_id=instance,
         database_url=url,
-        lease_ttl_seconds=0.6,
+        lease_ttl_seconds=1.5,  # a loaded machine must not lose a lease the test keeps
         _env_file=None,
     )
 
