@@ -12,6 +12,7 @@ from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Markdown, Static
 
@@ -55,19 +56,7 @@ class ChatConfig:
 
 class ChatApp(App[None]):
     TITLE = "agenvoy"
-    CSS = """
-    #conversation { height: 1fr; padding: 0 1; }
-    .user { margin-top: 1; color: $text; text-style: bold; }
-    .reply { margin: 0 0 0 2; }
-    .tool { margin-left: 2; color: $text-muted; }
-    .note { color: $text-muted; margin-top: 1; }
-    .error { color: $error; margin-left: 2; }
-    .foreign { color: $text-muted; border-left: outer $secondary; padding-left: 1; }
-    PromptPanel { height: auto; border: round $warning; padding: 0 1; display: none; }
-    #prompt-buttons { height: auto; }
-    #prompt-buttons Button { margin-right: 2; }
-    MessageInput { height: auto; max-height: 10; border: round $accent; }
-    """
+    CSS_PATH = "app.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "switch", "Sessions"),
         Binding("ctrl+n", "new_session", "New"),
@@ -169,13 +158,17 @@ class ChatApp(App[None]):
 
     @work(exclusive=True, group="earlier")
     async def _show_earlier(self, session_id: str, opening: Widget) -> None:
+        failed: Exception | None = None
         try:
             messages = await self.link.earlier(session_id, HISTORY_SHOWN)
         except (GatewayUnavailable, GatewayError) as exc:
-            await self.conversation.error(f"could not read the session's messages: {exc}")
-            return
-        if session_id == self.session_id:
-            await self.conversation.earlier(messages, opening)
+            messages, failed = [], exc
+        with contextlib.suppress(NoMatches):  # the window may have closed meanwhile
+            conversation = self.conversation
+            if failed is not None:
+                await conversation.error(f"could not read the session's messages: {failed}")
+            elif session_id == self.session_id:
+                await conversation.earlier(messages, opening)
 
     async def _reopen_prompts(self) -> None:
         """A prompt of this window left open while another session was shown is asked again."""
