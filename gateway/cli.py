@@ -141,16 +141,18 @@ def search(
     limit: Annotated[int, typer.Option(min=1, max=200)] = 20,
     offset: Annotated[int, typer.Option(min=0)] = 0,
     semantic: Annotated[
-        bool, typer.Option("--semantic", help="By meaning, in one session (needs --session).")
+        bool,
+        typer.Option(
+            "--semantic",
+            help="By meaning: in --session, or across the most recently active sessions.",
+        ),
     ] = False,
 ) -> None:
-    """Full-text search of the message archive, newest first (or, with --semantic, one
-    session's messages closest in meaning, best first)."""
+    """Full-text search of the message archive, newest first (or, with --semantic, the
+    messages closest in meaning, best first: of one session, or across sessions)."""
     if session is not None:
         checked_id(session)
     if semantic:
-        if session is None:
-            fail("--semantic searches one session: give --session SID", 2)
         semantic_search(query, session, limit)
         return
     hits = _with_store(

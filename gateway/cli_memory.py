@@ -46,20 +46,40 @@ def _with_memory(work: Callable[[SessionStore, Memory], Awaitable[T]]) -> T:
         fail(str(exc), 1)
 
 
-def semantic_search(query: str, session: str, limit: int) -> None:
-    """One session's messages and summaries closest in meaning to `query`, best first."""
+def semantic_search(query: str, session: str | None, limit: int) -> None:
+    """The messages and summaries closest in meaning to `query`, best first: of `session`, or
+    (None) of every session with embeddings, the most recently active up to recall's cap."""
     from gateway.memory.recalled import recalled_line
+    from gateway.store.ownership import EVERYTHING
 
-    async def work(store: SessionStore, memory: Memory) -> list[str]:
-        await store.require(session)
-        found = await memory.recall.search(session, query, limit, summaries=True)
-        return [f"{r.score:.3f}  #{r.message_id}  {recalled_line(r)}" for r in found]
+    async def work(store: SessionStore, memory: Memory) -> tuple[list[str], str]:
+        if session is not None:
+            await store.require(session)
+            found = await memory.recall.search(session, query, limit, summaries=True)
+            return [f"{r.score:.3f}  #{r.message_id}  {recalled_line(r)}" for r in found], ""
+        # The operator's command: every session is theirs to read.
+        searchable = await memory.recall.searchable(EVERYTHING)
+        hits = await memory.recall.search_sessions(
+            searchable.session_ids, query, limit, summaries=True
+        )
+        lines = [
+            f"{h.recalled.score:.3f}  {h.session_id}  #{h.recalled.message_id}  "
+            f"{recalled_line(h.recalled)}"
+            for h in hits
+        ]
+        searched = f"searched {len(searchable.session_ids)} sessions with embeddings"
+        if searchable.left_out:
+            searched += " (the most recently active; older ones were left out)"
+        return lines, searched
 
-    lines = _with_memory(work)
+    lines, searched = _with_memory(work)
     if not lines:
-        typer.echo("no matches (are the session's messages embedded yet? see `agenvoy reindex`)")
+        where = "the session's messages" if session is not None else "any messages"
+        typer.echo(f"no matches (are {where} embedded yet? see `agenvoy reindex`)")
     for line in lines:
         typer.echo(printable(line))
+    if searched:  # on stderr, so the lines on stdout stay one hit each
+        typer.echo(searched, err=True)
 
 
 def reindex(

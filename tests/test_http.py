@@ -532,7 +532,8 @@ async def test_search_and_usage(server: Server) -> None:
     status, body = await server.call("GET", "/v1/search?q=zebra&limit=1&offset=1")
     assert [r["role"] for r in body["results"]] == ["user"]
     status, body = await server.call("GET", "/v1/search?q=zebra&session_id=cli-other")
-    assert (status, body) == (200, {"results": [], "next_cursor": None})
+    assert status == 200
+    assert (body["results"], body["next_cursor"], body["sessions_searched"]) == ([], None, None)
     for query in ("", "?q=", "?q=%20%20"):
         status, body = await server.call("GET", f"/v1/search{query}")
         assert (status, err(body)) == (400, "bad_request") and "'q'" in body["error"]["message"]

@@ -299,8 +299,10 @@ class SearchQuery(Query):
     mode: Literal["fulltext", "semantic"] = Field(
         "fulltext",
         description="fulltext: messages containing every term, newest first; semantic: the "
-        "messages (and summaries) of session_id closest in meaning to q, best first, one page "
-        "of `limit` (needs session_id; neither offset nor cursor applies).",
+        "messages (and summaries) closest in meaning to q, best first, one page of `limit` "
+        "(neither offset nor cursor applies), of session_id or, without it, of the sessions "
+        "the caller may read that have embeddings (the most recently active, up to a cap: "
+        "the reply says how many were searched and whether some were left out).",
     )
 
 

@@ -352,8 +352,8 @@ ROUTES: Final[tuple[Route, ...]] = (
         "GET",
         "/v1/search",
         search,
-        "Messages containing every term of q, newest first; or, with mode=semantic, a "
-        "session's messages closest in meaning to q",
+        "Messages containing every term of q, newest first; or, with mode=semantic, the "
+        "messages closest in meaning to q, of one session or of those the caller may read",
         query=SearchQuery,
         replies={200: SearchHits},
         errors=(400, 404, 503),

@@ -1,5 +1,6 @@
 """`GET /v1/search`: full-text search over every message (newest first), or semantic search
-over one session's messages and summaries (best first), under the same rule as full-text."""
+(best first) over one session's messages and summaries or, without a session, over those of
+the sessions the caller may read, under the same rule as full-text."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from adapters.http.route import Call
 from gateway.events import Origin
 from gateway.ids import validate_session_id
 from gateway.memory.embedders import EmbeddingFailed
+from gateway.memory.recalled import Recalled
 from gateway.ownership import Need
 from gateway.store.message_reads import StoredMessage
 
@@ -32,6 +34,17 @@ class SearchHits(Reply):
 
     results: list[SearchHit]
     next_cursor: NextCursor = None
+    sessions_searched: int | None = Field(
+        None,
+        description="Semantic mode without session_id: how many sessions were searched (those "
+        "the caller may read that have embeddings, the most recently active first); null "
+        "otherwise.",
+    )
+    sessions_left_out: bool | None = Field(
+        None,
+        description="Semantic mode without session_id: whether more such sessions exist than "
+        "one search looks in (the least recently active were not searched); null otherwise.",
+    )
 
 
 async def search(call: Call) -> SearchHits:
@@ -81,28 +94,38 @@ async def search_page(
 
 async def _semantic(call: Call, query: SearchQuery, session_id: str | None) -> SearchHits:
     memory = call.ctx.runtime.memory
-    if session_id is None:
-        bad("mode=semantic searches one session: session_id is required")
     if memory is None:
         bad("semantic search is not available on this gateway")
-    await call.ctx.access.require(call.ctx.caller(call.request), session_id, Need.read)
+    who = call.ctx.caller(call.request)
     try:
-        found = await memory.recall.search(session_id, query.q, query.limit, summaries=True)
+        if session_id is not None:
+            await call.ctx.access.require(who, session_id, Need.read)
+            found = await memory.recall.search(session_id, query.q, query.limit, summaries=True)
+            return SearchHits(results=[_hit(session_id, r) for r in found])
+        # Across sessions: only those the caller may read are ever looked in, so another
+        # person's messages are never candidates, not merely filtered out afterwards.
+        searchable = await memory.recall.searchable(await call.ctx.access.visibility(who))
+        across = await memory.recall.search_sessions(
+            searchable.session_ids, query.q, query.limit, summaries=True
+        )
     except EmbeddingFailed as exc:  # the embedding endpoint is away: try again later
         raise ApiError(503, "unavailable", str(exc), {"Retry-After": "5"}) from exc
     return SearchHits(
-        results=[
-            SearchHit(
-                id=r.message_id,
-                session_id=session_id,
-                role=r.role,
-                content=r.content,
-                sender=r.sender,
-                send_at=r.send_at,
-                task_hash="",
-                kind="summary" if r.kind == "summary" else "message",
-                score=r.score,
-            )
-            for r in found
-        ]
+        results=[_hit(h.session_id, h.recalled) for h in across],
+        sessions_searched=len(searchable.session_ids),
+        sessions_left_out=searchable.left_out,
+    )
+
+
+def _hit(session_id: str, found: Recalled) -> SearchHit:
+    return SearchHit(
+        id=found.message_id,
+        session_id=session_id,
+        role=found.role,
+        content=found.content,
+        sender=found.sender,
+        send_at=found.send_at,
+        task_hash="",
+        kind="summary" if found.kind == "summary" else "message",
+        score=found.score,
     )

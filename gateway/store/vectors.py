@@ -18,7 +18,7 @@ import uuid
 from array import array
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, insert, text
+from sqlalchemy import bindparam, delete, func, insert, or_, text
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -26,7 +26,14 @@ from gateway.ids import validate_session_id
 from gateway.store.db import Database
 from gateway.store.lean import Lean
 from gateway.store.message_reads import StoredMessage
-from gateway.store.models import EmbeddingCursorRow, EmbeddingRow, MessageRow, SessionSummaryRow
+from gateway.store.models import (
+    EmbeddingCursorRow,
+    EmbeddingRow,
+    MessageRow,
+    SessionRow,
+    SessionSummaryRow,
+)
+from gateway.store.ownership import Visibility
 
 MESSAGE = "message"
 SUMMARY = "summary"
@@ -121,6 +128,14 @@ _PG_SEARCH = text(
     " AND (:before = 0 OR e.message_id < :before) AND vector_dims(v.vec) = :dim"
     " ORDER BY v.vec <=> CAST(:q AS vector) LIMIT :k"
 )
+# The same over several sessions at once: still exact, still only the sessions named.
+_PG_SEARCH_SESSIONS = text(
+    "SELECT e.session_id, e.message_id, 1 - (v.vec <=> CAST(:q AS vector)) AS score"
+    " FROM embedding e JOIN embedding_pgvector v ON v.id = e.id"
+    " WHERE e.session_id IN :sids AND e.model = :model AND e.kind = 'message'"
+    " AND vector_dims(v.vec) = :dim"
+    " ORDER BY v.vec <=> CAST(:q AS vector) LIMIT :k"
+).bindparams(bindparam("sids", expanding=True))
 
 
 class VectorArchive:
@@ -158,6 +173,45 @@ class VectorArchive:
             lambda session: session.connection().execute(_PG_SEARCH, params).all()
         )
         return [(int(m), float(s)) for m, s in rows]
+
+    async def pg_search_sessions(
+        self, session_ids: list[str], model: str, query: bytes, k: int
+    ) -> list[tuple[str, int, float]]:
+        """The `k` nearest message vectors among the sessions `session_ids`, by pgvector's
+        cosine distance, as (session, message id, score): one exact query for them all."""
+        if not session_ids:
+            return []
+        params = {
+            "q": vector_literal(query),
+            "sids": list(session_ids),
+            "model": model,
+            "dim": len(query) // 4,
+            "k": k,
+        }
+        rows = await self.db.read(
+            lambda session: session.connection().execute(_PG_SEARCH_SESSIONS, params).all()
+        )
+        return [(str(sid), int(m), float(score)) for sid, m, score in rows]
+
+    async def searchable_sessions(self, model: str, visible: Visibility, limit: int) -> list[str]:
+        """Sessions `visible` shows that have something embedded with `model`, the most
+        recently active first, at most `limit`: what a search across sessions looks in."""
+        embedded = select(EmbeddingCursorRow.session_id).where(
+            col(EmbeddingCursorRow.model) == model,
+            or_(
+                col(EmbeddingCursorRow.message_cursor) > 0,
+                col(EmbeddingCursorRow.summary_cursor) > 0,
+            ),
+        )
+        stmt = (
+            select(SessionRow.id)
+            .where(col(SessionRow.id).in_(embedded), visible.condition(col(SessionRow.id)))
+            .order_by(col(SessionRow.updated_at).desc(), col(SessionRow.id))
+            .limit(max(0, limit))
+        )
+        return await self.db.read(
+            lambda session: [str(s) for s in session.connection().execute(stmt).scalars()]
+        )
 
     async def due_sessions(self, after_id: int) -> tuple[list[str], int]:
         """Sessions that may have something to embed: a message archived after `after_id` past
@@ -299,16 +353,24 @@ class VectorArchive:
         # Plain SQL (`lean`): recall brings a session's index up to date before every search.
         return await self.db.read_lean(work)
 
-    async def summary_rows(self, session_id: str, model: str) -> list[tuple[int, str, bytes]]:
-        """The session's embedded summaries of `model`: (cursor, text, vector)."""
-        stmt = select(EmbeddingRow.message_id, EmbeddingRow.text, EmbeddingRow.vector).where(
-            col(EmbeddingRow.session_id) == session_id,
+    async def summary_rows_of(
+        self, session_ids: list[str], model: str
+    ) -> list[tuple[str, int, str, bytes]]:
+        """The embedded summaries of `model` of several sessions in one read:
+        (session, cursor, text, vector)."""
+        if not session_ids:
+            return []
+        stmt = select(
+            EmbeddingRow.session_id, EmbeddingRow.message_id, EmbeddingRow.text, EmbeddingRow.vector
+        ).where(
+            col(EmbeddingRow.session_id).in_(session_ids),
             col(EmbeddingRow.model) == model,
             col(EmbeddingRow.kind) == SUMMARY,
         )
         return await self.db.read(
             lambda session: [
-                (int(m), str(t), bytes(v)) for m, t, v in session.connection().execute(stmt).all()
+                (str(s), int(m), str(t), bytes(v))
+                for s, m, t, v in session.connection().execute(stmt).all()
             ]
         )
 
