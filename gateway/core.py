@@ -18,6 +18,7 @@ from gateway.commands.agents import AgentCommands
 from gateway.commands.bans import BanCommands
 from gateway.commands.builtin import BuiltinCommands
 from gateway.commands.links import LinkCommands
+from gateway.commands.memories import MemoryCommands
 from gateway.commands.registry import CommandRegistry
 from gateway.commands.schedules import ScheduleCommands
 from gateway.commands.usage import UsageCommands
@@ -107,9 +108,12 @@ def build_core(
         known_tools=agent.tool_names,
         tool_prefixes=agent.tool_prefixes,
     )
-    BuiltinCommands(
+    builtin = BuiltinCommands(
         commands, engine.router, store, session_settings, agent.name, clock, tool_memory
-    ).register()
+    )
+    builtin.register()
+    forget_tools = builtin.forget_tool_memory if tool_memory is not None else None
+    MemoryCommands(commands, store.member_memories, authority, clock, forget_tools).register()
     schedules = Schedules(
         store,
         engine.router,

@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from gateway.clock import now_ms
 
+# Identities that stand for no one person: the shared API token, and a caller without one.
+# Nothing is kept about them as about a member (no export, no erasure, no memories).
+NOBODY = frozenset({"http:api", "http:anonymous"})
+
 
 @dataclass(frozen=True, slots=True)
 class Origin:

@@ -36,6 +36,9 @@ UNRELATED |= {"agent_profile", "agent_binding", "agent_config"}
 # The per-user API tokens, and the log of configuration changes (an audit trail that outlives
 # what it names, a session's binding or a chat's quota among them).
 UNRELATED |= {"api_token", "config_change"}
+# What members asked the bot to remember: the member's, kept when the session it was asked in
+# goes (their erasure deletes it).
+UNRELATED |= {"member_memory"}
 # Every table a session has rows in once it has talked, run a task and saved a file.
 SESSION_TABLES = {"session", *(table.name for table in PER_SESSION_TABLES)}
 

@@ -44,7 +44,9 @@ COMMANDS: Final[dict[str, tuple[str, frozenset[str]]]] = {
     "allow": ("/allow", EVERYONE),
     "queue": ("/queue", EVERYONE),
     "reset": ("/reset", ADMINS),
-    "forget": ("/forget", ADMINS),
+    "forget": ("/forget", ADMINS),  # alone: the tool memory; `/forget ID` is one's own memory
+    "remember": ("/remember I like tea", EVERYONE),
+    "memories": ("/memories", EVERYONE),
     "disallow": ("/disallow demo_action", ADMINS),
     "schedule": ("/schedule every 1h nag", ADMINS),
     "unschedule": ("/unschedule 99", ADMINS),

@@ -109,6 +109,7 @@ def test_the_claude_agent_reads_recalled_messages_first_in_the_new_turn() -> Non
         origin=ANN,
         text="what is the wifi password?",
         recalled=[old],
+        member_memories=[],
     )
     turns = with_breakpoint(conversation(ctx))
     blocks = turns[-1]["content"]

@@ -19,6 +19,7 @@ TABLES = [
     "schedule",
     "embedding",
     "embedding_cursor",
+    "member_memory",
 ]
 
 

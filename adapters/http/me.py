@@ -31,6 +31,9 @@ class MemberExport(Reply):
     links: list[dict[str, Any]]
     bans: list[dict[str, Any]]
     quotas: list[dict[str, Any]]
+    memories: list[dict[str, Any]] = Field(
+        description="What they asked the bot to remember (/remember, or agreed to its tool)."
+    )
 
 
 class ForgetRequest(RequestBody):

@@ -37,6 +37,7 @@ from gateway.agents.tools import (
 )
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.memory.recalled import recall_note
+from gateway.memory.remembered import memory_note
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -102,6 +103,8 @@ def conversation(ctx: AgentContext, pictures: Pictures | None = None) -> list[di
     # Recalled older messages open the new message's turn: the turns before it stay as the
     # previous call had them, so its cached prefix still matches.
     add("user", recall_note(ctx.recalled))
+    # The asker's own memories, in the new message's turn too: the next asker may be another.
+    add("user", memory_note(ctx.member_memories, sender))
     add("user", pictures.text_with_notes(f"{sender}: {ctx.text}"))
     # The new message's images follow its text in its turn. On the next turn that message is
     # text only (`images`), so the cached prefix ends before it; the images are paid once.

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.clock import now_ms
 from gateway.events import Attachment, Origin
 from gateway.memory.recalled import Recalled
+from gateway.memory.remembered import MemberMemory
 from gateway.store.usage import UsageRecord
 
 if TYPE_CHECKING:
@@ -147,6 +148,8 @@ class AgentContext(Protocol):
     tool_memory: ToolMemory | None
     # Older messages of the session, outside the window, similar to the new message (recall).
     recalled: Sequence[Recalled]
+    # What the member who asked for this task asked the bot to remember (theirs alone).
+    member_memories: Sequence[MemberMemory]
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         """Ask the user who started the run to approve a tool call; False when denied/expired."""
@@ -186,6 +189,11 @@ class AgentContext(Protocol):
 
     async def recall(self, query: str, limit: int = 5) -> list[Recalled]:
         """The session's messages outside the window most similar to `query` (semantic)."""
+        ...
+
+    async def remember(self, text: str) -> str:
+        """Keep `text` as a memory of the member who asked; what to tell the model. Raises
+        ValueError when it cannot be kept (too long, too many, no member)."""
         ...
 
     async def latest_message_id(self) -> int:

@@ -17,6 +17,7 @@ from gateway.agents.base import AgentContext, NewMessage, PastMessage, ToolCall,
 from gateway.agents.tool_memory import ToolMemory
 from gateway.events import Attachment, Origin
 from gateway.memory.recalled import Recalled
+from gateway.memory.remembered import MemberMemory
 
 # How much of an earlier result the next model is told (it may call a reading tool again).
 NOTE_RESULT_CHARS = 500
@@ -69,6 +70,7 @@ class MemberContext:
         self.allowed_tools: frozenset[str] = inner.allowed_tools
         self.tool_memory: ToolMemory | None = inner.tool_memory
         self.recalled: Sequence[Recalled] = inner.recalled
+        self.member_memories: Sequence[MemberMemory] = inner.member_memories
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         if call_key(tool, args) in self._ran.results:
@@ -107,6 +109,9 @@ class MemberContext:
 
     async def recall(self, query: str, limit: int = 5) -> list[Recalled]:
         return await self._inner.recall(query, limit)
+
+    async def remember(self, text: str) -> str:
+        return await self._inner.remember(text)
 
     async def latest_message_id(self) -> int:
         return await self._inner.latest_message_id()

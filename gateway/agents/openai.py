@@ -51,6 +51,7 @@ from gateway.agents.tools import (
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
 from gateway.memory.recalled import recall_note
+from gateway.memory.remembered import memory_note
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -164,6 +165,8 @@ class OpenAIAgent:
         if ctx.recalled:  # just before the new message, which they were recalled for
             messages.append({"role": "system", "content": recall_note(ctx.recalled)})
         sender = ctx.origin.sender_name or ctx.origin.sender_id or "user"
+        if ctx.member_memories:  # the one asking now: in a group, never anyone else's
+            messages.append({"role": "system", "content": memory_note(ctx.member_memories, sender)})
         messages.append({"role": "user", "content": f"{sender}: {ctx.text}"})
         return messages
 

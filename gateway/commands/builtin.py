@@ -71,16 +71,6 @@ class BuiltinCommands:
                 self.reset,
             )
         )
-        if self.tool_memory is not None:
-            # Like /reset, it changes what the agent knows for everyone in a shared chat.
-            add(
-                Command(
-                    "forget",
-                    "forget failed tool calls and cached tool results",
-                    Access.shared_admin,
-                    self.forget,
-                )
-            )
         add(
             Command(
                 "new",
@@ -179,8 +169,9 @@ class BuiltinCommands:
         await self.store.reset_conversation(sid, last, self.clock.now_ms())
         return CommandReply(call.name, "conversation window and summary cleared")
 
-    async def forget(self, call: CommandCall) -> CommandReply:
-        assert self.tool_memory is not None  # registered only with one
+    async def forget_tool_memory(self, call: CommandCall) -> CommandReply:
+        """/forget alone (gateway/commands/memories.py: /forget ID is a member's memory)."""
+        assert self.tool_memory is not None  # offered only with one
         try:
             failures, _cache_keys = await self.tool_memory.forget(call.session_id)
         except Exception:

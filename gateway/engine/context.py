@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gateway.agents.base import NewMessage, PastMessage, SubagentRefused, ToolCall, ToolResult
 from gateway.agents.summary import fold_batch
 from gateway.agents.tool_memory import ToolMemory
+from gateway.clock import now_ms
 from gateway.engine.journal import Steered
 from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
+from gateway.events import NOBODY
 from gateway.memory.recalled import Recalled
+from gateway.memory.remembered import MemberMemory
 from gateway.store.history_file import HistoryMessage
 from gateway.store.sessions import SessionStore
 
@@ -79,6 +82,8 @@ class RunContext:
         # Whether the rolling summary may have a batch to fold once this task has ended.
         self.fold_soon = False
         self.recalled: Sequence[Recalled] = ()
+        # What the member who asked (never anyone else) asked the bot to remember.
+        self.member_memories: Sequence[MemberMemory] = ()
         self.recaller: Recaller | None = None
         self.window_start = 0  # the oldest message id in the window: recall stays below it
         self.budget: BudgetCheck | None = None
@@ -131,6 +136,18 @@ class RunContext:
         if self.recaller is None:
             return []
         return await self.recaller(self.session_id, query, limit, self.window_start)
+
+    async def remember(self, text: str) -> str:
+        """Keep `text` as a memory of the member who asked (they agreed to the call)."""
+        identity = self.origin.sender_key
+        if identity in NOBODY:
+            raise ValueError("this caller stands for no one member: nothing is remembered")
+        memory, new = await self._store.member_memories.add(
+            identity, text, session_id=self.session_id, via="tool", at=now_ms()
+        )
+        if not new:
+            return f"already remembered (memory {memory.id})"
+        return f"remembered as memory {memory.id}; the member can list it with /memories"
 
     async def latest_message_id(self) -> int:
         return await self._store.last_message_id(self.session_id)
@@ -185,6 +202,7 @@ async def load_context(
         if recall_into_context:
             start = context.window_start
             context.recalled = await recall.for_context(task.session_id, task.text, start)
+    context.member_memories = await _memories_of(store, task.origin.sender_key)
     if row is not None:
         context.persona = row.persona
         context.model = row.model
@@ -194,6 +212,12 @@ async def load_context(
     # This task adds its reply (its message is archived already): the window moves by one.
     context.fold_soon = read.due + 1 >= fold_batch(window)
     return context
+
+
+async def _memories_of(store: SessionStore, identity: str) -> list[MemberMemory]:
+    if identity in NOBODY:
+        return []
+    return await store.member_memories.of_member(identity)
 
 
 def _window(

@@ -67,6 +67,7 @@ class MemberCommands:
                 ("schedules", "schedules"),
                 ("usage", "usage rows"),
                 ("sessions_owned", "sessions you own"),
+                ("memories", "memories"),
             )
         )
         data = json.dumps(found, ensure_ascii=False, indent=2).encode()
@@ -88,7 +89,7 @@ class MemberCommands:
                 return CommandReply(
                     call.name,
                     f"This erases {found.own} messages you wrote and {found.replies} replies "
-                    f"to them, in {len(found.sessions)} sessions, and your schedules; it "
+                    f"to them, in {len(found.sessions)} sessions, your schedules and memories; it "
                     f"cannot be undone. Send /forget_me {CONFIRM} to go on.",
                 )
             done = await self.members.forget(who, by=who)
@@ -97,5 +98,6 @@ class MemberCommands:
         return CommandReply(
             call.name,
             f"Erased: {done.own_messages} messages of yours and {done.replies} replies, "
-            f"in {done.sessions} sessions; {done.schedules} schedules removed.",
+            f"in {done.sessions} sessions; {done.schedules} schedules and "
+            f"{done.memories} memories removed.",
         )

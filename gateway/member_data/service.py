@@ -20,6 +20,7 @@ from gateway.agents.tool_memory import ToolMemory
 from gateway.clock import now_ms
 from gateway.engine.errors import TaskNotFound
 from gateway.engine.router import Router
+from gateway.events import NOBODY as NOBODY
 from gateway.logs import get_logger
 from gateway.member_data.files import (
     drop_resume_state,
@@ -35,8 +36,6 @@ from gateway.store.sessions import SessionStore
 log = get_logger(__name__)
 
 FORMAT: Final = "agenvoy-member-export/1"
-# Identities that stand for no one person: the shared API token, and a caller without one.
-NOBODY: Final = frozenset({"http:api", "http:anonymous"})
 # How long an erasure waits for one canceled task of the member to end.
 CANCEL_WAIT_SECONDS: Final = 10.0
 
@@ -86,6 +85,7 @@ class Erasure:
     resume_files: int = 0  # backends' resume state, dropped
     names: int = 0  # session names blanked
     tool_memory: int = 0  # cached tool results and remembered failures
+    memories: int = 0  # what they asked the bot to remember
 
     def counts(self) -> dict[str, int]:
         return {
@@ -106,6 +106,7 @@ class Erasure:
             "resume_files": self.resume_files,
             "session_names": self.names,
             "tool_memory": self.tool_memory,
+            "memories": self.memories,
         }
 
     def audit(self, by: str) -> str:
@@ -173,6 +174,7 @@ class MemberData:
             history_lines += lines
             log_lines += logged
         schedules = await self.rows.erase_schedules(identities)
+        memories = await self.rows.erase_memories(identities)
         names = await self.rows.erase_names(identities, footprint.quotes)
         reached = sorted(set(footprint.sessions) | footprint.owned)
         inputs = resume_files = 0
@@ -201,6 +203,7 @@ class MemberData:
             resume_files=resume_files,
             names=names,
             tool_memory=tool_memory,
+            memories=memories,
             **totals,
         )
         line = erasure.audit(by)

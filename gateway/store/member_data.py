@@ -33,6 +33,7 @@ from gateway.store.member_data_reach import (
     session_messages,
     subagent_sessions,
 )
+from gateway.store.member_memories import erase_memories, export_memories
 from gateway.store.models import (
     ActionHistoryRow,
     BanRow,
@@ -302,6 +303,7 @@ def _export(session: Session, identities: list[str], footprint: Footprint) -> di
         ),
         "bans": _rows(session, select(BanRow).where(col(BanRow.identity).in_(identities))),
         "quotas": _rows(session, select(QuotaRow).where(col(QuotaRow.subject).in_(identities))),
+        "memories": export_memories(session, identities),
     }
 
 
@@ -360,6 +362,11 @@ class MemberRows:
             return int(session.connection().execute(stmt).rowcount)
 
         return await self._db.write(work)
+
+    async def erase_memories(self, identities: Collection[str]) -> int:
+        """What they asked the bot to remember goes."""
+        wanted = list(identities)
+        return await self._db.write(lambda s: erase_memories(s, wanted))
 
     async def compact(self) -> None:
         """SQLite: merge the full-text index (its segments still hold the erased entries until

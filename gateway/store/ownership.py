@@ -80,6 +80,11 @@ def _run(session: Session, stmt: Any) -> Any:
     return session.connection().execute(stmt)
 
 
+def linked_in(session: Session, identity: str) -> frozenset[str]:
+    """Every identity of the person `identity` belongs to, inside a read or write."""
+    return _linked(session, identity)
+
+
 def _linked(session: Session, identity: str) -> frozenset[str]:
     row = session.get(IdentityLinkRow, identity)
     person = row.person if row is not None else identity

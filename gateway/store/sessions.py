@@ -28,6 +28,7 @@ from gateway.store.console_signins import ConsoleSignins
 from gateway.store.db import Database, insert_ignoring
 from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.listing import SessionCursor, SessionInfo, SessionListing, parent_of
+from gateway.store.member_memories import MemberMemories
 from gateway.store.message_reads import StoredMessage
 from gateway.store.messages import MessageArchive
 from gateway.store.models import PER_SESSION_TABLES, SessionRow
@@ -84,6 +85,7 @@ class SessionStore(
         self.search = Search(db)
         self.ownership = Ownership(db)
         self.console_signins = ConsoleSignins(db)
+        self.member_memories = MemberMemories(db)
         # One for the whole store: it remembers whether pgvector is there once asked.
         self.vectors = VectorArchive(db)
 
