@@ -80,8 +80,11 @@ def test_the_api_matches_its_document(gateway: tuple[str, list[str]], tmp_path: 
             "--seed",
             "1",
             # The session's log streams until the client leaves: there is no end to check.
+            # Without a token, a token the fuzzer issues (POST /v1/tokens: on loopback with no
+            # token everyone is the admin) turns token checks on at once, and every later call
+            # rightly answers 401: the tokens routes are fuzzed in the run with a token.
             "--exclude-path-regex",
-            "/log$",
+            "/log$" if headers else "(/log|/v1/tokens)$",
             "--request-timeout",
             "15",
             "--no-color",
