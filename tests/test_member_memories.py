@@ -102,30 +102,41 @@ async def test_forget_me_erases_the_members_memories(
     assert [m.text for m in await store.of_member(f"telegram:{BOB_ID}")] == ["I like jazz"]
 
 
+async def remember_prompt(
+    model: FakeOpenAI, telegram: FakeTelegram, who: dict[str, Any], fact: str, answer: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`who` writes to the bot, whose model calls `remember` with `fact`: the confirmation
+    prompt posted in the group (its parameters, and the message as posted)."""
+    model.script(ToolCalls([("call_r", "remember", {"text": fact})]), Text(answer))
+    telegram.inject_message(
+        telegram.group(GROUP, "crew"), who, f"@{telegram.bot_user['username']} hi"
+    )
+    prompt = await telegram.wait_for_call(
+        "sendMessage", lambda p: "reply_markup" in p and p.get("chat_id") == GROUP, 10
+    )
+    return prompt, telegram.sent_messages(GROUP)[-1]
+
+
+def button(prompt: dict[str, Any], label: str) -> str:
+    buttons = prompt["reply_markup"]["inline_keyboard"][0]
+    return str(next(b for b in buttons if b["text"] == label)["callback_data"])
+
+
 async def test_the_remember_tool_keeps_only_what_the_member_agreed_to(
     chat: tuple[FakeOpenAI, FakeTelegram, Rig],
 ) -> None:
     model, telegram, rig = chat
     ann, bob = telegram.user(ANN_ID, "Ann"), telegram.user(BOB_ID, "Bob")
-    model.script(
-        ToolCalls([("call_r", "remember", {"text": "Ann prefers metric units"})]),
-        Text("Noted."),
-    )
-    telegram.inject_message(
-        telegram.group(GROUP, "crew"), ann, f"@{telegram.bot_user['username']} use metric"
-    )
-    prompt = await telegram.wait_for_call(
-        "sendMessage", lambda p: "reply_markup" in p and p.get("chat_id") == GROUP, 10
+    prompt, posted = await remember_prompt(
+        model, telegram, ann, "Ann prefers metric units", "Noted."
     )
     assert "remember" in prompt["text"] and "metric" in prompt["text"]
-    buttons = prompt["reply_markup"]["inline_keyboard"][0]
-    approve = next(b for b in buttons if b["text"] == "Approve")
-    posted = telegram.sent_messages(GROUP)[-1]
-    telegram.inject_callback(bob, posted, approve["callback_data"])  # not Bob's to agree to
+    approve = button(prompt, "Approve")
+    telegram.inject_callback(bob, posted, approve)  # not Bob's to agree to
     await telegram.wait_for_call("answerCallbackQuery", timeout=10)
     store = rig.runtime.store.member_memories
     assert await store.of_member(f"telegram:{ANN_ID}") == []
-    telegram.inject_callback(ann, posted, approve["callback_data"])
+    telegram.inject_callback(ann, posted, approve)
     await reply_in(telegram, GROUP, "Noted.")
     kept = await store.of_member(f"telegram:{ANN_ID}")
     assert [(m.text, m.via, m.asked_in) for m in kept] == [
@@ -139,19 +150,10 @@ async def test_a_denied_remember_keeps_nothing(
 ) -> None:
     model, telegram, rig = chat
     ann = telegram.user(ANN_ID, "Ann")
-    model.script(
-        ToolCalls([("call_r", "remember", {"text": "Ann lives at 4 Elm Street"})]),
-        Text("Fine, I will not."),
+    prompt, posted = await remember_prompt(
+        model, telegram, ann, "Ann lives at 4 Elm Street", "Fine, I will not."
     )
-    telegram.inject_message(
-        telegram.group(GROUP, "crew"), ann, f"@{telegram.bot_user['username']} hi"
-    )
-    prompt = await telegram.wait_for_call(
-        "sendMessage", lambda p: "reply_markup" in p and p.get("chat_id") == GROUP, 10
-    )
-    buttons = prompt["reply_markup"]["inline_keyboard"][0]
-    deny = next(b for b in buttons if b["text"] == "Deny")
-    telegram.inject_callback(ann, telegram.sent_messages(GROUP)[-1], deny["callback_data"])
+    telegram.inject_callback(ann, posted, button(prompt, "Deny"))
     await reply_in(telegram, GROUP, "Fine, I will not.")
     assert await rig.runtime.store.member_memories.of_member(f"telegram:{ANN_ID}") == []
     assert "denied" in model_saw(model)

@@ -106,7 +106,7 @@ async def test_a_change_by_the_cli_reaches_a_running_gateway(
         refused = await asyncio.to_thread(
             CliRunner().invoke,
             cli_app,
-            ["profile", "set", "team", "key=sk-abcdefghijklmnopqrstuvwxyz123456"],
+            ["profile", "set", "team", "key=sk-" + "abcdefghijklmnop" + "-not-a-real-key"],
         )
         assert refused.exit_code == 2 and "key: this looks like a key" in refused.output
         assert "abcdefghijklmnop" not in refused.output

