@@ -25,6 +25,7 @@ from adapters.terminal.commands import register as register_client_commands
 from gateway.cli_bans import ban, bans, unban
 from gateway.cli_changes import changes_app
 from gateway.cli_identity import identity_app
+from gateway.cli_knowledge import knowledge_app
 from gateway.cli_members import register as register_member_commands
 from gateway.cli_memory import reindex, semantic_search
 from gateway.cli_profiles import bind, bindings, profile_app, unbind
@@ -311,6 +312,7 @@ for _command in (sessions, show, search, usage, doctor, run):
 register_client_commands(app)
 app.command()(cleanup)
 app.command()(reindex)
+app.add_typer(knowledge_app, name="knowledge")
 register_member_commands(app)
 app.add_typer(token_app, name="token")
 app.add_typer(identity_app, name="identity")

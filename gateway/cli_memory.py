@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-def _with_memory(work: Callable[[SessionStore, Memory], Awaitable[T]]) -> T:
+def with_memory(work: Callable[[SessionStore, Memory], Awaitable[T]]) -> T:
     from gateway.memory.embedders import EmbeddingFailed
     from gateway.memory.setup import Memory
     from gateway.store.db import DatabaseError
@@ -31,7 +31,7 @@ def _with_memory(work: Callable[[SessionStore, Memory], Awaitable[T]]) -> T:
 
     async def main() -> T:
         store = await SessionStore.open(settings)
-        memory = Memory.open(settings, store.vectors)
+        memory = Memory.open(settings, store.vectors, store.knowledge)
         try:
             return await work(store, memory)
         finally:
@@ -72,7 +72,7 @@ def semantic_search(query: str, session: str | None, limit: int) -> None:
             searched += " (the most recently active; older ones were left out)"
         return lines, searched
 
-    lines, searched = _with_memory(work)
+    lines, searched = with_memory(work)
     if not lines:
         where = "the session's messages" if session is not None else "any messages"
         typer.echo(f"no matches (are {where} embedded yet? see `agenvoy reindex`)")
@@ -89,7 +89,8 @@ def reindex(
     ] = None,
 ) -> None:
     """Drop the embeddings of every session (or one) and make them again with the configured
-    model (AGENVOY_EMBEDDING_MODEL): what a model change needs before old messages are found."""
+    model (AGENVOY_EMBEDDING_MODEL): what a model change needs before old messages are found.
+    Without --session, the attached documents' passages are embedded again too."""
     if session is not None:
         checked_id(session)
 
@@ -100,7 +101,10 @@ def reindex(
             done = await memory.indexer.reindex(sid)
             total += done
             typer.echo(f"{sid}: {done} embedded")
+        if session is None:  # attached documents are embedded with the same model
+            passages = await memory.knowledge.reindex()
+            typer.echo(f"knowledge: {passages} passages embedded")
         typer.echo(f"{total} embedded with {memory.indexer.embedder.model}")
         return total
 
-    _with_memory(work)
+    with_memory(work)

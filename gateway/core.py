@@ -25,6 +25,7 @@ from gateway.commands.usage import UsageCommands
 from gateway.crash import CrashPoints
 from gateway.engine.assembly import Engine, assemble
 from gateway.engine.cluster import Cluster
+from gateway.knowledge.service import Knowledge
 from gateway.linking import Linking
 from gateway.member_data.commands import MemberCommands
 from gateway.member_data.service import MemberData, canceler
@@ -66,6 +67,7 @@ def build_core(
     tool_memory: ToolMemory,
     summary: RollingSummary | None = None,
     recall: Recall | None = None,
+    knowledge: Knowledge | None = None,
     prices: PriceTable | None = None,
     build_agent: Build | None = None,
     chain: Chain | None = None,
@@ -94,6 +96,7 @@ def build_core(
         is_command=commands.takes,
         screen=bans.screen,
         recall=recall,
+        knowledge=knowledge,
         after_task=[summary.schedule] if summary is not None else [],
         prices=prices,
         agents=agents,

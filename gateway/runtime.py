@@ -259,7 +259,7 @@ class Runtime:
             summary = None
             if isinstance(agent, Summarizes):
                 summary = RollingSummary(store, agent, settings.history_window)
-            memory = Memory.open(settings, store.vectors, clock)
+            memory = Memory.open(settings, store.vectors, store.knowledge, clock)
             cluster: Cluster = (
                 OneInstance()
                 if isinstance(leases, LocalLeases)
@@ -280,6 +280,7 @@ class Runtime:
                 tool_memory=tool_memory,
                 summary=summary,
                 recall=memory.recall,
+                knowledge=memory.knowledge,
                 prices=prices,
                 build_agent=builder(settings, mcp_config, _maker(clock, model_stats)),
                 chain=_chainer(settings, clock, model_stats),

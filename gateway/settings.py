@@ -140,6 +140,14 @@ class Settings(QuotaSettings, DiscordSettings, FallbackSettings, BaseSettings):
     # active embedder's own threshold, since their scales differ (gateway/memory/embedders.py).
     recall_count: int = Field(3, ge=0, le=20)
     recall_min_score: float | None = Field(None, ge=-1, le=1)
+    # Knowledge (gateway/knowledge): passages of attached documents given to each task's
+    # model (0: none), the similarity one needs (unset: the embedder's own threshold), the
+    # largest document taken, and the hosts a document may be fetched from by URL
+    # (comma-separated; `*.example.org` for its subdomains; empty: no URL is fetched).
+    knowledge_count: int = Field(3, ge=0, le=10)
+    knowledge_min_score: float | None = Field(None, ge=-1, le=1)
+    knowledge_max_bytes: int = Field(5_000_000, ge=1_000, le=100_000_000)
+    knowledge_hosts: str = ""
     # Default reasoning effort for models that support it (low|medium|high); empty = the
     # provider's default. `/reasoning` and `PUT /v1/session/{sid}` override it per session.
     reasoning: Literal["", "low", "medium", "high"] = ""
@@ -286,7 +294,7 @@ class Settings(QuotaSettings, DiscordSettings, FallbackSettings, BaseSettings):
             raise ValueError(f"unknown time zone {value!r} (e.g. UTC, Europe/Paris)") from None
         return value
 
-    @field_validator("recall_min_score", mode="before")
+    @field_validator("recall_min_score", "knowledge_min_score", mode="before")
     @classmethod
     def _unset_when_empty(cls, value: object) -> object:
         # `AGENVOY_RECALL_MIN_SCORE=` (as .env.example has it) means unset, not a bad number.

@@ -39,6 +39,9 @@ UNRELATED |= {"api_token", "config_change"}
 # What members asked the bot to remember: the member's, kept when the session it was asked in
 # goes (their erasure deletes it).
 UNRELATED |= {"member_memory"}
+# Attached documents: an admin's, bound to a target as a binding is (one that names a session
+# outlives it, as its binding does); removed by `agenvoy knowledge remove`.
+UNRELATED |= {"knowledge_document", "knowledge_chunk"}
 # Every table a session has rows in once it has talked, run a task and saved a file.
 SESSION_TABLES = {"session", *(table.name for table in PER_SESSION_TABLES)}
 

@@ -84,9 +84,9 @@ def test_core_does_not_import_platform_libraries() -> None:
     for name, path in project_modules().items():
         if not name.startswith("gateway"):
             continue
-        # Agents (and the embedder, gateway.memory) talk HTTP to model providers; that is not
-        # a front-end.
-        providers = ("gateway.agents", "gateway.memory.embedders")
+        # Agents (and the embedder, gateway.memory) talk HTTP to model providers, and knowledge
+        # fetches an attached document's URL once; that is not a front-end.
+        providers = ("gateway.agents", "gateway.memory.embedders", "gateway.knowledge.fetch")
         allowed = {"aiohttp"} if name.startswith(providers) else set()
         for module in imported_modules(path, name):
             if module.split(".")[0] in PLATFORM_LIBRARIES - allowed:

@@ -110,6 +110,7 @@ def test_the_claude_agent_reads_recalled_messages_first_in_the_new_turn() -> Non
         text="what is the wifi password?",
         recalled=[old],
         member_memories=[],
+        knowledge=[],
     )
     turns = with_breakpoint(conversation(ctx))
     blocks = turns[-1]["content"]

@@ -20,6 +20,8 @@ TABLES = [
     "embedding",
     "embedding_cursor",
     "member_memory",
+    "knowledge_document",
+    "knowledge_chunk",
 ]
 
 

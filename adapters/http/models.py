@@ -376,6 +376,7 @@ class PathParameters(BaseModel):
         description="Whose limits: an identity (`http:ann`) or a shared chat (`tg-…`, `dc-…`).",
     )
     change: int = Field(ge=1, description="A configuration change's number (`/v1/changes`).")
+    document: int = Field(ge=1, description="An attached document's number (`/v1/knowledge`).")
     name: str = Field(
         pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="A token's name: it stands for http:NAME."
     )

@@ -25,6 +25,7 @@ from typing import Any
 from gateway.agents.anthropic_stream import MessagesClient, Turn, usage_row
 from gateway.agents.base import AgentContext, AgentFailed, Delta, Reply, Step, ToolResult
 from gateway.agents.images import DecodeGate, Picture, Pictures, pictures_of
+from gateway.agents.notes import new_message_notes, with_sources
 from gateway.agents.openai import SUMMARY_INSTRUCTIONS, system_prompt
 from gateway.agents.retries import ALONE, RetryPolicy
 from gateway.agents.tools import (
@@ -36,8 +37,6 @@ from gateway.agents.tools import (
     with_found,
 )
 from gateway.clock import SYSTEM_CLOCK, Clock
-from gateway.memory.recalled import recall_note
-from gateway.memory.remembered import memory_note
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -100,11 +99,11 @@ def conversation(ctx: AgentContext, pictures: Pictures | None = None) -> list[di
             add("user", f"{message.sender or 'user'}: {message.content}")
     sender = ctx.origin.sender_name or ctx.origin.sender_id or "user"
     pictures = pictures or Pictures()
-    # Recalled older messages open the new message's turn: the turns before it stay as the
-    # previous call had them, so its cached prefix still matches.
-    add("user", recall_note(ctx.recalled))
-    # The asker's own memories, in the new message's turn too: the next asker may be another.
-    add("user", memory_note(ctx.member_memories, sender))
+    # Recalled older messages, the asker's memories and the documents' passages open the new
+    # message's turn: the turns before it stay as the previous call had them, so its cached
+    # prefix still matches.
+    for note in new_message_notes(ctx, sender):
+        add("user", note)
     add("user", pictures.text_with_notes(f"{sender}: {ctx.text}"))
     # The new message's images follow its text in its turn. On the next turn that message is
     # text only (`images`), so the cached prefix ends before it; the images are paid once.
@@ -225,7 +224,7 @@ class AnthropicAgent:
             # The model the API answered with: an alias resolves to a dated model id.
             yield usage_row(turn.model or model, turn.usage, elapsed, calls)
             if not uses:
-                yield Reply(turn.text)
+                yield Reply(with_sources(turn.text, ctx.knowledge))
                 return
             messages.append({"role": "assistant", "content": turn.content()})
             results: list[dict[str, Any]] = []

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.clock import now_ms
 from gateway.events import Attachment, Origin
+from gateway.knowledge.cited import Cited
 from gateway.memory.recalled import Recalled
 from gateway.memory.remembered import MemberMemory
 from gateway.store.usage import UsageRecord
@@ -150,6 +151,8 @@ class AgentContext(Protocol):
     recalled: Sequence[Recalled]
     # What the member who asked for this task asked the bot to remember (theirs alone).
     member_memories: Sequence[MemberMemory]
+    # Passages of the documents attached where the task runs, found for its message.
+    knowledge: Sequence[Cited]
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         """Ask the user who started the run to approve a tool call; False when denied/expired."""

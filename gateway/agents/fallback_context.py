@@ -16,6 +16,7 @@ from typing import Any
 from gateway.agents.base import AgentContext, NewMessage, PastMessage, ToolCall, ToolResult
 from gateway.agents.tool_memory import ToolMemory
 from gateway.events import Attachment, Origin
+from gateway.knowledge.cited import Cited
 from gateway.memory.recalled import Recalled
 from gateway.memory.remembered import MemberMemory
 
@@ -71,6 +72,7 @@ class MemberContext:
         self.tool_memory: ToolMemory | None = inner.tool_memory
         self.recalled: Sequence[Recalled] = inner.recalled
         self.member_memories: Sequence[MemberMemory] = inner.member_memories
+        self.knowledge: Sequence[Cited] = inner.knowledge
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         if call_key(tool, args) in self._ran.results:

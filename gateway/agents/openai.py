@@ -31,6 +31,7 @@ from gateway.agents.base import (
     Usage,
 )
 from gateway.agents.images import DecodeGate, Pictures, pictures_of
+from gateway.agents.notes import new_message_notes, with_sources
 from gateway.agents.retries import (
     ALONE,
     Retryable,
@@ -50,8 +51,6 @@ from gateway.agents.tools import (
 )
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
-from gateway.memory.recalled import recall_note
-from gateway.memory.remembered import memory_note
 from gateway.settings import Settings
 from gateway.store.sessions import StoredMessage
 
@@ -162,11 +161,9 @@ class OpenAIAgent:
             else:
                 who = message.sender or "user"
                 messages.append({"role": "user", "content": f"{who}: {message.content}"})
-        if ctx.recalled:  # just before the new message, which they were recalled for
-            messages.append({"role": "system", "content": recall_note(ctx.recalled)})
         sender = ctx.origin.sender_name or ctx.origin.sender_id or "user"
-        if ctx.member_memories:  # the one asking now: in a group, never anyone else's
-            messages.append({"role": "system", "content": memory_note(ctx.member_memories, sender)})
+        # Just before the new message, which they were found for.
+        messages += [{"role": "system", "content": n} for n in new_message_notes(ctx, sender)]
         messages.append({"role": "user", "content": f"{sender}: {ctx.text}"})
         return messages
 
@@ -191,7 +188,7 @@ class OpenAIAgent:
             calls = [completion.calls[i] for i in sorted(completion.calls)]
             yield _usage(model, completion.usage, elapsed, [c["id"] for c in calls])
             if not calls:
-                yield Reply(completion.text)
+                yield Reply(with_sources(completion.text, ctx.knowledge))
                 return
             messages.append(
                 {

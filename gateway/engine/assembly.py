@@ -31,6 +31,7 @@ from gateway.engine.takeover import Takeover
 from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
 from gateway.engine.traffic import Traffic
+from gateway.knowledge.service import Knowledge
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.prices import PriceTable
@@ -66,6 +67,7 @@ def assemble(
     is_command: IsCommand | None = None,
     screen: Screen | None = None,
     recall: Recall | None = None,
+    knowledge: Knowledge | None = None,
     after_task: Sequence[Callable[[str], None]] = (),
     prices: PriceTable | None = None,
     agents: AgentPool | None = None,
@@ -73,7 +75,8 @@ def assemble(
     """`cluster`: alone or one of several instances (`gateway.cluster`); `commands`: gateway
     commands, answered before the agent sees a text (`is_command` tells one by its text);
     `screen`: turns a message away before anything of it is kept (a ban); `recall`: older
-    messages recalled into each task's context; `after_task`: called with the session id
+    messages recalled into each task's context, `knowledge`: the attached documents' passages found
+    for it; `after_task`: called with the session id
     after each task that finished with a reply (the rolling summary); `agents`: the agent of
     each task's profile (None: `agent` answers every task)."""
     authority = authority or Authority(settings.admin_keys)
@@ -162,6 +165,7 @@ def assemble(
         max_subagents_per_task=settings.max_subagents_per_task,
         after_task=after_task,
         recall=recall,
+        knowledge=knowledge,
         recheck=admission.recheck,
         prices=prices,
         agents=agents,

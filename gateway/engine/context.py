@@ -16,12 +16,15 @@ from gateway.engine.journal import Steered
 from gateway.engine.prompts import Prompts
 from gateway.engine.task import Task
 from gateway.events import NOBODY
+from gateway.knowledge.cited import Cited
 from gateway.memory.recalled import Recalled
 from gateway.memory.remembered import MemberMemory
+from gateway.profiles.spec import DEFAULT
 from gateway.store.history_file import HistoryMessage
 from gateway.store.sessions import SessionStore
 
 if TYPE_CHECKING:
+    from gateway.knowledge.service import Knowledge
     from gateway.memory.recall import Recall
 
 # Raises BudgetReached when the task's budgets are spent (the runner's, before a model call).
@@ -84,6 +87,8 @@ class RunContext:
         self.recalled: Sequence[Recalled] = ()
         # What the member who asked (never anyone else) asked the bot to remember.
         self.member_memories: Sequence[MemberMemory] = ()
+        # Passages of the documents attached where it runs, found for its message.
+        self.knowledge: Sequence[Cited] = ()
         self.recaller: Recaller | None = None
         self.window_start = 0  # the oldest message id in the window: recall stays below it
         self.budget: BudgetCheck | None = None
@@ -186,10 +191,13 @@ async def load_context(
     subagents: Subagents | None = None,
     recall: Recall | None = None,
     recall_into_context: bool = True,
+    knowledge: Knowledge | None = None,
+    profile: str = DEFAULT,
 ) -> RunContext:
     """The context of `task`: session settings and summary from SQL, window from its files.
     With `recall_into_context` (an agent that shows `recalled` to its model), the older
-    messages most like the task's are recalled before it runs; otherwise only on demand."""
+    messages most like the task's are recalled before it runs, otherwise only on demand; and
+    the passages of the documents attached where it runs (`knowledge`, for `profile`) found."""
     read = await store.context_read(task.session_id, window, tail=window + fold_batch(window) + 1)
     summary, row = read.summary, read.settings
     cursor = summary.cursor if summary else 0
@@ -202,6 +210,10 @@ async def load_context(
         if recall_into_context:
             start = context.window_start
             context.recalled = await recall.for_context(task.session_id, task.text, start)
+    if knowledge is not None and recall_into_context:
+        context.knowledge = await knowledge.for_task(
+            task.session_id, task.origin, profile, task.text
+        )
     context.member_memories = await _memories_of(store, task.origin.sender_key)
     if row is not None:
         context.persona = row.persona

@@ -41,6 +41,7 @@ from gateway.events import (
     ToolCallEvent,
     ToolResultEvent,
 )
+from gateway.knowledge.service import Knowledge
 from gateway.logs import get_logger
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
@@ -75,6 +76,7 @@ class Runner:
         max_subagents_per_task: int = 0,
         after_task: Sequence[Callable[[str], None]] = (),
         recall: Recall | None = None,
+        knowledge: Knowledge | None = None,
         recheck: Recheck | None = None,
         prices: PriceTable | None = None,
         agents: AgentPool | None = None,
@@ -110,8 +112,9 @@ class Runner:
         # said a summary fold may be due (the rolling summary hooks in here, off the reply
         # path; it checks again before it folds).
         self.after_task = list(after_task)
-        # Semantic recall of older messages into each task's context (None: none).
+        # Older messages and attached documents' passages for each task's context (None: none).
         self.recall = recall
+        self.knowledge = knowledge
 
     async def run(self, task: Task) -> None:
         self.counters["tasks_started"] += 1
@@ -153,6 +156,8 @@ class Runner:
                     steer=self.steer,
                     subagents=self.subagents,
                     recall=self.recall,
+                    knowledge=self.knowledge,
+                    profile=chosen.profile_name,
                     # Only an agent that shows recalled messages to its model pays for them.
                     recall_into_context=agent.reads_recall,
                 ),
@@ -274,12 +279,8 @@ class Runner:
             return ToolResult(call.call_id, call.tool, done.status, done.result)
         if before and not call.idempotent:
             task.journal.steps.extend(before)
-            result = ToolResult(
-                call.call_id,
-                call.tool,
-                "interrupted",
-                "the gateway restarted while this tool was running",
-            )
+            said = "the gateway restarted while this tool was running"
+            result = ToolResult(call.call_id, call.tool, "interrupted", said)
         else:
             await self._tool_started(task, call)
             self.crash.reach("tool_started")

@@ -61,6 +61,10 @@ class Chosen:
     agent: Agent
     profile: Resolved | None
 
+    @property
+    def profile_name(self) -> str:
+        return self.profile.name if self.profile is not None else DEFAULT
+
     def window(self, fallback: int) -> int:
         """How many recent messages the agent sees."""
         spec = self.profile.spec if self.profile is not None else None

@@ -27,6 +27,7 @@ from gateway.store.base import SessionTaken, UnknownSession
 from gateway.store.console_signins import ConsoleSignins
 from gateway.store.db import Database, insert_ignoring
 from gateway.store.journals import JournalArchive, PromptAnswers
+from gateway.store.knowledge import KnowledgeArchive
 from gateway.store.listing import SessionCursor, SessionInfo, SessionListing, parent_of
 from gateway.store.member_memories import MemberMemories
 from gateway.store.message_reads import StoredMessage
@@ -86,6 +87,7 @@ class SessionStore(
         self.ownership = Ownership(db)
         self.console_signins = ConsoleSignins(db)
         self.member_memories = MemberMemories(db)
+        self.knowledge = KnowledgeArchive(db)
         # One for the whole store: it remembers whether pgvector is there once asked.
         self.vectors = VectorArchive(db)
 
