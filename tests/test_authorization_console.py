@@ -103,6 +103,10 @@ ROWS: Final[tuple[Row, ...]] = (
     Row("POST", "/ui/tokens", form={"name": "zed"}, need="admin"),
     Row("POST", "/ui/tokens/revoke", form={"name": "nobody"}, need="admin"),
     Row("POST", "/ui/changes/{change}/revert", need="admin"),
+    Row("GET", "/ui/knowledge", need="admin"),
+    Row("POST", "/ui/knowledge", form={"target": "profile:default"}, need="admin"),
+    Row("GET", "/ui/knowledge/{id}", need="admin"),
+    Row("POST", "/ui/knowledge/{id}/remove", need="admin"),
     Row("POST", "/ui/login", need="token"),
     Row("POST", "/ui/logout"),
 )
@@ -254,6 +258,7 @@ async def ask(
         "task": NO_TASK,
         "name": PROFILE,
         "change": "999999",
+        "id": "999999",
     }
     url = row.route.format(**fill) + row.query.format(**fill)
     data: dict[str, str] | None = None

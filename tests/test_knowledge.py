@@ -14,6 +14,7 @@ from fakes.openai.replies import Text
 from fakes.telegram import FakeTelegram
 from telegram_rig import reply_in, running
 from test_http import ANN, ROOT, Server, serving
+from test_knowledge_documents import pdf
 
 from gateway.knowledge.cited import KNOWLEDGE_HEADER, SOURCES, Cited, citation, with_sources
 
@@ -154,7 +155,7 @@ async def test_refused_documents_say_why(server: Server) -> None:
                 "data": base64.b64encode(b"%PDF-x").decode(),
             },
             "PDF",
-        ),  # noqa: E501
+        ),
         ({"target": "profile:default", "url": "https://example.org/rules.md"}, "KNOWLEDGE_HOSTS"),
         ({"target": "profile:default", "text": "a", "url": "https://example.org/"}, "one of"),
     ]
@@ -181,3 +182,24 @@ async def test_a_session_document_is_that_sessions_and_a_profiles_is_everywhere_
     assert {c.title for c in here} == {"notes.txt", "Server rules"}
     assert {c.title for c in there} == {"Server rules"}
     assert {c.title for c in other_profile} == {"notes.txt"}
+
+
+async def test_a_pdf_over_http_is_cited_by_page(server: Server) -> None:
+    manual = pdf(
+        ["Welcome to the printer manual."],
+        ["To clear a paper jam, open the rear door and pull the sheet out slowly."],
+        title="Printer manual",
+    )
+    attach = {
+        "target": "discord-guild:77",
+        "name": "manual.pdf",
+        "data": base64.b64encode(manual).decode(),
+    }
+    status, made = await server.call("POST", "/v1/knowledge", json_body=attach, headers=ROOT)
+    assert status == 201, made
+    assert made["title"] == "Printer manual" and made["media_type"] == "application/pdf"
+    query = "/v1/knowledge/search?target=discord-guild:77&q=how+do+I+clear+a+paper+jam"
+    status, body = await server.call("GET", query, headers=ROOT)
+    assert status == 200 and body["results"], body
+    best = body["results"][0]
+    assert best["section"] == "page 2" and "rear door" in best["text"]

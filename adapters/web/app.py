@@ -18,6 +18,7 @@ from adapters.http.errors import known_error
 from adapters.web.auth import ConsoleAuth
 from adapters.web.config import ConfigPages, add_config_routes
 from adapters.web.files import Files, with_attachment_links
+from adapters.web.knowledge import KnowledgePages, add_knowledge_routes
 from adapters.web.live import LiveEvents
 from adapters.web.overview import Overview
 from adapters.web.pages import Pages
@@ -125,6 +126,7 @@ def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     console.router.add_get("/health", overview.health)
     console.router.add_post("/answer", pages.answer)
     add_routes(console, ProfilePages(ctx, pages))
+    add_knowledge_routes(console, KnowledgePages(ctx, pages))
     add_config_routes(console, ConfigPages(ctx, pages))
     add_start_page(console, ctx, pages)
     console.router.add_static("/static", _HERE / "static")
