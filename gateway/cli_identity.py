@@ -5,6 +5,7 @@ terminal's other client commands."""
 
 from __future__ import annotations
 
+import getpass
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -49,6 +50,10 @@ def _others(identities: frozenset[str], own: str) -> str:
     return ", ".join(sorted(identities - {own})) or "none"
 
 
+def _by() -> str:
+    return f"terminal:{getpass.getuser()}"
+
+
 @identity_app.command("link")
 def identity_link(identity: Identity, to: Identity) -> None:
     """Join IDENTITY (and whatever it is linked with) to the person of TO."""
@@ -56,7 +61,7 @@ def identity_link(identity: Identity, to: Identity) -> None:
         fail("an identity is linked with itself already", 2)
 
     async def work(ownership: Ownership) -> frozenset[str]:
-        return await ownership.link(identity, to, by="terminal:operator")
+        return await ownership.link(identity, to, by=_by())
 
     joined = _with_ownership(work)
     typer.echo(f"linked: {identity} with {_others(joined, identity)}")
@@ -67,7 +72,7 @@ def identity_unlink(identity: Identity) -> None:
     """Take IDENTITY out of the person it is linked with."""
 
     async def work(ownership: Ownership) -> bool:
-        return await ownership.unlink(identity)
+        return await ownership.unlink(identity, by=_by())
 
     if not _with_ownership(work):
         fail(f"{identity} is linked with nobody", 1)

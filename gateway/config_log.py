@@ -1,7 +1,8 @@
 """Rolling back a logged configuration change, the same for the HTTP API, the console and the
 CLI: a quota change puts the overrides it replaced back, a binding change the binding (or its
 absence), a token's issue revokes that token. Each is a new change in the log that names the
-one it reverts. A revocation is not rolled back: a token once revoked may have leaked, and its
+one it reverts; a link change puts the identity back with the person it was part of before
+(or alone). A revocation is not rolled back: a token once revoked may have leaked, and its
 holder gets a new one instead."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 from gateway.quota_changes import in_dollars
 from gateway.store.config_changes import ConfigChange, ConfigChanges, NotRevertible
 from gateway.store.db import Database
+from gateway.store.ownership import Ownership
 from gateway.store.profiles import ProfileStore
 from gateway.store.quotas import Quotas
 
@@ -29,6 +31,10 @@ async def revert(db: Database, change_id: int, *, by: str, at: int) -> Reverted:
     change = await ConfigChanges(db).get(change_id)
     if change.kind == "token":
         return await _revert_token(db, change, by=by, at=at)
+    if change.kind == "link":
+        linked = await Ownership(db).revert_link(change_id, by=by)
+        shown = {"linked": sorted(linked)} if len(linked) > 1 else None
+        return Reverted("link", change.subject, shown)
     if change.kind == "quota":
         subject, limits = await Quotas(db).revert(change_id, by=by)
         return Reverted("quota", subject, in_dollars(limits) if limits else None)

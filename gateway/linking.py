@@ -132,7 +132,7 @@ class Linking:
 
     async def unlink(self, who: Origin) -> bool:
         """Take `who` out of the person it was joined with; False when it was alone."""
-        return await self._ownership.unlink(who.sender_key)
+        return await self._ownership.unlink(who.sender_key, by=who.sender_key)
 
     async def linked(self, who: Origin) -> frozenset[str]:
         return await self._ownership.linked(who.sender_key)

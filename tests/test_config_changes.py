@@ -189,3 +189,37 @@ async def test_the_operator_reverts_a_change_from_the_command_line_while_the_gat
         assert (await cli("changes", "revert", "999"))[0] == 1
         code, out = await cli("changes", "list", "--kind", "nothing")
         assert code == 2
+
+
+async def test_identity_links_are_logged_and_rolled_back(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server:
+        ownership = server.runtime.store.ownership
+        await ownership.link("telegram:41", "http:ann", by="terminal:op")
+        await ownership.link("discord:7", "http:ann", by="http:root")
+        assert await ownership.unlink("discord:7", by="discord:7")
+        assert not await ownership.unlink("discord:7", by="discord:7")  # nothing to log
+
+        changes = await _changes(server, "?kind=link")
+        assert [(c["subject"], c["changed_by"]) for c in changes] == [
+            ("discord:7", "discord:7"),
+            ("discord:7", "http:root"),
+            ("telegram:41", "terminal:op"),
+        ]
+        unlinked, linked = changes[0], changes[1]
+        assert linked["before"] is None
+        assert linked["after"] == {"linked": ["discord:7", "http:ann", "telegram:41"]}
+        assert unlinked["before"] == linked["after"] and unlinked["after"] is None
+
+        # Rolling back the unlink joins the identity to its person again; rolling that back
+        # takes it out again.
+        status, body = await server.call(
+            "POST", f"/v1/changes/{unlinked['id']}/revert", headers=ROOT
+        )
+        assert status == 200, body
+        assert await ownership.linked("discord:7") == {"discord:7", "http:ann", "telegram:41"}
+        newest = (await _changes(server, "?kind=link"))[0]
+        assert newest["reverts"] == unlinked["id"] and newest["changed_by"] == "http:root"
+        status, body = await server.call("POST", f"/v1/changes/{newest['id']}/revert", headers=ROOT)
+        assert status == 200, body
+        assert await ownership.linked("discord:7") == {"discord:7"}
+        assert await ownership.linked("telegram:41") == {"http:ann", "telegram:41"}

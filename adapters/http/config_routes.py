@@ -68,7 +68,10 @@ class ChangesQuery(Query):
 
 class ChangeInfo(Reply):
     id: int
-    kind: str = Field(description="`quota`, `binding` or `token`.")
+    kind: str = Field(
+        description="`quota`, `binding`, `token` or `link`; a link's before and after are "
+        "`{linked: [identities]}`."
+    )
     subject: str = Field(description="The identity or chat; a binding's `KIND:KEY`.")
     before: dict[str, Any] | None = Field(description="What it had (null: nothing).")
     after: dict[str, Any] | None = Field(description="What it got (null: removed).")

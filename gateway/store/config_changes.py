@@ -1,7 +1,8 @@
-"""The log of live configuration changes (migration 0022): quota overrides, agent bindings and
-API tokens, each change with who made it, when, and the value before and after. The
-repositories that make a change record it in the same transaction (`record`), so there is no
-change without its line and no line without its change; this module reads the log back.
+"""The log of live configuration changes (migration 0022): quota overrides, agent bindings, API
+tokens and identity links (`link`: the person's identities before and after), each change with
+who made it, when, and the value before and after. The repositories that make a change record
+it in the same transaction (`record`), so there is no change without its line and no line
+without its change; this module reads the log back.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from sqlmodel import Field, Session, SQLModel, col
 
 from gateway.store.db import Database
 
-Kind = Literal["quota", "binding", "token"]
-KINDS: tuple[Kind, ...] = ("quota", "binding", "token")
+Kind = Literal["quota", "binding", "token", "link"]
+KINDS: tuple[Kind, ...] = ("quota", "binding", "token", "link")
 
 
 class ConfigChangeRow(SQLModel, table=True):

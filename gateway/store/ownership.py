@@ -8,6 +8,7 @@ to the one it was joined to (`person`). An identity with no row is a person of i
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from sqlmodel import Session, col
 
 from gateway.clock import now_ms
 from gateway.ownership import SHARED_PREFIXES, SessionFacts, ShareMode
+from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database, insert_ignoring
 from gateway.store.models import (
     IdentityLinkRow,
@@ -109,50 +111,44 @@ class Ownership:
         person's identities."""
 
         def work(session: Session) -> frozenset[str]:
-            target = session.get(IdentityLinkRow, to)
-            person = target.person if target is not None else to
-            moving = _linked(session, identity)
             at = now_ms()
-            for each in moving | {to}:
-                if each == person:
-                    continue
-                row = session.get(IdentityLinkRow, each)
-                if row is None:
-                    session.add(
-                        IdentityLinkRow(identity=each, person=person, linked_by=by, linked_at=at)
-                    )
-                else:
-                    row.person, row.linked_by, row.linked_at = person, by, at
-                    session.add(row)
-            session.flush()
-            return _linked(session, person)
+            before = _linked(session, identity)
+            after = _join(session, identity, to, by=by, at=at)
+            _log_link(session, identity, before, after, by=by, at=at)
+            return after
 
         return await self._db.write(work)
 
-    async def unlink(self, identity: str) -> bool:
+    async def unlink(self, identity: str, *, by: str = "") -> bool:
         """Take `identity` out of its person; False when it was linked with nobody."""
 
         def work(session: Session) -> bool:
-            row = session.get(IdentityLinkRow, identity)
-            if row is not None:
-                session.delete(row)
+            before = _linked(session, identity)
+            if _unlink(session, identity):
+                _log_link(session, identity, before, frozenset({identity}), by=by, at=now_ms())
                 return True
-            # The identity others were joined to: the next one becomes their person.
-            rows = list(
-                session.scalars(
-                    select(IdentityLinkRow).where(col(IdentityLinkRow.person) == identity)
-                ).all()
-            )
-            if not rows:
-                return False
-            heir = rows[0].identity
-            for each in rows:
-                if each.identity == heir:
-                    session.delete(each)
-                else:
-                    each.person = heir
-                    session.add(each)
-            return True
+            return False
+
+        return await self._db.write(work)
+
+    async def revert_link(self, change_id: int, *, by: str) -> frozenset[str]:
+        """Roll back logged link change `change_id`: the identity it named goes back to the
+        person it was part of before (or alone); the identities it has now."""
+
+        def work(session: Session) -> frozenset[str]:
+            change = session.get(ConfigChangeRow, change_id)
+            if change is None or change.kind != "link":
+                raise UnknownChange(f"no link change {change_id}")
+            identity = change.subject
+            before_change = json.loads(change.before) if change.before else {}
+            was = [i for i in before_change.get("linked", []) if i != identity]
+            before = _linked(session, identity)
+            _unlink(session, identity)
+            if was:  # join it to the person it was part of: to one of them still there
+                _join(session, identity, was[0], by=by, at=now_ms())
+            after = _linked(session, identity)
+            _log_link(session, identity, before, after, by=by, at=now_ms(), reverts=change_id)
+            return after
 
         return await self._db.write(work)
 
@@ -337,3 +333,63 @@ def _redeem(session: Session, code: str, now: int) -> str | None:
 def code_hash(code: str) -> str:
     """How a link code is kept: whoever reads the archive cannot enter the codes it holds."""
     return hashlib.sha256(code.encode()).hexdigest()
+
+
+def _join(session: Session, identity: str, to: str, *, by: str, at: int) -> frozenset[str]:
+    """`Ownership.link` inside a write: the person's identities after."""
+    target = session.get(IdentityLinkRow, to)
+    person = target.person if target is not None else to
+    for each in _linked(session, identity) | {to}:
+        if each == person:
+            continue
+        row = session.get(IdentityLinkRow, each)
+        if row is None:
+            session.add(IdentityLinkRow(identity=each, person=person, linked_by=by, linked_at=at))
+        else:
+            row.person, row.linked_by, row.linked_at = person, by, at
+            session.add(row)
+    session.flush()
+    return _linked(session, person)
+
+
+def _unlink(session: Session, identity: str) -> bool:
+    """`Ownership.unlink` inside a write."""
+    row = session.get(IdentityLinkRow, identity)
+    if row is not None:
+        session.delete(row)
+        session.flush()
+        return True
+    # The identity others were joined to: the next one becomes their person.
+    rows = list(
+        session.scalars(
+            select(IdentityLinkRow).where(col(IdentityLinkRow.person) == identity)
+        ).all()
+    )
+    if not rows:
+        return False
+    heir = rows[0].identity
+    for each in rows:
+        if each.identity == heir:
+            session.delete(each)
+        else:
+            each.person = heir
+            session.add(each)
+    session.flush()
+    return True
+
+
+def _log_link(
+    session: Session,
+    identity: str,
+    before: frozenset[str],
+    after: frozenset[str],
+    *,
+    by: str,
+    at: int,
+    reverts: int | None = None,
+) -> None:
+    # A person's identities, sorted: `None` for one linked with nobody.
+    def shown(group: frozenset[str]) -> dict[str, list[str]] | None:
+        return {"linked": sorted(group)} if len(group) > 1 else None
+
+    record(session, "link", identity, shown(before), shown(after), by=by, at=at, reverts=reverts)
