@@ -1,4 +1,4 @@
-"""`agenvoy profile list|show|set|history|rollback` and `agenvoy bind|unbind|bindings`: the
+"""`agenvoy profile list|show|set|history|rollback|delete` and `agenvoy bind|unbind|bindings`: the
 operator's agent profiles and where they answer. They write the archive directly; a running
 gateway (every instance) applies a change from its next task on, without a restart."""
 
@@ -126,6 +126,14 @@ def profile_rollback(
     """A new version of NAME holding the fields of VERSION."""
     made = _with_profiles(lambda profiles: profiles.rollback(name, version, by=_by()))
     typer.echo(f"{name}: version {made.version} ({printable(made.change)})")
+
+
+@profile_app.command("delete")
+def profile_delete(name: Name) -> None:
+    """Delete NAME (refused while a binding or a fallback names it); its history stays, and
+    `agenvoy profile rollback NAME VERSION` brings it back."""
+    made = _with_profiles(lambda profiles: profiles.delete(name, by=_by()))
+    typer.echo(f"{name}: deleted (version {made.version}; rollback brings it back)")
 
 
 def bind(

@@ -159,14 +159,21 @@ class Admission:
             whose = "you have" if rate is rates[0] else "this chat has"
             self._rate_limited(rate.limit, wait, whose)
 
-    async def recheck(self, identity: str, session_id: str) -> None:
+    async def recheck(
+        self, identity: str, session_id: str, profile: Mapping[str, int] | None = None
+    ) -> None:
         """Raise `QuotaExceeded` when the budgets of `identity`'s person, or of the shared chat
-        `session_id`, are spent: asked before each model call of a run taken in under them."""
+        `session_id`, are spent: asked before each model call of a run taken in under them.
+        `profile`: the budgets per member of the profile that answers the run, held against
+        the person's whole spend besides their own budgets."""
         person = await self.person(identity)
         if person.exempt:
             return
         now, usage = self.clock.now_ms(), self.store.usage
         await check_budgets(usage, person.limits, now, "", identities=person.identities)
+        if profile:
+            whose = "this agent's "
+            await check_budgets(usage, profile, now, whose, identities=person.identities)
         if is_shared(session_id):
             chat = await self.chat(session_id)
             await check_budgets(usage, chat, now, "this chat's ", session_id=session_id)

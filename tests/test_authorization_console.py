@@ -90,6 +90,7 @@ ROWS: Final[tuple[Row, ...]] = (
     Row("POST", "/ui/profiles/{name}/rollback", form={"version": "1"}, need="admin"),
     Row("POST", "/ui/bindings", form={"target": "prefix:temp", "profile": "house"}, need="admin"),
     Row("POST", "/ui/bindings/remove", form={"target": "prefix:temp"}, need="admin"),
+    Row("POST", "/ui/profiles/{name}/delete", need="admin"),
     Row("GET", "/ui/start", need="admin"),
     Row("GET", "/ui/quotas", need="admin"),
     Row(

@@ -231,3 +231,52 @@ async def test_the_claude_agent_asks_before_each_model_call_too(tmp_path: Path) 
             assert len(fake.requests) == 1
         finally:
             await runtime.close()
+
+
+async def test_a_profiles_budget_per_member_stops_its_tasks_only(
+    tmp_path: Path, model: FakeOpenAI, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile's `tokens_day` holds each member's spend in the tasks it answers; the same
+    member elsewhere, and another member there, go on."""
+    monkeypatch.setenv("TEAM_MODEL_KEY", model.api_key)
+    options: dict[str, Any] = model.agent_settings()
+    async with serving(tmp_path, clock, **options) as server:
+        team = {
+            "agent": "openai",
+            "base_url": model.url,
+            "key": "env:TEAM_MODEL_KEY",
+            "budgets": {"tokens_day": 30},
+        }
+        root = bearer("root")
+        status, body = await server.call("PUT", "/v1/profiles/team", json_body=team, headers=root)
+        assert status == 200 and body["fields"]["budgets"] == {"tokens_day": 30}, body
+        bound = {"target": "prefix:chat", "profile": "team"}
+        status, body = await server.call("PUT", "/v1/bindings", json_body=bound, headers=root)
+        assert status == 200, body
+
+        async def send(who: str, session_id: str) -> dict[str, Any]:
+            status, body = await server.call(
+                "POST",
+                "/v1/send",
+                json_body={"content": "hi", "session_id": session_id},
+                headers=bearer(who),
+            )
+            assert status == 200, body
+            reply: dict[str, Any] = body
+            return reply
+
+        model.script(Text("one", usage=TWENTY), Text("two", usage=TWENTY))
+        assert (await send("ann", "chat-ann"))["text"] == "one"  # 20 spent: under 30
+        assert (await send("ann", "chat-ann"))["text"] == "two"  # 40 spent
+        said = (await send("ann", "chat-ann"))["text"]
+        assert said == "this agent's daily budget of 30 tokens used; resets 00:00 UTC"
+        assert len(model.requests) == 2  # stopped before its model call
+        # The same member where the profile does not answer; another member where it does.
+        model.script(Text("elsewhere", usage=TWENTY), Text("bob's", usage=TWENTY))
+        assert (await send("ann", "cli-ann"))["text"] == "elsewhere"
+        assert (await send("bob", "chat-bob"))["text"] == "bob's"
+
+        status, body = await server.call(
+            "PUT", "/v1/profiles/team", json_body={"budgets": {"cost_day": 5}}, headers=root
+        )
+        assert status == 400 and "tokens_day, tokens_month" in body["error"]["message"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_http import ANN, ROOT, Server, serving
@@ -87,3 +88,47 @@ async def test_a_profile_is_versioned_and_bound_to_an_identity(server: Server) -
     assert status == 404
     status, body = await server.call("GET", "/v1/profiles/Bad%20Name", headers=ROOT)
     assert status == 400 and body["error"]["message"].startswith("name: ")
+
+
+async def test_a_profile_is_deleted_only_when_nothing_names_it_and_comes_back_by_rollback(
+    server: Server,
+) -> None:
+    async def call(method: str, path: str, body: object = None) -> tuple[int, Any]:
+        status, said = await server.call(method, path, json_body=body, headers=ROOT)
+        return status, said
+
+    assert (await call("PUT", "/v1/profiles/team", {"persona": "Team"}))[0] == 200
+    assert (await call("PUT", "/v1/profiles/helper", {"fallbacks": ["team"]}))[0] == 200
+    bound = {"target": "identity:http:ann", "profile": "team"}
+    assert (await call("PUT", "/v1/bindings", bound))[0] == 200
+
+    status, _ = await server.call("DELETE", "/v1/profiles/team", headers=ANN)
+    assert status == 403
+    status, body = await call("DELETE", "/v1/profiles/default")
+    assert status == 400 and "stays" in body["error"]["message"]
+    status, body = await call("DELETE", "/v1/profiles/team")
+    assert status == 400 and "bound at identity:http:ann" in body["error"]["message"]
+    assert (await call("DELETE", "/v1/bindings?target=identity:http:ann"))[0] == 200
+    status, body = await call("DELETE", "/v1/profiles/team")
+    assert status == 400 and "fallback of helper" in body["error"]["message"]
+    assert (await call("PUT", "/v1/profiles/helper", {"fallbacks": []}))[0] == 200
+
+    status, body = await call("DELETE", "/v1/profiles/team")
+    assert status == 200 and body == {"name": "team", "version": 2, "deleted": True}
+    status, body = await call("GET", "/v1/profiles")
+    assert [p["name"] for p in body["profiles"]] == ["default", "helper"]
+    assert (await call("GET", "/v1/profiles/team"))[0] == 404
+    assert (await call("DELETE", "/v1/profiles/team"))[0] == 404
+    status, body = await call("PUT", "/v1/bindings", bound)
+    assert status == 400 and "no profile 'team'" in body["error"]["message"]
+    status, body = await call("GET", "/v1/profiles/team/history")
+    assert [v["change"] for v in body["versions"]] == ["created", "deleted"]
+
+    status, body = await call("POST", "/v1/profiles/team/rollback", {"version": 1})
+    assert status == 200 and body["version"] == 3 and body["fields"]["persona"] == "Team"
+    status, body = await call("GET", "/v1/profiles/team")
+    assert status == 200 and body["version"] == 3
+    # Made again under its name instead, it numbers on from its history.
+    assert (await call("DELETE", "/v1/profiles/team"))[0] == 200
+    status, body = await call("PUT", "/v1/profiles/team", {"model": "m2"})
+    assert status == 200 and body["version"] == 5 and body["fields"]["persona"] == ""

@@ -33,7 +33,10 @@ class ProfileFields(Reply):
     mcp_servers: list[str]
     history_window: int | None
     fallbacks: list[str]
-    budgets: dict[str, int] = Field(description="Kept and shown; not enforced yet.")
+    budgets: dict[str, int] = Field(
+        description="Tokens per member a day and a month (tokens_day, tokens_month), held "
+        "before each model call of the tasks this profile answers."
+    )
 
 
 class ProfileInfo(Reply):
@@ -107,6 +110,12 @@ class BindRequest(RequestBody):
 
 class UnbindQuery(Query):
     target: str = TARGET
+
+
+class Deleted(Reply):
+    name: str
+    version: int = Field(description="The version that records the deletion.")
+    deleted: Literal[True] = True
 
 
 class Unbound(Reply):
@@ -202,6 +211,12 @@ async def rollback_profile(call: Call) -> ProfileInfo:
     return ProfileInfo(name=name, version=made.version, fields=_fields(spec))
 
 
+async def delete_profile(call: Call) -> Deleted:
+    profiles, name = await _admin(call), _name(call)
+    made = await _checked(profiles.delete(name, by=call.origin().sender_key))
+    return Deleted(name=name, version=made.version)
+
+
 async def list_bindings(call: Call) -> BindingList:
     profiles = await _admin(call)
     return BindingList(bindings=[_binding(b) for b in await profiles.bindings()])
@@ -239,6 +254,9 @@ PROFILE_ROUTES: Final[tuple[Route, ...]] = (
     Route("PUT", PROFILE, set_profile,
           "Make or change an agent profile: a new version (gateway admins)",
           body=ProfileChange, caller=True, replies={200: ProfileInfo}, errors=(400, 409, 413)),
+    Route("DELETE", PROFILE, delete_profile,
+          "Delete an agent profile: a version that says so, its history kept (gateway admins)",
+          caller=True, replies={200: Deleted}, errors=(400, 404, 409)),
     Route("GET", f"{PROFILE}/history", profile_history,
           "Every version of an agent profile: who, when, what (gateway admins)",
           caller=True, replies={200: ProfileHistory}, errors=(400, 404)),

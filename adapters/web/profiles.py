@@ -249,6 +249,17 @@ class ProfilePages:
             await self._refuse(viewer, page, "rollback", exc, {})
         raise web.HTTPSeeOther(f"{page}?saved={made.version}")
 
+    async def delete(self, request: web.Request) -> web.Response:
+        viewer, profiles, _ = await self._posted(request)
+        name = _name(request)
+        try:
+            await profiles.delete(name, by=_by(viewer))
+        except UnknownProfile:
+            raise web.HTTPNotFound(text=f"no profile {name!r}") from None
+        except (ProfileInvalid, ProfileConflict) as exc:
+            await self._refuse(viewer, f"/ui/profiles/{name}", "delete", exc, {})
+        raise web.HTTPSeeOther("/ui/profiles")
+
     # -- bindings --------------------------------------------------------------------------
 
     async def bind(self, request: web.Request) -> web.Response:
@@ -290,5 +301,6 @@ def add_routes(app: web.Application, pages: ProfilePages) -> None:
     app.router.add_get("/profiles/{name}", pages.profile)
     app.router.add_post("/profiles/{name}", pages.change)
     app.router.add_post("/profiles/{name}/rollback", pages.rollback)
+    app.router.add_post("/profiles/{name}/delete", pages.delete)
     app.router.add_post("/bindings", pages.bind)
     app.router.add_post("/bindings/remove", pages.unbind)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from gateway.agents.base import (
     Agent,
@@ -53,7 +53,7 @@ from gateway.store.usage import UsageRecord
 
 # Asks whether an identity's budgets, and a shared chat's, hold (Admission.recheck); raises
 # QuotaExceeded when one is spent.
-Recheck = Callable[[str, str], Awaitable[None]]
+Recheck = Callable[[str, str, Mapping[str, int]], Awaitable[None]]
 
 log = get_logger(__name__)
 
@@ -167,7 +167,7 @@ class Runner:
             held.push_async_exit(context.cleanup)
             chosen.apply(context)
             fold_soon = context.fold_soon
-            context.budget = lambda: self._within_budget(task)
+            context.budget = lambda: self._within_budget(task, chosen.budgets)
             async with (
                 self.presence.hold(task.session_id, task.task_hash),
                 closing(agent.run(context)) as steps,
@@ -247,14 +247,14 @@ class Runner:
         reads_in_input = agent.name not in READS_APART
         return self.prices.priced(record, self.counters, reads_in_input=reads_in_input)
 
-    async def _within_budget(self, task: Task) -> None:
+    async def _within_budget(self, task: Task, profile: Mapping[str, int]) -> None:
         """Before a model call: the last call's usage written, then the budgets of whom the
-        task acts for, and of its shared chat, asked."""
+        task acts for, of its shared chat and of its profile, asked."""
         await self._record_usage(task)
         if self.recheck is None:
             return
         try:
-            await self.recheck(task.origin.sender_key, task.session_id)
+            await self.recheck(task.origin.sender_key, task.session_id, profile)
         except QuotaExceeded as exc:
             raise BudgetReached(str(exc)) from None
 

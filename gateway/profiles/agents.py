@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.agents.base import Agent, AgentContext, AgentFailed
@@ -60,6 +60,13 @@ class Chosen:
 
     agent: Agent
     profile: Resolved | None
+
+    @property
+    def budgets(self) -> Mapping[str, int]:
+        """The profile's budgets per member (none for `default`: the settings' hold)."""
+        if self.profile is None or self.profile.name == DEFAULT:
+            return {}
+        return self.profile.spec.budgets
 
     @property
     def profile_name(self) -> str:

@@ -25,7 +25,7 @@ from gateway.profiles.spec import (
     difference,
 )
 from gateway.settings import Settings
-from gateway.store.profiles import ProfileStore, ProfileVersion, Stored
+from gateway.store.profiles import DELETED, ProfileStore, ProfileVersion, Stored
 
 
 class UnknownProfile(LookupError):
@@ -151,11 +151,12 @@ class Profiles:
     # -- changing ------------------------------------------------------------------------
 
     async def set(self, name: str, changes: Mapping[str, Any], *, by: str) -> ProfileVersion:
-        """A new version of `name` (made when new) with `changes`; ProfileInvalid names the
-        field refused."""
+        """A new version of `name` (made when new, or deleted) with `changes`;
+        ProfileInvalid names the field refused."""
         check_name(name)
         history = await self.store.history(name)
-        before = ProfileSpec.from_json(history[-1].spec) if history else None
+        alive = history and history[-1].change != DELETED
+        before = ProfileSpec.from_json(history[-1].spec) if alive else None
         after = changed(before or ProfileSpec(), changes)
         await self._check_references(name, after)
         return await self._record(name, before, after, history, by=by)
@@ -164,6 +165,8 @@ class Profiles:
         """A new version of `name` holding the fields of its `version`."""
         history = await self.history(name)
         old = next((v for v in history if v.version == version), None)
+        if old is not None and old.change == DELETED:
+            old = None  # what it held is the version before it
         if old is None:
             raise ProfileInvalid("version", f"{name} has versions 1 to {history[-1].version}")
         before = ProfileSpec.from_json(history[-1].spec)
@@ -172,6 +175,29 @@ class Profiles:
         return await self._record(
             name, before, after, history, by=by, note=f"rollback to version {version}: "
         )
+
+    async def delete(self, name: str, *, by: str) -> ProfileVersion:
+        """Delete `name` (a version that says so; its history stays). Refused while a binding
+        or another profile's fallbacks name it: those would answer with something else
+        unannounced."""
+        if name == DEFAULT:
+            raise ProfileInvalid("name", "the default profile is the environment's: it stays")
+        await self.get(name)  # UnknownProfile
+        users = [b.target for b in await self.bindings() if name in (b.profile, *b.switchable)]
+        if users:
+            raise ProfileInvalid("name", f"{name} is bound at {', '.join(users)}: unbind first")
+        snap = await self.snapshot()
+        leaning = sorted(n for n, (_, spec) in snap.profiles.items() if name in spec.fallbacks)
+        if leaning:
+            said = ", ".join(leaning)
+            raise ProfileInvalid("name", f"{name} is a fallback of {said}: change those first")
+        history = await self.store.history(name)
+        last = history[-1]
+        number = await self.store.add_version(
+            name, last.spec, DELETED, by=by, at=self.clock.now_ms(), after=last.version
+        )
+        self._counter_read = None
+        return ProfileVersion(name, number, last.spec, by, self.clock.now_ms(), DELETED)
 
     async def _record(
         self,

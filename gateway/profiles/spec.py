@@ -68,8 +68,8 @@ class ProfileSpec:
     mcp_servers: tuple[str, ...] = ()  # names from the MCP config; empty: all of them
     history_window: int | None = None
     fallbacks: tuple[str, ...] = ()  # profile names tried after this one (the fallback layer)
-    # Default quotas and budgets for tasks this profile answers: kept and shown, not yet
-    # enforced (the quota layer reads `Admission` limits; a seam for it to read these too).
+    # Budgets per member for the tasks this profile answers (`tokens_day`, `tokens_month`),
+    # held before each model call against the member's whole spend, besides their own.
     budgets: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -199,6 +199,10 @@ def _window(value: Any) -> int | None:
     return window
 
 
+# What a profile's budgets may hold: tokens per member a day and a month.
+PROFILE_BUDGETS: Final = ("tokens_day", "tokens_month")
+
+
 def _budgets(value: Any) -> dict[str, int]:
     if isinstance(value, str):
         try:
@@ -211,8 +215,9 @@ def _budgets(value: Any) -> dict[str, int]:
         raise ProfileInvalid("budgets", "an object of names and whole numbers")
     out: dict[str, int] = {}
     for key, limit in value.items():
-        if not isinstance(key, str) or not NAME.fullmatch(key):
-            raise ProfileInvalid("budgets", f"{str(key)[:40]!r} is not a valid name")
+        if key not in PROFILE_BUDGETS:
+            said = ", ".join(PROFILE_BUDGETS)
+            raise ProfileInvalid("budgets", f"{str(key)[:40]!r}: one of {said}")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
             raise ProfileInvalid("budgets", f"{key}: a whole number, 0 or more")
         out[key] = limit

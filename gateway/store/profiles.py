@@ -90,6 +90,10 @@ def _bump(session: Session) -> None:
 
 
 _COUNTER_SQL = "SELECT version FROM agent_config WHERE id = 1"
+# The `change` of the version that deletes a profile: it keeps the last fields, so its history
+# reads to the end, a rollback brings it back, and a profile made again under its name goes on
+# numbering from there.
+DELETED = "deleted"
 
 
 class ProfileStore:
@@ -126,7 +130,7 @@ class ProfileStore:
             bound = session.scalars(select(AgentBindingRow)).all()
             return Stored(
                 counter.version if counter is not None else 0,
-                {row.name: _version(row) for row in rows},
+                {row.name: _version(row) for row in rows if row.change != DELETED},
                 {(b.kind, b.key): _binding(b) for b in bound},
             )
 
