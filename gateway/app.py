@@ -20,11 +20,13 @@ import structlog
 from pydantic import SecretStr
 
 from gateway.adapter import Adapter
+from gateway.connections import live
 from gateway.home_lock import database_lock, home_lock
 from gateway.jobs import Reaper, SessionWatcher, every, trim_usage
 from gateway.leadership import if_leading
 from gateway.leases import LocalLeases
 from gateway.logs import get_logger
+from gateway.platforms import PlatformSupervisor
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.slow_stop import SlowStopWatch
@@ -50,10 +52,15 @@ class FrontEnd:
 
 
 # In start order: the HTTP server first, so a platform that registers a webhook finds it up.
+# The chat platforms follow their live connections (gateway/platforms.py), all but a webhook
+# Telegram, whose route the HTTP server takes at start.
 FRONT_ENDS = (
     FrontEnd("http", "adapters.http", lambda settings: True),
-    FrontEnd("telegram", "adapters.telegram", lambda s: _is_set(s.telegram_token)),
-    FrontEnd("discord", "adapters.discord", lambda s: _is_set(s.discord_token)),
+    FrontEnd(
+        "telegram",
+        "adapters.telegram",
+        lambda s: _is_set(s.telegram_token) and not live(s, "telegram"),
+    ),
 )
 
 
@@ -96,9 +103,12 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         for adapter in build_adapters(runtime):
             await adapter.start()
             stack.push_async_callback(adapter.stop)
+        platforms = PlatformSupervisor(runtime, runtime.connections)
+        await platforms.apply()
+        stack.push_async_callback(platforms.stop)
         resumed = await runtime.router.recover(at_start=True)
         sent = await runtime.engine.courier.redeliver()
-        for job in _jobs(runtime):
+        for job in [*_jobs(runtime), _connection_checks(runtime, platforms)]:
             stack.push_async_callback(_cancel, asyncio.create_task(job))
         log.info("gateway ready", agent=settings.agent, resumed=resumed, redelivered=sent)
         await stop.wait()
@@ -170,6 +180,17 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
             )
         )
     return jobs
+
+
+async def _connection_checks(runtime: Runtime, platforms: PlatformSupervisor) -> None:
+    """A connection changed elsewhere (another instance, `agenvoy connection`) applied here."""
+    await every(
+        runtime.settings.connection_check_seconds,
+        platforms.apply,
+        name="platform connections",
+        clock=runtime.clock,
+        now=False,
+    )
 
 
 def _recovery_interval(runtime: Runtime) -> float:

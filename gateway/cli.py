@@ -24,6 +24,7 @@ from adapters.setup_checks import LiveChecks
 from adapters.terminal.commands import register as register_client_commands
 from gateway.cli_bans import ban, bans, unban
 from gateway.cli_changes import changes_app
+from gateway.cli_connections import connection_app
 from gateway.cli_identity import identity_app
 from gateway.cli_knowledge import knowledge_app
 from gateway.cli_members import register as register_member_commands
@@ -313,6 +314,7 @@ register_client_commands(app)
 app.command()(cleanup)
 app.command()(reindex)
 app.add_typer(knowledge_app, name="knowledge")
+app.add_typer(connection_app, name="connection")
 register_member_commands(app)
 app.add_typer(token_app, name="token")
 app.add_typer(identity_app, name="identity")

@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.quota_changes import in_dollars
 from gateway.store.config_changes import ConfigChange, ConfigChanges, NotRevertible
+from gateway.store.connections import ConnectionStore
 from gateway.store.db import Database
 from gateway.store.ownership import Ownership
 from gateway.store.profiles import ProfileStore
@@ -31,6 +32,10 @@ async def revert(db: Database, change_id: int, *, by: str, at: int) -> Reverted:
     change = await ConfigChanges(db).get(change_id)
     if change.kind == "token":
         return await _revert_token(db, change, by=by, at=at)
+    if change.kind == "connection":
+        kept = await ConnectionStore(db).revert(change_id, by=by, at=at)
+        shown = None if kept is None else {"token": kept.token, "enabled": kept.enabled}
+        return Reverted("connection", change.subject, shown)
     if change.kind == "link":
         linked = await Ownership(db).revert_link(change_id, by=by)
         shown = {"linked": sorted(linked)} if len(linked) > 1 else None

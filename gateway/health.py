@@ -144,5 +144,9 @@ class Platforms:
         kept = since.since_ms if since is not None and not since.connected else self._now_ms()
         self._states[name] = PlatformState(False, reason, kept)
 
+    def forget(self, name: str) -> None:
+        """The platform is no longer served here (its connection was turned off)."""
+        self._states.pop(name, None)
+
     def states(self) -> dict[str, PlatformState]:
         return dict(sorted(self._states.items()))

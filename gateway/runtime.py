@@ -28,6 +28,7 @@ from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.cluster.one import OneInstance
 from gateway.cluster.several import SeveralInstances
 from gateway.commands.registry import CommandRegistry
+from gateway.connections import Connections
 from gateway.core import build_core
 from gateway.crash import CrashPoints
 from gateway.engine.assembly import Engine
@@ -48,6 +49,7 @@ from gateway.rate_window import SharedWindow
 from gateway.schedules import Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
+from gateway.store.connections import ConnectionStore
 from gateway.store.kv import KVStore, open_kv
 from gateway.store.kv.redis import RedisKV
 from gateway.store.sessions import SessionStore
@@ -208,12 +210,15 @@ class Runtime:
     router: Router = field(init=False)  # the engine's face, which front-ends talk to
     probe: ReadinessProbe = field(init=False)
     platforms: Platforms = field(init=False)  # the chat platforms, connected or not
+    # Which bot token each platform should connect with now (changed live).
+    connections: Connections = field(init=False)
     _closed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.router = self.engine.router
         self.probe = ReadinessProbe(self._archive_state, answers(self.kv.ping), self.leases.healthy)
         self.platforms = Platforms(self.clock.now_ms)
+        self.connections = Connections(ConnectionStore(self.store.db), self.settings, self.clock)
 
     async def _archive_state(self) -> bool | CheckState:
         """The archive answers, and has room for writes (or is full)."""

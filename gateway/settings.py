@@ -168,6 +168,9 @@ class Settings(QuotaSettings, DiscordSettings, FallbackSettings, BaseSettings):
     # Agent profiles: the file their `file:NAME` key references read (`NAME=value` lines,
     # mode 0600); empty = `<home>/secrets.env`.
     profile_secrets_file: Path | None = None
+    # How often each instance looks for a platform connection changed elsewhere (another
+    # instance, `agenvoy connection`); one made here applies at once.
+    connection_check_seconds: float = Field(5.0, gt=0)
     # The claude agent: the Anthropic Messages API. The key is also read from
     # ANTHROPIC_API_KEY, the name Anthropic's own tools use, when the AGENVOY_ one is unset.
     anthropic_base_url: str = "https://api.anthropic.com"
@@ -257,6 +260,11 @@ class Settings(QuotaSettings, DiscordSettings, FallbackSettings, BaseSettings):
                     "(1-256 characters of A-Z a-z 0-9 _ -)"
                 )
         return self
+
+    @property
+    def secrets_path(self) -> Path:
+        """The file `file:NAME` references read: a profile's key, a platform's token."""
+        return self.profile_secrets_file or self.home / "secrets.env"
 
     @field_validator("admins", mode="after")
     @classmethod

@@ -42,6 +42,8 @@ UNRELATED |= {"member_memory"}
 # Attached documents: an admin's, bound to a target as a binding is (one that names a session
 # outlives it, as its binding does); removed by `agenvoy knowledge remove`.
 UNRELATED |= {"knowledge_document", "knowledge_chunk"}
+# The platforms' connections: the operator's.
+UNRELATED |= {"platform_connection"}
 # Every table a session has rows in once it has talked, run a task and saved a file.
 SESSION_TABLES = {"session", *(table.name for table in PER_SESSION_TABLES)}
 

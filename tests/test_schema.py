@@ -22,6 +22,7 @@ TABLES = [
     "member_memory",
     "knowledge_document",
     "knowledge_chunk",
+    "platform_connection",
 ]
 
 

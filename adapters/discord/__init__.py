@@ -35,5 +35,6 @@ from gateway.runtime import Runtime
 __all__ = ["DiscordAdapter", "create"]
 
 
-def create(runtime: Runtime) -> DiscordAdapter:
-    return DiscordAdapter(runtime)
+def create(runtime: Runtime, *, token: str | None = None) -> DiscordAdapter:
+    """The adapter, with `token` (a live connection's) or the environment's."""
+    return DiscordAdapter(runtime, token=token)

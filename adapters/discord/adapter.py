@@ -32,6 +32,7 @@ from adapters.discord.prompts import literal, outcome_content, prompt_content
 from adapters.discord.split import DISCORD_LIMIT, split_message
 from adapters.reconnect import Connection
 from gateway.adapter import Undeliverable
+from gateway.connections import env_token
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import discord_session_id
 from gateway.logs import get_logger
@@ -56,9 +57,12 @@ class DiscordAdapter(ChatAdapter):
     redelivers: ClassVar[bool] = False  # a gateway event missed is gone
     preview_replies: ClassVar[bool] = False
 
-    def __init__(self, runtime: Runtime, **client_options: Any) -> None:
+    def __init__(
+        self, runtime: Runtime, *, token: str | None = None, **client_options: Any
+    ) -> None:
         super().__init__(runtime)
         settings = runtime.settings
+        self.token = token or env_token(settings, "discord") or ""  # a live connection, or .env
         self.allow_list = AllowList.from_settings(settings)
         self.listen_channels = Settings.id_set(settings.discord_listen_channels)
         self.admin_role = settings.discord_admin_role.strip()

@@ -30,6 +30,7 @@ class Connecting(Protocol):
     runtime: Runtime
     client: GatewayClient
     ready: asyncio.Event
+    token: str
 
     def new_client(self) -> GatewayClient: ...
 
@@ -50,10 +51,8 @@ async def connect(adapter: Connecting, ready_timeout: float) -> asyncio.Task[Non
     """The running client, once READY came (or `ready_timeout` passed with discord.py still
     connecting, which it goes on doing by itself). Raises what stopped the client; the
     adapter then has a new client for the next attempt, as a closed one cannot start again."""
-    token = adapter.runtime.settings.discord_token
-    assert token is not None
     client = adapter.client
-    runner = asyncio.create_task(client.start(token.get_secret_value()))
+    runner = asyncio.create_task(client.start(adapter.token))
     ready = asyncio.create_task(adapter.ready.wait())
     done, _ = await asyncio.wait(
         {runner, ready}, timeout=ready_timeout, return_when=asyncio.FIRST_COMPLETED

@@ -198,6 +198,8 @@ async def revert_change(call: Call) -> Reverted:
         raise ApiError(409, "conflict", str(exc)) from None
     if done.kind == "binding" and runtime.profiles is not None:
         runtime.profiles.changed()
+    if done.kind == "connection":
+        runtime.connections.changed()
     return Reverted(subject=done.subject, now=done.now)
 
 

@@ -377,6 +377,7 @@ class PathParameters(BaseModel):
     )
     change: int = Field(ge=1, description="A configuration change's number (`/v1/changes`).")
     document: int = Field(ge=1, description="An attached document's number (`/v1/knowledge`).")
+    platform: str = Field(pattern=r"^(telegram|discord)$", description="A chat platform.")
     name: str = Field(
         pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="A token's name: it stands for http:NAME."
     )

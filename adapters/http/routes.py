@@ -9,6 +9,7 @@ from adapters.http.account_routes import ACCOUNT_ROUTES
 from adapters.http.archive import get_history, stream_log, usage
 from adapters.http.commands import list_commands
 from adapters.http.config_routes import CONFIG_ROUTES
+from adapters.http.connections import CONNECTION_ROUTES
 from adapters.http.knowledge import KNOWLEDGE_ROUTES
 from adapters.http.models import (
     AddInputRequest,
@@ -371,6 +372,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     *ACCOUNT_ROUTES,
     *PROFILE_ROUTES,
     *KNOWLEDGE_ROUTES,
+    *CONNECTION_ROUTES,
     *CONFIG_ROUTES,
     # -- operations
     Route(

@@ -30,5 +30,6 @@ from gateway.runtime import Runtime
 __all__ = ["TelegramAdapter", "create"]
 
 
-def create(runtime: Runtime) -> TelegramAdapter:
-    return TelegramAdapter.build(runtime)
+def create(runtime: Runtime, *, token: str | None = None) -> TelegramAdapter:
+    """The adapter, with `token` (a live connection's) or the environment's."""
+    return TelegramAdapter.build(runtime, token=token)

@@ -37,6 +37,7 @@ from adapters.telegram.sender import MAX_CHARS, CountingRateLimiter, Sender
 from adapters.telegram.split import split_html
 from adapters.telegram.webhook import Webhook
 from gateway.adapter import HttpRoute, Undeliverable
+from gateway.connections import env_token
 from gateway.events import AskUserEvent, ConfirmEvent, Event, Origin
 from gateway.ids import telegram_session_id
 from gateway.leadership import Leadership
@@ -121,13 +122,13 @@ class TelegramAdapter(PrivateDocuments):
         application.add_error_handler(self.on_error)
 
     @classmethod
-    def build(cls, runtime: Runtime) -> TelegramAdapter:
+    def build(cls, runtime: Runtime, *, token: str | None = None) -> TelegramAdapter:
         settings = runtime.settings
-        assert settings.telegram_token is not None
+        token = token or env_token(settings, "telegram") or ""  # a live connection, or .env
         root = settings.telegram_api_url.rstrip("/")
         builder = (
             ApplicationBuilder()
-            .token(settings.telegram_token.get_secret_value())
+            .token(token)
             .base_url(f"{root}/bot")
             .base_file_url(f"{root}/file/bot")
             .rate_limiter(CountingRateLimiter(runtime.router.traffic, max_retries=3))

@@ -185,6 +185,8 @@ class ConfigPages:
             await self.refusals.refuse(viewer, CHANGES, "revert", str(exc), "change", {})
         if done.kind == "binding" and runtime.profiles is not None:
             runtime.profiles.changed()
+        if done.kind == "connection":
+            runtime.connections.changed()
         raise web.HTTPSeeOther(f"{CHANGES}?reverted={raw}")
 
 

@@ -64,7 +64,7 @@ def builder(settings: Settings, config: McpConfig, make: Make) -> Build:
     """The pool's `Build`: the key read off the event loop (a secrets file), then `make`."""
 
     async def build(_name: str, spec: ProfileSpec) -> Built:
-        secrets = settings.profile_secrets_file or settings.home / "secrets.env"
+        secrets = settings.secrets_path
         key = await asyncio.to_thread(resolve_key, spec.key, secrets)
         chained = bool(spec.fallbacks)
         return make(profile_settings(settings, spec, key), servers_of(config, spec), chained)

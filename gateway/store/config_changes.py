@@ -1,5 +1,6 @@
 """The log of live configuration changes (migration 0022): quota overrides, agent bindings, API
-tokens and identity links (`link`: the person's identities before and after), each change with
+tokens, identity links (`link`: the person's identities before and after) and platform
+connections (`connection`: the token's reference and whether it is on), each change with
 who made it, when, and the value before and after. The repositories that make a change record
 it in the same transaction (`record`), so there is no change without its line and no line
 without its change; this module reads the log back.
@@ -16,8 +17,8 @@ from sqlmodel import Field, Session, SQLModel, col
 
 from gateway.store.db import Database
 
-Kind = Literal["quota", "binding", "token", "link"]
-KINDS: tuple[Kind, ...] = ("quota", "binding", "token", "link")
+Kind = Literal["quota", "binding", "token", "link", "connection"]
+KINDS: tuple[Kind, ...] = ("quota", "binding", "token", "link", "connection")
 
 
 class ConfigChangeRow(SQLModel, table=True):
