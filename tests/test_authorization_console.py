@@ -108,6 +108,14 @@ ROWS: Final[tuple[Row, ...]] = (
     Row("POST", "/ui/knowledge", form={"target": "profile:default"}, need="admin"),
     Row("GET", "/ui/knowledge/{id}", need="admin"),
     Row("POST", "/ui/knowledge/{id}/remove", need="admin"),
+    Row("GET", "/ui/connections", need="admin"),
+    Row(
+        "POST",
+        "/ui/connections/{platform}",
+        form={"token": "env:NOPE", "enabled": "on"},
+        need="admin",
+    ),
+    Row("POST", "/ui/connections/{platform}/reset", need="admin"),
     Row("POST", "/ui/login", need="token"),
     Row("POST", "/ui/logout"),
 )
@@ -260,6 +268,7 @@ async def ask(
         "name": PROFILE,
         "change": "999999",
         "id": "999999",
+        "platform": "telegram",
     }
     url = row.route.format(**fill) + row.query.format(**fill)
     data: dict[str, str] | None = None

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes.openai import FakeOpenAI
+from fakes.openai.replies import Text, ToolCalls
 from test_http import ANN, ROOT, Server, serving
 
 KEY_LIKE = "sk-proj-abcdefghijklmnopqrstuvwxyz0123"
@@ -132,3 +134,35 @@ async def test_a_profile_is_deleted_only_when_nothing_names_it_and_comes_back_by
     assert (await call("DELETE", "/v1/profiles/team"))[0] == 200
     status, body = await call("PUT", "/v1/profiles/team", {"model": "m2"})
     assert status == 200 and body["version"] == 5 and body["fields"]["persona"] == ""
+
+
+async def test_a_subagent_runs_the_agent_of_its_tasks_profile(
+    tmp_path: Path, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default agent is the offline one; Ann's tasks are answered by a profile of the fake
+    model, and the subagent her task starts is too."""
+    monkeypatch.setenv("TEAM_MODEL_KEY", model.api_key)
+    async with serving(tmp_path, max_subagent_depth=1) as server:
+        team = {
+            "agent": "openai",
+            "base_url": model.url,
+            "key": "env:TEAM_MODEL_KEY",
+            "model": "team-model",
+        }
+        status, body = await server.call("PUT", "/v1/profiles/team", json_body=team, headers=ROOT)
+        assert status == 200, body
+        bound = {"target": "identity:http:ann", "profile": "team"}
+        assert (await server.call("PUT", "/v1/bindings", json_body=bound, headers=ROOT))[0] == 200
+
+        model.script(
+            ToolCalls([("d1", "delegate", {"task": "count the sheep"})]),
+            Text("forty sheep"),  # the subagent's answer, from the same profile's model
+            Text("The subagent says: forty sheep."),
+        )
+        status, body = await server.call(
+            "POST", "/v1/send", json_body={"content": "ask a helper"}, headers=ANN
+        )
+        assert status == 200 and body["text"] == "The subagent says: forty sheep.", body
+        assert [r["model"] for r in model.requests] == ["team-model"] * 3
+        child = model.requests[1]["messages"]
+        assert child[-1]["content"].endswith("count the sheep")

@@ -8,7 +8,14 @@ import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.agents.base import NewMessage, PastMessage, SubagentRefused, ToolCall, ToolResult
+from gateway.agents.base import (
+    Agent,
+    NewMessage,
+    PastMessage,
+    SubagentRefused,
+    ToolCall,
+    ToolResult,
+)
 from gateway.agents.summary import fold_batch
 from gateway.agents.tool_memory import ToolMemory
 from gateway.clock import now_ms
@@ -92,6 +99,8 @@ class RunContext:
         self.recaller: Recaller | None = None
         self.window_start = 0  # the oldest message id in the window: recall stays below it
         self.budget: BudgetCheck | None = None
+        # The agent that runs the task (its profile's); its subagents run the same one.
+        self.agent: Agent | None = None
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         answer = await self._prompts.ask(

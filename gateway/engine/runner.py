@@ -166,6 +166,7 @@ class Runner:
             )
             held.push_async_exit(context.cleanup)
             chosen.apply(context)
+            context.agent = agent
             fold_soon = context.fold_soon
             context.budget = lambda: self._within_budget(task, chosen.budgets)
             async with (

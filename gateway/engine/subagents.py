@@ -87,6 +87,7 @@ class ChildContext(RunContext):
         self.depth = parent.depth + 1
         self.root = parent.root
         self.budget = parent.budget  # the task's requester's and chat's: a child spends theirs
+        self.agent = parent.agent  # the task's profile's
         # Who the subagent hears from: the agent that handed it the task, not a person.
         self.origin = replace(parent.origin, sender_id="agent", sender_name="parent agent")
 
@@ -139,9 +140,11 @@ class Subagents:
         await self._open(parent, child_id, text)
         child = ChildContext(parent, child_id, child_hash, text)
         log.info("subagent started", parent=parent.task_hash, session=child_id, depth=child.depth)
+        # The agent of the task's profile; the gateway's default where none was chosen.
+        agent = child.agent or self.agent
         reply = ""
         try:
-            async with closing(self.agent.run(child)) as steps:
+            async with closing(agent.run(child)) as steps:
                 async for step in steps:
                     # Tool calls are journaled and shown through the parent (`run_tool`).
                     if isinstance(step, Delta):
@@ -157,7 +160,7 @@ class Subagents:
         except AgentFailed as exc:
             raise AgentFailed(f"the subagent failed: {exc}") from exc
         run = RunRecord(child_id, child_hash, text, reply, identity=root.origin.sender_key)
-        await self.store.finish_run(run, reply, sender=self.agent.name)
+        await self.store.finish_run(run, reply, sender=agent.name)
         await self._note(child, TextEvent(session_id=child_id, text=reply))
         await self._note(child, DoneEvent(session_id=child_id, text=reply))
         log.info("subagent answered", parent=parent.task_hash, session=child_id)
