@@ -245,3 +245,25 @@ def test_a_key_written_as_a_reference_is_named_and_said_not_to_resolve(tmp_path:
         False,
         False,
     )
+
+
+async def test_a_live_connection_counts_as_set_and_names_its_reference(
+    browser: Any,
+    unconfigured: Runtime,
+    discord: FakeDiscord,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No token in the environment; Discord connected live by reference: the page names the
+    reference, asks Discord for that token's application, and never shows the token."""
+    monkeypatch.setenv("GUILD_BOT_TOKEN", discord.token)
+    unconfigured.settings.discord_api_url = discord.api_base
+    await unconfigured.connections.put("discord", "env:GUILD_BOT_TOKEN", True, by="http:root")
+    async with console(unconfigured) as base:
+        page = await sign_in(browser, base)
+        await page.goto(f"{base}/ui/start")
+        shown = await step(page, "discord")
+        assert "env:GUILD_BOT_TOKEN" in shown, shown
+        assert await cell(page, "discord", "Bot token (env:GUILD_BOT_TOKEN)") == "set"
+        assert (await cell(page, "discord", "Application")).endswith(f"(id {APPLICATION})")
+        assert await cell(page, "telegram", "Bot token (AGENVOY_TELEGRAM_TOKEN)") == "not set"
+        assert discord.token not in await page.content()

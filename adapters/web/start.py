@@ -185,9 +185,9 @@ class StartPage:
         self.pages = pages
         # Where `agenvoy run` reads .env: relative, so from the folder the gateway runs in.
         self.env_file = env_file
-        # The token cannot change while the gateway runs: once Discord named its application,
-        # it is not asked again.
-        self._application: Application | None = None
+        # Once Discord named a token's application, it is not asked again for that token (a
+        # live connection may change the token: gateway/connections.py).
+        self._application: tuple[str, Application] | None = None
 
     async def page(self, request: web.Request) -> web.Response:
         viewer = await self.pages.viewer(request)
@@ -197,27 +197,32 @@ class StartPage:
             raise web.HTTPForbidden(text=FORBIDDEN)
         runtime = self.ctx.runtime
         settings = runtime.settings
-        secrets = _secrets(settings)
+        # The tokens the platforms connect with now: the environment's, or a live connection's.
+        wanted = await runtime.connections.wanted()
+        secrets = _secrets(settings) + [w.token for w in wanted.values() if w.token]
         states = runtime.platforms.states()
 
-        def platform(name: str, variable: str, token: SecretStr | None) -> PlatformStep:
-            state = states.get(name) if is_set(token) else None
+        def platform(name: str, variable: str) -> PlatformStep:
+            token_set = wanted[name].token is not None
+            state = states.get(name) if token_set else None
             if state is not None:
                 state = replace(state, reason=scrubbed(state.reason, secrets))
-            return PlatformStep(variable, is_set(token), state)
+            source = wanted[name].source
+            where = variable if source in ("environment", "not configured") else source
+            return PlatformStep(where, token_set, state)
 
         model = await asyncio.to_thread(model_step, settings, self.env_file, dict(os.environ))
-        discord = platform("discord", "AGENVOY_DISCORD_TOKEN", settings.discord_token)
+        discord = platform("discord", "AGENVOY_DISCORD_TOKEN")
         known = None
-        if settings.discord_token is not None and discord.token_set:
-            token = settings.discord_token.get_secret_value()
+        token = wanted["discord"].token
+        if token is not None:
             known = await self._discord_app(settings.discord_api_url, token, secrets)
         return self.pages.render(
             "start.html",
             viewer,
             instance=settings.instance_id,
             model=model,
-            telegram=platform("telegram", "AGENVOY_TELEGRAM_TOKEN", settings.telegram_token),
+            telegram=platform("telegram", "AGENVOY_TELEGRAM_TOKEN"),
             discord=discord,
             app=known,
             read_on=READ_ON,
@@ -226,8 +231,8 @@ class StartPage:
     async def _discord_app(self, api_url: str, token: str, secrets: list[str]) -> DiscordApp:
         """The application `token` is of: the question `agenvoy setup` and `agenvoy discord
         invite` ask, at the same address (AGENVOY_DISCORD_API_URL)."""
-        if self._application is not None:
-            return DiscordApp(self._application, "")
+        if self._application is not None and self._application[0] == token:
+            return DiscordApp(self._application[1], "")
         try:
             async with asyncio.timeout(ASK_DISCORD_SECONDS):
                 found = await application(api_url, token)
@@ -235,7 +240,7 @@ class StartPage:
             return DiscordApp(None, scrubbed(str(exc), secrets))
         except TimeoutError:
             return DiscordApp(None, f"Discord did not answer within {ASK_DISCORD_SECONDS:g} s")
-        self._application = found
+        self._application = (token, found)
         return DiscordApp(found, "")
 
 
