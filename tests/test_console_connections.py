@@ -143,12 +143,15 @@ async def test_an_unknown_platform_is_not_found(server: Server) -> None:
 async def test_a_webhook_gateways_telegram_keeps_the_environments_token(
     tmp_path: Path,
 ) -> None:
-    webhook = {
-        "telegram_mode": "webhook",
-        "telegram_webhook_url": "https://bot.example.org/telegram",
-        "telegram_webhook_secret": "hook-secret",
-    }
-    async with serving(tmp_path, **webhook) as srv, browsing(srv, "root") as root:
+    async with (
+        serving(
+            tmp_path,
+            telegram_mode="webhook",
+            telegram_webhook_url="https://bot.example.org/telegram",
+            telegram_webhook_secret="hook-secret",
+        ) as srv,
+        browsing(srv, "root") as root,
+    ):
         status, text = await page(root, PAGE)
         assert status == 200
         assert "Telegram in webhook mode keeps the environment" in html.unescape(text)

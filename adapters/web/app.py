@@ -17,6 +17,7 @@ from adapters.http.context import Context
 from adapters.http.errors import known_error
 from adapters.web.auth import ConsoleAuth
 from adapters.web.config import ConfigPages, add_config_routes
+from adapters.web.connections import ConnectionPages, add_connection_routes
 from adapters.web.files import Files, with_attachment_links
 from adapters.web.knowledge import KnowledgePages, add_knowledge_routes
 from adapters.web.live import LiveEvents
@@ -127,6 +128,7 @@ def build_console(ctx: Context, credentials: Credentials) -> web.Application:
     console.router.add_post("/answer", pages.answer)
     add_routes(console, ProfilePages(ctx, pages))
     add_knowledge_routes(console, KnowledgePages(ctx, pages))
+    add_connection_routes(console, ConnectionPages(ctx, pages))
     add_config_routes(console, ConfigPages(ctx, pages))
     add_start_page(console, ctx, pages)
     console.router.add_static("/static", _HERE / "static")
