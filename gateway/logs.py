@@ -60,9 +60,21 @@ class _SecretMask:
 
     def __init__(self) -> None:
         self._pattern: re.Pattern[str] | None = None
+        self._settings: set[str] = set()  # the settings' (`hide_secrets`)
+        self._more: set[str] = set()  # learnt while running (`hide_also`)
 
     def use(self, secrets: Iterable[str]) -> None:
-        forms = {form for secret in secrets if secret for form in _written_forms(secret)}
+        self._settings = {secret for secret in secrets if secret}
+        self._compile()
+
+    def add(self, secret: str) -> None:
+        if secret and secret not in self._more:
+            self._more.add(secret)
+            self._compile()
+
+    def _compile(self) -> None:
+        secrets = self._settings | self._more
+        forms = {form for secret in secrets for form in _written_forms(secret)}
         # Longest first, so a secret that contains another is masked whole.
         ordered = sorted(forms, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
@@ -96,6 +108,12 @@ def hide_secrets(settings: Settings) -> None:
         if password:
             secrets += [password, unquote(password)]
     _MASK_SECRETS.use(secrets)
+
+
+def hide_also(secret: str) -> None:
+    """Mask `secret` in every log line from now on, besides the settings' own: a token read
+    while running (a platform connection's, gateway/connections.py)."""
+    _MASK_SECRETS.add(secret)
 
 
 def redact(text: str) -> str:

@@ -17,7 +17,7 @@ from typing import Final
 
 from gateway.adapter import Adapter
 from gateway.connections import PLATFORMS, Connections, Wanted, live
-from gateway.logs import get_logger
+from gateway.logs import get_logger, hide_also, redact
 from gateway.runtime import Runtime
 
 log = get_logger(__name__)
@@ -83,13 +83,14 @@ class PlatformSupervisor:
         if token is None:
             states[platform] = wanted.problem or "not connected"
             return
+        hide_also(token)  # the Bot API puts it in every URL, which the libraries log
         module = importlib.import_module(MODULES[platform])
         adapter: Adapter = module.create(self.runtime, token=token)
         try:
             await adapter.start()
         except Exception as exc:  # a token the platform refuses: said, and tried again on change
-            # Some refusals quote the token: never into a log line or a page.
-            said = str(exc).replace(token, "<token>")
+            # Some refusals quote the token: a page shows it masked, as the log does.
+            said = redact(str(exc))
             log.error("platform cannot start", platform=platform, error=said)
             states[platform] = f"cannot start: {said}"
             self.refused[platform] = token

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -15,7 +16,7 @@ import httpx
 import pytest
 from fakes.telegram import FakeTelegram
 
-from gateway.logs import MASK, configure_logging, get_logger, hide_secrets
+from gateway.logs import MASK, configure_logging, get_logger, hide_also, hide_secrets
 from gateway.settings import LogFormat, Settings
 
 EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
@@ -110,6 +111,24 @@ def test_an_http_client_request_line_is_masked(
     assert "Traceback" in lines[1]["exception"] and "refused: https" in lines[1]["exception"]
 
 
+def test_a_token_learnt_while_running_is_masked_beside_the_settings_own(
+    settings: Settings, masked: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure_logging("INFO", LogFormat.json)
+    hide_secrets(settings)
+    live = "777000:connected-live-token"
+    log = get_logger("gateway.test")
+    log.info("before", url=f"https://api.telegram.org/bot{live}/getMe")
+    hide_also(live)
+    log.info("after", url=f"https://api.telegram.org/bot{live}/getMe", other=BOT_TOKEN)
+    hide_secrets(settings)  # the settings read again keep what was learnt
+    log.info("again", token=live)
+    before, after, again = (json.loads(line) for line in capsys.readouterr().err.splitlines())
+    assert live in before["url"]  # not known yet: the test can tell masked from not
+    assert after["url"] == f"https://api.telegram.org/bot{MASK}/getMe"
+    assert after["other"] == MASK and again["token"] == MASK
+
+
 @pytest.mark.parametrize("name", ["httpx", "httpcore", "hpack", "aiohttp.client"])
 def test_http_clients_are_quiet_below_warning(masked: None, name: str) -> None:
     configure_logging("INFO", LogFormat.console)
@@ -118,7 +137,10 @@ def test_http_clients_are_quiet_below_warning(masked: None, name: str) -> None:
 
 
 @pytest.mark.slow
-async def test_a_rejected_bot_token_is_masked_when_the_gateway_gives_up(tmp_path: Path) -> None:
+async def test_a_rejected_bot_token_is_masked_and_the_gateway_goes_on(tmp_path: Path) -> None:
+    """Telegram refuses the token: the gateway says so, with the token masked (the refusal
+    quotes it), and goes on serving the rest (its HTTP API, where an admin can connect
+    another token) rather than stop."""
     rejected = "424242:rejected-bot-token"
     async with FakeTelegram() as fake:  # knows only its own token: ours gets a 401
         process = await asyncio.create_subprocess_exec(
@@ -129,15 +151,34 @@ async def test_a_rejected_bot_token_is_masked_when_the_gateway_gives_up(tmp_path
                 "AGENVOY_HOME": str(tmp_path / "home"),
                 "AGENVOY_HTTP_PORT": "0",
                 "AGENVOY_LOG_LEVEL": "DEBUG",
+                "AGENVOY_LOG_FORMAT": "json",
                 "AGENVOY_TELEGRAM_TOKEN": rejected,
                 "AGENVOY_TELEGRAM_API_URL": fake.url,
             },
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
-        _, err = await asyncio.wait_for(process.communicate(), 60)
-    text = err.decode()
-    assert process.returncode == 1, text
-    assert "the gateway stopped on an unexpected error" in text
-    assert "was rejected by the server" in text and f"`{MASK}`" in text
+        assert process.stderr is not None
+        lines: list[str] = []
+
+        async def until(event: str) -> dict[str, object]:
+            assert process.stderr is not None
+            while True:
+                raw = await process.stderr.readline()
+                assert raw, "the gateway ended:\n" + "".join(lines)
+                lines.append(raw.decode())
+                with contextlib.suppress(ValueError):
+                    entry: dict[str, object] = json.loads(raw)
+                    if entry.get("event") == event:
+                        return entry
+
+        try:
+            refused = await asyncio.wait_for(until("platform cannot start"), 60)
+            await asyncio.wait_for(until("gateway ready"), 60)
+            assert process.returncode is None  # still serving
+        finally:
+            process.terminate()
+            _, rest = await asyncio.wait_for(process.communicate(), 60)
+    text = "".join(lines) + rest.decode()
+    assert "was rejected by the server" in str(refused["error"]) and f"`{MASK}`" in text
     assert "rejected-bot-token" not in text
