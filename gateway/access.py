@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from gateway.auth import Authority, NotAllowed
 from gateway.events import Origin
-from gateway.ownership import Caller, Need, allows, is_shared, owner_for, refusal
+from gateway.ownership import Caller, Need, SessionFacts, allows, is_shared, owner_for, refusal
 from gateway.store.base import SessionTaken, UnknownSession
 from gateway.store.ownership import EVERYTHING, Ownership, Visibility
 
@@ -49,25 +49,30 @@ class SessionAccess:
         return who.sender_key == ANONYMOUS_KEY and await self._open_gateway()
 
     async def caller(self, who: Origin) -> Caller:
-        admin = await self.is_gateway_admin(who)
-        linked = await self._ownership.linked(who.sender_key)
-        if not admin and linked & self._authority.admins:
-            admin = True
+        return await self._caller(who, await self._ownership.linked(who.sender_key))
+
+    async def _caller(self, who: Origin, linked: frozenset[str]) -> Caller:
+        admin = await self.is_gateway_admin(who) or bool(linked & self._authority.admins)
         # Whom a platform vouches for as a chat's admin is known in that chat only (its
         # commands); here, reached by id, such a caller is one of its members.
         return Caller(who.sender_key, linked, gateway_admin=admin)
 
+    async def _caller_facts(
+        self, who: Origin, session_id: str
+    ) -> tuple[Caller, SessionFacts | None]:
+        """The caller and the session's facts, in one read of the archive."""
+        linked, facts = await self._ownership.caller_facts(who.sender_key, session_id)
+        return await self._caller(who, linked), facts
+
     async def may(self, who: Origin, session_id: str, need: Need) -> bool:
         """May `who` do `need` with the session? False for a session that does not exist."""
-        caller = await self.caller(who)
-        facts = await self._ownership.facts(session_id, caller.identities)
+        caller, facts = await self._caller_facts(who, session_id)
         return facts is not None and allows(caller, need, facts)
 
     async def require(self, who: Origin, session_id: str, need: Need) -> None:
         """Raise `UnknownSession` unless `who` may read the session, `NotAllowed` unless they
         may also do `need`."""
-        caller = await self.caller(who)
-        facts = await self._ownership.facts(session_id, caller.identities)
+        caller, facts = await self._caller_facts(who, session_id)
         if facts is None or not allows(caller, Need.read, facts):
             raise UnknownSession(session_id)
         if need is not Need.read and not allows(caller, need, facts):
@@ -78,8 +83,7 @@ class SessionAccess:
         message, owned by `who` when it is private; a shared chat is made by its platform
         (or a gateway admin). True when the session does not exist yet: the message is then
         to be stored only if its session is still `who`'s to make (`claim`, `SessionTaken`)."""
-        caller = await self.caller(who)
-        facts = await self._ownership.facts(session_id, caller.identities)
+        caller, facts = await self._caller_facts(who, session_id)
         if facts is None:
             if is_shared(session_id) and not caller.gateway_admin:
                 raise UnknownSession(session_id)

@@ -113,8 +113,7 @@ class Admission:
         self.window: RateWindow = LocalWindow()
 
     async def person(self, identity: str) -> Person:
-        identities = await self.store.ownership.linked(identity)
-        overrides = await self.quotas.of(identities)
+        identities, overrides = await self.quotas.of_person(identity)
         limits = dict(self.person_defaults)
         # The identity's own overrides win over those of the identities linked with it.
         for subject in sorted(overrides, key=lambda s: (s == identity, s)):
@@ -143,7 +142,7 @@ class Admission:
             return
         chat = await self.chat(session_id) if is_shared(session_id) else None
         new = f"{prefix_of(session_id)}-" in OWNED_PREFIXES
-        if new and await self.store.get(session_id) is None:
+        if new and not await self.store.exists(session_id):
             await self._check_sessions(person)
         usage = self.store.usage
         await check_budgets(usage, person.limits, now, "", identities=person.identities)

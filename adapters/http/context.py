@@ -113,7 +113,7 @@ class Context:
         )
 
     async def require_session(self, session_id: str) -> None:
-        if await self.store.get(session_id) is None:
+        if not await self.store.exists(session_id):
             raise no_session(session_id)
 
     async def task_of(self, session_id: str, task_hash: str) -> TaskView:

@@ -52,8 +52,7 @@ class QueueModes:
         self.crash = crash
 
     async def mode(self, session_id: str) -> str:
-        row = await self.store.get(session_id)
-        return row.queue_mode if row is not None else "followup"
+        return await self.store.queue_mode(session_id)
 
     async def gather(self, session_id: str, waiting: list[Task]) -> None:
         """Before the next task of a session with several waiting: in `collect` mode, the

@@ -13,13 +13,14 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, exists, false, or_, select
+from sqlalchemy import ColumnElement, delete, false, or_, select
 from sqlmodel import Session, col
 
 from gateway.clock import now_ms
 from gateway.ownership import SHARED_PREFIXES, SessionFacts, ShareMode
 from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database, insert_ignoring
+from gateway.store.lean import Lean
 from gateway.store.models import (
     IdentityLinkRow,
     LinkAttemptRow,
@@ -28,6 +29,7 @@ from gateway.store.models import (
     SessionRow,
     SessionShareRow,
 )
+from gateway.store.session_facts import facts_lean, linked_lean
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +106,19 @@ class Ownership:
 
     async def linked(self, identity: str) -> frozenset[str]:
         """Every identity of the person `identity` belongs to, itself included."""
-        return await self._db.read(lambda s: _linked(s, identity))
+        return await self._db.read_lean(lambda sql: linked_lean(sql, identity))
+
+    async def caller_facts(
+        self, identity: str, session_id: str
+    ) -> tuple[frozenset[str], SessionFacts | None]:
+        """`linked(identity)` and `facts(session_id, …)` for those identities, in one read:
+        what every request on a session asks before anything else."""
+
+        def work(sql: Lean) -> tuple[frozenset[str], SessionFacts | None]:
+            identities = linked_lean(sql, identity)
+            return identities, facts_lean(sql, session_id, identities)
+
+        return await self._db.read_lean(work)
 
     async def link(self, identity: str, to: str, *, by: str = "") -> frozenset[str]:
         """Join `identity` (and whatever it was linked with) to the person of `to`; returns the
@@ -155,40 +169,7 @@ class Ownership:
     async def facts(self, session_id: str, identities: Collection[str]) -> SessionFacts | None:
         """What the rule needs of `session_id` for a caller with `identities`; None when there
         is no such session."""
-        wanted = tuple(identities)
-
-        def work(session: Session) -> SessionFacts | None:
-            owner = _run(
-                session, select(col(SessionRow.owner)).where(col(SessionRow.id) == session_id)
-            ).first()
-            if owner is None:
-                return None
-            shares = _run(
-                session,
-                select(col(SessionShareRow.identity), col(SessionShareRow.mode)).where(
-                    col(SessionShareRow.session_id) == session_id,
-                    col(SessionShareRow.identity).in_(wanted),
-                ),
-            ).all()
-            member = bool(wanted) and bool(
-                _run(
-                    session,
-                    select(
-                        exists().where(
-                            col(MessageRow.session_id) == session_id,
-                            col(MessageRow.sender_key).in_(wanted),
-                        )
-                    ),
-                ).one()[0]
-            )
-            return SessionFacts(
-                session_id,
-                owner=str(owner[0]),
-                shares={str(i): ShareMode(m) for i, m in shares},
-                member=member,
-            )
-
-        return await self._db.read(work)
+        return await self._db.read_lean(lambda sql: facts_lean(sql, session_id, identities))
 
     async def set_owner(self, session_id: str, identity: str) -> bool:
         """Make `identity` the owner of a private session (one made before owners were kept,

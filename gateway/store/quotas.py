@@ -14,7 +14,9 @@ from sqlmodel import Session, col
 from gateway.clock import now_ms
 from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database
+from gateway.store.lean import Lean
 from gateway.store.models import QuotaRow, SessionRow
+from gateway.store.session_facts import linked_lean
 
 # Sessions that count as owned: the private ones that last. `temp-*` sessions are reaped after
 # a while idle and are what a plain send makes, so they do not count.
@@ -31,6 +33,15 @@ def _limits(text: str) -> dict[str, int]:
     return {str(k): int(v) for k, v in raw.items() if isinstance(v, int) and v >= 0}
 
 
+def _overrides(sql: Lean, subjects: Collection[str]) -> dict[str, dict[str, int]]:
+    wanted = sorted(subjects)
+    if not wanted:
+        return {}
+    marks = ", ".join("?" * len(wanted))
+    rows = sql.all(f"SELECT subject, limits FROM quota WHERE subject IN ({marks})", *wanted)
+    return {str(subject): _limits(text) for subject, text in rows}
+
+
 class Quotas:
     """The repository of quota overrides."""
 
@@ -39,17 +50,17 @@ class Quotas:
 
     async def of(self, subjects: Collection[str]) -> dict[str, dict[str, int]]:
         """The overrides set for each of `subjects` that has any."""
-        wanted = tuple(subjects)
+        return await self._db.read_lean(lambda sql: _overrides(sql, subjects))
 
-        def work(session: Session) -> dict[str, dict[str, int]]:
-            rows = session.connection().execute(
-                select(col(QuotaRow.subject), col(QuotaRow.limits)).where(
-                    col(QuotaRow.subject).in_(wanted)
-                )
-            )
-            return {str(subject): _limits(text) for subject, text in rows}
+    async def of_person(self, identity: str) -> tuple[frozenset[str], dict[str, dict[str, int]]]:
+        """The identities of `identity`'s person and their overrides, in one read: what every
+        message asks before it is taken in."""
 
-        return await self._db.read(work)
+        def work(sql: Lean) -> tuple[frozenset[str], dict[str, dict[str, int]]]:
+            identities = linked_lean(sql, identity)
+            return identities, _overrides(sql, identities)
+
+        return await self._db.read_lean(work)
 
     async def all(self) -> dict[str, dict[str, int]]:
         def work(session: Session) -> dict[str, dict[str, int]]:

@@ -32,7 +32,7 @@ from gateway.store.listing import SessionCursor, SessionInfo, SessionListing, pa
 from gateway.store.member_memories import MemberMemories
 from gateway.store.message_reads import StoredMessage
 from gateway.store.messages import MessageArchive
-from gateway.store.models import PER_SESSION_TABLES, SessionRow
+from gateway.store.models import PER_SESSION_TABLES, SessionRow, SessionSettings
 from gateway.store.outbox import Outbox
 from gateway.store.ownership import Ownership
 from gateway.store.request_keys import RequestKeys
@@ -43,6 +43,9 @@ from gateway.store.source_marks import latest_sources
 from gateway.store.summaries import SummaryArchive
 from gateway.store.usage import Usage
 from gateway.store.vectors import VectorArchive
+
+_EXISTS_SQL = "SELECT 1 FROM session WHERE id = ?"
+_SETTINGS_SQL = "SELECT settings FROM session WHERE id = ?"
 
 __all__ = [
     "RunRecord",
@@ -144,6 +147,18 @@ class SessionStore(
             return session.get(SessionRow, session_id)
 
         return await self.db.read(work)
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether the session is in the archive: one lean read, asked of every message."""
+        validate_session_id(session_id)
+        found = await self.db.read_lean(lambda sql: sql.value(_EXISTS_SQL, session_id))
+        return found is not None
+
+    async def queue_mode(self, session_id: str) -> str:
+        """The session's queue mode (`/queue`), read without the rest of its row."""
+        validate_session_id(session_id)
+        settings = await self.db.read_lean(lambda sql: sql.value(_SETTINGS_SQL, session_id))
+        return SessionSettings("", "", "", "", settings or "").queue_mode
 
     async def require(self, session_id: str) -> SessionRow:
         row = await self.get(session_id)
