@@ -10,9 +10,9 @@ import asyncio
 import importlib.metadata
 import json
 import os
+import signal
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -30,12 +30,14 @@ from gateway.memory.embedders import (
     SEMANTIC_DIM,
     SEMANTIC_MIN_SCORE,
     SEMANTIC_PACKAGE,
+    EmbeddingFailed,
     LocalEmbedder,
     OpenAIEmbedder,
     SemanticEmbedder,
     open_embedder,
     semantic_model_installed,
 )
+from gateway.memory.model_process import in_worker
 from gateway.memory.recall import Recall
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -243,24 +245,57 @@ asyncio.run(main())
     assert answer["score"] > SEMANTIC_MIN_SCORE
 
 
-async def test_embedding_runs_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A forward pass that has not finished leaves the event loop free: were it run on the
-    loop, the check below could never run and the test would hang until its time-out."""
-    release = threading.Event()
-    started = threading.Event()
+async def test_the_model_runs_in_a_process_of_its_own_and_is_replaced_when_killed() -> None:
+    """Its forward passes hold the interpreter lock: in a worker process they never hold the
+    gateway's event loop. A worker that was killed fails the call it had, and the next call
+    starts another."""
+    first = await in_worker(os.getpid)
+    assert first != os.getpid()
+    embedder = SemanticEmbedder()
+    assert (await embedder.embed(["a message"])).shape == (1, SEMANTIC_DIM)
+    os.kill(first, signal.SIGKILL)
+    with pytest.raises(EmbeddingFailed):
+        await embedder.embed(["cut short"])
+    second = await in_worker(os.getpid)
+    assert second not in (first, os.getpid())
+    assert (await embedder.embed(["again"])).shape == (1, SEMANTIC_DIM)
 
-    class Held:
-        def encode(self, texts: Sequence[str]) -> np.ndarray:
-            started.set()
-            release.wait(10)
-            return np.ones((len(texts), SEMANTIC_DIM), dtype=np.float32)
 
-    monkeypatch.setattr(embedders, "_MODEL", Held())
-    pending = asyncio.ensure_future(SemanticEmbedder().embed(["a message"]))
-    assert await asyncio.to_thread(started.wait, 30)
-    assert not pending.done()  # the loop runs this while the pass is under way
-    release.set()
-    assert (await pending).shape == (1, SEMANTIC_DIM)
+async def test_the_model_process_ends_with_a_gateway_that_was_killed() -> None:
+    script = (
+        "import asyncio, os, sys\n"
+        "from gateway.memory.model_process import in_worker\n"
+        "print(asyncio.run(in_worker(os.getpid)), flush=True)\n"
+        "sys.stdin.read()\n"  # held until killed
+    )
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert parent.stdout is not None
+    worker = int(await asyncio.wait_for(parent.stdout.readline(), 60))
+    parent.kill()
+    await parent.wait()
+
+    def gone() -> bool:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            return True
+        # Gone but not yet reaped by init shows as a zombie.
+        try:
+            with open(f"/proc/{worker}/stat") as stat:
+                return stat.read().split(") ", 1)[1].startswith("Z")
+        except FileNotFoundError:
+            return True
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while not gone():
+        assert asyncio.get_running_loop().time() < deadline, "the worker outlived its gateway"
+        await asyncio.sleep(0.1)
 
 
 def test_open_embedder_picks_the_model_when_installed(

@@ -242,10 +242,21 @@ class _Model:
 _MODEL = _Model()
 
 
+def encode_here(texts: list[str]) -> np.ndarray:
+    """`_MODEL.encode` in the process it is called in: the model's worker
+    (gateway/memory/model_process.py)."""
+    return _MODEL.encode(texts)
+
+
+def load_here() -> None:
+    _MODEL.encoder()
+
+
 class SemanticEmbedder:
     """The local sentence-embedding model of the `embeddings` extra: texts that mean the same
-    are near in 16 languages, across languages too. Loaded on first use, in a thread; every
-    forward pass runs in a thread as well, so the event loop never waits on it."""
+    are near in 16 languages, across languages too. Loaded on first use, and run, in a worker
+    process of its own (gateway/memory/model_process.py), so the event loop never waits on it
+    nor on the interpreter lock its forward passes hold."""
 
     remote = False
     min_score = SEMANTIC_MIN_SCORE
@@ -256,12 +267,17 @@ class SemanticEmbedder:
 
     async def load(self) -> None:
         """Read the model now (it is read on first use otherwise)."""
-        await asyncio.to_thread(_MODEL.encoder)
+        from gateway.memory.model_process import in_worker
+
+        await in_worker(load_here)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, SEMANTIC_DIM), np.float32)
-        return await asyncio.to_thread(_MODEL.encode, list(texts))
+        from gateway.memory.model_process import in_worker
+
+        found: np.ndarray = await in_worker(encode_here, list(texts))
+        return found
 
     async def aclose(self) -> None:
         return None  # the model stays loaded for the process's other embedders
