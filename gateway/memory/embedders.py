@@ -25,6 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from gateway.agents.retries import Retryable, retry_after, wait_for_server
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.memory.model_process import WorkerEnded, in_worker
 from gateway.settings import Settings
 
 # The local embedder: character trigrams of each word (with its boundaries) hashed into this
@@ -267,16 +268,15 @@ class SemanticEmbedder:
 
     async def load(self) -> None:
         """Read the model now (it is read on first use otherwise)."""
-        from gateway.memory.model_process import in_worker
-
         await in_worker(load_here)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, SEMANTIC_DIM), np.float32)
-        from gateway.memory.model_process import in_worker
-
-        found: np.ndarray = await in_worker(encode_here, list(texts))
+        try:
+            found: np.ndarray = await in_worker(encode_here, list(texts))
+        except WorkerEnded as exc:
+            raise EmbeddingFailed(str(exc)) from exc
         return found
 
     async def aclose(self) -> None:

@@ -66,18 +66,19 @@ def _forget(broken: ProcessPoolExecutor) -> None:
     broken.shutdown(wait=False, cancel_futures=True)
 
 
-async def in_worker(work: Callable[..., T], *args: Any) -> T:
-    """`work(*args)` in the model's process. A worker that died (killed, out of memory) is
-    replaced for the next call; this one raises `EmbeddingFailed`."""
-    from gateway.memory.embedders import EmbeddingFailed
+class WorkerEnded(RuntimeError):
+    """The worker died during a call (killed, out of memory); the next call starts another."""
 
+
+async def in_worker(work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)` in the model's process; `WorkerEnded` when the worker died meanwhile."""
     pool = _worker()
     try:
         return await asyncio.get_running_loop().run_in_executor(pool, work, *args)
     except BrokenProcessPool as exc:
         log.warning("embedding model process ended; starting another", error=repr(exc))
         _forget(pool)
-        raise EmbeddingFailed("the embedding model's process ended; it starts again") from exc
+        raise WorkerEnded("the embedding model's process ended; it starts again") from exc
 
 
 def shut_down() -> None:
