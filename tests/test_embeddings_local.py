@@ -261,12 +261,20 @@ async def test_the_model_runs_in_a_process_of_its_own_and_is_replaced_when_kille
     assert (await embedder.embed(["again"])).shape == (1, SEMANTIC_DIM)
 
 
-async def test_the_model_process_ends_with_a_gateway_that_was_killed() -> None:
+@pytest.mark.parametrize("when", ["after its first answer", "while it is starting"])
+async def test_the_model_process_ends_with_a_gateway_that_was_killed(when: str) -> None:
+    answered = "print(asyncio.run(in_worker(os.getpid)), flush=True)\n"
+    # The pool's own record of its process: the worker is named before it has read anything.
+    starting = (
+        "from gateway.memory.model_process import _worker\n"
+        "pool = _worker(); pool.submit(os.getpid)\n"
+        "print(next(iter(pool._processes)), flush=True)\n"
+    )
     script = (
         "import asyncio, os, sys\n"
         "from gateway.memory.model_process import in_worker\n"
-        "print(asyncio.run(in_worker(os.getpid)), flush=True)\n"
-        "sys.stdin.read()\n"  # held until killed
+        + (answered if when == "after its first answer" else starting)
+        + "sys.stdin.read()\n"  # held until killed
     )
     parent = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -35,9 +35,10 @@ _pool_lock = threading.Lock()
 PARENT_CHECK_SECONDS = 0.5
 
 
-def _end_with_parent() -> None:
-    """In the worker: exit once the process that started it is gone (its parent changes)."""
-    parent = os.getppid()
+def _end_with_parent(parent: int) -> None:
+    """In the worker: exit once `parent`, the process that started it, is gone. Given by the
+    parent rather than read here: one killed while the worker was still starting is gone by
+    the time this runs."""
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -53,7 +54,10 @@ def _worker() -> ProcessPoolExecutor:
         if _pool is None:
             context = multiprocessing.get_context("spawn")
             _pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=context, initializer=_end_with_parent
+                max_workers=1,
+                mp_context=context,
+                initializer=_end_with_parent,
+                initargs=(os.getpid(),),
             )
         return _pool
 
