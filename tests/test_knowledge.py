@@ -129,7 +129,7 @@ async def test_admins_attach_read_search_and_remove_over_http(server: Server) ->
     assert status == 200 and len(body["passages"]) == made["passages"]
     assert any("midnight" in p["text"] for p in body["passages"])
 
-    query = "/v1/knowledge/search?target=profile:default&q=when+do+voice+channels+close"
+    query = "/v1/search/knowledge?target=profile:default&q=when+do+voice+channels+close"
     status, body = await server.call("GET", query, headers=ROOT)
     assert status == 200 and body["results"], body
     assert "midnight" in body["results"][0]["text"]
@@ -198,7 +198,7 @@ async def test_a_pdf_over_http_is_cited_by_page(server: Server) -> None:
     status, made = await server.call("POST", "/v1/knowledge", json_body=attach, headers=ROOT)
     assert status == 201, made
     assert made["title"] == "Printer manual" and made["media_type"] == "application/pdf"
-    query = "/v1/knowledge/search?target=discord-guild:77&q=how+do+I+clear+a+paper+jam"
+    query = "/v1/search/knowledge?target=discord-guild:77&q=how+do+I+clear+a+paper+jam"
     status, body = await server.call("GET", query, headers=ROOT)
     assert status == 200 and body["results"], body
     best = body["results"][0]

@@ -104,7 +104,8 @@ class AttachRequest(RequestBody):
 
 
 class ListQuery(Query):
-    target: str | None = Field(None, pattern=r"^[a-z-]{2,20}:\S{1,240}$")
+    # Blank is absent (every document), as for any query parameter here.
+    target: str | None = Field(None, pattern=r"^([a-z-]{2,20}:\S{1,240})?$")
 
 
 class SearchQuery(Query):
@@ -233,7 +234,7 @@ KNOWLEDGE_ROUTES: Final[tuple[Route, ...]] = (
           "Attach a document to a profile, a place or a session (gateway admins)",
           body=AttachRequest, caller=True, replies={201: DocumentInfo},
           errors=(400, 409, 413, 503)),
-    Route("GET", "/v1/knowledge/search", search_knowledge,
+    Route("GET", "/v1/search/knowledge", search_knowledge,
           "The passages of a target's documents a message would find (gateway admins)",
           query=SearchQuery, caller=True, replies={200: FoundList}, errors=(400, 503)),
     Route("GET", DOCUMENT, get_document, "One attached document and its passages (gateway admins)",

@@ -30,7 +30,7 @@ from gateway.store.knowledge import AlreadyAttached
 
 FORBIDDEN: Final = "only gateway admins manage knowledge"
 PAGE: Final = "/ui/knowledge"
-SEARCH_LIMIT: Final = 10  # as many as /v1/knowledge/search answers
+SEARCH_LIMIT: Final = 10  # as many as /v1/search/knowledge answers
 MAX_DOCUMENT_ID: Final = 2**31 - 1
 _MAX_TARGET_CHARS: Final = 260
 _MAX_URL_CHARS: Final = 2000
