@@ -48,13 +48,10 @@ class Reset(Reply):
     reset: Literal[True] = True
 
 
-def _admin_connections(call: Call) -> Awaitable[Connections]:
-    async def check() -> Connections:
-        if not await call.ctx.access.is_gateway_admin(call.origin()):
-            raise ApiError(403, "forbidden", "only gateway admins manage platform connections")
-        return call.ctx.runtime.connections
-
-    return check()
+async def _admin_connections(call: Call) -> Connections:
+    if not await call.ctx.access.is_gateway_admin(call.origin()):
+        raise ApiError(403, "forbidden", "only gateway admins manage platform connections")
+    return call.ctx.runtime.connections
 
 
 async def _checked(work: Awaitable[T]) -> T:

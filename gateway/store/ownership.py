@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,11 +164,6 @@ class Ownership:
             return after
 
         return await self._db.write(work)
-
-    async def facts(self, session_id: str, identities: Collection[str]) -> SessionFacts | None:
-        """What the rule needs of `session_id` for a caller with `identities`; None when there
-        is no such session."""
-        return await self._db.read_lean(lambda sql: facts_lean(sql, session_id, identities))
 
     async def set_owner(self, session_id: str, identity: str) -> bool:
         """Make `identity` the owner of a private session (one made before owners were kept,
