@@ -32,7 +32,7 @@ from gateway.member_data.service import MemberData, canceler
 from gateway.memory.recall import Recall
 from gateway.presence import Presence
 from gateway.prices import PriceTable
-from gateway.profiles.agents import AgentPool, Build, Chain
+from gateway.profiles.agents import AgentPool, Alone, Build, Chain
 from gateway.profiles.service import Profiles
 from gateway.schedules import SCHEDULE_PLATFORM, Schedules
 from gateway.session_settings import SessionSettings
@@ -71,17 +71,19 @@ def build_core(
     prices: PriceTable | None = None,
     build_agent: Build | None = None,
     chain: Chain | None = None,
+    alone: Alone | None = None,
     mcp_servers: frozenset[str] | None = None,
 ) -> Core:
     """`build_agent`: makes a profile's agent (None: only the `default` profile answers);
-    `chain`: joins a profile's agent and its fallbacks'; `mcp_servers`: the configured MCP
+    `chain`: joins a profile's agent and its fallbacks'; `alone`: what a task runs of an agent
+    with no fallbacks (the default agent's included); `mcp_servers`: the configured MCP
     servers' names, that profiles may name."""
     # The registry is filled once the router exists (the built-in commands act on it); the
     # router only ever calls `run`.
     commands = CommandRegistry(authority, first_delivery=store.first_delivery)
     bans = Bans(BanList(store.db), store, authority, clock)
     profiles = Profiles(settings, ProfileStore(store.db), clock, mcp_servers)
-    agents = AgentPool(profiles, agent, build_agent, chain)
+    agents = AgentPool(profiles, agent, build_agent, chain, alone)
     engine = assemble(
         settings,
         store,

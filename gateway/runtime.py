@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from gateway.adapter import HttpRoute
 from gateway.agents.base import Agent
+from gateway.agents.counted import MODEL_AGENTS, Counted, alone_policy
 from gateway.agents.fallback import FallbackChain
 from gateway.agents.model_stats import ModelStats
 from gateway.agents.retries import ALONE, RetryPolicy
@@ -42,7 +43,7 @@ from gateway.mcp_tools.config import McpConfig, load_config
 from gateway.memory.setup import Memory
 from gateway.presence import Presence
 from gateway.prices import load_prices
-from gateway.profiles.agents import AgentPool, Built, Chain
+from gateway.profiles.agents import AgentPool, Alone, Built, Chain
 from gateway.profiles.building import Make, builder
 from gateway.profiles.service import Profiles
 from gateway.rate_window import SharedWindow
@@ -68,13 +69,18 @@ def build_agent(
     clock: Clock = SYSTEM_CLOCK,
     found: ToolSource | None = None,
     mcp: McpConfig | None = None,
+    stats: ModelStats | None = None,
 ) -> Agent:
     """`found`: the MCP servers' tools for the agents that run tools themselves; `mcp`: the
-    servers, for the claude-code agent to hand its CLI. With `AGENVOY_FALLBACK`, the agent
-    and its fallbacks as one chain (gateway/agents/chains.py)."""
+    servers, for the claude-code agent to hand its CLI; `stats`: where a lone agent's failed
+    attempts are counted. With `AGENVOY_FALLBACK`, the agent and its fallbacks as one chain
+    (gateway/agents/chains.py), counted in the chain's own `stats`."""
+    from gateway.agents.chains import default_chain, label_of
+
     if not settings.fallback:
-        return one_agent(settings, clock, found, mcp)
-    from gateway.agents.chains import default_chain
+        label = label_of(settings)
+        retry = ALONE if stats is None else alone_policy(settings.agent, stats, label)
+        return one_agent(settings, clock, found, mcp, retry)
 
     def make(target: Settings, retry: RetryPolicy) -> Agent:
         return one_agent(target, clock, found, mcp, retry)
@@ -139,7 +145,8 @@ def _maker(clock: Clock, stats: ModelStats) -> Make:
 
         label = label_of(settings)
         tools = mcp_tools(settings, config)
-        retry = chain_policy(stats, label) if chained else ALONE
+        kind = settings.agent
+        retry = chain_policy(stats, label) if chained else alone_policy(kind, stats, label)
         agent = one_agent(settings, clock, tools, config, retry)
         return Built(agent, [tools.aclose] if tools is not None else [], label)
 
@@ -166,6 +173,21 @@ def _chainer(settings: Settings, clock: Clock, stats: ModelStats) -> Chain:
         )
 
     return chain
+
+
+def _aloner(settings: Settings, stats: ModelStats) -> Alone:
+    """Counts the model calls of an agent that answers with no fallbacks in `stats`, beside
+    the chains' targets; it gets no breaker, and retries and fails as it did."""
+
+    def alone(built: Built) -> Agent:
+        from gateway.agents.chains import label_of
+
+        agent = built.agent
+        if isinstance(agent, FallbackChain) or agent.name not in MODEL_AGENTS:
+            return agent  # a chain counts its own; the others call no provider's API
+        return Counted(agent, built.label or label_of(settings), stats)
+
+    return alone
 
 
 def bus_namespace(database_url: str) -> str:
@@ -235,7 +257,10 @@ class Runtime:
         # Checked before anything opens: a bad entry stops the start, naming it.
         prices = await asyncio.to_thread(load_prices, settings.prices) if settings.prices else None
         mcp = mcp_tools(settings, mcp_config)
-        agent = build_agent(settings, clock, mcp, mcp_config)
+        # The model targets' counts and breakers, for the default agent's chain and the
+        # profiles' alike; a lone agent's counts, without a breaker.
+        lone = ModelStats()
+        agent = build_agent(settings, clock, mcp, mcp_config, lone)
         crash = CrashPoints(settings.crash_at)
         async with contextlib.AsyncExitStack() as opened:
             # What opened before a failure is closed again: an open store's writer thread, for
@@ -270,9 +295,7 @@ class Runtime:
                 if isinstance(leases, LocalLeases)
                 else SeveralInstances(leases, bus, settings.instance_id, settings.lease_ttl_seconds)
             )
-            # The model targets' counts and breakers, for the default agent's chain and the
-            # profiles' alike.
-            model_stats = agent.stats if isinstance(agent, FallbackChain) else ModelStats()
+            model_stats = agent.stats if isinstance(agent, FallbackChain) else lone
             core = build_core(
                 settings,
                 store,
@@ -289,6 +312,7 @@ class Runtime:
                 prices=prices,
                 build_agent=builder(settings, mcp_config, _maker(clock, model_stats)),
                 chain=_chainer(settings, clock, model_stats),
+                alone=_aloner(settings, model_stats),
                 mcp_servers=frozenset(server.name for server in mcp_config.servers),
             )
             opened.push_async_callback(core.agents.aclose)

@@ -104,7 +104,7 @@ class HttpMetrics:
         self.registry.register(RouterCollector(router))
         if tool_cache is not None:
             self.registry.register(ToolCacheCollector(tool_cache))
-        if models is not None:  # a fallback chain's models
+        if models is not None:  # the model targets: chains' and lone agents'
             self.registry.register(ModelCollector(models))
         self.platforms: PlatformCollector | None = None
         if outbox is not None:

@@ -1,6 +1,7 @@
-"""The model targets' metrics (a fallback chain's `ModelStats`): tokens, calls and their
-time, failed calls by kind (429s are `kind="rate_limited"`), switches to a fallback, and
-each breaker's state. Labels are configured model and provider names only."""
+"""The model targets' metrics (`ModelStats`: the fallback chains' targets, and the model
+agents that answer alone): tokens, calls and their time, failed calls by kind (429s are
+`kind="rate_limited"`), switches to a fallback, and each breaker's state (a lone agent has
+none). Labels are configured model and provider names only."""
 
 from __future__ import annotations
 

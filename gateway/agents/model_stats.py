@@ -1,6 +1,7 @@
-"""What the model targets of a fallback chain did, counted in this process for /metrics:
-tokens, calls and their time, failures by kind, switches from one model to another, and
-each breaker's state.
+"""What the model targets did, counted in this process for /metrics: tokens, calls and
+their time, failures by kind, switches from one model to another, and each breaker's state.
+The targets are a fallback chain's, and the model agents that answer alone (`counted.py`),
+which have no breaker.
 
 Labels are the configured names of a target (its model and `provider`, `kind@host`), never
 a session's override or an id: their number stays that of the configured targets.

@@ -44,6 +44,9 @@ Build = Callable[[str, ProfileSpec], Awaitable[Built]]
 # A profile's agent and its fallback profiles' agents → the agent a task runs (the composition
 # root's `gateway.agents.fallback.build_chain`). None: fallbacks are not used.
 Chain = Callable[[Built, list[Built]], Agent]
+# A profile's agent that answers with no fallbacks → the agent a task runs (the composition
+# root's: its model calls counted for /metrics, nothing else changed). None: as it is.
+Alone = Callable[[Built], Agent]
 
 
 @dataclass
@@ -95,11 +98,14 @@ class AgentPool:
         default: Agent,
         build: Build | None = None,
         chain: Chain | None = None,
+        alone: Alone | None = None,
     ) -> None:
         self.profiles = profiles
-        self.default = default
+        self.default = default  # as a fallback, bare: the chain counts its calls itself
         self._build = build
         self._chain = chain
+        self._alone: Alone = alone or (lambda built: built.agent)
+        self._default_alone = self._alone(Built(default))
         self._entries: dict[str, _Entry] = {}
         self._building: dict[tuple[str, int], asyncio.Future[Built]] = {}
         self._closed = False
@@ -110,12 +116,12 @@ class AgentPool:
         """The agent of the profile that answers a task here, held until the task ends."""
         resolved = await self.profiles.resolve(session_id, origin)
         if resolved.name == DEFAULT:
-            yield Chosen(self.default, resolved)
+            yield Chosen(self._default_alone, resolved)
             return
         async with contextlib.AsyncExitStack() as held:
             primary = await held.enter_async_context(self._held(resolved))
             if not resolved.spec.fallbacks or self._chain is None:
-                yield Chosen(primary.agent, resolved)
+                yield Chosen(self._alone(primary), resolved)
                 return
             fallbacks = [await self._fallback(name, held) for name in resolved.spec.fallbacks]
             usable = [built for built in fallbacks if built is not None]
