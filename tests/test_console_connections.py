@@ -11,7 +11,7 @@ import html
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 from test_console_knowledge import post, tag
@@ -194,3 +194,35 @@ async def test_a_form_without_the_pages_csrf_token_changes_nothing(server: Serve
     api = await listed(server)
     assert api["telegram"]["source"] == "not configured"
     assert api["discord"]["source"] == "env:SOME_VAR"
+
+
+async def test_a_live_connection_ends_the_first_run_notice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sessions list points a gateway admin to Getting started while nothing is
+    configured; Telegram connected live by reference, from this page, counts as configured
+    at once (no restart), and given back to an empty environment it no longer does."""
+    monkeypatch.setenv("SOME_VAR", SECRET)
+    # Given as arguments, which win over any AGENVOY_* variable of the test's environment.
+    bare: dict[str, Any] = {"agent": "offline", "telegram_token": None, "discord_token": None}
+    async with serving(tmp_path, **bare) as srv, browsing(srv, "root") as root:
+        status, text = await page(root, "/ui/")
+        assert status == 200 and 'id="first-run"' in text
+
+        token = await csrf(root)
+        form = {"csrf": token, "token": "env:SOME_VAR", "enabled": "on"}
+        status, _ = await post(root, f"{PAGE}/telegram", form)
+        assert status == 303
+        status, text = await page(root, "/ui/")
+        assert status == 200 and 'id="first-run"' not in text
+
+        # Turned off, no platform has a token to connect with: nothing is, again.
+        status, _ = await post(root, f"{PAGE}/telegram", {"csrf": token, "token": "env:SOME_VAR"})
+        assert status == 303
+        assert 'id="first-run"' in (await page(root, "/ui/"))[1]
+
+        await srv.runtime.connections.put("discord", "env:SOME_VAR", True, by="terminal:op")
+        assert 'id="first-run"' not in (await page(root, "/ui/"))[1]
+        status, _ = await post(root, f"{PAGE}/discord/reset", {"csrf": token})
+        assert status == 303
+        assert 'id="first-run"' in (await page(root, "/ui/"))[1]

@@ -4,6 +4,7 @@ the same (README, Security)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -58,11 +59,18 @@ def read_cursor(text: str) -> SessionCursor | None:
     return SessionCursor(int(updated), validate_session_id(sid))
 
 
+async def no_first_run() -> bool:
+    return False
+
+
 class Pages:
     def __init__(self, ctx: Context, auth: ConsoleAuth, templates: jinja2.Environment) -> None:
         self.ctx = ctx
         self.auth = auth
         self.templates = templates
+        # Whether nothing is configured yet, so the sessions list points gateway admins to
+        # Getting started (adapters/web/start.py says; that module imports this one).
+        self.first_run: Callable[[], Awaitable[bool]] = no_first_run
 
     def render(
         self, name: str, viewer: Viewer | None, status: int = 200, **values: Any
@@ -144,6 +152,7 @@ class Pages:
         return self.render(
             "sessions.html",
             viewer,
+            unconfigured=viewer.gateway_admin and await self.first_run(),
             tab=tab,
             tabs=["all", *PREFIXES],
             rows=rows,

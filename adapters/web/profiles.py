@@ -1,7 +1,8 @@
 """The console's pages for agent profiles, for gateway admins only (others get 403, as over the
-API): every profile with its current version and fields and every binding; one profile's fields
-as a form, whose submission makes a new version, and its history with a rollback per older
-version; bindings made and removed. Each change goes through gateway/profiles/service.py, whose
+API): every profile with its current version and fields, every binding, and the deleted profiles;
+one profile's fields as a form, whose submission makes a new version, and its history with a
+rollback per older version; a deleted profile's history, whose rollback brings it back; bindings
+made and removed. Each change goes through gateway/profiles/service.py, whose
 change counter the next task of every instance reads: nothing here restarts anything.
 
 Every form answers with a redirect (post/redirect/get); a refused one is shown again with its
@@ -33,7 +34,7 @@ from gateway.profiles.spec import (
     check_name,
     looks_like_key,
 )
-from gateway.store.profiles import ProfileConflict
+from gateway.store.profiles import DELETED, ProfileConflict, ProfileVersion
 
 FORBIDDEN: Final = "only gateway admins manage agent profiles"
 # The fields the list page's form makes a profile with; the rest are on the profile's page.
@@ -155,6 +156,7 @@ class ProfilePages:
             viewer,
             rows=rows,
             bindings=await profiles.bindings(),
+            deleted=await profiles.deleted(),
             refusal=refusal,
             values=refusal.values if refusal else {},
             agents=AGENT_KINDS,
@@ -181,8 +183,14 @@ class ProfilePages:
         viewer, profiles = await self._viewing(request)
         name = _name(request)
         try:
-            version, spec = await profiles.get(name)
             history = [] if name == DEFAULT else await profiles.history(name)
+            # A deleted profile has no current version, only its history to roll back from.
+            gone = history[-1] if history and history[-1].change == DELETED else None
+            version, spec = (
+                (gone.version, ProfileSpec.from_json(gone.spec))
+                if gone is not None
+                else await profiles.get(name)
+            )
         except (UnknownProfile, ProfileInvalid):
             raise web.HTTPNotFound(text=f"no profile {name!r}") from None
         refusal = await self._refusal(viewer, request)
@@ -193,13 +201,11 @@ class ProfilePages:
             profile=name,
             version=version,
             builtin=name == DEFAULT,
+            deleted=gone,
             values={**texts(spec), **(refusal.values if refusal else {})},
             refusal=refusal,
             saved=int(saved) if saved.isdigit() and len(saved) < 10 else None,
-            history=[
-                {"v": v, "fields": others(texts(ProfileSpec.from_json(v.spec)), skip=())}
-                for v in reversed(history)
-            ],
+            history=[_entry(v, version, gone is not None) for v in reversed(history)],
             agents=AGENT_KINDS,
             reasoning_levels=REASONING_LEVELS,
         )
@@ -288,6 +294,17 @@ class ProfilePages:
         except BindingInvalid as exc:
             await self._refuse(viewer, "/ui/profiles", "unbind", exc, {"target": target})
         raise web.HTTPSeeOther("/ui/profiles")
+
+
+def _entry(v: ProfileVersion, current: int, deleted: bool) -> dict[str, Any]:
+    """A row of a profile's history. A version that deleted it offers no rollback: the
+    service refuses one, as what it held is the version before it."""
+    return {
+        "v": v,
+        "fields": others(texts(ProfileSpec.from_json(v.spec)), skip=()),
+        "current": v.version == current and not deleted,
+        "restorable": v.version != current and v.change != DELETED,
+    }
 
 
 def _by(viewer: Viewer) -> str:

@@ -8,8 +8,8 @@ or not set; a key `agenvoy setup` wrote to `.env` as a reference (`${NAME}`) by 
 names. The settings do not change while the gateway runs: a change takes `agenvoy setup` (or an
 edit of `.env`) and a restart, which the page says.
 
-While nothing is configured (the offline agent, no bot token), the sessions list points gateway
-admins here.
+While nothing is configured (the offline agent, and no bot token: none in the environment, none
+connected live), the sessions list points gateway admins here.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from adapters.setup_checks import MEMBERS_FLAGS, MESSAGE_CONTENT_FLAGS, PORTAL
 from adapters.web.pages import Pages
 from gateway.cli_setup import PROVIDERS
 from gateway.client_settings import ENV_FILE
+from gateway.connections import Connections
 from gateway.env_file import read_values, referenced_name
 from gateway.health import PlatformState
 from gateway.settings import Settings, mask_url
@@ -57,13 +58,14 @@ def is_set(secret: SecretStr | None) -> bool:
     return secret is not None and bool(secret.get_secret_value())
 
 
-def nothing_configured(settings: Settings) -> bool:
-    """No model provider and no chat platform: what a gateway fresh from `pip install` runs."""
-    return (
-        settings.agent == "offline"
-        and not is_set(settings.telegram_token)
-        and not is_set(settings.discord_token)
-    )
+async def nothing_configured(settings: Settings, connections: Connections) -> bool:
+    """No model provider and no chat platform: what a gateway fresh from `pip install` runs.
+    A platform's token is the one it connects with now: the environment's, or one connected
+    live by reference (`agenvoy connection set`), which may come and go while it runs."""
+    if settings.agent != "offline":
+        return False
+    wanted = await connections.wanted()
+    return all(w.token is None for w in wanted.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +248,11 @@ class StartPage:
 
 def register(console: web.Application, ctx: Context, pages: Pages) -> None:
     """Serve the page at `/start`, and tell the sessions list whether to point gateway admins
-    to it (once: the settings do not change while the gateway runs)."""
-    pages.templates.globals["unconfigured"] = nothing_configured(ctx.runtime.settings)
+    to it (asked at each showing: a live connection may be made or removed meanwhile)."""
+    runtime = ctx.runtime
+
+    async def first_run() -> bool:
+        return await nothing_configured(runtime.settings, runtime.connections)
+
+    pages.first_run = first_run
     console.router.add_get("/start", StartPage(ctx, pages).page)

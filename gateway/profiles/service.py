@@ -144,6 +144,10 @@ class Profiles:
             raise UnknownProfile(f"no profile {name!r}")
         return versions
 
+    async def deleted(self) -> list[ProfileVersion]:
+        """The deleted profiles (their history kept), each with the version that deleted it."""
+        return await self.store.deleted()
+
     async def bindings(self) -> list[Binding]:
         snap = await self.snapshot()
         return sorted(snap.bindings.values(), key=lambda b: (b.kind, b.key))

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, Text, func, select, update
+from sqlalchemy import BigInteger, Column, Select, Text, func, select, update
 from sqlmodel import Field, Session, SQLModel, col
 
 from gateway.profiles.bindings import Binding
@@ -81,6 +81,19 @@ def _binding(row: AgentBindingRow) -> Binding:
     return Binding(row.kind, row.key, row.profile, switchable, row.bound_by, row.bound_at)
 
 
+def _newest() -> Select[AgentProfileRow]:
+    """Each profile's newest version."""
+    newest = (
+        select(col(AgentProfileRow.name), func.max(col(AgentProfileRow.version)).label("v"))
+        .group_by(col(AgentProfileRow.name))
+        .subquery()
+    )
+    return select(AgentProfileRow).join(
+        newest,
+        (col(AgentProfileRow.name) == newest.c.name) & (col(AgentProfileRow.version) == newest.c.v),
+    )
+
+
 def _bump(session: Session) -> None:
     session.connection().execute(
         update(AgentConfigRow)
@@ -115,18 +128,7 @@ class ProfileStore:
 
         def work(session: Session) -> Stored:
             counter = session.get(AgentConfigRow, 1)
-            newest = (
-                select(col(AgentProfileRow.name), func.max(col(AgentProfileRow.version)).label("v"))
-                .group_by(col(AgentProfileRow.name))
-                .subquery()
-            )
-            rows = session.scalars(
-                select(AgentProfileRow).join(
-                    newest,
-                    (col(AgentProfileRow.name) == newest.c.name)
-                    & (col(AgentProfileRow.version) == newest.c.v),
-                )
-            ).all()
+            rows = session.scalars(_newest()).all()
             bound = session.scalars(select(AgentBindingRow)).all()
             return Stored(
                 counter.version if counter is not None else 0,
@@ -164,6 +166,16 @@ class ProfileStore:
             return version
 
         return await self._db.write(work)
+
+    async def deleted(self) -> list[ProfileVersion]:
+        """The deleted profiles, by name: each one's last version, the one that says so."""
+
+        def work(session: Session) -> list[ProfileVersion]:
+            stmt = _newest().where(col(AgentProfileRow.change) == DELETED)
+            rows = session.scalars(stmt.order_by(col(AgentProfileRow.name))).all()
+            return [_version(row) for row in rows]
+
+        return await self._db.read(work)
 
     async def history(self, name: str) -> list[ProfileVersion]:
         """Every version of `name`, oldest first."""
