@@ -19,6 +19,7 @@ from typing import Any
 import structlog
 from pydantic import SecretStr
 
+from gateway import heap
 from gateway.adapter import Adapter
 from gateway.connections import live
 from gateway.home_lock import database_lock, home_lock
@@ -110,6 +111,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         sent = await runtime.engine.courier.redeliver()
         for job in [*_jobs(runtime), _connection_checks(runtime, platforms)]:
             stack.push_async_callback(_cancel, asyncio.create_task(job))
+        heap.settle()
         log.info("gateway ready", agent=settings.agent, resumed=resumed, redelivered=sent)
         await stop.wait()
         log.info("gateway stopping")
