@@ -45,7 +45,7 @@ from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean
 from gateway.store.pg_lean import PgLeanPool
-from gateway.store.readers import ReaderThreads
+from gateway.store.readers import LeanReads, ReaderThreads
 from gateway.store.schema import migrate_postgresql, migrate_sqlite, revision_of
 from gateway.store.space import Space
 
@@ -103,9 +103,11 @@ class Database:
             sync_url = f"sqlite:///{self.sqlite_path}"
             # Two connections: the group writer's, held for its life, and the migrations'.
             self._writer = _sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=2)
-            self._reader = _sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS)
+            # A connection for each reader thread and one for the lean reads' thread.
+            self._reader = _sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS + 1)
             self._group = GroupCommitWriter(self._writer, crash=crash)
             self._readers = ReaderThreads(self._reader, SQLITE_READERS, "agenvoy-db-read")
+            self._lean_reads = LeanReads(self._reader, "agenvoy-db-read-lean")
         elif self.dialect == "postgresql":
             if parsed.drivername in ("postgresql", "postgres"):
                 parsed = parsed.set(drivername="postgresql+asyncpg")
@@ -148,6 +150,7 @@ class Database:
             return
         await asyncio.to_thread(self._group.close)
         await asyncio.to_thread(self._readers.close)
+        await asyncio.to_thread(self._lean_reads.close)
         self._writer.dispose()
         self._reader.dispose()
 
@@ -217,9 +220,13 @@ class Database:
     async def read(self, work: Work[T]) -> T:
         return await self._read(work, lean=False)
 
-    async def read_lean(self, work: Callable[[Lean], T]) -> T:
+    async def read_lean(self, work: Callable[[Lean], T], *, long: bool = False) -> T:
         """`read` for statements of `gateway.store.lean`: no ORM session and no SQLAlchemy
-        connection around them, for the reads every message makes."""
+        connection around them, for the reads every message makes. `long`: a read of many rows
+        (a background job's); on SQLite it runs on a reader thread of its own, so the short
+        reads of requests, batched together, do not wait behind it."""
+        if long and self._async_engine is None:
+            return await self._read(partial(_lean_in_snapshot, work), lean=False)
         return await self._read(work, lean=True)
 
     async def read_lean_beside(
@@ -246,7 +253,7 @@ class Database:
     async def _read_once(self, work: Callable[[Any], T], lean: bool) -> T:
         if self._async_engine is None:
             if lean:
-                return await self._readers.run(partial(_lean_read, work))
+                return await self._lean_reads.run(work)
             return await self._readers.run(partial(_read_in_session, work))
         if lean:
             assert self._pg_lean is not None
@@ -326,14 +333,10 @@ def _read_in_session(work: Work[T], conn: Connection) -> T:
         return work(session)
 
 
-def _lean_read(work: Callable[[Lean], T], conn: Connection) -> T:
-    driver = conn.connection.dbapi_connection
+def _lean_in_snapshot(work: Callable[[Lean], T], session: Session) -> T:
+    driver = session.connection().connection.dbapi_connection
     assert driver is not None
-    driver.execute("BEGIN")  # one snapshot for all of `work`
-    try:
-        return work(Lean(driver, "sqlite"))
-    finally:
-        driver.execute("ROLLBACK")
+    return work(Lean(driver, "sqlite"))
 
 
 def _select_one(session: Session) -> None:

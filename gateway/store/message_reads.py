@@ -81,7 +81,7 @@ class MessageReads(StoreBase):
         def work(sql: Lean) -> list[StoredMessage]:
             return [StoredMessage(*row) for row in sql.all(_AFTER, session_id, after_id, limit)]
 
-        return await self.db.read_lean(work)
+        return await self.db.read_lean(work, long=True)
 
 
 # Lean (gateway.store.lean): the summary reads these every fold, history.json at a catch-up.

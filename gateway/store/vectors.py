@@ -277,7 +277,7 @@ class VectorArchive:
                 items.append(Item(SUMMARY, int(summary[0]), str(summary[1])))
             return cursor, items
 
-        return await self.db.read_lean(work)
+        return await self.db.read_lean(work, long=True)
 
     async def save(
         self,
@@ -351,7 +351,7 @@ class VectorArchive:
             )
 
         # Plain SQL (`lean`): recall brings a session's index up to date before every search.
-        return await self.db.read_lean(work)
+        return await self.db.read_lean(work, long=True)
 
     async def summary_rows_of(
         self, session_ids: list[str], model: str
