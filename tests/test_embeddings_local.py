@@ -337,3 +337,18 @@ def test_doctor_names_the_active_embedder(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("AGENVOY_LOCAL_EMBEDDINGS", "off")
     out = CliRunner().invoke(app, ["doctor"], catch_exceptions=False).output
     assert "recall embedder: hashed trigrams (lexical fallback)" in out, out
+
+
+async def test_hashed_trigrams_of_a_batch_in_pieces_match_each_text_alone() -> None:
+    texts = [
+        f"message {i}: the quick brown fox {'jumps ' * (i % 7)}over dog {i}" for i in range(100)
+    ]
+    texts += ["", "Ünïcode wörds 🎉", "a"]
+    together = await embedders.LocalEmbedder().embed(texts)  # in pieces, on a thread
+    alone = np.vstack([embedders.local_embeddings([text]) for text in texts])
+    assert together.shape == (len(texts), embedders.LOCAL_DIM)
+    assert np.array_equal(together, alone)
+    # Each trigram adds ±1 to its bucket: a one-word text has its padded trigrams' buckets set.
+    word = embedders.local_embeddings(["ab"])[0]
+    assert np.count_nonzero(word) == len(embedders.trigram_buckets("ab")) == 2
+    assert not embedders.local_embeddings([""]).any()
