@@ -220,6 +220,10 @@ class Credentials:
         self._stamp = stamp
         self._checked = clock.monotonic()
         self._change: asyncio.Future[None] | None = None
+        # The look at the archive under way for anonymous callers, and the one that will begin
+        # after it, shared by whoever asks meanwhile (`_look_begun_after_now`).
+        self._looking: asyncio.Future[None] | None = None
+        self._next_look: asyncio.Future[None] | None = None
 
     @classmethod
     async def load(
@@ -245,7 +249,7 @@ class Credentials:
         to the very next anonymous request (once one is required, nothing is read)."""
         if self.required:
             return False
-        await self._refresh(at_once=True)
+        await asyncio.shield(self._look_begun_after_now())
         return not self.required
 
     async def identify(self, token: str) -> Identity | None:
@@ -276,6 +280,23 @@ class Credentials:
             return hmac.compare_digest(fingerprint, _digest(self._local))
         found = self._issued.get(fingerprint)
         return found is not None and identity_key == f"http:{found.name}"
+
+    def _look_begun_after_now(self) -> asyncio.Future[None]:
+        """A look at the archive that begins after this call: a token issued before the call is
+        seen. Callers that ask while one is under way share the next one, so a burst of
+        anonymous requests (and the two checks of one request) make one read a round, not one
+        each."""
+        if self._looking is not None and self._looking.get_loop() is not asyncio.get_running_loop():
+            self._looking = self._next_look = None  # left by a loop that has ended
+        if self._next_look is None:
+            self._next_look = asyncio.ensure_future(self._look_after(self._looking))
+        return self._next_look
+
+    async def _look_after(self, under_way: asyncio.Future[None] | None) -> None:
+        if under_way is not None:
+            await asyncio.wait([under_way])  # it began before some of this look's callers
+        self._looking, self._next_look = self._next_look, None
+        await self._refresh(at_once=True)
 
     async def _refresh(self, *, at_once: bool = False) -> None:
         now = self._clock.monotonic()
