@@ -28,6 +28,7 @@ STEPS: Final = frozenset(
         "tool_started",  # the journal says the tool started; it has not run
         "tool_ran",  # the tool ran; its result is not journaled yet
         "answered",  # an answer is journaled; the one who gave it has not heard back
+        "logged",  # a task's end is in action.log; its reply and run are not committed
         "recorded",  # the reply and the run are committed; nothing is delivered yet
         "part_sent",  # the platform accepted a part of a reply; the outbox does not know yet
         "scheduled",  # a schedule's task is stored; the schedule is not moved on yet

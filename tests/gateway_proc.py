@@ -63,7 +63,11 @@ class Gateway:
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
         )
-        return await self._within(self._ready(), 30, "became ready")
+        try:
+            return await self._within(self._ready(), 30, "became ready")
+        except BaseException:
+            await self.close()  # not left running behind a test that gave up on it
+            raise
 
     async def _ready(self) -> dict[str, object]:
         assert self.proc is not None and self.proc.stderr is not None

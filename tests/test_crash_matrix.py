@@ -72,6 +72,11 @@ async def assert_consistent(store: SessionStore, session_id: str) -> list[tuple[
     assert [j.task_hash for j in await store.unfinished()] == []
     history = store.files(session_id).history.read()
     assert [(m.id, m.content) for m in history] == [(m.id, m.content) for m in archived]
+    # Every reply anyone may have seen has its lines in the audit trail.
+    lines = store.files(session_id).action_log.read()
+    for kind in ("text", "done"):
+        missing = set(replies) - {r.task_hash for r in lines if r.kind == kind}
+        assert not missing, f"replies with no {kind} line in action.log: {missing}"
     return [(m.role, m.content) for m in archived]
 
 
@@ -220,6 +225,36 @@ async def reply_recorded_but_not_delivered_is_not_made_again(
         await store.close()
 
 
+async def reply_logged_but_not_recorded_is_made_once(
+    tmp_path: Path, backend: dict[str, str]
+) -> None:
+    """Killed between the reply's action.log lines and its record: the task is taken up again
+    and answers once; the lines of the attempt cut off stay, before the answer's own."""
+    sid = "chat-logged"
+    async with crashing(tmp_path, backend, "logged") as (gateway, client):
+        sent = await client.call("POST", "/v1/send", {"content": "ping", "session_id": sid})
+        assert sent is None
+        assert await gateway.died() == -9
+        ready = await gateway.start()
+        assert ready["resumed"] == 1
+        history = await client.call("GET", f"/v1/session/{sid}/history")
+        assert history is not None
+        task = history[1]["messages"][0]["task_hash"]
+        got = await client.call("GET", f"/v1/session/{sid}/task/{task}?wait=15")
+        assert got is not None and (got[1]["status"], got[1]["text"]) == ("done", "echo: ping")
+        await gateway.stop()
+    store = await open_archive(tmp_path / "home", backend)
+    try:
+        assert await assert_consistent(store, sid) == [
+            ("user", "ping"),
+            ("assistant", "echo: ping"),
+        ]
+        ends = [r.kind for r in store.files(sid).action_log.read() if r.kind in ("text", "done")]
+        assert ends == ["text", "done", "text", "done"]
+    finally:
+        await store.close()
+
+
 async def file_versions(store: SessionStore, session_id: str) -> list[tuple[str, str, str]]:
     from sqlmodel import Session, col, select
 
@@ -241,6 +276,7 @@ SCENARIOS: dict[str, Callable[[Path, dict[str, str]], Awaitable[None]]] = {
     ),
     "tool_ran": lambda path, env: approved_write_cut_off_finishes_once(path, env, "tool_ran"),
     "answered": approval_journaled_but_not_acknowledged_stands,
+    "logged": reply_logged_but_not_recorded_is_made_once,
     "recorded": reply_recorded_but_not_delivered_is_not_made_again,
 }
 

@@ -55,6 +55,9 @@ async def archive_of(home: Path, env: dict[str, str], session_id: str) -> list[t
         assert await store.unfinished() == []
         history = store.files(session_id).history.read()
         assert [(m.id, m.content) for m in history] == [(m.id, m.content) for m in archived]
+        # A reply the platform has seen has its lines in the audit trail.
+        done = {r.task_hash for r in store.files(session_id).action_log.read() if r.kind == "done"}
+        assert not set(replies) - done, "a reply with no done line in action.log"
         return [(m.role, m.content) for m in archived]
     finally:
         await store.close()

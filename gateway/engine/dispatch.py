@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Final
 
 from gateway.adapter import Progress, Sink
 from gateway.clock import Clock
@@ -27,6 +28,9 @@ from gateway.store.sessions import SessionStore
 log = get_logger(__name__)
 
 SUBSCRIBER_BUFFER = 256
+
+# What an action.log line's body leaves out: the line says them itself.
+_NOT_IN_BODY: Final = {"kind", "session_id", "task_hash", "window_hash", "at"}
 
 
 class Subscription:
@@ -125,29 +129,37 @@ class Dispatch:
 
     async def record(self, task: Task, event: Event) -> Event:
         """Stamp `event` with its task and window, and record it everywhere but the origin."""
-        event = event.model_copy(
-            update={"task_hash": task.task_hash, "window_hash": task.origin.window_hash}
-        )
-        self.counters["events"] += 1
-        await task.add_event(event)
-        body = event.model_dump_json(
-            exclude={"kind", "session_id", "task_hash", "window_hash", "at"}
-        )
+        events = await self.write_lines(task, [event])
+        await self.show(task, events)
+        return events[0]
+
+    async def write_lines(self, task: Task, events: list[Event]) -> list[Event]:
+        """Stamp `events` and write their `action.log` lines, each its own and in order, in
+        one write; returns them stamped, not yet shown to anyone (`show`)."""
+        stamp = {"task_hash": task.task_hash, "window_hash": task.origin.window_hash}
+        events = [event.model_copy(update=stamp) for event in events]
+        lines = [(event.kind, event.model_dump_json(exclude=_NOT_IN_BODY)) for event in events]
         try:
-            await self.store.log_action(
+            await self.store.log_actions(
                 task.session_id,
-                event.kind,
-                body,
+                lines,
                 window_hash=task.origin.window_hash,
                 task_hash=task.task_hash,
                 identity=task.origin.sender_key,
             )
         except FileNotFoundError:
             log.warning("session gone while its task ran", session=task.session_id)
-        self.offer(event, task.session_id)
-        if self.published is not None:
-            await self.published(task, event)
-        return event
+        return events
+
+    async def show(self, task: Task, events: list[Event]) -> None:
+        """Give events whose lines are written to their task, the live subscribers and the
+        other instances, in order."""
+        self.counters["events"] += len(events)
+        for event in events:
+            await task.add_event(event)
+            self.offer(event, task.session_id)
+            if self.published is not None:
+                await self.published(task, event)
 
     def offer(self, event: Event, session_id: str | None = None) -> None:
         """Give `event` to the live subscribers of its session."""

@@ -122,17 +122,14 @@ class Runner:
         # what when (several instances never run one session's tasks at the same time).
         log.info("task started", session=task.session_id, task=task.task_hash)
         try:
-            await self._run(task)
+            async with contextlib.AsyncExitStack() as held:
+                await self._run_held(task, held)
         finally:
             log.info("task ended", session=task.session_id, task=task.task_hash, status=task.status)
 
-    async def _run(self, task: Task) -> None:
-        async with contextlib.AsyncExitStack() as held:
-            await self._run_held(task, held)
-
     async def _run_held(self, task: Task, held: contextlib.AsyncExitStack) -> None:
-        """`_run`, with what the run holds until the task ends (its subagents' sessions)
-        released by `held`."""
+        """The task's run, with what it holds until it ends (its subagents' sessions) released
+        by `held`."""
         fold_soon = False
         try:
             await task.set_status("running")
@@ -338,8 +335,8 @@ class Runner:
 
     async def _finish_done(self, task: Task, *, fold_soon: bool) -> None:
         text_event = TextEvent(session_id=task.session_id, text=task.reply)
-        await self._record_end(task, task.reply, text_event)
-        await self.dispatch.emit(task, DoneEvent(session_id=task.session_id, text=task.reply))
+        done = DoneEvent(session_id=task.session_id, text=task.reply)
+        await self._record_end(task, task.reply, [text_event, done])
         self.counters["tasks_done"] += 1
         await task.journal.close(recorded=True)  # before waiters hear of the end
         await task.set_status("done")
@@ -349,14 +346,14 @@ class Runner:
 
     async def _finish_error(self, task: Task, message: str) -> None:
         await task.fail(message)
-        await self._record_end(task, "", ErrorEvent(session_id=task.session_id, message=message))
+        await self._record_end(task, "", [ErrorEvent(session_id=task.session_id, message=message)])
         self.counters["tasks_failed"] += 1
         await task.journal.close(recorded=True)  # before waiters hear of the end
         await task.set_status("error")
 
-    async def _record_end(self, task: Task, reply: str, event: Event) -> None:
-        """The reply, the run and the outbox entry that carries `event`, in one transaction;
-        then `event` goes out."""
+    async def _record_end(self, task: Task, reply: str, events: list[Event]) -> None:
+        """`events`' action.log lines in one write; then the reply, the run and the outbox entry
+        that carries the first of `events`, in one transaction; then `events` go out in order."""
         pushed = self.dispatch.pushed(task.origin)
         usage = [task.usage] if task.usage is not None else []
         run = RunRecord(
@@ -368,9 +365,12 @@ class Runner:
             usage,
             identity=task.origin.sender_key,
         )
-        outbox = [self.dispatch.outbox_entry(task, event)] if pushed else []
-        # The task is done: its end is recorded once the database is back, however long that
-        # takes (finish_run is idempotent per task), rather than lost with the queue's worker.
+        outbox = [self.dispatch.outbox_entry(task, events[0])] if pushed else []
+        # Lines first: a kill before the record leaves the lines of a reply made again on
+        # restart, never a reply sent without its line. The end is recorded once the database
+        # is back, however long that takes (finish_run is idempotent per task).
+        events = await self.dispatch.write_lines(task, events)
+        self.crash.reach("logged")
         sender = self._agent_of.get(task.task_hash, self.agent).name
         items = await until_available(
             lambda: self.store.finish_run(run, reply, sender=sender, outbox=outbox),
@@ -379,7 +379,9 @@ class Runner:
         )
         self.crash.reach("recorded")
         task.mark_recorded()  # the usage held went with the run
-        await self.dispatch.emit(task, event, item=items[0] if items else None)
+        await self.dispatch.show(task, events)
+        for n, event in enumerate(events):
+            await self.dispatch.deliver(task, event, item=items[0] if items and not n else None)
 
     async def finish_canceled(self, task: Task) -> None:
         await task.close_prompt()

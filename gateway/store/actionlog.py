@@ -30,7 +30,7 @@ import contextlib
 import errno
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO, Final
@@ -137,19 +137,38 @@ class ActionLog:
         Raises `SessionDirectoryMissing` if the session directory does not exist, and
         `ValueError` for a malformed kind, hash or naive `at`, before touching the file.
         """
-        record = ActionRecord(
-            at=datetime.now(UTC) if at is None else at,
-            window_hash=window_hash,
-            kind=kind,
-            task_hash=task_hash,
-            body=body,
-            identity=identity,
-        )
-        data = (record.format_line() + "\n").encode("utf-8")
+        return self.append_all(
+            [(kind, body)], window_hash=window_hash, task_hash=task_hash, identity=identity, at=at
+        )[0]
+
+    def append_all(
+        self,
+        entries: Sequence[tuple[ActionKind | str, str]],
+        *,
+        window_hash: str = "",
+        task_hash: str = "",
+        identity: str = "",
+        at: datetime | None = None,
+    ) -> list[ActionRecord]:
+        """`append` for several records of one task at once: each its own line, in order, in
+        one write (what a task's end records, its reply and `done`, back to back)."""
+        when = datetime.now(UTC) if at is None else at
+        records = [
+            ActionRecord(
+                at=when,
+                window_hash=window_hash,
+                kind=kind,
+                task_hash=task_hash,
+                body=body,
+                identity=identity,
+            )
+            for kind, body in entries
+        ]
+        data = "".join(record.format_line() + "\n" for record in records).encode("utf-8")
         size = self._write(data)
         if size >= self.max_bytes:
             self._rotate()
-        return record
+        return records
 
     def _write(self, data: bytes) -> int:
         """Append `data` with one write; return the file size seen afterwards."""

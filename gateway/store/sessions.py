@@ -366,13 +366,31 @@ class SessionStore(
         task_hash: str = "",
         identity: str = "",
     ) -> ActionRecord:
-        log_file = self.files(session_id).action_log
-        line = partial(
-            log_file.append,
-            kind,
-            body,
+        records = await self.log_actions(
+            session_id,
+            [(kind, body)],
             window_hash=window_hash,
             task_hash=task_hash,
             identity=identity,
         )
-        return await self.file_calls.submit(line)
+        return records[0]
+
+    async def log_actions(
+        self,
+        session_id: str,
+        entries: Sequence[tuple[ActionKind | str, str]],
+        *,
+        window_hash: str = "",
+        task_hash: str = "",
+        identity: str = "",
+    ) -> list[ActionRecord]:
+        """Lines of one task in `action.log`, in order, in one write."""
+        log_file = self.files(session_id).action_log
+        lines = partial(
+            log_file.append_all,
+            entries,
+            window_hash=window_hash,
+            task_hash=task_hash,
+            identity=identity,
+        )
+        return await self.file_calls.submit(lines)
