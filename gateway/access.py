@@ -78,8 +78,9 @@ class SessionAccess:
         if need is not Need.read and not allows(caller, need, facts):
             raise NotAllowed(refusal(need, session_id))
 
-    async def require_send(self, who: Origin, session_id: str) -> bool:
-        """`require(write)` for a session that exists. One that does not is made by the
+    async def require_send(self, who: Origin, session_id: str, need: Need = Need.write) -> bool:
+        """`require(need)` (`write`, or `configure` for a command that changes a private
+        session: `message_need`) for a session that exists. One that does not is made by the
         message, owned by `who` when it is private; a shared chat is made by its platform
         (or a gateway admin). True when the session does not exist yet: the message is then
         to be stored only if its session is still `who`'s to make (`claim`, `SessionTaken`)."""
@@ -90,23 +91,34 @@ class SessionAccess:
             return True
         if not allows(caller, Need.read, facts):
             raise UnknownSession(session_id)
-        if not allows(caller, Need.write, facts):
-            raise NotAllowed(refusal(Need.write, session_id))
+        need = self.message_need(session_id, need)
+        if not allows(caller, need, facts):
+            raise NotAllowed(refusal(need, session_id))
         return False
 
+    @staticmethod
+    def message_need(session_id: str, need: Need) -> Need:
+        """What a message asking `need` is held to: in a shared chat `write`, since its
+        commands check the chat's admins themselves."""
+        return Need.write if is_shared(session_id) else need
+
     async def sending(
-        self, who: Origin, session_id: str, send: Callable[[bool], Awaitable[T]]
+        self,
+        who: Origin,
+        session_id: str,
+        send: Callable[[bool], Awaitable[T]],
+        need: Need = Need.write,
     ) -> T:
         """`send(claim)` once `who` may send to the session (`require_send`). Two callers
         may both find a new id free: the store lets one make it, and the other, told
         `SessionTaken`, is asked the rule again — refused, unless the maker let them in."""
-        new = await self.require_send(who, session_id)
+        new = await self.require_send(who, session_id, need)
         try:
             return await send(new)
         except SessionTaken:
             if not new:
                 raise
-        await self.require_send(who, session_id)
+        await self.require_send(who, session_id, need)
         return await send(False)
 
     async def visibility(self, who: Origin) -> Visibility:

@@ -186,6 +186,36 @@ async def test_who_may_do_what_over_http(server: Server) -> None:
     assert not wrong, "\n".join(f"{k}: got {g}, expected {w}" for k, (g, w) in wrong.items())
 
 
+# Messages sent to a private session: a command that changes it asks what the routes that
+# change it ask; one that only shows something, or plain text, asks what sending does.
+SENT_TO_PRIVATE: Final = (
+    ("/persona a pirate", "configure"),
+    ("/allow write_file", "configure"),
+    ("/model", "write"),
+    ("hello", "write"),
+    ("/reset", "configure"),
+)
+
+
+async def test_commands_sent_to_a_private_session_ask_what_its_routes_ask(
+    server: Server,
+) -> None:
+    wrong = {}
+    places = {}
+    for n, (kind, user) in enumerate(CALLERS.items()):
+        place = places[kind] = await make_places(server, 70 + n)
+        for text, need in SENT_TO_PRIVATE:
+            body = {"session_id": place.private, "content": text, "wait": 0}
+            got = await ask(server, "POST", "/v1/send", body, user)
+            if got != GRANTS[kind][0][need]:
+                wrong[(kind, text)] = (got, GRANTS[kind][0][need])
+    assert not wrong, wrong
+    for kind, persona in (("shared read-write", ""), ("owner", "a pirate")):
+        sid = places[kind].private
+        status, body = await server.call("GET", f"/v1/session/{sid}", headers=bearer("ann"))
+        assert status == 200 and body.get("persona") == persona, (kind, body)
+
+
 async def test_listings_and_searches_show_what_the_caller_may_read(server: Server) -> None:
     place = await make_places(server, 50)
     for kind, user in CALLERS.items():
@@ -215,6 +245,7 @@ async def test_who_may_do_what_over_mcp(server: Server) -> None:
         ("get_task", {"session_id": S, "task_hash": "nosuchtask"}, "read"),
         ("list_pending", {"session_id": S}, "read"),
         ("send_message", {"session_id": S, "content": "hi", "wait": 0}, "write"),
+        ("send_message", {"session_id": S, "content": "/persona a pirate", "wait": 0}, "configure"),
         ("answer_prompt", {"session_id": S, "task_hash": "nosuchtask", "approve": True}, "write"),
     )
     for kind, user in CALLERS.items():
@@ -230,6 +261,8 @@ async def test_who_may_do_what_over_mcp(server: Server) -> None:
                         got = HIDDEN
                     elif failed and ("read-only" in answer or "only the owner" in answer):
                         got = REFUSED
+                    elif isinstance(answer, dict) and answer.get("ok") is False:
+                        got = REFUSED  # a command that said no: in a shared chat, its own check
                     assert got == grants[need], (kind, tool, sid, answer)
 
 

@@ -61,7 +61,9 @@ async def send(call: Call) -> Reply | web.StreamResponse:
             session_id = validate_session_id(body.session_id)
             # A new id the client chose may be chosen by another at the same moment: one of
             # them makes the session, the other is refused as for anyone else's session.
-            submission = await ctx.access.sending(call.ctx.caller(call.request), session_id, submit)
+            need = ctx.runtime.commands.need_of(body.content)
+            caller = call.ctx.caller(call.request)
+            submission = await ctx.access.sending(caller, session_id, submit, need)
         else:
             session_id = new_session_id(Prefix.chat if body.persist else Prefix.temp)
             submission = await submit(False)

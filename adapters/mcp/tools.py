@@ -169,7 +169,8 @@ async def _send_message(
         async def submit(claim: bool) -> Submission:
             return await ctx.router.submit(Inbound(who, session_id, args.content, claim=claim))
 
-        submission = await ctx.access.sending(who, session_id, submit)
+        need = ctx.runtime.commands.need_of(args.content)
+        submission = await ctx.access.sending(who, session_id, submit, need)
     else:
         session_id = new_session_id(Prefix.chat if args.persist else Prefix.temp)
         submission = await ctx.router.submit(Inbound(who, session_id, args.content))

@@ -259,8 +259,11 @@ class Pages:
         form = await request.post()
         self.auth.check_form(request, viewer, form)
         origin = viewer.origin()
-        await self.ctx.access.require(origin, sid, Need.write)
         text = str(form.get("content", "")).replace("\r\n", "\n")
+        access = self.ctx.access
+        await access.require(
+            origin, sid, access.message_need(sid, self.ctx.runtime.commands.need_of(text))
+        )
         if text.strip():
             await self.ctx.router.submit(Inbound(origin, sid, text))
         raise web.HTTPSeeOther(f"/ui/session/{sid}")

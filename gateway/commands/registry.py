@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gateway.auth import Access, Authority, NotAllowed
 from gateway.events import Inbound, Origin
+from gateway.ownership import Need
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,18 @@ class CommandRegistry:
             lines.append(f"{head:<17} {command.summary}{_ACCESS_NOTES[command.access]}{where}")
         lines.append("Anything else is a message for the agent.")
         return "\n".join(lines)
+
+    def need_of(self, text: str) -> Need:
+        """What sending `text` asks of a private session (gateway/ownership.py): a command that
+        changes it (settings, tools, reset, schedules) asks `configure`, anything else `write`.
+        In a shared chat the command checks its own admins, whom the platform vouches for."""
+        parsed = parse_command(text)
+        command = self._commands.get(parsed[0]) if parsed else None
+        if command is None or command.access is not Access.shared_admin:
+            return Need.write
+        if parsed and command.reads_without_args and not parsed[1]:
+            return Need.write
+        return Need.configure
 
     def takes(self, text: str) -> bool:
         """Whether `run` answers `text` as a command rather than leave it to the agent."""
