@@ -4,7 +4,8 @@
   its platform (a Discord member holding the admin role).
 - The **requester** of a task is the sender who started it (same platform, same sender id).
   A terminal task belongs to the window that started it: the same person in another window
-  watches it but does not hold it.
+  watches it but does not hold it. One sent from the command line has no window: every
+  window of its user holds it.
 - A **shared chat** (`dc-*`, `tg-*`) is used by many people, so what changes the agent for
   everyone there (model, persona, reasoning, tools that run unasked, reset, deleting it) is for
   admins. Private sessions (`cli-*`, `chat-*`, `temp-*`) belong to whoever uses them.
@@ -49,9 +50,9 @@ class Authority:
     @staticmethod
     def is_requester(who: Origin, started_by: Origin) -> bool:
         same = who.platform == started_by.platform and who.sender_id == started_by.sender_id
-        if same and started_by.platform == "terminal":
+        if same and started_by.platform == "terminal" and started_by.window_hash:
             return who.window_hash == started_by.window_hash
-        return same
+        return same  # a task from the command line (`agenvoy send`) has no window to hold it
 
     def may_act_for(self, who: Origin, started_by: Origin) -> bool:
         """Answer a task's prompt, cancel it: its requester or an admin."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,8 +18,10 @@ from gateway_proc import EXE
 from support import wait_until
 from test_http import Server, serving
 
+from adapters.http_client import GatewayClient
 from adapters.terminal.outcome import Exit
 from gateway.clock import SYSTEM_CLOCK, Clock
+from gateway.credentials import read_terminal_credential
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,12 @@ async def test_a_question_is_answered_from_the_command_line(gateway: Server) -> 
     line = asked.stdout.strip().splitlines()[-1]
     assert line.startswith("waiting for an answer: agenvoy answer cli-q "), line
     task = line.split()[-2]
+    # The chat window of the same local user lists it (a task sent from the command line has
+    # no window of its own); another user's window does not.
+    credential = read_terminal_credential(gateway.runtime.settings.store_dir)
+    for user, listed in ((getpass.getuser(), [task]), ("someone-else", [])):
+        async with GatewayClient(gateway.base, credential, user, window_hash="aaaa") as window:
+            assert [p["task_hash"] for p in await window.pending()] == listed, user
     answered = await agenvoy("answer", "cli-q", task, "blue")
     assert answered.exit_code == 0 and answered.stdout.startswith("answered"), answered.output
     view = await gateway.runtime.router.wait(task, 10)
