@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import wait_until
 from test_http import Server, bearer, serving
 from typer.testing import CliRunner
 
@@ -52,6 +53,23 @@ async def rows_holding(url: str, needle: str) -> list[str]:
     return found
 
 
+async def vectors_of(url: str, sessions: set[str]) -> set[bytes]:
+    """The embedding vectors kept for the messages of `sessions`."""
+    from sqlalchemy import bindparam, text
+
+    db = await Database.open(url, migrate=False)
+    query = text("SELECT vector FROM embedding WHERE session_id IN :s AND kind = 'message'")
+    query = query.bindparams(bindparam("s", expanding=True))
+
+    def read(session: Any) -> set[bytes]:
+        return {bytes(row[0]) for row in session.connection().execute(query, {"s": [*sessions]})}
+
+    try:
+        return await db.read(read)
+    finally:
+        await db.close()
+
+
 async def say(srv: Server, who: dict[str, str], body: dict[str, Any]) -> str:
     status, reply = await srv.call("POST", "/v1/send", json_body=body, headers=who)
     assert status == 200 and reply["status"] == "done", reply
@@ -65,7 +83,7 @@ async def test_forget_me_leaves_none_of_their_text_anywhere(
     ann_text = f"ann-zq{secrets.token_hex(6)}"
     bob_text = f"bob-zq{secrets.token_hex(6)}"
     # The SQLite database lies under tmp_path, which the scans cover with the home.
-    async with serving(tmp_path, database_url=database_url) as srv:
+    async with serving(tmp_path, database_url=database_url, local_embeddings="off") as srv:
         url = srv.runtime.settings.resolved_database_url
         status, made = await srv.call("POST", "/v1/session", json_body={}, headers=ANN)
         assert status == 201
@@ -90,6 +108,16 @@ async def test_forget_me_leaves_none_of_their_text_anywhere(
         assert await rows_holding(url, ann_text)
         assert await srv.runtime.store.search.messages(ann_text)
 
+        memory = srv.runtime.memory
+        assert memory is not None
+
+        async def embedded() -> bool:  # her three messages and the three replies
+            await memory.indexer.embed_due()  # as the gateway's background job does
+            return len(await vectors_of(url, sessions)) >= 6
+
+        assert await wait_until(embedded, 30), "her messages were never embedded"
+        vectors = await vectors_of(url, sessions)
+
         status, refused = await srv.call(
             "POST", "/v1/me/forget", json_body={"confirm": False}, headers=ANN
         )
@@ -104,6 +132,8 @@ async def test_forget_me_leaves_none_of_their_text_anywhere(
         assert files_holding(tmp_path, ann_text.encode()) == []
         assert await rows_holding(url, ann_text) == []
         assert await srv.runtime.store.search.messages(ann_text) == []
+        assert done["counts"]["embeddings"] >= 6
+        assert vectors.isdisjoint(await vectors_of(url, sessions))  # nor made again since
         assert await srv.runtime.store.search.messages(bob_text)
         assert await rows_holding(url, bob_text)
         assert files_holding(tmp_path, bob_text.encode())
