@@ -104,6 +104,10 @@ ROWS: Final[tuple[Row, ...]] = (
     Row("POST", "/ui/tokens", form={"name": "zed"}, need="admin"),
     Row("POST", "/ui/tokens/revoke", form={"name": "nobody"}, need="admin"),
     Row("POST", "/ui/changes/{change}/revert", need="admin"),
+    Row(
+        "POST", "/ui/identities/link", form={"identity": "http:zed", "to": "http:yan"}, need="admin"
+    ),
+    Row("POST", "/ui/identities/unlink", form={"identity": "http:nobody"}, need="admin"),
     Row("GET", "/ui/knowledge", need="admin"),
     Row("POST", "/ui/knowledge", form={"target": "profile:default"}, need="admin"),
     Row("GET", "/ui/knowledge/{id}", need="admin"),

@@ -3,8 +3,9 @@ Playwright), on two gateway instances sharing one archive: a gateway admin sets 
 messages a minute on instance 1's console and the member's next message to instance 2 is held
 to it, with no restart; a refused value names its limit and keeps what was entered; the change
 is in the log with who made it, and rolling it back frees the member at once. A token issued on
-instance 1's console is shown once and accepted by instance 2, and revoked there too. A viewer
-who is not a gateway admin gets 403 and no link."""
+instance 1's console is shown once and accepted by instance 2, and revoked there too. Two
+identities linked on instance 1's console are one person on instance 2 at once, and parted
+again. A viewer who is not a gateway admin gets 403 and no link."""
 
 from __future__ import annotations
 
@@ -152,3 +153,46 @@ async def test_an_admin_issues_a_token_another_instance_accepts_then_revokes_it(
 
 async def _is(status: Callable[[], Awaitable[int]], wanted: int) -> bool:
     return await status() == wanted
+
+
+async def test_an_admin_links_identities_another_instance_follows_then_unlinks(
+    browser: Any, pair: tuple[Runtime, Runtime]
+) -> None:
+    one, two = pair
+    async with console(one) as base, console(two) as other:
+        page = await sign_in(browser, base)
+        made = await page.request.post(
+            f"{other}/v1/send", data={"content": "mine", "persist": True}, headers=bearer("ann")
+        )
+        private = (await made.json())["session_id"]
+
+        async def bob_reads() -> int:
+            resp = await page.request.get(
+                f"{other}/v1/session/{private}/history", headers=bearer("bob")
+            )
+            return int(resp.status)
+
+        assert await bob_reads() == 404
+        await page.goto(f"{base}/ui/changes")
+        link = page.locator('form[action="/ui/identities/link"]')
+        await link.get_by_label("Identity").fill("bob")
+        await link.get_by_label("Joins the person of").fill("http:ann")
+        await link.get_by_role("button", name="Link").click()
+        alert = page.get_by_role("alert").filter(has_text="identity: an identity is")
+        await alert.wait_for(timeout=WAIT_MS)
+        assert await link.get_by_label("Joins the person of").input_value() == "http:ann"
+
+        await link.get_by_label("Identity").fill("http:bob")
+        await link.get_by_role("button", name="Link").click()
+        linked = page.get_by_role("status").filter(has_text="http:bob linked")
+        await linked.wait_for(timeout=WAIT_MS)
+        newest = await page.locator("tr[data-change]").first.inner_text()
+        assert "link" in newest and "http:bob" in newest and "http:root" in newest
+        assert await bob_reads() == 200  # on the other instance, from the next request
+
+        unlink = page.locator('form[action="/ui/identities/unlink"]')
+        await unlink.get_by_label("Identity").fill("http:bob")
+        await unlink.get_by_role("button", name="Unlink").click()
+        parted = page.get_by_role("status").filter(has_text="linked with nobody now")
+        await parted.wait_for(timeout=WAIT_MS)
+        assert await bob_reads() == 404

@@ -10,6 +10,7 @@ from adapters.http.archive import get_history, stream_log, usage
 from adapters.http.commands import list_commands
 from adapters.http.config_routes import CONFIG_ROUTES
 from adapters.http.connections import CONNECTION_ROUTES
+from adapters.http.identity_links import IDENTITY_ROUTES
 from adapters.http.knowledge import KNOWLEDGE_ROUTES
 from adapters.http.models import (
     AddInputRequest,
@@ -373,6 +374,7 @@ ROUTES: Final[tuple[Route, ...]] = (
     *PROFILE_ROUTES,
     *KNOWLEDGE_ROUTES,
     *CONNECTION_ROUTES,
+    *IDENTITY_ROUTES,
     *CONFIG_ROUTES,
     # -- operations
     Route(
@@ -390,11 +392,5 @@ ROUTES: Final[tuple[Route, ...]] = (
         "Prometheus text exposition (version 0.0.4)",
         replies={200: METRICS_TEXT},
     ),
-    Route(
-        "GET",
-        "/openapi.json",
-        openapi,
-        "This document",
-        replies={200: OpenApiDocument},
-    ),
+    Route("GET", "/openapi.json", openapi, "This document", replies={200: OpenApiDocument}),
 )

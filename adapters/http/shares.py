@@ -41,7 +41,8 @@ class SharesQuery(Query):
     cursor: NameCursor | None = None
 
 
-def _identity(call: Call) -> str:
+def identity_of(call: Call) -> str:
+    """The `{identity}` of the route's path, checked."""
     identity = call.request.match_info["identity"]
     if _IDENTITY_RE.fullmatch(identity) is None:
         bad("an identity is platform:sender id, e.g. http:ann or telegram:1234")
@@ -72,7 +73,7 @@ async def list_shares(call: Call) -> Shares:
 
 async def put_share(call: Call) -> Shares:
     _private(call.session_id)
-    identity = _identity(call)
+    identity = identity_of(call)
     body = await call.body(ShareRequest)
     await call.ctx.store.ownership.share(call.session_id, identity, body.mode)
     return await _listing(call)
@@ -80,5 +81,5 @@ async def put_share(call: Call) -> Shares:
 
 async def delete_share(call: Call) -> Shares:
     _private(call.session_id)
-    await call.ctx.store.ownership.unshare(call.session_id, _identity(call))
+    await call.ctx.store.ownership.unshare(call.session_id, identity_of(call))
     return await _listing(call)

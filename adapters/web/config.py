@@ -2,16 +2,19 @@
 API): the quota and budget defaults and every identity's or chat's own limits, with a form that
 changes one (from the next message on, on every instance); the per-user API tokens, issued
 (shown once) and revoked; and the log of quota, binding and token changes — who, when, before
-and after — a page at a time, each with a button that rolls it back. The checks and the
-rollback are those of the API and the CLI (gateway/quota_changes.py, gateway/config_log.py)."""
+and after — a page at a time, each with a button that rolls it back, beside a form that links
+one person's identities or parts one. The checks and the rollback are those of the API and
+the CLI (gateway/quota_changes.py, gateway/config_log.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from aiohttp import web
 
 from adapters.http.context import Context
+from adapters.http.models import IDENTITY_PATTERN
 from adapters.web.auth import Form, Viewer
 from adapters.web.pages import Pages
 from adapters.web.refusals import RefusedForms
@@ -169,7 +172,10 @@ class ConfigPages:
             ],
             older=page[-1].id if len(found) > PAGE_SIZE else None,
             refusal=refusal,
+            values=refusal.values if refusal else {},
             reverted=request.query.get("reverted", "")[:20],
+            linked=request.query.get("linked", "")[:200],
+            unlinked=request.query.get("unlinked", "")[:200],
         )
 
     async def revert(self, request: web.Request) -> web.Response:
@@ -188,6 +194,37 @@ class ConfigPages:
         if done.kind == "connection":
             runtime.connections.changed()
         raise web.HTTPSeeOther(f"{CHANGES}?reverted={raw}")
+
+    # -- linked identities -----------------------------------------------------------------
+
+    async def link(self, request: web.Request) -> web.Response:
+        """Join an identity (and whatever it is linked with) to another's person."""
+        viewer, form = await self._posted(request)
+        entered = {name: str(form.get(name, "")).strip()[:200] for name in ("identity", "to")}
+        for field in ("identity", "to"):
+            if not _IDENTITY.fullmatch(entered[field]):
+                error = f"{field}: an identity is platform:sender id, e.g. http:ann or telegram:42"
+                await self.refusals.refuse(viewer, CHANGES, "link", error, field, entered)
+        if entered["identity"] == entered["to"]:
+            error = "to: an identity is linked with itself already"
+            await self.refusals.refuse(viewer, CHANGES, "link", error, "to", entered)
+        by = viewer.origin().sender_key
+        await self.ctx.store.ownership.link(entered["identity"], entered["to"], by=by)
+        raise web.HTTPSeeOther(f"{CHANGES}?linked={entered['identity']}")
+
+    async def unlink(self, request: web.Request) -> web.Response:
+        viewer, form = await self._posted(request)
+        identity = str(form.get("identity", "")).strip()[:200]
+        by = viewer.origin().sender_key
+        if not _IDENTITY.fullmatch(identity) or not await self.ctx.store.ownership.unlink(
+            identity, by=by
+        ):
+            error = f"identity: {identity[:60]!r} is linked with nobody"
+            await self.refusals.refuse(viewer, CHANGES, "link", error, "identity", {})
+        raise web.HTTPSeeOther(f"{CHANGES}?unlinked={identity}")
+
+
+_IDENTITY: Final = re.compile(IDENTITY_PATTERN)
 
 
 def _shown(kind: str, value: object) -> str:
@@ -215,3 +252,5 @@ def add_config_routes(app: web.Application, pages: ConfigPages) -> None:
     app.router.add_post("/tokens/revoke", pages.revoke_token)
     app.router.add_get("/changes", pages.changes)
     app.router.add_post("/changes/{change}/revert", pages.revert)
+    app.router.add_post("/identities/link", pages.link)
+    app.router.add_post("/identities/unlink", pages.unlink)
