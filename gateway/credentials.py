@@ -259,7 +259,12 @@ class Credentials:
             return SHARED
         if token.startswith(_LOCAL_TOKEN + "."):
             return _read_local_token(self._local, token)
-        found = self._issued.get(_digest(token))
+        digest = _digest(token)
+        if digest not in self._issued and token.startswith(ISSUED_PREFIX):
+            # Issued a moment ago (here or on another instance) and not seen yet: the next look
+            # at the archive, shared with whoever else asks meanwhile, finds it.
+            await asyncio.shield(self._look_begun_after_now())
+        found = self._issued.get(digest)
         return None if found is None else Identity("http", found.name, found.display)
 
     def fingerprint(self, identity: Identity, token: str) -> str:
@@ -284,8 +289,8 @@ class Credentials:
     def _look_begun_after_now(self) -> asyncio.Future[None]:
         """A look at the archive that begins after this call: a token issued before the call is
         seen. Callers that ask while one is under way share the next one, so a burst of
-        anonymous requests (and the two checks of one request) make one read a round, not one
-        each."""
+        anonymous requests, or of unknown tokens (and the two checks of one request), make one
+        read a round, not one each."""
         if self._looking is not None and self._looking.get_loop() is not asyncio.get_running_loop():
             self._looking = self._next_look = None  # left by a loop that has ended
         if self._next_look is None:

@@ -1,6 +1,7 @@
 """Anonymous callers are let in only while no token exists, as the archive says at a moment
 after each call: callers asking together share one look at the archive, and a token issued
-while a look is under way is still seen by every call made after it was issued."""
+while a look is under way is still seen by every call made after it was issued. A token issued
+a moment ago is known on its first use, by the same kind of shared look."""
 
 from __future__ import annotations
 
@@ -65,3 +66,22 @@ async def test_a_token_issued_while_a_look_is_under_way_is_seen_by_later_calls()
     assert archive.stamp_reads == 2
     assert await credentials.admits_anonymous() is False  # a token is known: nothing read
     assert archive.stamp_reads == 2
+
+
+async def test_a_token_issued_a_moment_ago_is_known_on_its_first_use() -> None:
+    archive = Archive()
+    credentials = _credentials(archive)
+    # Known to have no tokens, and not due to look again: the clock does not move.
+    assert await credentials.identify("agv_" + "x" * 43) is None
+    token, issued = new_token("zed")
+    archive.tokens.append(issued)
+    archive.version += 1
+    found = await credentials.identify(token)
+    assert found is not None and found.key == "http:zed"
+    reads = archive.stamp_reads
+    # Unknown tokens asked together share one look; one of no issued shape needs none.
+    forged = [credentials.identify("agv_" + str(n) * 43) for n in range(10)]
+    assert await asyncio.gather(*forged) == [None] * 10
+    assert archive.stamp_reads == reads + 1
+    assert await credentials.identify("not-a-token") is None
+    assert archive.stamp_reads == reads + 1
