@@ -436,7 +436,9 @@ async def test_a_reply_delivered_while_the_archive_went_down_is_recorded_once_it
     database is back, so a restart does not send it again (marked ↻)."""
     relay, relayed = relayed_database.relay, relayed_database.relayed
     home = tmp_path / "home"
-    rig = await start_rig(fake, home, database_url=relayed, lease_ttl_seconds=3)
+    # A lease that outlasts the outage: on a loaded machine the cut can pass a short one, and
+    # a session given up with its lease takes the courier's wait to record with it.
+    rig = await start_rig(fake, home, database_url=relayed, lease_ttl_seconds=30)
     try:
 
         async def cut_on_reply(call: Any) -> None:
