@@ -1,5 +1,6 @@
 """Who may do what, as one table: every HTTP route on a session and every MCP tool, asked by
-each kind of caller, of a private session and of a shared chat (gateway/ownership.py).
+each kind of caller, of a private session and of a shared chat (gateway/ownership.py); and
+every other HTTP route, asked by the same callers (any token, gateway admins only, or anyone).
 
 Each route is written once with what it needs of the session (read, write, configure,
 manage); each kind of caller once with what it gets for each need. A route given a looser
@@ -326,3 +327,105 @@ async def test_the_session_listing_pages_with_a_cursor(server: Server) -> None:
     for bad in ("limit=0", "limit=501", "cursor=nonsense", "cursor=1~../etc"):
         status, body = await server.call("GET", f"/v1/sessions?{bad}", headers=bearer("ann"))
         assert status == 400, (bad, body)
+
+
+# Every route not on one session: what it asks of the caller. "token": any caller whose token
+# stands for someone; "admin": gateway admins only; "public": anyone, with or without a token.
+# Bodies are harmless: an admin's request may be answered 400 or 404, never 401 or 403.
+OTHER_ROUTES: Final[tuple[tuple[str, str, Any, str], ...]] = (
+    ("POST", "/v1/session", {}, "token"),
+    ("GET", "/v1/sessions", None, "token"),
+    ("POST", "/v1/send", {"content": "hi", "wait": 0}, "token"),
+    ("GET", "/v1/commands", None, "token"),
+    ("GET", "/v1/pending", None, "token"),
+    ("GET", "/v1/search?q=hello", None, "token"),
+    ("GET", "/v1/usage", None, "token"),
+    ("GET", "/v1/me", None, "token"),
+    ("POST", "/v1/me/link-code", None, "token"),
+    ("POST", "/v1/me/link", {"code": "nope"}, "token"),
+    ("GET", "/v1/me/export", None, "token"),
+    ("POST", "/v1/me/forget", {"confirm": False}, "token"),
+    ("DELETE", "/v1/me/link", None, "token"),  # after /v1/me/forget: carol's link goes last
+    ("GET", "/v1/profiles", None, "admin"),
+    ("GET", "/v1/profiles/{profile}", None, "admin"),
+    ("PUT", "/v1/profiles/{profile}", {}, "admin"),
+    ("DELETE", "/v1/profiles/{profile}", None, "admin"),
+    ("GET", "/v1/profiles/{profile}/history", None, "admin"),
+    ("POST", "/v1/profiles/{profile}/rollback", {"version": 1}, "admin"),
+    ("GET", "/v1/bindings", None, "admin"),
+    ("PUT", "/v1/bindings", {}, "admin"),
+    ("DELETE", "/v1/bindings", {}, "admin"),
+    ("GET", "/v1/knowledge", None, "admin"),
+    ("POST", "/v1/knowledge", {}, "admin"),
+    ("GET", "/v1/search/knowledge?q=hello&target=profile:default", None, "admin"),
+    ("GET", "/v1/knowledge/{document}", None, "admin"),
+    ("DELETE", "/v1/knowledge/{document}", None, "admin"),
+    ("GET", "/v1/connections", None, "admin"),
+    ("PUT", "/v1/connections/{platform}", {}, "admin"),
+    ("DELETE", "/v1/connections/{platform}", None, "admin"),
+    ("GET", "/v1/identities/{identity}", None, "admin"),
+    ("PUT", "/v1/identities/{identity}/person", {}, "admin"),
+    ("DELETE", "/v1/identities/{identity}/person", None, "admin"),
+    ("GET", "/v1/quotas", None, "admin"),
+    ("PUT", "/v1/quotas/{subject}", {}, "admin"),
+    ("GET", "/v1/tokens", None, "admin"),
+    ("POST", "/v1/tokens", {}, "admin"),
+    ("DELETE", "/v1/tokens/{name}", None, "admin"),
+    ("GET", "/v1/changes", None, "admin"),
+    ("POST", "/v1/changes/{change}/revert", None, "admin"),
+    ("GET", "/healthz", None, "public"),
+    ("GET", "/metrics", None, "token"),
+    ("GET", "/openapi.json", None, "token"),
+)
+OTHER_FILLED: Final = {
+    "profile": "nosuch",
+    "document": "999",
+    "platform": "telegram",
+    "identity": "http:zed",
+    "subject": "http:zed",
+    "name": "nobody",
+    "change": "999",
+}
+# What each kind of caller gets from a route asking "token", "admin" or "public".
+OTHER_GRANTS: Final[dict[str, dict[str, str]]] = {
+    kind: {"token": OK, "admin": REFUSED, "public": OK}
+    for kind in ("owner", "shared read-write", "shared read-only", "other token", "chat member")
+} | {
+    "gateway admin": {"token": OK, "admin": OK, "public": OK},
+    "revoked token": {"token": BAD_TOKEN, "admin": BAD_TOKEN, "public": OK},
+    "anonymous": {"token": NO_TOKEN, "admin": NO_TOKEN, "public": OK},
+}
+
+
+async def ask_anywhere(server: Server, method: str, path: str, body: Any, user: str | None) -> str:
+    """As `ask`, telling a refused caller (403, by the route's own rule) from a token that
+    stands for nobody (403, before any route)."""
+    headers = bearer(user) if user else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as client:
+        request = client.request(method, server.url(path), json=body, headers=headers)
+        async with request as resp:
+            try:
+                answer = json.loads(await resp.read() or b"{}")
+            except ValueError:
+                answer = {}
+            if resp.status == 401:
+                return NO_TOKEN
+            if resp.status == 403:
+                message = answer.get("error", {}).get("message", "")
+                return BAD_TOKEN if message == "the bearer token is not valid" else REFUSED
+            return OK
+
+
+def test_every_route_off_a_session_is_in_the_table() -> None:
+    served = {(r.method, r.path) for r in ROUTES if "{sid}" not in r.path}
+    assert served == {(method, path.partition("?")[0]) for method, path, _, _ in OTHER_ROUTES}
+
+
+async def test_who_may_call_every_route_off_a_session(server: Server) -> None:
+    wrong = {}
+    for kind, user in CALLERS.items():
+        for method, path, body, rule in OTHER_ROUTES:
+            got = await ask_anywhere(server, method, path.format(**OTHER_FILLED), body, user)
+            if got != OTHER_GRANTS[kind][rule]:
+                wrong[(kind, method, path)] = (got, OTHER_GRANTS[kind][rule])
+    assert not wrong, "\n".join(f"{k}: got {g}, expected {w}" for k, (g, w) in wrong.items())
