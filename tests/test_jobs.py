@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlmodel import Session
 from store_rows import SESSION_TABLES, populate, rows_of
+from support import wait_until
 
 from gateway.clock import now_ms
 from gateway.events import Inbound, Origin
@@ -77,6 +78,11 @@ async def test_reaped_session_leaves_no_row_nor_key(tmp_path: Path, database_url
         sid = "temp-reaped"
         task = await runtime.router.submit(Inbound(ANN, sid, "hi"))
         await runtime.router.wait(task.task_hash, 10)
+
+        async def idle() -> bool:  # the run lets go of its session a moment after it ends
+            return not runtime.router.is_busy(sid)
+
+        assert await wait_until(idle, 10)
         await populate(runtime.store, sid, "zebrafish")
         await populate(runtime.store, "temp-fresh", "hedgehog")
         had = await rows_of(runtime.store.db, sid, marker="zebrafish")
