@@ -128,16 +128,37 @@ class Dispatch:
         await self.deliver(task, event, item=item)
 
     async def record(self, task: Task, event: Event) -> Event:
-        """Stamp `event` with its task and window, and record it everywhere but the origin."""
-        events = await self.write_lines(task, [event])
-        await self.show(task, events)
-        return events[0]
+        """Stamp `event` with its task and window, and record it everywhere but the origin:
+        the task holds it at once (what waits on the task sees it), then its line is written,
+        then the subscribers and the other instances are given it."""
+        stamped = self._stamped(task, [event])
+        self.counters["events"] += 1
+        await task.add_event(stamped[0])
+        await self._log(task, stamped)
+        await self._announce(task, stamped[0])
+        return stamped[0]
 
     async def write_lines(self, task: Task, events: list[Event]) -> list[Event]:
         """Stamp `events` and write their `action.log` lines, each its own and in order, in
         one write; returns them stamped, not yet shown to anyone (`show`)."""
+        stamped = self._stamped(task, events)
+        await self._log(task, stamped)
+        return stamped
+
+    async def show(self, task: Task, events: list[Event]) -> None:
+        """Give events whose lines are written to their task, the live subscribers and the
+        other instances, in order."""
+        self.counters["events"] += len(events)
+        for event in events:
+            await task.add_event(event)
+            await self._announce(task, event)
+
+    @staticmethod
+    def _stamped(task: Task, events: list[Event]) -> list[Event]:
         stamp = {"task_hash": task.task_hash, "window_hash": task.origin.window_hash}
-        events = [event.model_copy(update=stamp) for event in events]
+        return [event.model_copy(update=stamp) for event in events]
+
+    async def _log(self, task: Task, events: list[Event]) -> None:
         lines = [(event.kind, event.model_dump_json(exclude=_NOT_IN_BODY)) for event in events]
         try:
             await self.store.log_actions(
@@ -149,17 +170,11 @@ class Dispatch:
             )
         except FileNotFoundError:
             log.warning("session gone while its task ran", session=task.session_id)
-        return events
 
-    async def show(self, task: Task, events: list[Event]) -> None:
-        """Give events whose lines are written to their task, the live subscribers and the
-        other instances, in order."""
-        self.counters["events"] += len(events)
-        for event in events:
-            await task.add_event(event)
-            self.offer(event, task.session_id)
-            if self.published is not None:
-                await self.published(task, event)
+    async def _announce(self, task: Task, event: Event) -> None:
+        self.offer(event, task.session_id)
+        if self.published is not None:
+            await self.published(task, event)
 
     def offer(self, event: Event, session_id: str | None = None) -> None:
         """Give `event` to the live subscribers of its session."""
