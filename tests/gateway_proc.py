@@ -6,14 +6,17 @@ The process's stderr (JSON log lines) is kept, so a test can say why a gateway d
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import signal
 import socket
 import sys
+import tempfile
 import warnings
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,6 +24,35 @@ from gateway.slow_stop import FORCED_EXIT_STATUS
 
 T = TypeVar("T")
 EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
+
+
+# Starting a gateway is its one burst of work (imports, migrations, connecting): the test workers
+# start them one per core at a time, so a burst of starts across workers queues for a core
+# instead of stretching every start past its bound. The slots are lock files all workers share.
+START_SLOTS = len(os.sched_getaffinity(0))
+SLOT_DIR = Path(tempfile.gettempdir()) / f"agenvoy-test-starts-{os.getuid()}"
+SLOT_POLL_SECONDS = 0.05
+
+
+@contextlib.asynccontextmanager
+async def start_slot() -> AsyncIterator[None]:
+    """Hold one of the START_SLOTS, across every process of the test run, while inside."""
+    SLOT_DIR.mkdir(exist_ok=True)
+    while True:
+        for slot in range(START_SLOTS):
+            fd = os.open(SLOT_DIR / f"{slot}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield
+                return
+            finally:
+                os.close(fd)  # closing it lets the lock go, in this process or if it dies
+        # A lock has no wake-up that an event loop can wait on: asked again shortly.
+        await asyncio.sleep(SLOT_POLL_SECONDS)
 
 
 def free_port() -> int:
@@ -55,27 +87,29 @@ class Gateway:
             **self.env,
             **env,
         }
-        self.proc = await asyncio.create_subprocess_exec(
-            self.exe,
-            "run",
-            env=full_env,
-            cwd=self.cwd,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        try:
-            return await self._within(self._ready(), 30, "became ready")
-        except BaseException:
-            await self.close()  # not left running behind a test that gave up on it
-            raise
+        async with start_slot():
+            self.proc = await asyncio.create_subprocess_exec(
+                self.exe,
+                "run",
+                env=full_env,
+                cwd=self.cwd,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            try:
+                return await self._within(self._ready(), 30, "became ready")
+            except BaseException:
+                await self.close()  # not left running behind a test that gave up on it
+                raise
 
     async def _ready(self) -> dict[str, object]:
         assert self.proc is not None and self.proc.stderr is not None
         while True:
             line = await self.proc.stderr.readline()
             if not line:
-                tail = "\n".join(json.dumps(entry) for entry in self.log[-20:])
-                raise AssertionError(f"gateway exited with {await self.proc.wait()}:\n{tail}")
+                raise AssertionError(
+                    f"gateway exited with {await self.proc.wait()}:\n{self.tail()}"
+                )
             entry = self._keep(line)
             if entry is not None and entry.get("event") == "gateway ready":
                 # Keep draining stderr so the process never blocks on a full pipe.
@@ -132,8 +166,13 @@ class Gateway:
         try:
             return await asyncio.wait_for(waiting, seconds)
         except TimeoutError:
-            tail = "\n".join(json.dumps(entry) for entry in self.log[-20:])
-            raise AssertionError(f"the gateway never {what} within {seconds} s:\n{tail}") from None
+            raise AssertionError(
+                f"the gateway never {what} within {seconds} s:\n{self.tail()}"
+            ) from None
+
+    def tail(self, lines: int = 20) -> str:
+        """The last log lines, for a failure to say what the gateway was doing."""
+        return "\n".join(json.dumps(entry) for entry in self.log[-lines:])
 
     async def close(self) -> None:
         if self.proc is not None and self.proc.returncode is None:

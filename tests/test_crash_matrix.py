@@ -89,6 +89,9 @@ async def crashing(
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WAIT)) as http:
             yield gateway, Client(gateway, http)
+    except AssertionError as failed:
+        # What the restarted gateway logged last says where a step stalled.
+        raise AssertionError(f"{failed}\nthe gateway's last lines:\n{gateway.tail(40)}") from None
     finally:
         await gateway.close()
 

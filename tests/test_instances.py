@@ -107,7 +107,8 @@ async def test_sigterm_hands_sessions_over_without_waiting_for_the_ttl(cluster: 
         await assert_answered_once(store, sid, ["!sleep 2"])
     finally:
         await store.close()
-    assert time.time() - stopped_at < 10
+    # Answered (a 2 s task, run again) in half the TTL, on however loaded a machine.
+    assert time.time() - stopped_at < 30
 
 
 async def test_a_confirmation_asked_on_one_instance_is_answered_on_another(
