@@ -16,8 +16,9 @@ judges no goal):
    and message, one transaction each, then the session's row read back) with bare sqlite3 on
    one connection. --trace-memory adds a third run under tracemalloc that names the gateway
    lines holding what the touched sessions left behind.
-2. Reaper over 100,000 idle temp-* sessions (--quick: 1,000) < 2 s. A home seeded with bare
-   sqlite3 and os calls (schema from our migrations): each idle session has a row, two
+2. Reaper over 100,000 idle temp-* sessions (--quick: 1,000) <= 1.5x its floor (an absolute
+   bound says more of the disk: the floor's own pass takes about 10 s here). A home seeded
+   with bare sqlite3 and os calls (schema from our migrations): each idle session has a row, two
    messages, a run, a usage row and a folder with history.json; next to them sessions that
    must survive (idle permanent ones, fresh temp ones, idle temp ones another instance is
    running) and folders without a row (old ones are reaped, a fresh one is not). Ours: one
@@ -91,7 +92,7 @@ KIB = 1024
 MIB = 1024 * 1024
 
 GOAL_BYTES_PER_SESSION = 2 * KIB
-GOAL_REAPER_SECONDS = 2.0
+GOAL_REAPER_RATIO = 1.5
 GOAL_STARTUP_SECONDS = 3.0
 GOAL_FTS_P99_MS = 20.0
 
@@ -868,7 +869,7 @@ def render(results: dict[str, Any]) -> str:
             out.append(f"     traced: {site['bytes_per_session']:>7.0f} B/session  {site['site']}")
     r = results.get("reaper")
     if r:
-        met = r["ours_seconds"] < GOAL_REAPER_SECONDS and not r["ours_problems"]
+        met = r["ratio"] <= GOAL_REAPER_RATIO and not r["ours_problems"]
         out += [
             "",
             f"2. temp-session reaper, one pass  ({r['idle_temp_sessions']:,} idle temp sessions "
@@ -882,7 +883,7 @@ def render(results: dict[str, Any]) -> str:
             f"{r['floor_folders_seconds']:>12.2f} s",
             f"   {'then emptying the trash: ours / floor':<44}{r['ours_trash_seconds']:>11.2f}"
             f"{r['floor_trash_seconds']:>12.2f} s",
-            f"   ratio ours/floor {r['ratio']:.1f}; goal < {GOAL_REAPER_SECONDS:.0f} s: "
+            f"   ratio ours/floor {r['ratio']:.2f}; goal <= {GOAL_REAPER_RATIO}x: "
             f"{verdict(met, quick)}",
         ]
         for who in ("ours", "floor"):
@@ -1003,7 +1004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "parts": parts,
         "goals": {
             "bytes_per_session_at_most": GOAL_BYTES_PER_SESSION,
-            "reaper_seconds_below": GOAL_REAPER_SECONDS,
+            "reaper_ratio_at_most": GOAL_REAPER_RATIO,
             "startup_seconds_below": GOAL_STARTUP_SECONDS,
             "fts_p99_ms_below": GOAL_FTS_P99_MS,
         },

@@ -52,21 +52,21 @@ class Reaper:
         running = {sid for sid, _ in await self.presence.running_tasks()}
         idle = [
             sid
-            for sid in await self.store.idle_ids(Prefix.temp.value + "-", cutoff)
+            for sid in await self.store.removal.idle_ids(Prefix.temp.value + "-", cutoff)
             if not is_permanent(sid) and not self.router.is_busy(sid) and sid not in running
         ]
         # A subagent's session stays while the task that started it runs.
-        parents = await self.store.parents(idle)
+        parents = await self.store.removal.parents(idle)
         idle = [
             sid
             for sid in idle
             if sid not in parents
             or not (self.router.is_busy(parents[sid]) or parents[sid] in running)
         ]
-        reaped = await self.store.delete_many(idle)
+        reaped = await self.store.removal.delete_many(idle)
         await self._forget_keys(set(idle))
         # Directories without a row (a crash between mkdir and insert) are reaped by age too.
-        known = await self.store.existing_ids()
+        known = await self.store.removal.existing_ids()
         done = set(idle)
         for sid in await asyncio.to_thread(self.store.dirs.list_ids):
             if is_permanent(sid) or sid in done or sid in known or self.router.is_busy(sid):

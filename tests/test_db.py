@@ -8,6 +8,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -361,19 +362,40 @@ async def test_delete_session_removes_rows_and_files(store: SessionStore) -> Non
     assert not store.dirs.path_of("temp-z").is_dir()
 
 
+@pytest.mark.parametrize(
+    ("seconds", "others_wait", "transactions"), [(0.0, False, 3), (60.0, False, 1), (60.0, True, 3)]
+)
 async def test_many_sessions_deleted_in_chunks(
-    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+    store: SessionStore,
+    monkeypatch: pytest.MonkeyPatch,
+    seconds: float,
+    others_wait: bool,
+    transactions: int,
 ) -> None:
-    from gateway.store import sessions as sessions_module
+    """Three chunks of ids for five sessions and one that never was: a transaction each when
+    none may hold the writer for long or other writes wait for it, all in one otherwise."""
+    from gateway.store import removal
 
-    monkeypatch.setattr(sessions_module, "DELETE_CHUNK", 2)  # three chunks for five sessions
+    monkeypatch.setattr(removal, "DELETE_CHUNK", 2)
+    monkeypatch.setattr(removal, "TRANSACTION_SECONDS", seconds)
+    monkeypatch.setattr(store.db, "writes_waiting", lambda: others_wait)
     ids = [f"temp-many{i}" for i in range(5)]
     for sid in ids:
         await store.ensure(sid)
         await store.append_message(sid, "user", f"note from {sid}")
     await store.ensure("temp-stays")
-    gone = await store.delete_many([*ids, "temp-never-was"])
+    writes = 0
+    write = store.db.write
+
+    async def counted(work: Any) -> Any:
+        nonlocal writes
+        writes += 1
+        return await write(work)
+
+    monkeypatch.setattr(store.db, "write", counted)
+    gone = await store.removal.delete_many([*ids, "temp-never-was"])
     assert gone == ids
+    assert writes == transactions
     assert [await store.get(sid) for sid in ids] == [None] * 5
     assert not any(store.dirs.path_of(sid).is_dir() for sid in ids)
     assert await store.search.messages("note from") == []

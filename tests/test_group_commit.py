@@ -95,6 +95,31 @@ async def test_writes_queued_together_commit_as_one_batch(tmp_path: Path) -> Non
         await db.close()
 
 
+async def test_a_write_in_hand_sees_the_writes_waiting_behind_it(tmp_path: Path) -> None:
+    """What lets a long write (the reaper's) commit early for the live ones behind it."""
+    db = await scratch_db(tmp_path)
+    try:
+        hold = Gate()
+        seen: list[bool] = []
+
+        def long(session: Session) -> None:
+            seen.append(db.writes_waiting())  # alone so far
+            hold.entered.set()
+            assert hold.released.wait(10), "the test never let the long write go"
+            seen.append(db.writes_waiting())
+
+        first = asyncio.ensure_future(db.write(long))
+        await hold.inside()
+        behind = asyncio.ensure_future(db.write(insert(1)))
+        await asyncio.sleep(0)  # it queues before its first suspension
+        hold.released.set()
+        await asyncio.wait_for(asyncio.gather(first, behind), 10)
+        assert seen == [False, True]
+        assert not db.writes_waiting()
+    finally:
+        await db.close()
+
+
 def insert_lean(value: int, *, fail: bool = False) -> Callable[[Lean], int]:
     def work(sql: Lean) -> int:
         sql.run("INSERT INTO scratch VALUES (?)", value)

@@ -64,6 +64,10 @@ class BatchThread:
             self._queue.put(None)
             self._thread.join()
 
+    def waiting(self) -> bool:
+        """Whether work is queued behind the batch in hand (asked from that batch's work)."""
+        return not self._queue.empty()
+
     def pass_on(self, jobs: list[Job[Any]]) -> None:
         """Queue jobs another batch thread took in (it leaves answering them to this one)."""
         for job in jobs:

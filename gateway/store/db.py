@@ -217,6 +217,11 @@ class Database:
                 await asyncio.to_thread(after_commit, result)
             return result
 
+    def writes_waiting(self) -> bool:
+        """Whether writes wait for the one running now (a long write may then end sooner).
+        Only SQLite's writes wait for each other; PostgreSQL's lock only the rows they touch."""
+        return self._async_engine is None and self._group.waiting()
+
     async def read(self, work: Work[T]) -> T:
         return await self._read(work, lean=False)
 

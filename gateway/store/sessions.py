@@ -28,13 +28,14 @@ from gateway.store.console_signins import ConsoleSignins
 from gateway.store.db import Database, insert_ignoring
 from gateway.store.journals import JournalArchive, PromptAnswers
 from gateway.store.knowledge import KnowledgeArchive
-from gateway.store.listing import SessionCursor, SessionInfo, SessionListing, parent_of
+from gateway.store.listing import SessionCursor, SessionInfo, SessionListing
 from gateway.store.member_memories import MemberMemories
 from gateway.store.message_reads import StoredMessage
 from gateway.store.messages import MessageArchive
 from gateway.store.models import PER_SESSION_TABLES, SessionRow, SessionSettings
 from gateway.store.outbox import Outbox
 from gateway.store.ownership import Ownership
+from gateway.store.removal import SessionRemoval
 from gateway.store.request_keys import RequestKeys
 from gateway.store.runs import RunArchive, RunRecord
 from gateway.store.schedules import ScheduleTable
@@ -55,10 +56,6 @@ __all__ = [
     "StoredMessage",
     "UnknownSession",
 ]
-
-# Sessions per transaction when many go at once (the reaper): each commit is an fsync, and the
-# writer is held for the whole chunk. Under 999, the bound-parameter limit of older SQLite.
-DELETE_CHUNK = 900
 
 log = get_logger(__name__)
 
@@ -93,6 +90,7 @@ class SessionStore(
         self.knowledge = KnowledgeArchive(db)
         # One for the whole store: it remembers whether pgvector is there once asked.
         self.vectors = VectorArchive(db)
+        self.removal = SessionRemoval(db, self.dirs, self.trash)
 
     @classmethod
     async def open(cls, settings: Settings, *, crash: CrashPoints = NO_CRASH) -> SessionStore:
@@ -260,61 +258,7 @@ class SessionStore(
         The full-text index follows the messages by itself: on SQLite the FTS5 table's
         triggers drop a deleted message's entry, and PostgreSQL's trigram index is an index.
         """
-        return bool(await self.delete_many([session_id]))
-
-    async def delete_many(self, session_ids: Sequence[str]) -> list[str]:
-        """`delete` for many sessions at once: one transaction and one folder hand-off per
-        chunk of them. Returns the ids that had a row or a folder."""
-        ids = [validate_session_id(sid) for sid in session_ids]
-        gone: list[str] = []
-        for start in range(0, len(ids), DELETE_CHUNK):
-            chunk = ids[start : start + DELETE_CHUNK]
-
-            def work(session: Session, chunk: list[str] = chunk) -> set[str]:
-                conn = session.connection()
-                for table in PER_SESSION_TABLES:
-                    conn.execute(delete(table).where(table.c.session_id.in_(chunk)))
-                rows = conn.execute(select(SessionRow.id).where(col(SessionRow.id).in_(chunk)))
-                had = {str(sid) for sid in rows.scalars()}
-                conn.execute(delete(SessionRow).where(col(SessionRow.id).in_(chunk)))
-                return had
-
-            had = await self.db.write(work)
-            removed = await asyncio.to_thread(self.dirs.delete_many, chunk)
-            gone += [sid for sid in chunk if sid in had or sid in removed]
-        self.trash.kick()
-        return gone
-
-    async def idle_ids(self, prefix: str, before_ms: int) -> list[str]:
-        """Ids of the sessions with `prefix` not active since `before_ms`."""
-        stmt = select(SessionRow.id).where(
-            col(SessionRow.id).startswith(prefix, autoescape=True),
-            col(SessionRow.updated_at) <= before_ms,
-        )
-        return await self.db.read(lambda session: [str(i) for i in session.exec(stmt).all()])
-
-    async def parents(self, session_ids: Sequence[str]) -> dict[str, str]:
-        """The parent session of each of `session_ids` that is a subagent's."""
-        ids = list(session_ids)
-
-        def work(session: Session) -> dict[str, str]:
-            found: dict[str, str] = {}
-            for start in range(0, len(ids), DELETE_CHUNK):
-                stmt = select(SessionRow.id, SessionRow.settings).where(
-                    col(SessionRow.id).in_(ids[start : start + DELETE_CHUNK]),
-                    col(SessionRow.settings).contains('"parent"'),
-                )
-                for sid, settings in session.exec(stmt).all():
-                    parent = parent_of(settings)
-                    if parent:
-                        found[sid] = parent
-            return found
-
-        return await self.db.read(work) if ids else {}
-
-    async def existing_ids(self) -> set[str]:
-        stmt = select(SessionRow.id)
-        return await self.db.read(lambda session: {str(i) for i in session.exec(stmt).all()})
+        return bool(await self.removal.delete_many([session_id]))
 
     async def rename(self, old: str, new: str) -> bool:
         """Carry a session over to a new id (a Telegram group that became a supergroup).

@@ -1,0 +1,131 @@
+"""Sessions removed many at a time (the reaper): which are idle, and their rows and folders gone.
+
+A commit costs far more than the rows it removes: it writes every page the transaction touched
+(the session-id indexes put each session's rows on pages of their own) and, past the WAL's
+limit, checkpoints them; a pass that commits every few thousand sessions pays it over and over.
+So a pass removes sessions in chunks of `DELETE_CHUNK`, named once in a temporary table that
+every table's DELETE reads, and holds one transaction for as many chunks as `TRANSACTION_SECONDS`
+allows, unless live writes are waiting behind it (SQLite has one writer): then it commits after
+the chunk in hand and lets them in. A transaction's folders go to the trash while the next
+one runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+
+from sqlalchemy import text
+from sqlmodel import Session, col, select
+
+from gateway.ids import validate_session_id
+from gateway.store.db import Database
+from gateway.store.files import SessionsDir
+from gateway.store.listing import parent_of
+from gateway.store.models import PER_SESSION_TABLES, SessionRow
+from gateway.store.trash import TrashEmptier
+
+# Sessions per statement: under 999, the bound-parameter limit of older SQLite.
+DELETE_CHUNK = 900
+# How long one transaction of a pass may hold the writer when nothing else waits for it.
+TRANSACTION_SECONDS = 1.0
+# The chunk's ids, on the connection's own temporary table.
+DOOMED = "removed_session_ids"
+
+
+class SessionRemoval:
+    def __init__(self, db: Database, dirs: SessionsDir, trash: TrashEmptier) -> None:
+        self.db, self.dirs, self.trash = db, dirs, trash
+
+    async def delete_many(self, session_ids: Sequence[str]) -> list[str]:
+        """Rows in every per-session table, the session rows, then the folders (into the
+        trash, emptied in the background), a transaction at a time. Returns the ids that had
+        a row or a folder."""
+        ids = [validate_session_id(sid) for sid in session_ids]
+        gone: list[str] = []
+        folders: asyncio.Task[list[str]] | None = None
+        start = 0
+        try:
+            while start < len(ids):
+                end, had = await self.db.write(
+                    partial(_delete_rows, ids=ids, start=start, busy=self.db.writes_waiting)
+                )
+                if folders is not None:
+                    gone += await folders
+                folders = asyncio.create_task(self._folders_gone(ids[start:end], had))
+                start = end
+            if folders is not None:
+                gone += await folders
+        finally:
+            if folders is not None and not folders.done():
+                folders.cancel()  # a stop: what is left is the next pass's
+        self.trash.kick()
+        return gone
+
+    async def _folders_gone(self, batch: list[str], had: set[str]) -> list[str]:
+        """`batch`'s folders into the trash; the ids that had a row or a folder."""
+        removed = await asyncio.to_thread(self.dirs.delete_many, batch)
+        return [sid for sid in batch if sid in had or sid in removed]
+
+    async def idle_ids(self, prefix: str, before_ms: int) -> list[str]:
+        """Ids of the sessions with `prefix` not active since `before_ms`."""
+        stmt = select(SessionRow.id).where(
+            col(SessionRow.id).startswith(prefix, autoescape=True),
+            col(SessionRow.updated_at) <= before_ms,
+        )
+        return await self.db.read(lambda session: [str(i) for i in session.exec(stmt).all()])
+
+    async def parents(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The parent session of each of `session_ids` that is a subagent's."""
+        ids = list(session_ids)
+
+        def work(session: Session) -> dict[str, str]:
+            found: dict[str, str] = {}
+            for start in range(0, len(ids), DELETE_CHUNK):
+                stmt = select(SessionRow.id, SessionRow.settings).where(
+                    col(SessionRow.id).in_(ids[start : start + DELETE_CHUNK]),
+                    col(SessionRow.settings).contains('"parent"'),
+                )
+                for sid, settings in session.exec(stmt).all():
+                    parent = parent_of(settings)
+                    if parent:
+                        found[sid] = parent
+            return found
+
+        return await self.db.read(work) if ids else {}
+
+    async def existing_ids(self) -> set[str]:
+        stmt = select(SessionRow.id)
+        return await self.db.read(lambda session: {str(i) for i in session.exec(stmt).all()})
+
+
+def _delete_rows(
+    session: Session, ids: list[str], start: int, busy: Callable[[], bool]
+) -> tuple[int, set[str]]:
+    """From `ids[start:]`, one chunk, then more while the transaction's time lasts and no
+    other write is `busy` waiting: where it stopped, and which of them had a session row. Run
+    again from the same `start` if retried."""
+    conn = session.connection()
+    quote = conn.dialect.identifier_preparer.quote
+    conn.execute(text(f"CREATE TEMPORARY TABLE IF NOT EXISTS {DOOMED} (id TEXT PRIMARY KEY)"))
+    doomed = f"(SELECT id FROM {DOOMED})"
+    began = time.monotonic()
+    had: set[str] = set()
+    end = start
+    while end < len(ids) and (
+        end == start or (time.monotonic() - began < TRANSACTION_SECONDS and not busy())
+    ):
+        chunk = ids[end : end + DELETE_CHUNK]
+        conn.execute(text(f"DELETE FROM {DOOMED}"))
+        conn.execute(text(f"INSERT INTO {DOOMED} (id) VALUES (:id)"), [{"id": s} for s in chunk])
+        for table in PER_SESSION_TABLES:
+            conn.execute(text(f"DELETE FROM {quote(table.name)} WHERE session_id IN {doomed}"))
+        sessions = quote(SessionRow.__tablename__)
+        rows = conn.execute(text(f"SELECT id FROM {sessions} WHERE id IN {doomed}"))
+        had.update(str(sid) for sid in rows.scalars())
+        conn.execute(text(f"DELETE FROM {sessions} WHERE id IN {doomed}"))
+        end += len(chunk)
+    conn.execute(text(f"DELETE FROM {DOOMED}"))  # nothing of it kept on a pooled connection
+    return end, had
