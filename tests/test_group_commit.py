@@ -120,6 +120,28 @@ async def test_a_write_in_hand_sees_the_writes_waiting_behind_it(tmp_path: Path)
         await db.close()
 
 
+async def test_a_write_sees_the_writes_of_its_own_batch_waiting(tmp_path: Path) -> None:
+    """Writes that share a batch are answered at its commit: they wait for the long one too."""
+    db = await scratch_db(tmp_path)
+    try:
+        hold, _, first = await writer_held(db)
+        seen: list[bool] = []
+
+        def long(session: Session) -> None:
+            seen.append(db.writes_waiting())
+
+        together = [
+            asyncio.ensure_future(db.write(long)),
+            asyncio.ensure_future(db.write(insert(1))),
+        ]
+        await asyncio.sleep(0)  # both queued behind the held write: the next batch takes both
+        hold.released.set()
+        await asyncio.wait_for(asyncio.gather(first, *together), 10)
+        assert seen == [True]
+    finally:
+        await db.close()
+
+
 def insert_lean(value: int, *, fail: bool = False) -> Callable[[Lean], int]:
     def work(sql: Lean) -> int:
         sql.run("INSERT INTO scratch VALUES (?)", value)

@@ -38,6 +38,7 @@ class BatchThread:
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
         self._closed = False
+        self._in_hand = 0  # jobs in the batch being handled
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -65,8 +66,9 @@ class BatchThread:
             self._thread.join()
 
     def waiting(self) -> bool:
-        """Whether work is queued behind the batch in hand (asked from that batch's work)."""
-        return not self._queue.empty()
+        """Asked from a work of the batch in hand: whether other work waits for it to end,
+        in that batch (answered at its end too) or queued behind it."""
+        return self._in_hand > 1 or not self._queue.empty()
 
     def pass_on(self, jobs: list[Job[Any]]) -> None:
         """Queue jobs another batch thread took in (it leaves answering them to this one)."""
@@ -93,6 +95,7 @@ class BatchThread:
                     stopping = True
                     break
                 batch.append(job)
+            self._in_hand = len(batch)
             answer(self.handle(batch))
 
 
