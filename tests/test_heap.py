@@ -8,8 +8,10 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+from engine_rig import Engine
 
 from gateway import heap
+from gateway.events import Inbound, Origin
 
 
 @pytest.fixture
@@ -47,3 +49,31 @@ def test_cycles_made_after_settling_are_still_collected() -> None:
     del first, second
     gc.collect()
     assert all(ref() is None for ref in made)  # every cycle found and freed
+
+
+@pytest.mark.usefixtures("collector_restored")
+async def test_a_finished_run_leaves_nothing_for_the_collector(engine: Engine) -> None:
+    """A task's run (its context, summary and window, its profile's choice) goes when it
+    ends, by reference counts alone: what waits for a full collection (rare once settled)
+    stays in memory until then, and grew the gateway's RSS with every session's summary."""
+    ann = Origin("http", sender_id="ann", sender_name="Ann")
+    first = await engine.router.submit(Inbound(ann, "chat-warm", "hello"))
+    await engine.router.wait(first.task_hash, 10)  # what the first task sets up stays
+    gc.collect()
+    gc.disable()
+    try:
+        for n in range(5):
+            submitted = await engine.router.submit(Inbound(ann, f"chat-{n % 2}", f"hello {n}"))
+            assert (await engine.router.wait(submitted.task_hash, 10)).status == "done"
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        ours = sorted({type(o).__qualname__ for o in gc.garbage if _ours(o)})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert ours == []
+
+
+def _ours(obj: object) -> bool:
+    return type(obj).__module__.startswith(("gateway.", "adapters."))

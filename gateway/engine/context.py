@@ -69,7 +69,7 @@ class RunContext:
         # Subagents (gateway/engine/subagents.py): this run's depth (0: a task's own run), the
         # task's own run, how many it started, and what is held until the task ends.
         self.depth = 0
-        self.root: RunContext = self
+        self._root: RunContext | None = None  # None: this is the task's own run
         self.delegations = 0
         self.cleanup = contextlib.AsyncExitStack()
         self._store = store
@@ -101,6 +101,13 @@ class RunContext:
         self.budget: BudgetCheck | None = None
         # The agent that runs the task (its profile's); its subagents run the same one.
         self.agent: Agent | None = None
+
+    @property
+    def root(self) -> RunContext:
+        """The task's own run (this one, or the one a subagent's run descends from). Not an
+        attribute pointing at itself: that cycle kept every finished run, its summary and its
+        window, in memory until the collector's rare full pass."""
+        return self._root or self
 
     async def confirm(self, tool: str, args: dict[str, Any]) -> bool:
         answer = await self._prompts.ask(

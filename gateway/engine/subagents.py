@@ -85,7 +85,7 @@ class ChildContext(RunContext):
         self.persona, self.model = parent.persona, parent.model
         self.reasoning, self.allowed_tools = parent.reasoning, parent.allowed_tools
         self.depth = parent.depth + 1
-        self.root = parent.root
+        self._root = parent.root
         self.budget = parent.budget  # the task's requester's and chat's: a child spends theirs
         self.agent = parent.agent  # the task's profile's
         # Who the subagent hears from: the agent that handed it the task, not a person.
