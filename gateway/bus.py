@@ -153,6 +153,7 @@ class RedisBus:
         self._handlers = _Handlers()
         self._gap = _Gap()
         self._reader: asyncio.Task[None] | None = None
+        self._closing = False
 
     def on(self, topic: str, handler: Handler) -> None:
         self._handlers.add(topic, handler)
@@ -172,7 +173,10 @@ class RedisBus:
             self._reader = asyncio.create_task(self._read(), name="bus-reader")
 
     async def _read(self) -> None:
-        while True:
+        # Stopped by a flag as well as by the cancel: redis-py can lose a cancellation that
+        # lands inside its read's timeout, and the loop would then go on for ever (a stop
+        # that hung until it was forced).
+        while not self._closing:
             try:
                 # On a connection that failed, this connects again and subscribes again.
                 message = await self._pubsub.get_message(timeout=GAP_TICK_SECONDS)
@@ -231,6 +235,7 @@ class RedisBus:
             self._gap.kept.append((topic, data))
 
     async def close(self) -> None:
+        self._closing = True
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):

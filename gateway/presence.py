@@ -108,17 +108,21 @@ class Presence:
             },
             separators=(",", ":"),
         )
+        # Set as the keeper is canceled: a KV client can lose the cancellation (redis-py, inside
+        # its read's timeout), and the keeper must stop all the same.
+        done = asyncio.Event()
         if self.grace > 0:
-            keeper = asyncio.create_task(self._mark_later(key, value), name=f"presence:{key}")
+            keeper = asyncio.create_task(self._mark_later(key, value, done), name=f"presence:{key}")
         else:
             self._held.add(key)
             await self._mark(key, value)
             keeper = asyncio.create_task(
-                self._keep_alive(key, value), name=f"presence-refresh:{key}"
+                self._keep_alive(key, value, done), name=f"presence-refresh:{key}"
             )
         try:
             yield
         finally:
+            done.set()
             keeper.cancel()
             try:
                 # Wait for the keeper to stop so it cannot re-create the key after the delete.
@@ -128,14 +132,16 @@ class Presence:
                     self._held.discard(key)
                     await self._release(key)
 
-    async def _mark_later(self, key: str, value: str) -> None:
+    async def _mark_later(self, key: str, value: str, done: asyncio.Event) -> None:
         # The loop's own time, not the gateway's clock: the grace saves writes and nobody
         # waits on it, and a test clock that holds time still must not hide running tasks.
         await asyncio.sleep(self.grace)
         # Held before the write, so that a cancel in the middle of it still deletes the key.
+        if done.is_set():
+            return
         self._held.add(key)
         await self._mark(key, value)
-        await self._keep_alive(key, value)
+        await self._keep_alive(key, value, done)
 
     async def _mark(self, key: str, value: str) -> None:
         try:
@@ -147,9 +153,11 @@ class Presence:
         else:
             _log.debug("presence_held", key=key)
 
-    async def _keep_alive(self, key: str, value: str) -> None:
-        while True:
+    async def _keep_alive(self, key: str, value: str, done: asyncio.Event) -> None:
+        while not done.is_set():
             await self.clock.sleep(self.refresh)
+            if done.is_set():
+                return
             try:
                 if not await self.kv.expire(key, self.ttl):
                     # Lapsed (a long stall, or someone removed it): put it back.
