@@ -172,3 +172,62 @@ async def test_watcher_logs_new_sessions_from_another_process(runtime: Runtime) 
         job.cancel()
         with pytest.raises(asyncio.CancelledError):
             await job
+
+
+# A process that removes sessions two at a time, a transaction each, and is killed inside its
+# second transaction: the first committed (its folders maybe not yet in the trash), the
+# second's deletes never.
+REAP_AND_DIE = """
+import asyncio, os, signal, sys
+from gateway.settings import Settings
+from gateway.store import removal
+from gateway.store.sessions import SessionStore
+
+removal.DELETE_CHUNK, removal.TRANSACTION_SECONDS = 2, 0.0
+real, calls = removal._delete_rows, []
+
+def dying(session, ids, start, busy):
+    result = real(session, ids, start, busy)
+    calls.append(start)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return result
+
+removal._delete_rows = dying
+
+async def main():
+    store = await SessionStore.open(Settings(home=sys.argv[1], _env_file=None))
+    await store.removal.delete_many(sys.argv[2:])
+
+asyncio.run(main())
+"""
+
+
+async def test_a_pass_killed_between_its_transactions_is_finished_by_the_next(
+    runtime: Runtime,
+) -> None:
+    """SIGKILL inside a reaper transaction: the next pass takes away exactly what is left,
+    rows and folders, and nothing else."""
+    doomed = [f"temp-doomed{n}" for n in range(6)]
+    for sid in [*doomed, "temp-kept"]:
+        await populate(runtime.store, sid, sid.removeprefix("temp-"))
+    kept = await rows_of(runtime.store.db, "temp-kept", marker="kept")
+    two_hours_ago = (now_ms() - 2 * HOUR_MS) / 1000
+    for sid in doomed:
+        await age(runtime, sid, 2 * HOUR_MS)
+        os.utime(runtime.store.dirs.path_of(sid), (two_hours_ago, two_hours_ago))
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", REAP_AND_DIE, str(runtime.settings.home), *doomed
+    )
+    assert await asyncio.wait_for(child.wait(), 30) == -9
+    first_two_rows = [await runtime.store.get(sid) for sid in doomed[:2]]
+    assert first_two_rows == [None, None]  # committed before the kill
+    assert all([await runtime.store.get(sid) for sid in doomed[2:]])  # rolled back
+
+    reaped = await reaper_of(runtime).run_once()
+    assert set(reaped) <= set(doomed) and set(doomed[2:]) <= set(reaped)
+    for sid in doomed:
+        assert await rows_of(runtime.store.db, sid, marker=sid.removeprefix("temp-")) == {}, sid
+        assert not runtime.store.dirs.path_of(sid).exists(), sid
+    assert await rows_of(runtime.store.db, "temp-kept", marker="kept") == kept
+    assert runtime.store.dirs.path_of("temp-kept").is_dir()
