@@ -136,9 +136,9 @@ class Presence:
         # The loop's own time, not the gateway's clock: the grace saves writes and nobody
         # waits on it, and a test clock that holds time still must not hide running tasks.
         await asyncio.sleep(self.grace)
-        # Held before the write, so that a cancel in the middle of it still deletes the key.
         if done.is_set():
             return
+        # Held before the write, so that a cancel in the middle of it still deletes the key.
         self._held.add(key)
         await self._mark(key, value)
         await self._keep_alive(key, value, done)
