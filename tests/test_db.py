@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import shutil
 import sqlite3
 import sys
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from conftest import _pg_drop as pg_drop
 from sqlalchemy import text
 from sqlmodel import Session
 from store_rows import SESSION_TABLES, populate, rows_of
+from structlog.testing import capture_logs
 from support import head_revision
 
 from gateway.settings import Settings
@@ -400,6 +403,56 @@ async def test_many_sessions_deleted_in_chunks(
     assert not any(store.dirs.path_of(sid).is_dir() for sid in ids)
     assert await store.search.messages("note from") == []
     assert await store.get("temp-stays") is not None
+
+
+async def test_a_failed_pass_says_why_its_last_folders_stayed(
+    store: SessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass whose next write fails while its last folders failed to move leaves no task
+    exception for the loop to call never retrieved: the move's failure is logged."""
+    from gateway.store import removal
+
+    monkeypatch.setattr(removal, "DELETE_CHUNK", 1)
+    monkeypatch.setattr(removal, "TRANSACTION_SECONDS", 0.0)
+    ids = ["temp-fails0", "temp-fails1"]
+    for sid in ids:
+        await store.ensure(sid)
+    moved = threading.Event()
+
+    def refuse(batch: list[str]) -> set[str]:
+        moved.set()
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(store.dirs, "delete_many", refuse)
+    write = store.db.write
+    writes = 0
+
+    async def second_fails(work: Any) -> Any:
+        nonlocal writes
+        writes += 1
+        if writes == 1:
+            return await write(work)
+        await asyncio.to_thread(moved.wait, 5)
+        moving = [t for t in asyncio.all_tasks() if "_folders_gone" in repr(t.get_coro())]
+        if moving:  # the move has failed by now, or does so within the wait
+            await asyncio.wait(moving, timeout=5)
+        raise RuntimeError("database gone")
+
+    monkeypatch.setattr(store.db, "write", second_fails)
+    unretrieved: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+    try:
+        with capture_logs() as logs, pytest.raises(RuntimeError, match="database gone"):
+            await store.removal.delete_many(ids)
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert unretrieved == []
+    assert [line["error"] for line in logs if "trash failed" in line["event"]] == [
+        "OSError('disk gone')"
+    ]
 
 
 async def test_deleted_session_leaves_no_row_in_any_table(store: SessionStore) -> None:

@@ -21,6 +21,7 @@ from sqlalchemy import text
 from sqlmodel import Session, col, select
 
 from gateway.ids import validate_session_id
+from gateway.logs import get_logger
 from gateway.store.db import Database
 from gateway.store.files import SessionsDir
 from gateway.store.listing import parent_of
@@ -33,6 +34,8 @@ DELETE_CHUNK = 900
 TRANSACTION_SECONDS = 1.0
 # The chunk's ids, on the connection's own temporary table.
 DOOMED = "removed_session_ids"
+
+log = get_logger(__name__)
 
 
 class SessionRemoval:
@@ -59,8 +62,8 @@ class SessionRemoval:
             if folders is not None:
                 gone += await folders
         finally:
-            if folders is not None and not folders.done():
-                folders.cancel()  # a stop: what is left is the next pass's
+            if folders is not None:
+                _let_go(folders)
         self.trash.kick()
         return gone
 
@@ -99,6 +102,16 @@ class SessionRemoval:
     async def existing_ids(self) -> set[str]:
         stmt = select(SessionRow.id)
         return await self.db.read(lambda session: {str(i) for i in session.exec(stmt).all()})
+
+
+def _let_go(folders: asyncio.Task[list[str]]) -> None:
+    """A pass that stopped early (a stop, a failed write) leaves its last folders: those still
+    moving are canceled (the next pass takes what is left); a move that failed is said here,
+    not left for the loop to call an exception nobody retrieved."""
+    if not folders.done():
+        folders.cancel()
+    elif not folders.cancelled() and (error := folders.exception()) is not None:
+        log.warning("moving removed sessions' folders to the trash failed", error=repr(error))
 
 
 def _delete_rows(
