@@ -141,8 +141,10 @@ class Admission:
         if person.exempt:
             return
         chat = await self.chat(session_id) if is_shared(session_id) else None
-        new = f"{prefix_of(session_id)}-" in OWNED_PREFIXES
-        if new and not await self.store.exists(session_id):
+        # Only a sessions limit needs to know whether the message makes its session: a read
+        # every message would pay for otherwise.
+        counted = person.limits["sessions"] and f"{prefix_of(session_id)}-" in OWNED_PREFIXES
+        if counted and not await self.store.exists(session_id):
             await self._check_sessions(person)
         usage = self.store.usage
         await check_budgets(usage, person.limits, now, "", identities=person.identities)

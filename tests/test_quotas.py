@@ -101,6 +101,32 @@ async def test_sessions_past_the_quota_are_refused_over_http(tmp_path: Path) -> 
             assert status == 201
 
 
+@pytest.mark.parametrize("limit", [0, 5])
+async def test_only_a_sessions_limit_asks_whether_a_message_makes_its_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    async with serving(tmp_path, quota_sessions=limit) as server:
+        store = server.runtime.store
+        asked: list[str] = []
+        exists = store.exists
+
+        async def counted(session_id: str) -> bool:
+            asked.append(session_id)
+            return await exists(session_id)
+
+        monkeypatch.setattr(store, "exists", counted)
+        status, body = await server.call(
+            "POST", "/v1/send", json_body={"content": "keep", "persist": True}
+        )
+        assert status == 200
+        sid = body["session_id"]
+        status, _body = await server.call(
+            "POST", "/v1/send", json_body={"content": "again", "session_id": sid}
+        )
+        assert status == 200
+        assert asked == ([sid, sid] if limit else [])
+
+
 async def test_messages_a_minute_are_limited_and_freed_as_the_minute_passes(
     tmp_path: Path, clock: FakeClock
 ) -> None:
