@@ -144,6 +144,13 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
             clock=runtime.clock,
         ),
         SessionWatcher(runtime.store).run(),
+        every(
+            heap.GIVE_BACK_SECONDS,
+            partial(asyncio.to_thread, heap.give_back),
+            name="memory give-back",
+            clock=runtime.clock,
+            now=False,
+        ),
     ]
     bans = runtime.bans
     if bans is not None:  # a ban given elsewhere (another instance, `agenvoy ban`) ends

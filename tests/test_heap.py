@@ -4,8 +4,10 @@ youngest generation is collected less often: full collections stalled every requ
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from engine_rig import Engine
@@ -77,3 +79,36 @@ async def test_a_finished_run_leaves_nothing_for_the_collector(engine: Engine) -
 
 def _ours(obj: object) -> bool:
     return type(obj).__module__.startswith(("gateway.", "adapters."))
+
+
+def _resident_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
+def test_give_back_returns_what_a_thread_freed_in_the_middle_of_its_arena() -> None:
+    """64 MB freed by a thread below a block it keeps stay resident until given back."""
+    if heap._TRIM is None:
+        pytest.skip("this C library has no malloc_trim")
+    kept: list[bytes] = []
+
+    def churn() -> None:
+        blocks = [bytes(4000) for _ in range(16_000)]  # above pymalloc's limit: malloc's
+        kept.append(bytes(4000))  # above them all: the arena's top cannot shrink
+        del blocks
+
+    thread = threading.Thread(target=churn)
+    thread.start()
+    thread.join()
+    before = _resident_mb()
+    assert heap.give_back()
+    assert before - _resident_mb() > 32
+    assert kept
+
+
+def test_give_back_is_a_no_op_without_malloc_trim(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap, "_TRIM", None)
+    assert heap.give_back() is False
