@@ -12,7 +12,7 @@ another, the next once the fake accepted the reply to the previous one, all chat
 A message's latency runs from the moment the fake has queued it (the update for the next
 getUpdates; the MESSAGE_CREATE frame for the websocket's writer) to the moment the fake
 accepts the bot's sendMessage / create-message request carrying `echo: <text>` (the fake's
-`on_answered` hook, before the answer goes back). Goal: ours minus floor at p99 < 10 ms.
+`on_answered` hook, before the answer goes back). Goal: ours at p99 at most 2x the floor's.
 
 Each bot runs in a process of its own; this one runs the fakes (one per bot) and the chats,
 and takes every timestamp. A platform's bots are up at the same time and take turns: each
@@ -73,7 +73,9 @@ from fakes.discord import FakeDiscord, RestCall
 from fakes.discord import user as discord_user
 from fakes.telegram import BotApiCall, FakeTelegram
 
-GOAL_MS = 10.0
+# Issue 36's goal 2: the gateway's p99 at most twice a minimal echo bot's on the same fake. The
+# offline agent's own time is next to nothing, so a bot's latency is its overhead.
+GOAL_P99_RATIO = 2.0
 ECHO = "echo: "
 WARM_UP = 2  # untimed messages per chat and bot
 REPLY_TIMEOUT = 60.0  # far beyond any reply; a reply that never comes fails the run
@@ -260,6 +262,8 @@ class Bot:
     other_posts: Counter[str] = field(default_factory=Counter)  # posts besides the echoes
     timing: bool = False
     sent: int = 0
+    # Why its p99 is not held to the goal (a limit the platform sets), or "" when it is.
+    not_judged: str = ""
 
     def on_answered(self, record: CallRecord) -> None:
         # Runs inside the fake's handler, so the clock is read as the call is accepted.
@@ -276,7 +280,7 @@ class Bot:
             self.other_posts[text] += 1
 
 
-def telegram_bot(name: str, label: str, kind: str, chats: int) -> Bot:
+def telegram_bot(name: str, label: str, kind: str, chats: int, *, not_judged: str = "") -> Bot:
     fake = FakeTelegram()
     places = [
         (fake.private_chat(TELEGRAM_CHATS + i), fake.user(TELEGRAM_CHATS + i, f"user{i}"))
@@ -292,7 +296,7 @@ def telegram_bot(name: str, label: str, kind: str, chats: int) -> Bot:
         return str(record.data.get("chat_id")), str(record.data.get("text", ""))
 
     keys = [str(chat["id"]) for chat, _ in places]
-    return Bot(name, label, kind, fake, send, reply_of, keys)
+    return Bot(name, label, kind, fake, send, reply_of, keys, not_judged=not_judged)
 
 
 def discord_bot(name: str, label: str, kind: str, chats: int) -> Bot:
@@ -459,16 +463,22 @@ def report(title: str, bots: list[Bot]) -> dict[str, Any]:
         over = {
             "p50_ms": r["p50_ms"] - floor["p50_ms"],
             "p99_ms": r["p99_ms"] - floor["p99_ms"],
+            "p99_ratio": r["p99_ms"] / floor["p99_ms"],
             "throughput_ratio": r["per_second"] / floor["per_second"],
             "cpu_ratio": cpu_ratio,
         }
-        over["goal_met"] = over["p99_ms"] < GOAL_MS
+        over["goal_met"] = None if bot.not_judged else over["p99_ratio"] <= GOAL_P99_RATIO
         overhead[bot.name] = over
         cpu = "-" if cpu_ratio is None else f"{cpu_ratio:.1f}x"
+        verdict = (
+            f"not judged: {bot.not_judged}"
+            if bot.not_judged
+            else f"goal <= {GOAL_P99_RATIO:g}x: {'met' if over['goal_met'] else 'missed'}"
+        )
         print(
             f"   {bot.label.split(' (')[0] + ' - floor':<34}{over['throughput_ratio']:>7.2f}x"
             f"{over['p50_ms']:>+10.2f}{over['p99_ms']:>+10.2f}{cpu:>12}"
-            f"   goal p99 < {GOAL_MS:g} ms: {'met' if over['goal_met'] else 'missed'}"
+            f"   p99 {over['p99_ratio']:.2f}x the floor's ({verdict})"
         )
     for bot in bots:
         r = rows[bot.name]
@@ -495,7 +505,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.platform in ("telegram", "both"):
             bots = [
                 telegram_bot("floor", "floor (PTB Application)", "telegram-floor", chats),
-                telegram_bot("ours", "ours (gateway, offline agent)", "telegram-ours", chats),
+                telegram_bot(
+                    "ours",
+                    "ours (gateway, offline agent)",
+                    "telegram-ours",
+                    chats,
+                    not_judged="held to Telegram's 30 messages/s",
+                ),
                 telegram_bot(
                     "ours_no_limit", "ours, no rate limit", "telegram-ours-unlimited", chats
                 ),
@@ -521,7 +537,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "messages_per_chat": per_chat,
         "turn_per_chat": args.turn,
         "warm_up_per_chat": WARM_UP,
-        "goal_p99_overhead_ms": GOAL_MS,
+        "goal_p99_ratio": GOAL_P99_RATIO,
         "quick": args.quick,
         "cpus": os.cpu_count(),
     }

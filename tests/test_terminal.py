@@ -83,7 +83,10 @@ async def until(pilot: Pilot[None], check: Callable[[], bool], within: float = 1
         await pilot.pause(0)
         return check()
 
-    assert await wait_until(done, within), f"condition not met within {within}s"
+    if not await wait_until(done, within):
+        # What the window showed last says where a run that missed stood.
+        shown = texts(pilot.app) if isinstance(pilot.app, ChatApp) else []
+        raise AssertionError(f"condition not met within {within}s; last shown: {shown[-6:]}")
 
 
 async def opened(pilot: Pilot[None]) -> ChatApp:
