@@ -56,13 +56,15 @@ class SessionRemoval:
                     partial(_delete_rows, ids=ids, start=start, busy=self.db.writes_waiting)
                 )
                 if folders is not None:
-                    gone += await folders
+                    moving, folders = folders, None  # awaited here: its error goes up from here
+                    gone += await moving
                 folders = asyncio.create_task(self._folders_gone(ids[start:end], had))
                 start = end
             if folders is not None:
-                gone += await folders
+                moving, folders = folders, None
+                gone += await moving
         finally:
-            if folders is not None:
+            if folders is not None:  # left behind when the pass stopped early
                 _let_go(folders)
         self.trash.kick()
         return gone
