@@ -43,6 +43,11 @@ bot process's user + system time per message, all threads) is that cost, and the
 busy machine disturbs least; the last line gives the machine's load. calls/msg counts every
 request the bot made to the fake (long polls, typing, replies) per message; posts other than
 the echoes (such as a "queued" notice) are listed under the table.
+
+`--pace S` offers the load at a set rate instead: each chat sends one message every S seconds
+(the chats staggered across them), or at once when its last reply took longer. At a rate both
+bots keep up with (20 chats, `--pace 0.5`: 40 messages/s), a message no longer waits behind
+the others, and the latency is what a bot adds to one message.
 """
 
 from __future__ import annotations
@@ -357,13 +362,21 @@ def process_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def exchange(bot: Bot, per_chat: int, *, timed: bool) -> None:
-    """Every chat sends `per_chat` messages, each once the previous one was answered."""
+async def exchange(bot: Bot, per_chat: int, *, timed: bool, pace: float = 0.0) -> None:
+    """Every chat sends `per_chat` messages, each once the previous one was answered, and
+    with `pace` not before `pace` seconds after the previous one was sent (the chats
+    staggered across that interval)."""
     loop = asyncio.get_running_loop()
     first = bot.sent
+    chats = len(bot.keys)
 
     async def chat(index: int, key: str) -> None:
+        next_at = time.perf_counter() + pace * index / chats
         for k in range(per_chat):
+            if pace:
+                # Load offered at a set rate: a message waits for its slot, not for the bot.
+                await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+                next_at += pace
             text = f"bench {index} {first + k}"
             answered: asyncio.Future[float] = loop.create_future()
             bot.waiting[key] = (ECHO + text, answered)
@@ -396,7 +409,9 @@ async def exchange(bot: Bot, per_chat: int, *, timed: bool) -> None:
     bot.sent += per_chat
 
 
-async def measure(platform: str, bots: list[Bot], home: Path, per_chat: int, turn: int) -> None:
+async def measure(
+    platform: str, bots: list[Bot], home: Path, per_chat: int, turn: int, pace: float = 0.0
+) -> None:
     """Start the bots, warm each up, then give them turns of `turn` messages per chat."""
     for bot in bots:
         await bot.fake.start()
@@ -408,7 +423,7 @@ async def measure(platform: str, bots: list[Bot], home: Path, per_chat: int, tur
         while done < per_chat:
             size = min(turn, per_chat - done)
             for k in range(len(bots)):
-                await exchange(bots[(rounds + k) % len(bots)], size, timed=True)
+                await exchange(bots[(rounds + k) % len(bots)], size, timed=True, pace=pace)
             done += size
             rounds += 1
             print(f"{platform}: {done}/{per_chat} messages per chat", file=sys.stderr)
@@ -497,6 +512,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     pattern = (
         f"{{}} at once: {chats}, {per_chat} messages each per bot, {args.turn} at a turn "
         f"({per_chat * chats} per bot)"
+        + (f", one every {args.pace:g} s per chat" if args.pace else "")
     )
     results: dict[str, Any] = {}
     load_before = os.getloadavg()[0]
@@ -516,14 +532,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "ours_no_limit", "ours, no rate limit", "telegram-ours-unlimited", chats
                 ),
             ]
-            await measure("telegram", bots, root / "telegram", per_chat, args.turn)
+            await measure("telegram", bots, root / "telegram", per_chat, args.turn, args.pace)
             results["telegram"] = report(pattern.format("Telegram private chats"), bots)
         if args.platform in ("discord", "both"):
             bots = [
                 discord_bot("floor", "floor (discord.Client)", "discord-floor", chats),
                 discord_bot("ours", "ours (gateway, offline agent)", "discord-ours", chats),
             ]
-            await measure("discord", bots, root / "discord", per_chat, args.turn)
+            await measure("discord", bots, root / "discord", per_chat, args.turn, args.pace)
             results["discord"] = report(pattern.format("Discord DM channels"), bots)
     load_after = os.getloadavg()[0]
     print(
@@ -536,6 +552,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "chats": chats,
         "messages_per_chat": per_chat,
         "turn_per_chat": args.turn,
+        "pace_seconds": args.pace,
         "warm_up_per_chat": WARM_UP,
         "goal_p99_ratio": GOAL_P99_RATIO,
         "quick": args.quick,
@@ -550,6 +567,12 @@ def main() -> None:
     parser.add_argument("--chats", type=int, default=20)
     parser.add_argument("--turn", type=int, default=10, help="messages per chat in one turn")
     parser.add_argument("--platform", choices=("telegram", "discord", "both"), default="both")
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="seconds between one chat's messages (0: each as soon as the last is answered)",
+    )
     parser.add_argument("--quick", action="store_true", help="a small run, for a smoke check")
     parser.add_argument("--json", type=Path, help="also write the numbers here")
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # the child side: a bot's spec
