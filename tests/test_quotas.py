@@ -17,7 +17,11 @@ from test_http import bearer, serving
 from typer.testing import CliRunner
 
 from gateway.cli import app as cli_app
-from gateway.quotas import day_start, next_month
+from gateway.clock import SYSTEM_CLOCK
+from gateway.events import Origin
+from gateway.quotas import Admission, day_start, next_month
+from gateway.settings import Settings
+from gateway.store.sessions import SessionStore
 from gateway.store.usage import UsageRecord, month_start
 
 DAY_S = 86_400
@@ -103,28 +107,23 @@ async def test_sessions_past_the_quota_are_refused_over_http(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("limit", [0, 5])
 async def test_only_a_sessions_limit_asks_whether_a_message_makes_its_session(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int
+    store: SessionStore, settings: Settings, monkeypatch: pytest.MonkeyPatch, limit: int
 ) -> None:
-    async with serving(tmp_path, quota_sessions=limit) as server:
-        store = server.runtime.store
-        asked: list[str] = []
-        exists = store.exists
+    limited = settings.model_copy(update={"quota_sessions": limit})
+    admission = Admission(limited, store, frozenset(), SYSTEM_CLOCK, lambda _key: 0)
+    asked: list[str] = []
+    exists = store.exists
 
-        async def counted(session_id: str) -> bool:
-            asked.append(session_id)
-            return await exists(session_id)
+    async def counted(session_id: str) -> bool:
+        asked.append(session_id)
+        return await exists(session_id)
 
-        monkeypatch.setattr(store, "exists", counted)
-        status, body = await server.call(
-            "POST", "/v1/send", json_body={"content": "keep", "persist": True}
-        )
-        assert status == 200
-        sid = body["session_id"]
-        status, _body = await server.call(
-            "POST", "/v1/send", json_body={"content": "again", "session_id": sid}
-        )
-        assert status == 200
-        assert asked == ([sid, sid] if limit else [])
+    monkeypatch.setattr(store, "exists", counted)
+    ann = Origin("http", sender_id="ann")
+    await admission.admit(ann, "chat-new")  # a message that would make its session
+    await store.ensure("chat-new")
+    await admission.admit(ann, "chat-new")
+    assert asked == (["chat-new", "chat-new"] if limit else [])
 
 
 async def test_messages_a_minute_are_limited_and_freed_as_the_minute_passes(
