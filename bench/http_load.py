@@ -45,6 +45,7 @@ import tempfile
 import time
 from asyncio.subprocess import Process
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,9 @@ ROUNDS = 4  # turns each side takes; the shares add up to the messages asked for
 # The PostgreSQL floor gets a connection for every session in flight, so that no message waits
 # for one, up to half of PostgreSQL's default max_connections (the server is shared).
 PG_FLOOR_POOL_MAX = 50
+
+
+HEADER = f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}{'CPU ms/msg':>11}"
 
 
 def free_port() -> int:
@@ -128,7 +132,20 @@ async def stopped(proc: Process) -> None:
             await proc.wait()
 
 
-Target = tuple[str, list[str]]  # a server's address and the sessions to drive on it
+@dataclass(frozen=True)
+class Target:
+    url: str
+    sessions: list[str]  # to drive on it
+    pid: int  # whose CPU time is counted
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU time `pid` has used so far (Linux's /proc), None where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.asynccontextmanager
@@ -154,7 +171,7 @@ async def ours_server(
             for _ in range(sessions):
                 async with http.post(f"{url}/v1/session", json={"prefix": "cli"}) as resp:
                     ids.append((await resp.json())["session_id"])
-        yield url, ids
+        yield Target(url, ids, proc.pid)
     finally:
         await stopped(proc)
 
@@ -170,7 +187,7 @@ async def floor_server(root: Path, sessions: int) -> AsyncIterator[Target]:
     argv = [sys.executable, str(server), str(path), str(root / "floor" / "sessions"), str(port)]
     proc = await serving(argv, url, dict(os.environ), root)
     try:
-        yield url, [f"cli-floor{i}" for i in range(sessions)]
+        yield Target(url, [f"cli-floor{i}" for i in range(sessions)], proc.pid)
     finally:
         await stopped(proc)
 
@@ -186,24 +203,39 @@ async def floor_server_pg(root: Path, sessions: int, dsn: str) -> AsyncIterator[
     argv = [sys.executable, str(server), dsn, str(history), str(port), str(floor_pool(sessions))]
     proc = await serving(argv, url, dict(os.environ), root)
     try:
-        yield url, [f"cli-floor{i}" for i in range(sessions)]
+        yield Target(url, [f"cli-floor{i}" for i in range(sessions)], proc.pid)
     finally:
         await stopped(proc)
 
 
-async def alternate(
-    ours: Target, floor: Target, per_session: int, rounds: int
-) -> tuple[tuple[float, list[float]], tuple[float, list[float]]]:
+@dataclass
+class Run:
+    """One side's turns added up."""
+
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    cpu_seconds: float | None = 0.0  # the server process's, None where it cannot be read
+
+
+async def alternate(ours: Target, floor: Target, per_session: int, rounds: int) -> tuple[Run, Run]:
     """Drive both servers in turns (which one goes first alternates), so that whatever else
-    the machine does meanwhile weighs on both alike; returns each side's time and latencies."""
-    totals: dict[str, tuple[float, list[float]]] = {"ours": (0.0, []), "floor": (0.0, [])}
+    the machine does meanwhile weighs on both alike; returns each side's time, latencies and
+    the CPU its server process used during its turns."""
+    totals = {"ours": Run(), "floor": Run()}
     shares = [per_session // rounds + (1 if r < per_session % rounds else 0) for r in range(rounds)]
     for number, share in enumerate(shares):
         turn = [("ours", ours), ("floor", floor)]
-        for name, (url, ids) in turn if number % 2 == 0 else reversed(turn):
-            elapsed, latencies = await drive(url, ids, share)
-            spent, kept = totals[name]
-            totals[name] = (spent + elapsed, kept + latencies)
+        for name, target in turn if number % 2 == 0 else reversed(turn):
+            cpu_before = cpu_seconds(target.pid)
+            elapsed, latencies = await drive(target.url, target.sessions, share)
+            cpu_after = cpu_seconds(target.pid)
+            run = totals[name]
+            run.seconds += elapsed
+            run.latencies += latencies
+            if run.cpu_seconds is not None and cpu_before is not None and cpu_after is not None:
+                run.cpu_seconds += cpu_after - cpu_before
+            else:
+                run.cpu_seconds = None
     return totals["ours"], totals["floor"]
 
 
@@ -252,16 +284,23 @@ async def pg_server() -> dict[str, str]:
     }
 
 
-def report(name: str, elapsed: float, latencies: list[float]) -> dict[str, float]:
+def report(name: str, run: Run) -> dict[str, float]:
+    latencies = run.latencies
     row = {
         "messages": len(latencies),
-        "seconds": elapsed,
-        "per_second": len(latencies) / elapsed,
+        "seconds": run.seconds,
+        "per_second": len(latencies) / run.seconds,
         "p50_ms": percentile(latencies, 0.50) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000,
         "mean_ms": statistics.fmean(latencies) * 1000,
     }
-    print(f"   {name:<34}{row['per_second']:>9.0f}{row['p50_ms']:>10.1f}{row['p99_ms']:>10.1f}")
+    cpu = "       n/a"
+    if run.cpu_seconds is not None:
+        row["cpu_ms_per_message"] = run.cpu_seconds * 1000 / len(latencies)
+        cpu = f"{row['cpu_ms_per_message']:>10.2f}"
+    print(
+        f"   {name:<34}{row['per_second']:>9.0f}{row['p50_ms']:>10.1f}{row['p99_ms']:>10.1f}{cpu}"
+    )
     return row
 
 
@@ -271,6 +310,10 @@ def print_ratios(ours: dict[str, float], floor: dict[str, float]) -> dict[str, f
         "p50 ours/floor": ours["p50_ms"] / floor["p50_ms"],
         "p99 ours/floor": ours["p99_ms"] / floor["p99_ms"],
     }
+    if "cpu_ms_per_message" in ours and "cpu_ms_per_message" in floor:
+        ratios["CPU per message ours/floor"] = (
+            ours["cpu_ms_per_message"] / floor["cpu_ms_per_message"]
+        )
     for name, value in ratios.items():
         print(f"   {name:<34}{value:>9.2f}")
     return ratios
@@ -280,14 +323,14 @@ async def load_sqlite(root: Path, sessions: int, per_session: int, header: bool)
     if header:
         print(f"== SQLite {sqlite3.sqlite_version} (a fresh file per server) ==")
     print(f"POST /v1/send load: {per_session * sessions} messages over {sessions} sessions")
-    print(f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}")
+    print(HEADER)
     async with (
         ours_server(root, sessions) as ours_at,
         floor_server(root, sessions) as floor_at,
     ):
         ours_run, floor_run = await alternate(ours_at, floor_at, per_session, ROUNDS)
-    ours = report("ours (offline agent)", *ours_run)
-    floor = report(f"floor ({WRITES_PER_MESSAGE} commits, 1 connection)", *floor_run)
+    ours = report("ours (offline agent)", ours_run)
+    floor = report(f"floor ({WRITES_PER_MESSAGE} commits, 1 connection)", floor_run)
     ratios = print_ratios(ours, floor)
     return {"database": "sqlite", "ours": ours, "floor": floor, "ratios": ratios}
 
@@ -300,7 +343,7 @@ async def load_postgresql(root: Path, sessions: int, per_session: int) -> dict[s
         f"ours' KV store: {server['ours_kv']}) =="
     )
     print(f"POST /v1/send load: {per_session * sessions} messages over {sessions} sessions")
-    print(f"   {'':<34}{'msg/s':>9}{'p50 ms':>10}{'p99 ms':>10}")
+    print(HEADER)
     async with (
         fresh_pg_database("ours") as ours_url,
         fresh_pg_database("floor") as floor_url,
@@ -308,9 +351,9 @@ async def load_postgresql(root: Path, sessions: int, per_session: int) -> dict[s
         floor_server_pg(root, sessions, floor_url) as floor_at,
     ):
         ours_run, floor_run = await alternate(ours_at, floor_at, per_session, ROUNDS)
-    ours = report("ours (offline agent)", *ours_run)
+    ours = report("ours (offline agent)", ours_run)
     floor = report(
-        f"floor ({WRITES_PER_MESSAGE} commits, pool of {floor_pool(sessions)})", *floor_run
+        f"floor ({WRITES_PER_MESSAGE} commits, pool of {floor_pool(sessions)})", floor_run
     )
     ratios = print_ratios(ours, floor)
     return {

@@ -12,7 +12,7 @@ from conftest import PG_ADMIN_DSN, _pg_database, _pg_drop
 from support import wait_until
 
 from gateway.store.db import Database
-from gateway.store.errors import DatabaseUnavailable
+from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.lean import Lean
 
 
@@ -147,3 +147,38 @@ async def test_a_write_whose_connection_ends_half_way_is_written_once(
     assert len(attempts) == 2
     rows = await database.read_lean(lambda sql: sql.all("SELECT k, n FROM lean_t ORDER BY k"))
     assert rows == [("a", 1), ("b", 2)]
+
+
+async def test_one_statement_is_committed_whole_or_not_at_all(db: tuple[Database, str]) -> None:
+    """`write_one` runs without BEGIN and COMMIT: PostgreSQL commits the statement on its own,
+    so a WITH whose last part fails keeps none of its parts."""
+    database, _ = db
+    both = (
+        "WITH first AS (INSERT INTO lean_t VALUES ('a', 1)) INSERT INTO lean_t VALUES ('a', 2)"
+    )
+    with pytest.raises(Exception, match="(?i)unique|duplicate"):
+        await database.write_one(both, repeatable=False)
+    assert await database.read_lean(_count) == 0
+    rows = await database.write_one(
+        "WITH first AS (INSERT INTO lean_t VALUES ('a', 1))"
+        " INSERT INTO lean_t VALUES ('b', 2) RETURNING k",
+        repeatable=False,
+    )
+    assert rows == [("b",)]
+    assert await database.read_lean(_count) == 2
+
+
+async def test_one_statement_on_an_ended_connection_runs_again_only_when_repeatable(
+    db: tuple[Database, str],
+) -> None:
+    """The pool lends a connection the server ended: a statement that may run twice runs on
+    another one; any other may or may not have landed, which the caller is told."""
+    database, name = db
+    assert await database.read_lean(_count) == 0  # the pool now holds a live connection
+    _end_backends_blocking(name)
+    upsert = "INSERT INTO lean_t VALUES ('a', 1) ON CONFLICT DO NOTHING"
+    await database.write_one(upsert, repeatable=True)
+    assert await database.read_lean(lambda sql: sql.all("SELECT k, n FROM lean_t")) == [("a", 1)]
+    _end_backends_blocking(name)
+    with pytest.raises(OutcomeUnknown, match="ended under a write"):
+        await database.write_one("INSERT INTO lean_t VALUES ('b', 2)", repeatable=False)

@@ -43,7 +43,7 @@ from gateway.crash import NO_CRASH, CrashPoints
 from gateway.logs import get_logger
 from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.group_commit import GroupCommitWriter
-from gateway.store.lean import Lean
+from gateway.store.lean import Lean, Row
 from gateway.store.pg_lean import PgLeanPool
 from gateway.store.readers import LeanReads, ReaderThreads
 from gateway.store.schema import migrate_postgresql, migrate_sqlite, revision_of
@@ -216,6 +216,28 @@ class Database:
             if after_commit is not None:
                 await asyncio.to_thread(after_commit, result)
             return result
+
+    async def write_one(
+        self,
+        statement: str,
+        *params: Any,
+        repeatable: bool,
+        after_commit: Callable[[list[Row]], None] | None = None,
+    ) -> list[Row]:
+        """One lean statement committed on its own; its rows. On PostgreSQL that is a single
+        round trip (no BEGIN or COMMIT around it), for work written as one statement there (a
+        data-modifying WITH). `repeatable`: running it twice does what running it once does,
+        so a connection that ended under it may run it again (else `OutcomeUnknown`)."""
+        if self._async_engine is None:
+            return await self.write_lean(
+                lambda sql: sql.all(statement, *params), after_commit=after_commit
+            )
+        assert self._pg_lean is not None
+        with self.space.watching():
+            rows = await self._pg_lean.write_one(statement, params, repeatable=repeatable)
+            if after_commit is not None:
+                await asyncio.to_thread(after_commit, rows)
+        return rows
 
     def writes_waiting(self) -> bool:
         """Whether writes wait for the one running now (a long write may then end sooner).

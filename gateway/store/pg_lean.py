@@ -157,6 +157,27 @@ class PgLeanPool:
                 return result
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def write_one(
+        self, statement: str, params: Sequence[Any], *, repeatable: bool
+    ) -> list[Row]:
+        """One statement, which PostgreSQL commits on its own: no BEGIN and no COMMIT, so one
+        round trip where a transaction of the same work takes several. A connection that ends
+        under it may have committed it: with `repeatable` (running it twice does what running
+        it once does) it runs again on another connection, else `OutcomeUnknown`."""
+        for last in (False, True):
+            async with self._lent() as conn:
+                try:
+                    rows = await conn.fetch(in_dialect("postgresql", statement), *params)
+                except Exception as exc:
+                    if _ended(conn) and not repeatable:
+                        raise OutcomeUnknown(
+                            f"the connection ended under a write: {exc!r}"
+                        ) from exc
+                    _again_or_raise(conn, exc, last=last, doing="writing")
+                    continue
+                return [tuple(row) for row in rows]
+        raise AssertionError("unreachable")  # pragma: no cover
+
     @contextlib.asynccontextmanager
     async def _lent(self) -> AsyncIterator[Any]:
         """A connection of the pool for one unit of work."""

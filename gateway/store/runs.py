@@ -14,10 +14,11 @@ from sqlmodel import Session, col, select
 from gateway.clock import now_ms
 from gateway.ids import validate_hash, validate_session_id
 from gateway.logs import get_logger
+from gateway.store import pg_writes
 from gateway.store.base import StoreBase
 from gateway.store.db import insert_ignoring
 from gateway.store.journals import delete_journal
-from gateway.store.lean import Lean
+from gateway.store.lean import Lean, Row
 from gateway.store.message_reads import StoredMessage
 from gateway.store.messages import history_line, insert_message, touch_session
 from gateway.store.models import ActionHistoryRow, FileHistoryRow
@@ -114,6 +115,31 @@ class RunArchive(StoreBase):
                 log.warning("session deleted before its reply was filed", session=run.session_id)
 
         async with self._archive_turn(run.session_id):
+            if self.db.dialect == "postgresql" and not outbox and len(run.usage) <= 1:
+                # What `record` does, as one statement: one round trip instead of nine.
+                statement, params = pg_writes.finish_run(
+                    run.session_id,
+                    run.task_hash,
+                    objective,
+                    list(run.tool_results),
+                    reply,
+                    run.identity,
+                    at,
+                    sender,
+                    run.usage[0] if run.usage else None,
+                )
+
+                def file_returned(rows: list[Row]) -> None:
+                    reply_id = rows[0][0]
+                    if reply_id is not None:
+                        filed.append(replace(reply_message, id=int(reply_id)))
+                    file_reply(None)
+
+                # Again after a cut connection, it finds the run recorded and does nothing.
+                await self.db.write_one(
+                    statement, *params, repeatable=True, after_commit=file_returned
+                )
+                return []
             return await self.db.write_lean(lean, after_commit=file_reply)
 
     async def finished_run(self, session_id: str, task_hash: str) -> dict[str, str] | None:

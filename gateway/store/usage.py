@@ -71,12 +71,12 @@ class ModelUsage:
 
 def insert_usage(sql: Lean, record: UsageRecord) -> int:
     """Add the usage row in the caller's transaction; returns its id."""
-    row_id = sql.value(_INSERT_USAGE, *_values(record).values())
+    row_id = sql.value(_INSERT_USAGE, *usage_values(record).values())
     assert row_id is not None
     return int(row_id)
 
 
-def _values(record: UsageRecord) -> dict[str, object]:
+def usage_values(record: UsageRecord) -> dict[str, object]:
     # In the column order of _INSERT_USAGE.
     return {
         "session_id": record.session_id,
