@@ -16,7 +16,7 @@ from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database
 from gateway.store.lean import Lean
 from gateway.store.models import QuotaRow, SessionRow
-from gateway.store.session_facts import linked_lean
+from gateway.store.session_facts import LINKED
 
 # Sessions that count as owned: the private ones that last. `temp-*` sessions are reaped after
 # a while idle and are what a plain send makes, so they do not count.
@@ -31,6 +31,13 @@ def _limits(text: str) -> dict[str, int]:
     if not isinstance(raw, dict):
         return {}
     return {str(k): int(v) for k, v in raw.items() if isinstance(v, int) and v >= 0}
+
+
+# Each identity of a person with its overrides (NULL when it has none), in one statement.
+_PERSON_OVERRIDES = (
+    LINKED + "SELECT linked.identity, quota.limits FROM linked"
+    " LEFT JOIN quota ON quota.subject = linked.identity"
+)
 
 
 def _overrides(sql: Lean, subjects: Collection[str]) -> dict[str, dict[str, int]]:
@@ -57,8 +64,9 @@ class Quotas:
         message asks before it is taken in."""
 
         def work(sql: Lean) -> tuple[frozenset[str], dict[str, dict[str, int]]]:
-            identities = linked_lean(sql, identity)
-            return identities, _overrides(sql, identities)
+            rows = sql.all(_PERSON_OVERRIDES, identity, identity)
+            found = {str(subject): _limits(text) for subject, text in rows if text is not None}
+            return frozenset(str(subject) for subject, _ in rows), found
 
         return await self._db.read_lean(work)
 
