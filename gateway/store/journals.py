@@ -61,8 +61,12 @@ _DELETE_ANSWERS = "DELETE FROM prompt_answer WHERE task_hash = ?"
 
 
 def insert_journal(sql: Lean, record: JournalRecord) -> None:
-    sql.run(
-        _INSERT_JOURNAL,
+    sql.run(_INSERT_JOURNAL, *journal_values(record))
+
+
+def journal_values(record: JournalRecord) -> tuple[Any, ...]:
+    """The journal's row, in the column order of `_INSERT_JOURNAL`."""
+    return (
         validate_hash(record.task_hash),
         record.session_id,
         json.dumps(record.origin, ensure_ascii=False),

@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Literal
 
 from gateway.clock import now_ms
 from gateway.ids import validate_hash, validate_session_id
 from gateway.logs import get_logger
+from gateway.store import pg_writes
 from gateway.store.base import SessionTaken, UnknownSession
 from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
-from gateway.store.lean import Lean
+from gateway.store.lean import Lean, Row
 from gateway.store.message_reads import MessageReads, StoredMessage
 from gateway.store.request_keys import RequestKey, forget_expired, keep
 from gateway.store.summaries import NoSummaryRow, SummaryState, latest_state, summary_state
@@ -224,7 +226,36 @@ class MessageArchive(MessageReads):
 
         async with self._archive_turn(session_id):
             await self._catch_up_once(session_id)
+            # A claim or a request key: checks that go with the write in its transaction.
+            plain = not claim and request is None
+            if self.db.dialect == "postgresql" and journal is not None and plain:
+                taken = await self._take_in_at_once(unfiled, source_key, journal, file_it)
+                if taken is not False:
+                    return taken
             return await self.db.write_lean(work, after_commit=file_it)
+
+    async def _take_in_at_once(
+        self,
+        unfiled: StoredMessage,
+        source_key: str,
+        journal: Callable[[StoredMessage], JournalRecord],
+        file_it: Callable[[StoredMessage | None], None],
+    ) -> StoredMessage | Literal[False] | None:
+        """On PostgreSQL, a message and its task's journal in a session that exists, as one
+        statement (gateway/store/pg_writes.py): one round trip where the transaction takes
+        five. False when the session has no row: nothing was written, the transaction makes it."""
+        statement, params = pg_writes.take_in(unfiled, source_key, journal(unfiled))
+        stored: list[StoredMessage | None] = []
+
+        def file_returned(rows: list[Row]) -> None:
+            found, message_id = rows[0]
+            if found:
+                stored.append(replace(unfiled, id=int(message_id)) if message_id else None)
+                file_it(stored[0])
+
+        # Run again after a cut connection, it finds the journal it wrote and adds nothing.
+        await self.db.write_one(statement, *params, repeatable=True, after_commit=file_returned)
+        return stored[0] if stored else False
 
     async def catch_up_history(self, session_id: str) -> int:
         """File in history.json the archived messages it lacks — the tail a crash or a

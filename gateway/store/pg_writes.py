@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gateway.store.journals import JournalRecord, journal_values
+from gateway.store.message_reads import StoredMessage
 from gateway.store.usage import UsageRecord, usage_values
 
 # A finished run (gateway/store/runs.py, `RunArchive.finish_run`): its action_history row
@@ -87,3 +89,50 @@ def finish_run(
     if usage is None:
         return FINISH_RUN, params
     return FINISH_RUN_WITH_USAGE, params + tuple(usage_values(usage).values())
+
+
+# A user's message and the journal of the task it starts (gateway/store/messages.py,
+# `MessageArchive.take_in`), in a session that exists: the session's last activity moved up,
+# the message archived unless its source key was archived before, the journal written with
+# the message's id. A session without a row writes nothing here (the transaction makes it).
+# Run again after a connection cut under it, it finds its journal (`landed`) and adds nothing.
+# Parameters: time, session, role, content, sender, task, source key, sender key, then the
+# journal's row (`journal_values`) without its message id.
+TAKE_IN = """
+WITH landed AS (
+    SELECT user_message_id AS id FROM task_journal WHERE task_hash = $9::text
+), touched AS (
+    UPDATE session
+    SET updated_at = CASE WHEN updated_at < $1::bigint THEN $1::bigint ELSE updated_at END
+    WHERE id = $2::text AND NOT EXISTS (SELECT 1 FROM landed)
+    RETURNING 1
+), message AS (
+    INSERT INTO messages
+        (session_id, role, content, sender, send_at, task_hash, source_key, sender_key)
+    SELECT $2::text, $3::text, $4::text, $5::text, $1::bigint, $6::text, $7::text, $8::text
+    FROM touched
+    ON CONFLICT DO NOTHING
+    RETURNING id
+), journal AS (
+    INSERT INTO task_journal (task_hash, session_id, origin, text, user_message_id,
+        user_sent_at, submitted_at, status, steps, prompt, updated_at)
+    SELECT $9::text, $10::text, $11::text, $12::text, message.id, $13::bigint, $14::bigint,
+        $15::text, $16::text, $17::text, $18::bigint
+    FROM message
+)
+SELECT EXISTS (SELECT 1 FROM touched) OR EXISTS (SELECT 1 FROM landed),
+    COALESCE((SELECT id FROM message), (SELECT id FROM landed))
+"""
+
+
+def take_in(
+    message: StoredMessage, source_key: str, journal: JournalRecord
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement archiving `message` with its task's `journal`, and its parameters. It
+    returns one row: whether the session exists (when not, nothing was written), and the
+    message's id (NULL when its source key was archived before)."""
+    m = message
+    row = journal_values(journal)
+    without_id = row[:4] + row[5:]  # the message's id comes from the insert
+    params = (m.send_at, m.session_id, m.role, m.content, m.sender, m.task_hash, source_key)
+    return TAKE_IN, (*params, m.sender_key, *without_id)

@@ -21,7 +21,7 @@ from gateway.store.db import Database
 from gateway.store.files import SessionFiles, Summary
 from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.history_file import HistoryMessage
-from gateway.store.lean import Lean
+from gateway.store.lean import Lean, Row
 from gateway.store.models import SessionSettings, SessionSummaryRow
 
 
@@ -55,7 +55,29 @@ _WINDOW_START = (
     "SELECT id FROM messages WHERE session_id = ? AND id > ? ORDER BY id DESC LIMIT 1 OFFSET ?"
 )
 _COUNT_BETWEEN = "SELECT count(*) FROM messages WHERE session_id = ? AND id > ? AND id < ?"
-_SETTINGS = "SELECT role, rule, model, reasoning, settings FROM session WHERE id = ?"
+# Before every task and after it, in one statement (on PostgreSQL each is a round trip): the
+# newest summary row (NULLs when there is none), the oldest of the `window` newest messages
+# after its cursor (none when fewer, or no window) and how many lie between the cursor and
+# it (what a fold would take), and the session's settings (NULLs when it has no row).
+# Parameters: session, session, window, window - 1, session, session.
+_POSITION = """
+WITH latest AS (
+    SELECT summary, cursor, reset_at, updated_at FROM session_summary
+    WHERE session_id = ? ORDER BY id DESC LIMIT 1
+), oldest AS (
+    SELECT id FROM messages
+    WHERE session_id = ? AND id > COALESCE((SELECT cursor FROM latest), 0) AND ? > 0
+    ORDER BY id DESC LIMIT 1 OFFSET ?
+)
+SELECT latest.summary, latest.cursor, latest.reset_at, latest.updated_at,
+    (SELECT id FROM oldest),
+    (SELECT count(*) FROM messages WHERE session_id = ?
+        AND id > COALESCE((SELECT cursor FROM latest), 0) AND id < (SELECT id FROM oldest)),
+    session.id, session.role, session.rule, session.model, session.reasoning, session.settings
+FROM (SELECT 1 AS here) AS here
+LEFT JOIN latest ON 1 = 1
+LEFT JOIN session ON session.id = ?
+"""
 _DELETE_SUMMARY = "DELETE FROM session_summary WHERE session_id = ?"
 _INSERT_SUMMARY = (
     "INSERT INTO session_summary (session_id, summary, cursor, reset_at, updated_at)"
@@ -65,8 +87,11 @@ _INSERT_SUMMARY = (
 
 def latest_state(sql: Lean, session_id: str) -> SummaryState | NoSummaryRow | None:
     """The archived summary of a session, None for the empty row (no summary yet), or NO_ROW."""
-    row = sql.one(_LATEST, session_id)
-    if row is None:
+    return _state(sql.one(_LATEST, session_id))
+
+
+def _state(row: Row | None) -> Archived:
+    if row is None or row[0] is None:  # no row, or a LEFT JOIN's NULLs for one
         return NO_ROW
     text, cursor, reset_at, updated_at = row
     if not updated_at and not cursor and not text:
@@ -88,9 +113,26 @@ def _fold_position(sql: Lean, session_id: str, window: int, cursor: int) -> tupl
     return oldest, int(sql.value(_COUNT_BETWEEN, session_id, cursor, oldest) or 0)
 
 
-def _settings(sql: Lean, session_id: str) -> SessionSettings | None:
-    row = sql.one(_SETTINGS, session_id)
-    return SessionSettings(*row) if row is not None else None
+@dataclass(frozen=True, slots=True)
+class _Position:
+    state: Archived
+    oldest: int  # the oldest message of the window after the summary's cursor; 0 when fewer
+    due: int  # how many messages lie between the cursor and it
+    settings: SessionSettings | None
+
+
+def _position(sql: Lean, session_id: str, window: int) -> _Position:
+    """`_POSITION`: the summary, where the window starts after it, and the settings. With no
+    summary row the window is not placed (the files may hold a summary to move over first)."""
+    row = sql.one(
+        _POSITION, session_id, session_id, window, max(window - 1, 0), session_id, session_id
+    )
+    assert row is not None, "one row whatever the session holds"
+    state = _state(row[:4])
+    settings = SessionSettings(*row[7:]) if row[6] is not None else None
+    if isinstance(state, NoSummaryRow) or not window:
+        return _Position(state, 0, 0, settings)
+    return _Position(state, int(row[4] or 0), int(row[5] or 0) if row[4] else 0, settings)
 
 
 async def summary_state(db: Database, files: SessionFiles, session_id: str) -> SummaryState | None:
@@ -149,11 +191,9 @@ class SummaryArchive(StoreBase):
         def position(sql: Lean, cursor: int) -> tuple[int, int]:
             return _fold_position(sql, session_id, window, cursor)
 
-        def work(sql: Lean) -> tuple[SummaryState | NoSummaryRow | None, int, int]:
-            state = latest_state(sql, session_id)
-            if isinstance(state, NoSummaryRow):
-                return state, 0, 0
-            return state, *position(sql, state.summary.cursor if state else 0)
+        def work(sql: Lean) -> tuple[Archived, int, int]:
+            found = _position(sql, session_id, window)
+            return found.state, found.oldest, found.due
 
         state, oldest, due = await self.db.read_lean(work)
         if isinstance(state, NoSummaryRow):  # the first time: the files may hold one to move over
@@ -176,12 +216,8 @@ class SummaryArchive(StoreBase):
                 return []
 
         def work(sql: Lean) -> tuple[Archived, SessionSettings | None, int]:
-            state = latest_state(sql, session_id)
-            due = 0
-            if window and not isinstance(state, NoSummaryRow):
-                cursor = state.summary.cursor if state else 0
-                due = _fold_position(sql, session_id, window, cursor)[1]
-            return state, _settings(sql, session_id), due
+            found = _position(sql, session_id, window)
+            return found.state, found.settings, found.due
 
         (state, row, due), lines = await self.db.read_lean_beside(work, recent)
         if isinstance(state, NoSummaryRow):
