@@ -19,7 +19,7 @@ from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.lean import Lean, Row
 from gateway.store.message_reads import MessageReads, StoredMessage
 from gateway.store.request_keys import RequestKey, forget_expired, keep
-from gateway.store.summaries import NoSummaryRow, SummaryState, latest_state, summary_state
+from gateway.store.summaries import NoSummaryRow, SummaryState, archived_state, summary_state
 
 log = get_logger(__name__)
 
@@ -337,14 +337,25 @@ class MessageArchive(MessageReads):
         return len(missing)
 
 
-_IDS_FROM = "SELECT id FROM messages WHERE session_id = ? AND id >= ? ORDER BY id LIMIT ?"
+# The session's newest summary row (NULLs when none) beside each id of its archived messages
+# from a first one on (none when the first is 0): one statement, one round trip.
+_RESYNC_VIEW = """
+WITH latest AS (
+    SELECT summary, cursor, reset_at, updated_at FROM session_summary
+    WHERE session_id = ? ORDER BY id DESC LIMIT 1
+), ids AS (
+    SELECT id FROM messages WHERE session_id = ? AND id >= ? AND ? > 0 ORDER BY id LIMIT ?
+)
+SELECT latest.summary, latest.cursor, latest.reset_at, latest.updated_at, ids.id
+FROM (SELECT 1 AS here) AS here LEFT JOIN latest ON 1 = 1 LEFT JOIN ids ON 1 = 1
+ORDER BY ids.id
+"""
 
 
 def _resync_view(
     sql: Lean, session_id: str, first: int
 ) -> tuple[SummaryState | NoSummaryRow | None, list[int]]:
     """The session's summary and the ids of its archived messages from `first` on."""
-    state = latest_state(sql, session_id)
-    if not first:
-        return state, []
-    return state, [int(row[0]) for row in sql.all(_IDS_FROM, session_id, first, HISTORY_CATCH_UP)]
+    rows = sql.all(_RESYNC_VIEW, session_id, session_id, first, first, HISTORY_CATCH_UP)
+    ids = [int(row[4]) for row in rows if row[4] is not None]
+    return archived_state(rows[0][:4]), ids

@@ -87,10 +87,11 @@ _INSERT_SUMMARY = (
 
 def latest_state(sql: Lean, session_id: str) -> SummaryState | NoSummaryRow | None:
     """The archived summary of a session, None for the empty row (no summary yet), or NO_ROW."""
-    return _state(sql.one(_LATEST, session_id))
+    return archived_state(sql.one(_LATEST, session_id))
 
 
-def _state(row: Row | None) -> Archived:
+def archived_state(row: Row | None) -> Archived:
+    """A summary row's (summary, cursor, reset_at, updated_at) as the archive holds it."""
     if row is None or row[0] is None:  # no row, or a LEFT JOIN's NULLs for one
         return NO_ROW
     text, cursor, reset_at, updated_at = row
@@ -128,7 +129,7 @@ def _position(sql: Lean, session_id: str, window: int) -> _Position:
         _POSITION, session_id, session_id, window, max(window - 1, 0), session_id, session_id
     )
     assert row is not None, "one row whatever the session holds"
-    state = _state(row[:4])
+    state = archived_state(row[:4])
     settings = SessionSettings(*row[7:]) if row[6] is not None else None
     if isinstance(state, NoSummaryRow) or not window:
         return _Position(state, 0, 0, settings)
