@@ -19,7 +19,6 @@ from gateway.clock import now_ms
 from gateway.ownership import SHARED_PREFIXES, SessionFacts, ShareMode
 from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database, insert_ignoring
-from gateway.store.lean import Lean
 from gateway.store.models import (
     IdentityLinkRow,
     LinkAttemptRow,
@@ -28,7 +27,7 @@ from gateway.store.models import (
     SessionRow,
     SessionShareRow,
 )
-from gateway.store.session_facts import facts_lean, linked_lean
+from gateway.store.session_facts import caller_facts_lean, linked_lean
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +112,7 @@ class Ownership:
         """`linked(identity)` and `facts(session_id, …)` for those identities, in one read:
         what every request on a session asks before anything else."""
 
-        def work(sql: Lean) -> tuple[frozenset[str], SessionFacts | None]:
-            identities = linked_lean(sql, identity)
-            return identities, facts_lean(sql, session_id, identities)
-
-        return await self._db.read_lean(work)
+        return await self._db.read_lean(lambda sql: caller_facts_lean(sql, identity, session_id))
 
     async def link(self, identity: str, to: str, *, by: str = "") -> frozenset[str]:
         """Join `identity` (and whatever it was linked with) to the person of `to`; returns the

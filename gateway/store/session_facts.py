@@ -5,8 +5,6 @@ cost several times the statements themselves."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from gateway.ownership import SessionFacts, ShareMode, is_shared
 from gateway.store.lean import Lean
 
@@ -21,10 +19,21 @@ LINKED = (
     " SELECT identity FROM identity_link WHERE person = (SELECT id FROM person)) "
 )
 _LINKED_SQL = LINKED + "SELECT identity FROM linked"
-# The session's owner with each of its shares (NULLs when it has none), in one statement.
-_OWNER_AND_SHARES_SQL = (
-    "SELECT s.owner, share.identity, share.mode FROM session AS s"
-    " LEFT JOIN session_share AS share ON share.session_id = s.id WHERE s.id = ?"
+# What a request on a session asks, in one statement: the caller's identities (kind 0), and
+# the session's row (kind 1; none when there is no such session) with, for a private session,
+# each share one of those identities holds (NULLs when none), or, for a shared chat, whether
+# one of them has written there. Parameters: identity, identity, session.
+_CALLER_AND_SHARES = (
+    LINKED + "SELECT 0, identity, NULL, NULL FROM linked UNION ALL"
+    " SELECT 1, s.owner, share.identity, share.mode FROM session AS s"
+    " LEFT JOIN session_share AS share ON share.session_id = s.id"
+    " AND share.identity IN (SELECT identity FROM linked) WHERE s.id = ?"
+)
+_CALLER_AND_MEMBERSHIP = (
+    LINKED + "SELECT 0, identity, NULL, NULL FROM linked UNION ALL"
+    " SELECT 1, s.owner, (SELECT 1 FROM messages WHERE session_id = s.id"
+    " AND sender_key IN (SELECT identity FROM linked) LIMIT 1), NULL"
+    " FROM session AS s WHERE s.id = ?"
 )
 
 
@@ -33,31 +42,20 @@ def linked_lean(sql: Lean, identity: str) -> frozenset[str]:
     return frozenset(str(row[0]) for row in sql.all(_LINKED_SQL, identity, identity))
 
 
-def facts_lean(sql: Lean, session_id: str, identities: Collection[str]) -> SessionFacts | None:
-    """What the rule needs of `session_id` for a caller with `identities`; None when there
-    is no such session."""
-    wanted = sorted(identities)
-    if is_shared(session_id):  # the rule asks a shared chat's membership, never its shares
-        if not wanted:
-            row = sql.one("SELECT owner, NULL FROM session WHERE id = ?", session_id)
-        else:
-            marks = ", ".join("?" * len(wanted))
-            row = sql.one(
-                "SELECT owner, (SELECT 1 FROM messages WHERE session_id = ?"
-                f" AND sender_key IN ({marks}) LIMIT 1) FROM session WHERE id = ?",
-                session_id,
-                *wanted,
-                session_id,
-            )
-        if row is None:
-            return None
-        return SessionFacts(session_id, owner=str(row[0] or ""), member=row[1] is not None)
-    rows = sql.all(_OWNER_AND_SHARES_SQL, session_id)
-    if not rows:
-        return None
-    shares = {
-        str(identity): ShareMode(mode)
-        for _, identity, mode in rows
-        if identity is not None and identity in identities
-    }
-    return SessionFacts(session_id, owner=str(rows[0][0] or ""), shares=shares)
+def caller_facts_lean(
+    sql: Lean, identity: str, session_id: str
+) -> tuple[frozenset[str], SessionFacts | None]:
+    """`linked_lean(identity)`, and what the rule needs of `session_id` for a caller with
+    those identities (None when there is no such session)."""
+    shared = is_shared(session_id)  # the rule asks a shared chat's membership, never its shares
+    statement = _CALLER_AND_MEMBERSHIP if shared else _CALLER_AND_SHARES
+    rows = sql.all(statement, identity, identity, session_id)
+    identities = frozenset(str(row[1]) for row in rows if row[0] == 0)
+    session = [row[1:] for row in rows if row[0] == 1]
+    if not session:
+        return identities, None
+    owner = str(session[0][0] or "")
+    if shared:
+        return identities, SessionFacts(session_id, owner=owner, member=session[0][1] is not None)
+    shares = {str(who): ShareMode(mode) for _, who, mode in session if who is not None}
+    return identities, SessionFacts(session_id, owner=owner, shares=shares)
