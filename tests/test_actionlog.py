@@ -4,6 +4,7 @@ import errno
 import fcntl
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from gateway.store.action_record import (
     ActionKind,
     ActionRecord,
     InvalidActionKind,
+    decode_identity,
+    encode_identity,
     escape_body,
     parse_line,
     unescape_body,
@@ -722,3 +725,15 @@ def test_two_processes_rotate_once_together(log: ActionLog) -> None:
     assert skipped == 0
     assert len(records) == 1000
     check_writer_records(records, 2, 500)
+
+
+@pytest.mark.parametrize(
+    "identity",
+    ["http:ann", "telegram:123", "", "a b", "caf\u00e9", "x]y", "%41", "dc:\n1"],
+)
+def test_an_identity_is_kept_plain_or_escaped_and_read_back(identity: str) -> None:
+    encoded = encode_identity(identity)
+    assert re.fullmatch(r"[A-Za-z0-9_.:@+%-]*", encoded)
+    plain = re.fullmatch(r"[A-Za-z0-9_.:@+-]*", identity) is not None
+    assert (encoded == identity) is plain
+    assert decode_identity(encoded) == identity

@@ -103,12 +103,15 @@ def unescape_body(text: str) -> str:
 # --- identity -------------------------------------------------------------------------------
 
 _IDENTITY_PLAIN: Final = re.compile(r"[A-Za-z0-9_.:@+-]", re.ASCII)
+_IDENTITY_ALL_PLAIN: Final = re.compile(r"[A-Za-z0-9_.:@+-]*", re.ASCII)
 _SURROGATE_RE: Final = re.compile("[\ud800-\udfff]")
 _PERCENT_RE: Final = re.compile(r"(?:%[0-9A-F]{2})+", re.ASCII)
 
 
 def encode_identity(identity: str) -> str:
     """`identity` as its bracket holds it: plain characters kept, the rest `%XX` per byte."""
+    if _IDENTITY_ALL_PLAIN.fullmatch(identity):  # nearly every identity: one look, not one a char
+        return identity
     return "".join(
         char if _IDENTITY_PLAIN.fullmatch(char) else "".join(f"%{b:02X}" for b in char.encode())
         for char in identity
