@@ -48,6 +48,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg  # type: ignore[import-untyped]
@@ -117,8 +118,11 @@ async def serving(argv: list[str], url: str, env: dict[str, str], cwd: Path) -> 
                 async with http.get(url + "/healthz") as resp:
                     if resp.status == 200:
                         return proc
+            if proc.returncode is not None:
+                break
             await asyncio.sleep(0.1)
-    proc.kill()
+    if proc.returncode is None:
+        proc.kill()
     raise RuntimeError(f"{argv[0]} did not come up")
 
 
@@ -253,7 +257,7 @@ async def fresh_pg_database(tag: str) -> AsyncIterator[str]:
     finally:
         await admin.close()
     try:
-        yield f"{PG_DSN.rsplit('/', 1)[0]}/{name}"
+        yield urlunsplit(urlsplit(PG_DSN)._replace(path=f"/{name}"))
     finally:
         admin = await asyncpg.connect(PG_DSN, timeout=10)
         try:
@@ -278,7 +282,7 @@ async def pg_server() -> dict[str, str]:
     kv = os.environ.get("AGENVOY_KV_URL", "")
     return {
         "version": str(version).split()[0],
-        "address": mask_url(PG_DSN).rsplit("/", 1)[0],
+        "address": urlunsplit(urlsplit(mask_url(PG_DSN))._replace(path="")),
         "synchronous_commit": str(sync),
         "ours_kv": mask_url(kv) if kv else "embedded SQLite",
     }
