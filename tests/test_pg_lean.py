@@ -153,9 +153,7 @@ async def test_one_statement_is_committed_whole_or_not_at_all(db: tuple[Database
     """`write_one` runs without BEGIN and COMMIT: PostgreSQL commits the statement on its own,
     so a WITH whose last part fails keeps none of its parts."""
     database, _ = db
-    both = (
-        "WITH first AS (INSERT INTO lean_t VALUES ('a', 1)) INSERT INTO lean_t VALUES ('a', 2)"
-    )
+    both = "WITH first AS (INSERT INTO lean_t VALUES ('a', 1)) INSERT INTO lean_t VALUES ('a', 2)"
     with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
         await database.write_one(both, repeatable=False)
     assert await database.read_lean(_count) == 0
