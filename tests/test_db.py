@@ -197,6 +197,21 @@ async def test_self_id_unique_when_not_empty(store: SessionStore) -> None:
     assert (await store.require("cli-c")).self_id == ""
 
 
+async def test_one_statement_is_written_and_its_rows_handed_on(store: SessionStore) -> None:
+    """`Database.write_one`: one statement committed on its own, on either backend; what it
+    returns goes to `after_commit` and back to the caller."""
+    seen: list[list[tuple[Any, ...]]] = []
+    insert = (
+        "INSERT INTO session (id, name, self_id, role, rule, model, reasoning, settings,"
+        " created_at, updated_at, owner) VALUES (?, '', '', '', '', '', '', '{}', 1, 2, '')"
+        " RETURNING id, updated_at"
+    )
+    rows = await store.db.write_one(insert, "cli-one", repeatable=False, after_commit=seen.append)
+    assert rows == [("cli-one", 2)]
+    assert seen == [rows]
+    assert (await store.require("cli-one")).updated_at == 2
+
+
 async def test_action_history_once_per_task(store: SessionStore) -> None:
     await store.ensure("cli-r")
     run = RunRecord("cli-r", "task1", "do it", "done", [{"tool": "read_file", "status": "ok"}])
