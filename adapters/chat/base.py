@@ -11,7 +11,8 @@ primitives a platform implements (send a part, edit, delete, typing, a prompt wi
   on from the next part, and a part that may be out already is known as such (`repeat`).
 - Streamed text shows as one preview message, edited at most once a second and deleted when
   the final reply arrives; previews a crash left are deleted at the next start (`previews`).
-  Typing is shown at most once per platform-specific interval.
+  Typing is shown at most once per platform-specific interval, and for a message only once
+  its task has worked a moment (`indicator`).
 - Prompts remember where they were posted, so the answer can close them (`prompts`); one
   asked again after a restart takes the buttons off its earlier askings (`ask`).
 """
@@ -21,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
 from adapters.attachments import Download, Staged, describe, stage_downloads
+from adapters.chat.arrival import Arrival
+from adapters.chat.indicator import TypingSoon
 from adapters.chat.previews import PreviewNotes
 from adapters.chat.prompts import OpenPrompts, Posted, Refused, outcome
 from adapters.chat.throttle import Throttle
@@ -44,6 +47,7 @@ from gateway.events import (
     Origin,
     TextDeltaEvent,
     TextEvent,
+    UserEvent,
 )
 from gateway.logs import get_logger
 from gateway.runtime import Runtime
@@ -54,22 +58,6 @@ log = get_logger(__name__)
 STREAM_EDIT_SECONDS: Final = 1.0
 # At stop, messages being taken in get this long to be stored before they are given up.
 ARRIVAL_GRACE_SECONDS: Final = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """A message as read from the platform's event, before anything is awaited for it."""
-
-    origin: Origin
-    session_id: str
-    text: str
-    addressed: bool  # for the agent; otherwise kept as context
-    downloads: Sequence[Download] = ()
-    replied_to: Posted | None = None  # the bot's message this one is a reply to
-    source_key: str = ""  # the platform's id of this delivery (Inbound.source_key)
-    # Where a refusal of the text is said (a slash command: in its interaction's response, to
-    # the one who asked alone); None: a reply in the chat.
-    refuse: Callable[[str], Awaitable[None]] | None = None
 
 
 @dataclass
@@ -97,6 +85,7 @@ class ChatAdapter(ABC):
         self.runtime = runtime
         self.router = runtime.router
         self._typing = Throttle(runtime.clock, self.typing_every)
+        self._typing_soon = TypingSoon(runtime.clock, self.typing)
         self._edits = Throttle(runtime.clock, STREAM_EDIT_SECONDS)
         self._previews: dict[str, _Preview] = {}
         self._preview_notes = PreviewNotes(runtime.kv, self.name, runtime.settings.instance_id)
@@ -183,6 +172,7 @@ class ChatAdapter(ABC):
         """At stop, once the platform sends no more: messages still being taken in (one that
         waits for an unreachable database) get `arrival_grace` seconds, then are given up.
         A platform that does not deliver them again loses them: that is logged."""
+        await self._typing_soon.close()
         left = {task for task in self._arriving if task is not asyncio.current_task()}
         if left:
             _, left = await asyncio.wait(left, timeout=self.arrival_grace)
@@ -258,6 +248,10 @@ class ChatAdapter(ABC):
         return False
 
     async def _show(self, origin: Origin, event: Event, progress: Progress) -> str | None:
+        if isinstance(event, UserEvent):
+            self._typing_soon.after_a_moment(origin, event.task_hash)
+            return None
+        self._typing_soon.answered(event.task_hash)  # the task shows itself at work from here
         if isinstance(event, TextDeltaEvent):
             await self.typing(origin)
             await self.stream(origin, event)
