@@ -165,7 +165,8 @@ async def test_a_streamed_reply_shows_one_preview_that_the_reply_replaces(
     platform.post(A, ANN, "!sleep 3")
     shown = []
     for second in range(1, 4):
-        await clock.until_sleeping(seconds=1)  # the agent's next second
+        # The agent's next second; with the first, the message's typing indicator's wait.
+        await clock.until_sleeping(2 if second == 1 else 1, seconds=1)
         await clock.advance(1)
         if second < 3:
             preview = await said_with(platform, A, f"{second}s")
