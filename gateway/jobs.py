@@ -109,12 +109,17 @@ async def every(
 ) -> None:
     """Run `job` every `interval` seconds (and once at once); failures are logged, not fatal."""
     first = True
+    me = asyncio.current_task()
     while True:
         if not first or now:
             try:
                 await job()
             except Exception:
                 log.exception("job failed", job=name)
+            # A cancellation the job lost (redis-py can, inside its reads' timeouts) still
+            # stops the loop: a stop would otherwise wait for it until forced.
+            if me is not None and me.cancelling():
+                raise asyncio.CancelledError
         first = False
         await clock.sleep(interval)
 

@@ -14,7 +14,7 @@ from support import wait_until
 
 from gateway.clock import now_ms
 from gateway.events import Inbound, Origin
-from gateway.jobs import SESSION_KEY_PREFIXES, Reaper, SessionWatcher
+from gateway.jobs import SESSION_KEY_PREFIXES, Reaper, SessionWatcher, every
 from gateway.presence import PRESENCE_PREFIX
 from gateway.runtime import Runtime
 from gateway.settings import Settings
@@ -231,3 +231,22 @@ async def test_a_pass_killed_between_its_transactions_is_finished_by_the_next(
         assert not runtime.store.dirs.path_of(sid).exists(), sid
     assert await rows_of(runtime.store.db, "temp-kept", marker="kept") == kept
     assert runtime.store.dirs.path_of("temp-kept").is_dir()
+
+
+async def test_a_job_that_loses_its_cancellation_still_stops_the_loop() -> None:
+    """The loop around a job stops when cancelled even if the job swallowed the cancellation
+    (as a client library can inside a read's timeout), instead of sleeping on."""
+    started = asyncio.Event()
+
+    async def swallowing() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            return  # lost, as redis-py may lose it
+
+    loop_task = asyncio.create_task(every(3600, swallowing, name="swallowing"))
+    await asyncio.wait_for(started.wait(), 5)
+    loop_task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(loop_task, 5)
