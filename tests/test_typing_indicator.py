@@ -8,7 +8,7 @@ from pathlib import Path
 
 from clock import FakeClock
 from fakes.telegram import FakeTelegram
-from telegram_rig import reply_in, running
+from telegram_rig import last_task_of, reply_in, running
 
 from adapters.chat.indicator import TYPING_AFTER, TypingSoon
 from gateway.events import Origin
@@ -81,4 +81,7 @@ async def test_an_echo_is_sent_without_a_typing_call_before_it(
         chat, ann = rig.fake.private_chat(11), rig.fake.user(11, "Ann")
         rig.fake.inject_message(chat, ann, "hello bot")
         await reply_in(rig.fake, 11, "echo: hello bot")
+        state = await rig.runtime.router.wait(await last_task_of(rig, "tg-11"), 10)
+        assert state.status == "done"
+        # Nor after it: the task's end shows the chat nothing.
         assert rig.fake.calls_to("sendChatAction") == []

@@ -47,6 +47,8 @@ from gateway.events import (
     Origin,
     TextDeltaEvent,
     TextEvent,
+    ToolCallEvent,
+    ToolResultEvent,
     UserEvent,
 )
 from gateway.logs import get_logger
@@ -270,7 +272,7 @@ class ChatAdapter(ABC):
         elif isinstance(event, CanceledEvent):
             await self.end_stream(event.task_hash)
             await self.send_text(origin, f"canceled by {event.by}", reply=False)
-        else:
+        elif isinstance(event, ToolCallEvent | ToolResultEvent):  # at work, yet to answer
             await self.typing(origin)
         return None
 
