@@ -12,6 +12,7 @@ from gateway.adapter import Progress, Undeliverable
 from gateway.events import Event, Inbound, Origin
 from gateway.runtime import Runtime
 from gateway.settings import Settings
+from gateway.store.action_record import ActionRecord
 
 CHAT = Origin("chat", channel_id="c1", sender_id="ann", sender_name="Ann")
 
@@ -106,16 +107,19 @@ async def test_delivery_failing_until_its_expiry_is_recorded(
     sub = await rt.router.submit(Inbound(CHAT, "dc-2", "hello"))
     await rt.router.wait(sub.task_hash, 30)
 
-    async def failed() -> bool:
-        (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
-        return item.status == "failed"
+    def errors() -> list[ActionRecord]:
+        return [r for r in rt.store.files("dc-2").action_log.read() if r.kind == "error"]
 
-    assert await wait_until(failed, 10)
+    async def failed_and_said() -> bool:
+        # The entry is marked failed first, then its error line is written.
+        (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
+        return item.status == "failed" and bool(errors())
+
+    assert await wait_until(failed_and_said, 10)
     (item,) = await outbox_of_task(rt.store.db, sub.task_hash)
     assert item.attempts > rt.engine.courier.attempts  # tried on after the first burst
-    errors = [r for r in rt.store.files("dc-2").action_log.read() if r.kind == "error"]
-    assert [r.task_hash for r in errors] == [sub.task_hash]
-    assert f"failed after {item.attempts} attempts" in errors[0].body
+    assert [r.task_hash for r in errors()] == [sub.task_hash]
+    assert f"failed after {item.attempts} attempts" in errors()[0].body
     assert rt.router.counters["deliveries_failed"] == 1
     assert rt.engine.courier.waiting() == 0
 
