@@ -77,6 +77,7 @@ from fakes.base import CallRecord
 from fakes.discord import FakeDiscord, RestCall
 from fakes.discord import user as discord_user
 from fakes.telegram import BotApiCall, FakeTelegram
+from http_load import cpu_seconds
 
 # Issue 36's goal 2: the gateway's p99 at most twice a minimal echo bot's on the same fake. The
 # offline agent's own time is next to nothing, so a bot's latency is its overhead.
@@ -356,15 +357,6 @@ async def stop_bot(bot: Bot) -> None:
         await proc.wait()
 
 
-def process_cpu(pid: int) -> float | None:
-    """User plus system CPU seconds of a process so far, all its threads (Linux)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def exchange(bot: Bot, per_chat: int, *, timed: bool, pace: float = 0.0) -> None:
     """Every chat sends `per_chat` messages, each once the previous one was answered, and
     with `pace` not before `pace` seconds after the previous one was sent (the chats
@@ -396,7 +388,7 @@ async def exchange(bot: Bot, per_chat: int, *, timed: bool, pace: float = 0.0) -
 
     assert bot.proc is not None
     bot.timing = timed
-    cpu_before = process_cpu(bot.proc.pid)
+    cpu_before = cpu_seconds(bot.proc.pid)
     fake_before = time.process_time()
     began = time.perf_counter()
     await asyncio.gather(*(chat(i, key) for i, key in enumerate(bot.keys)))
@@ -404,7 +396,7 @@ async def exchange(bot: Bot, per_chat: int, *, timed: bool, pace: float = 0.0) -
     if timed:
         bot.busy_seconds += time.perf_counter() - began
         bot.fake_cpu_seconds += time.process_time() - fake_before
-        cpu_after = process_cpu(bot.proc.pid)
+        cpu_after = cpu_seconds(bot.proc.pid)
         if cpu_before is None or cpu_after is None or bot.cpu_seconds is None:
             bot.cpu_seconds = None
         else:
