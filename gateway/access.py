@@ -17,6 +17,8 @@ from gateway.events import Origin
 from gateway.ownership import Caller, Need, SessionFacts, allows, is_shared, owner_for, refusal
 from gateway.store.base import SessionTaken, UnknownSession
 from gateway.store.ownership import EVERYTHING, Ownership, Visibility
+from gateway.store.quotas import read_ahead
+from gateway.store.session_facts import CallerRead
 
 # Identities that are the gateway's operator by the credential they hold: the local
 # terminal credential (whoever can read the home) and the shared API token.
@@ -61,8 +63,12 @@ class SessionAccess:
         self, who: Origin, session_id: str
     ) -> tuple[Caller, SessionFacts | None]:
         """The caller and the session's facts, in one read of the archive."""
-        linked, facts = await self._ownership.caller_facts(who.sender_key, session_id)
-        return await self._caller(who, linked), facts
+        caller, read = await self._caller_read(who, session_id)
+        return caller, read.facts
+
+    async def _caller_read(self, who: Origin, session_id: str) -> tuple[Caller, CallerRead]:
+        read = await self._ownership.caller_facts(who.sender_key, session_id)
+        return await self._caller(who, read.identities), read
 
     async def may(self, who: Origin, session_id: str, need: Need) -> bool:
         """May `who` do `need` with the session? False for a session that does not exist."""
@@ -84,17 +90,23 @@ class SessionAccess:
         message, owned by `who` when it is private; a shared chat is made by its platform
         (or a gateway admin). True when the session does not exist yet: the message is then
         to be stored only if its session is still `who`'s to make (`claim`, `SessionTaken`)."""
-        caller, facts = await self._caller_facts(who, session_id)
+        return (await self._require_send(who, session_id, need))[0]
+
+    async def _require_send(
+        self, who: Origin, session_id: str, need: Need
+    ) -> tuple[bool, CallerRead]:
+        caller, read = await self._caller_read(who, session_id)
+        facts = read.facts
         if facts is None:
             if is_shared(session_id) and not caller.gateway_admin:
                 raise UnknownSession(session_id)
-            return True
+            return True, read
         if not allows(caller, Need.read, facts):
             raise UnknownSession(session_id)
         need = self.message_need(session_id, need)
         if not allows(caller, need, facts):
             raise NotAllowed(refusal(need, session_id))
-        return False
+        return False, read
 
     @staticmethod
     def message_need(session_id: str, need: Need) -> Need:
@@ -111,15 +123,18 @@ class SessionAccess:
     ) -> T:
         """`send(claim)` once `who` may send to the session (`require_send`). Two callers
         may both find a new id free: the store lets one make it, and the other, told
-        `SessionTaken`, is asked the rule again — refused, unless the maker let them in."""
-        new = await self.require_send(who, session_id, need)
+        `SessionTaken`, is asked the rule again — refused, unless the maker let them in.
+        The message's admission takes the caller's quotas from the rule's read."""
+        new, read = await self._require_send(who, session_id, need)
         try:
-            return await send(new)
+            with read_ahead(who.sender_key, read):
+                return await send(new)
         except SessionTaken:
             if not new:
                 raise
-        await self.require_send(who, session_id, need)
-        return await send(False)
+        _, read = await self._require_send(who, session_id, need)
+        with read_ahead(who.sender_key, read):
+            return await send(False)
 
     async def visibility(self, who: Origin) -> Visibility:
         """What of the listings and searches `who` may see."""

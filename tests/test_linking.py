@@ -30,6 +30,8 @@ from gateway.ownership import Need
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.models import LinkCodeRow
+from gateway.store.quotas import Quotas
+from gateway.store.sessions import SessionStore
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -260,3 +262,28 @@ async def test_wrong_codes_are_counted_once_over_every_instance(
 
         statuses = await asyncio.gather(*(guess(n) for n in range(4 * ATTEMPTS)))
         assert sorted(statuses) == [400] * ATTEMPTS + [429] * (3 * ATTEMPTS)
+
+
+async def test_one_read_finds_the_caller_s_person_their_quotas_and_the_session(
+    store: SessionStore,
+) -> None:
+    """What every request on a session asks first, on both backends: the caller's identities
+    across links with the quota overrides each has, and the session's owner and shares, or a
+    shared chat's membership."""
+    own = store.ownership
+    await own.link("http:bob", "http:ann")
+    await Quotas(store.db).set("http:ann", {"messages_per_minute": 3})
+    await store.ensure("cli-ann", owner="http:ann")
+    read = await own.caller_facts("http:bob", "cli-ann")
+    assert read.identities == {"http:ann", "http:bob"}
+    assert read.quotas == {"http:ann": '{"messages_per_minute": 3}'}
+    assert read.facts is not None and read.facts.owner == "http:ann"
+    assert (await own.caller_facts("http:zed", "cli-ann")).quotas == {}
+    assert (await own.caller_facts("http:zed", "cli-none")).facts is None
+    # A shared chat: a member is whoever of the person has written there.
+    await store.take_in("tg-5", "hello", sender="Bob", sender_key="http:bob")
+    chat = await own.caller_facts("http:ann", "tg-5")
+    assert chat.facts is not None and chat.facts.member
+    assert chat.quotas == {"http:ann": '{"messages_per_minute": 3}'}
+    stranger = await own.caller_facts("http:zed", "tg-5")
+    assert stranger.facts is not None and not stranger.facts.member

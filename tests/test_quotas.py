@@ -5,7 +5,9 @@ messages a minute over HTTP."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from clock import FakeClock
@@ -21,10 +23,13 @@ from gateway.clock import SYSTEM_CLOCK
 from gateway.events import Origin
 from gateway.quotas import Admission, day_start, next_month
 from gateway.settings import Settings
+from gateway.store.db import Database
+from gateway.store.lean import Lean
 from gateway.store.sessions import SessionStore
 from gateway.store.usage import UsageRecord, month_start
 
 DAY_S = 86_400
+T = TypeVar("T")
 
 
 async def test_a_member_s_daily_budget_stops_them_until_the_next_day(
@@ -254,3 +259,47 @@ async def test_a_chat_s_messages_a_minute_hold_for_all_its_members(
         await clock.advance(60)
         telegram.inject_message(group, bob, f"{bot} four")
         await reply_in(telegram, -600, "four")
+
+
+async def test_a_message_to_a_session_takes_its_sender_s_quotas_from_the_access_check(
+    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The access check reads the sender's person with their quota overrides; the admission
+    then holds the message to them without asking the archive again (a round trip per message
+    on PostgreSQL), linked identities' overrides included."""
+    async with serving(tmp_path, clock) as server:
+        store = server.runtime.store
+        await store.ownership.link("http:tester", "http:ann")
+        admission = server.runtime.engine.admission
+        await admission.quotas.set("http:ann", {"messages_per_minute": 1})
+        status, made = await server.call("POST", "/v1/session", json_body={"prefix": "cli"})
+        assert status == 201
+        reads = _CountedReads(admission.quotas._db)
+        monkeypatch.setattr(admission.quotas, "_db", reads)
+        sid = made["session_id"]
+        first = await server.call("POST", "/v1/send", json_body={"content": "a", "session_id": sid})
+        assert first[0] == 200, first
+        status, body = await server.call(
+            "POST", "/v1/send", json_body={"content": "b", "session_id": sid}
+        )
+        assert (status, body["error"]["code"]) == (429, "rate_limited")
+        assert reads.count == 0
+        # Without a session id there is no access check: the admission reads for itself.
+        status, body = await server.call("POST", "/v1/send", json_body={"content": "c"})
+        assert (status, body["error"]["code"]) == (429, "rate_limited")
+        assert reads.count == 1
+
+
+class _CountedReads:
+    """A database whose lean reads are counted."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.count = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+    async def read_lean(self, work: Callable[[Lean], T]) -> T:
+        self.count += 1
+        return await self._db.read_lean(work)

@@ -16,7 +16,7 @@ from sqlalchemy import ColumnElement, delete, false, or_, select
 from sqlmodel import Session, col
 
 from gateway.clock import now_ms
-from gateway.ownership import SHARED_PREFIXES, SessionFacts, ShareMode
+from gateway.ownership import SHARED_PREFIXES, ShareMode
 from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database, insert_ignoring
 from gateway.store.models import (
@@ -27,7 +27,7 @@ from gateway.store.models import (
     SessionRow,
     SessionShareRow,
 )
-from gateway.store.session_facts import caller_facts_lean, linked_lean
+from gateway.store.session_facts import CallerRead, caller_facts_lean, linked_lean
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +106,9 @@ class Ownership:
         """Every identity of the person `identity` belongs to, itself included."""
         return await self._db.read_lean(lambda sql: linked_lean(sql, identity))
 
-    async def caller_facts(
-        self, identity: str, session_id: str
-    ) -> tuple[frozenset[str], SessionFacts | None]:
-        """`linked(identity)` and `facts(session_id, …)` for those identities, in one read:
-        what every request on a session asks before anything else."""
+    async def caller_facts(self, identity: str, session_id: str) -> CallerRead:
+        """`linked(identity)` (with their quota overrides) and `facts(session_id, …)` for
+        those identities, in one read: what every request on a session asks first."""
 
         return await self._db.read_lean(lambda sql: caller_facts_lean(sql, identity, session_id))
 

@@ -5,8 +5,11 @@ Token spend is the `usage` table's (gateway/store/usage.py); the rules are gatew
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextvars import ContextVar
+from typing import Final
 
 from sqlalchemy import func, or_, select
 from sqlmodel import Session, col
@@ -16,7 +19,7 @@ from gateway.store.config_changes import ConfigChangeRow, UnknownChange, record
 from gateway.store.db import Database
 from gateway.store.lean import Lean
 from gateway.store.models import QuotaRow, SessionRow
-from gateway.store.session_facts import LINKED
+from gateway.store.session_facts import LINKED, CallerRead
 
 # Sessions that count as owned: the private ones that last. `temp-*` sessions are reaped after
 # a while idle and are what a plain send makes, so they do not count.
@@ -31,6 +34,28 @@ def _limits(text: str) -> dict[str, int]:
     if not isinstance(raw, dict):
         return {}
     return {str(k): int(v) for k, v in raw.items() if isinstance(v, int) and v >= 0}
+
+
+# A person's identities, and the overrides of each that has any.
+PersonQuotas = tuple[frozenset[str], dict[str, dict[str, int]]]
+
+# What the request being handled read already of its caller's person (`read_ahead`): the access
+# check that comes first reads it with the session's facts, and the message's admission then
+# takes it from here instead of asking the archive again (a round trip on PostgreSQL).
+_READ_AHEAD: Final[ContextVar[tuple[str, PersonQuotas] | None]] = ContextVar(
+    "agenvoy_person_quotas", default=None
+)
+
+
+@contextlib.contextmanager
+def read_ahead(identity: str, read: CallerRead) -> Iterator[None]:
+    """While in this block, `Quotas.of_person(identity)` answers with what `read` found."""
+    quotas = {subject: _limits(text) for subject, text in read.quotas.items()}
+    token = _READ_AHEAD.set((identity, (read.identities, quotas)))
+    try:
+        yield
+    finally:
+        _READ_AHEAD.reset(token)
 
 
 # Each identity of a person with its overrides (NULL when it has none), in one statement.
@@ -59,11 +84,14 @@ class Quotas:
         """The overrides set for each of `subjects` that has any."""
         return await self._db.read_lean(lambda sql: _overrides(sql, subjects))
 
-    async def of_person(self, identity: str) -> tuple[frozenset[str], dict[str, dict[str, int]]]:
+    async def of_person(self, identity: str) -> PersonQuotas:
         """The identities of `identity`'s person and their overrides, in one read: what every
-        message asks before it is taken in."""
+        message asks before it is taken in (none when the request read them ahead)."""
+        ahead = _READ_AHEAD.get()
+        if ahead is not None and ahead[0] == identity:
+            return ahead[1]
 
-        def work(sql: Lean) -> tuple[frozenset[str], dict[str, dict[str, int]]]:
+        def work(sql: Lean) -> PersonQuotas:
             rows = sql.all(_PERSON_OVERRIDES, identity, identity)
             found = {str(subject): _limits(text) for subject, text in rows if text is not None}
             return frozenset(str(subject) for subject, _ in rows), found

@@ -5,6 +5,8 @@ cost several times the statements themselves."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gateway.ownership import SessionFacts, ShareMode, is_shared
 from gateway.store.lean import Lean
 
@@ -19,19 +21,24 @@ LINKED = (
     " SELECT identity FROM identity_link WHERE person = (SELECT id FROM person)) "
 )
 _LINKED_SQL = LINKED + "SELECT identity FROM linked"
-# What a request on a session asks, in one statement: the caller's identities (kind 0), and
+# What a request on a session asks, in one statement: the caller's identities (kind 0, each
+# with its quota overrides, NULL when it has none: the message's admission asks them next), and
 # the session's row (kind 1; none when there is no such session) with, for a private session,
 # each share one of those identities holds (NULLs when none), or, for a shared chat, whether
 # one of them has written there. Parameters: identity, identity, session.
+_CALLER = (
+    "SELECT 0, linked.identity, quota.limits, NULL FROM linked"
+    " LEFT JOIN quota ON quota.subject = linked.identity"
+)
 _CALLER_AND_SHARES = (
-    LINKED + "SELECT 0, identity, NULL, NULL FROM linked UNION ALL"
+    LINKED + _CALLER + " UNION ALL"
     " SELECT 1, s.owner, share.identity, share.mode FROM session AS s"
     " LEFT JOIN session_share AS share ON share.session_id = s.id"
     " AND share.identity IN (SELECT identity FROM linked) WHERE s.id = ?"
 )
 _CALLER_AND_MEMBERSHIP = (
-    LINKED + "SELECT 0, identity, NULL, NULL FROM linked UNION ALL"
-    " SELECT 1, s.owner, (SELECT 1 FROM messages WHERE session_id = s.id"
+    LINKED + _CALLER + " UNION ALL"
+    " SELECT 1, s.owner, (SELECT 'member' FROM messages WHERE session_id = s.id"
     " AND sender_key IN (SELECT identity FROM linked) LIMIT 1), NULL"
     " FROM session AS s WHERE s.id = ?"
 )
@@ -42,20 +49,31 @@ def linked_lean(sql: Lean, identity: str) -> frozenset[str]:
     return frozenset(str(row[0]) for row in sql.all(_LINKED_SQL, identity, identity))
 
 
-def caller_facts_lean(
-    sql: Lean, identity: str, session_id: str
-) -> tuple[frozenset[str], SessionFacts | None]:
-    """`linked_lean(identity)`, and what the rule needs of `session_id` for a caller with
-    those identities (None when there is no such session)."""
+@dataclass(frozen=True, slots=True)
+class CallerRead:
+    """What one read of `caller_facts_lean` found."""
+
+    identities: frozenset[str]  # the caller's person's, across links
+    quotas: dict[str, str]  # each of them that has quota overrides: the overrides as stored
+    facts: SessionFacts | None  # what the ownership rule needs; None: no such session
+
+
+def caller_facts_lean(sql: Lean, identity: str, session_id: str) -> CallerRead:
+    """`linked_lean(identity)` with their quota overrides, and what the rule needs of
+    `session_id` for a caller with those identities."""
     shared = is_shared(session_id)  # the rule asks a shared chat's membership, never its shares
     statement = _CALLER_AND_MEMBERSHIP if shared else _CALLER_AND_SHARES
     rows = sql.all(statement, identity, identity, session_id)
-    identities = frozenset(str(row[1]) for row in rows if row[0] == 0)
+    callers = [row[1:3] for row in rows if row[0] == 0]
+    identities = frozenset(str(who) for who, _ in callers)
+    quotas = {str(who): str(limits) for who, limits in callers if limits is not None}
     session = [row[1:] for row in rows if row[0] == 1]
     if not session:
-        return identities, None
+        return CallerRead(identities, quotas, None)
     owner = str(session[0][0] or "")
     if shared:
-        return identities, SessionFacts(session_id, owner=owner, member=session[0][1] is not None)
-    shares = {str(who): ShareMode(mode) for _, who, mode in session if who is not None}
-    return identities, SessionFacts(session_id, owner=owner, shares=shares)
+        facts = SessionFacts(session_id, owner=owner, member=session[0][1] is not None)
+    else:
+        shares = {str(who): ShareMode(mode) for _, who, mode in session if who is not None}
+        facts = SessionFacts(session_id, owner=owner, shares=shares)
+    return CallerRead(identities, quotas, facts)
