@@ -28,7 +28,7 @@ judges no goal):
    trash folder, on an identical home. The pass ends there for both; emptying the trash
    afterwards (the gateway does it on a thread) is timed and shown apart. Both are checked:
    what is gone, what is kept, the full-text index.
-3. Start-up with 100,000 session folders (--quick: 10,000) and 10 unfinished tasks < 3 s.
+3. Start-up with 100,000 session folders (--quick: 3,000) and 10 unfinished tasks < 3 s.
    Seeded the same fast way (row, message, folder with history.json each); the 10 tasks are
    journaled through `SessionStore.take_in`, the way the intake stores a task that has not
    run. Timed from exec of `agenvoy run` to /healthz answering 200, and to the 10 tasks
@@ -36,9 +36,9 @@ judges no goal):
    "gateway ready" log line). Floor: `agenvoy run` on an empty, migrated home, the median of
    three starts around the others (after one untimed start); also shown, a home with only
    the 10 tasks.
-4. Full-text search p99 over 1,000,000 messages (--quick: 50,000) < 20 ms: store_bench.py's
+4. Full-text search p99 over 1,000,000 messages (--quick: 20,000) < 20 ms: store_bench.py's
    loader, query mix and measurement (ours `Search.messages`, floor a bare sqlite3 MATCH),
-   with 1,000 queries (--quick: 300) so that p99 is not one query's hiccup.
+   with 1,000 queries (--quick: 200) so that p99 is not one query's hiccup.
 
 Everything lives under one temporary directory that is removed at the end. The exit status
 is 0 when the run finishes, whether or not a goal is met.
@@ -125,12 +125,13 @@ FULL = Scale(
     # decides; 1,000 make it the tenth.
     fts_queries=1_000,
 )
+# A smoke run (CI runs it every time): each part once, at sizes that take seconds.
 QUICK = Scale(
     idle_sessions=1_000,
     reaper_sessions=1_000,
-    startup_folders=10_000,
-    fts_messages=50_000,
-    fts_queries=300,
+    startup_folders=3_000,
+    fts_messages=20_000,
+    fts_queries=200,
 )
 
 
