@@ -9,6 +9,7 @@ import sqlite3
 import sys
 import threading
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,32 @@ async def test_one_statement_is_written_and_its_rows_handed_on(store: SessionSto
     assert rows == [("cli-one", 2)]
     assert seen == [rows]
     assert (await store.require("cli-one")).updated_at == 2
+
+
+async def test_file_calls_beside_the_archive_run_off_the_loop(store: SessionStore) -> None:
+    """`Database.beside`: blocking file calls that go with the archive's work run on another
+    thread and hand back their result or their error; on PostgreSQL on one thread of their
+    own, in the order given (SQLite's ride on its database threads instead)."""
+    loop_thread = threading.get_ident()
+    ran: list[tuple[int, int]] = []
+
+    def call(n: int) -> int:
+        ran.append((n, threading.get_ident()))
+        return n * 2
+
+    results = await asyncio.gather(*(store.db.beside(partial(call, n)) for n in range(40)))
+    assert results == [n * 2 for n in range(40)]
+    assert loop_thread not in {thread for _, thread in ran}
+    if store.db.dialect == "postgresql":
+        assert [n for n, _ in ran] == list(range(40))
+        assert len({thread for _, thread in ran}) == 1
+
+    def broken() -> None:
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        await store.db.beside(broken)
+    assert await store.db.beside(partial(call, 7)) == 14  # the thread goes on after an error
 
 
 async def test_action_history_once_per_task(store: SessionStore) -> None:

@@ -41,6 +41,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.logs import get_logger
+from gateway.store.batching import SerialCalls
 from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean, Row
@@ -94,6 +95,7 @@ class Database:
         self.space = Space(None)  # whether writes fail for lack of space now (/healthz)
         self._async_engine: AsyncEngine | None = None
         self._pg_lean: PgLeanPool | None = None
+        self._files: SerialCalls | None = None
         if self.dialect == "sqlite":
             if not parsed.database or parsed.database == ":memory:":
                 raise DatabaseError("an in-memory SQLite database cannot be shared; use a file")
@@ -121,6 +123,9 @@ class Database:
             )
             dsn = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
             self._pg_lean = PgLeanPool(dsn, PG_POOL_SIZE)
+            # The file work that goes with the archive's (history.json lines, the recent lines a
+            # task's context reads): on SQLite it rides on the database's own threads.
+            self._files = SerialCalls("agenvoy-db-files")
         else:
             raise DatabaseError(
                 f"unsupported database {self.dialect!r}: use sqlite:///path/history.db "
@@ -147,6 +152,8 @@ class Database:
             assert self._pg_lean is not None
             await self._pg_lean.close()
             await self._async_engine.dispose()
+            if self._files is not None:
+                await asyncio.to_thread(self._files.close)
             return
         await asyncio.to_thread(self._group.close)
         await asyncio.to_thread(self._readers.close)
@@ -214,7 +221,7 @@ class Database:
             else:
                 result = await self._async_work(work, commit=True)
             if after_commit is not None:
-                await asyncio.to_thread(after_commit, result)
+                await self.beside(partial(after_commit, result))
             return result
 
     async def write_one(
@@ -236,7 +243,7 @@ class Database:
         with self.space.watching():
             rows = await self._pg_lean.write_one(statement, params, repeatable=repeatable)
             if after_commit is not None:
-                await asyncio.to_thread(after_commit, rows)
+                await self.beside(partial(after_commit, rows))
         return rows
 
     def writes_waiting(self) -> bool:
@@ -263,8 +270,17 @@ class Database:
         to a reader thread on SQLite, on a thread next to the read on PostgreSQL."""
         if self._async_engine is None:
             return await self.read_lean(lambda sql: (work(sql), beside()))
-        done, found = await asyncio.gather(self.read_lean(work), asyncio.to_thread(beside))
+        done, found = await asyncio.gather(self.read_lean(work), self.beside(beside))
         return done, found
+
+    async def beside(self, call: Callable[[], U]) -> U:
+        """A blocking file call that goes with the archive's work, off the event loop. On
+        PostgreSQL one thread takes them, in the order given and in batches: handing a small
+        call to the default thread pool costs more than the call (a pool's submit, a
+        concurrent future and a wake-up of the loop for each), and every message made four."""
+        if self._files is None:
+            return await asyncio.to_thread(call)
+        return await self._files.submit(call)
 
     async def _read(self, work: Callable[[Any], T], *, lean: bool) -> T:
         try:

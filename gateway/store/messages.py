@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Literal
 
 from gateway.clock import now_ms
@@ -275,7 +276,7 @@ class MessageArchive(MessageReads):
         files = self.files(session_id)
         async with self._archive_turn(session_id):
             try:
-                tail = await asyncio.to_thread(files.history.tail, HISTORY_RESYNC_TAIL)
+                tail = await self.db.beside(partial(files.history.tail, HISTORY_RESYNC_TAIL))
             except FileNotFoundError:
                 return 0
             ids = [m.id for m in tail if m.id]
