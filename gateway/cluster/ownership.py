@@ -96,9 +96,15 @@ class Ownership:
         """Before the session's next task: take up what other instances stored for it, so
         tasks run in archive order whoever received them."""
         if self.leases.holds(lease_of(session_id)):
-            await self._take_up(await self._unknown(session_id))
+            # The journals and the history's side of the archive in one read: before every task.
+            journals, seen = await until_available(
+                lambda: self.store.journals_and_resync_view(session_id),
+                sleep=asyncio.sleep,
+                what="looking for a session's tasks stored elsewhere",
+            )
+            await self._take_up([r for r in journals if not self._is_live(r.task_hash)])
             await until_available(
-                lambda: self.store.resync_history(session_id),
+                lambda: self.store.resync_history(session_id, seen),
                 sleep=asyncio.sleep,
                 what="bringing a session's history.json up to date",
             )

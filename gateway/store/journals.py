@@ -46,16 +46,16 @@ _INSERT_JOURNAL = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _DELETE_JOURNAL = "DELETE FROM task_journal WHERE task_hash = ?"
-_JOURNAL_COLUMNS = (
+JOURNAL_COLUMNS = (
     "task_hash, session_id, origin, text, user_message_id, user_sent_at, submitted_at, status,"
     " steps, prompt"
 )
-_UNFINISHED = f"SELECT {_JOURNAL_COLUMNS} FROM task_journal ORDER BY user_message_id"
+_UNFINISHED = f"SELECT {JOURNAL_COLUMNS} FROM task_journal ORDER BY user_message_id"
 _UNFINISHED_OF = (
-    f"SELECT {_JOURNAL_COLUMNS} FROM task_journal WHERE session_id = ? ORDER BY user_message_id"
+    f"SELECT {JOURNAL_COLUMNS} FROM task_journal WHERE session_id = ? ORDER BY user_message_id"
 )
-_JOURNAL = f"SELECT {_JOURNAL_COLUMNS} FROM task_journal WHERE task_hash = ?"
-_PROMPTING = f"SELECT {_JOURNAL_COLUMNS} FROM task_journal WHERE prompt != ''"
+_JOURNAL = f"SELECT {JOURNAL_COLUMNS} FROM task_journal WHERE task_hash = ?"
+_PROMPTING = f"SELECT {JOURNAL_COLUMNS} FROM task_journal WHERE prompt != ''"
 _PROMPTING_OF = _PROMPTING + " AND session_id = ?"
 _DELETE_ANSWERS = "DELETE FROM prompt_answer WHERE task_hash = ?"
 
@@ -136,13 +136,13 @@ class JournalArchive(StoreBase):
 
         def work(sql: Lean) -> list[JournalRecord]:
             if session_id is None:
-                return [_record(row) for row in sql.all(_UNFINISHED)]
-            return [_record(row) for row in sql.all(_UNFINISHED_OF, session_id)]
+                return [journal_record(row) for row in sql.all(_UNFINISHED)]
+            return [journal_record(row) for row in sql.all(_UNFINISHED_OF, session_id)]
 
         return await self.db.read_lean(work)
 
 
-def _record(row: Row) -> JournalRecord:
+def journal_record(row: Row) -> JournalRecord:
     task_hash, session_id, origin, text, user_message_id, user_sent_at, submitted_at = row[:7]
     status, steps_json, prompt = row[7:]
     steps = _json(steps_json, [])
@@ -174,7 +174,7 @@ class PromptAnswers(StoreBase):
     async def journal(self, task_hash: str) -> JournalRecord | None:
         def work(sql: Lean) -> JournalRecord | None:
             row = sql.one(_JOURNAL, task_hash)
-            return _record(row) if row is not None else None
+            return journal_record(row) if row is not None else None
 
         return await self.db.read_lean(work)
 
@@ -218,8 +218,8 @@ class PromptAnswers(StoreBase):
 
         def work(sql: Lean) -> list[JournalRecord]:
             if session_id is None:
-                return [_record(row) for row in sql.all(_PROMPTING)]
-            return [_record(row) for row in sql.all(_PROMPTING_OF, session_id)]
+                return [journal_record(row) for row in sql.all(_PROMPTING)]
+            return [journal_record(row) for row in sql.all(_PROMPTING_OF, session_id)]
 
         return await self.db.read_lean(work)
 

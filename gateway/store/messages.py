@@ -20,13 +20,11 @@ from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.lean import Lean, Row
 from gateway.store.message_reads import MessageReads, StoredMessage
 from gateway.store.request_keys import RequestKey, forget_expired, keep
-from gateway.store.summaries import NoSummaryRow, SummaryState, archived_state, summary_state
+from gateway.store.resync import HISTORY_CATCH_UP, ResyncView, journals_and_view, resync_view
+from gateway.store.summaries import NoSummaryRow, summary_state
 
 log = get_logger(__name__)
 
-# A session's history.json is caught up with at most this many messages at once (more than
-# a crash can leave behind, and the file keeps only the recent conversation anyway).
-HISTORY_CATCH_UP = 500
 # How many of history.json's last lines are compared with the archive by `resync_history`.
 HISTORY_RESYNC_TAIL = 50
 
@@ -267,25 +265,43 @@ class MessageArchive(MessageReads):
             self.files(session_id).history_checked = True
             return filed
 
-    async def resync_history(self, session_id: str) -> int:
+    async def journals_and_resync_view(
+        self, session_id: str
+    ) -> tuple[list[JournalRecord], ResyncView]:
+        """What the instance that runs a session reads before each of its tasks: the session's
+        journals, and what `resync_history` compares, in one read (gateway/store/resync.py)."""
+        validate_session_id(session_id)
+        async with self._archive_turn(session_id):
+            tail = await self._resync_tail(session_id)
+            return await self.db.read_lean(lambda sql: journals_and_view(sql, session_id, tail))
+
+    async def _resync_tail(self, session_id: str) -> list[HistoryMessage] | None:
+        history = self.files(session_id).history
+        try:
+            return await self.db.beside(partial(history.tail, HISTORY_RESYNC_TAIL))
+        except FileNotFoundError:
+            return None
+
+    async def resync_history(self, session_id: str, seen: ResyncView | None = None) -> int:
         """Make history.json's recent lines those of the archive, gaps included. Several
         instances archive one session's messages and each files only the lines of what it
-        stored; the instance that runs the session brings its copy in line before each task.
-        Returns how many lines were missing."""
+        stored; the instance that runs the session brings its copy in line before each task
+        (`seen`: what `journals_and_resync_view` read for it just before). Returns how many
+        lines were missing."""
         validate_session_id(session_id)
         files = self.files(session_id)
         async with self._archive_turn(session_id):
-            try:
-                tail = await self.db.beside(partial(files.history.tail, HISTORY_RESYNC_TAIL))
-            except FileNotFoundError:
+            if seen is None:
+                tail = await self._resync_tail(session_id)
+                # Ids only, and the summary, in one read; message bodies only when the two
+                # copies differ.
+                seen = await self.db.read_lean(lambda sql: resync_view(sql, session_id, tail))
+            tail = seen.tail
+            if tail is None:
                 return 0
             ids = [m.id for m in tail if m.id]
-            first = min(ids) if ids else 0
-            # Before every task of a shared session: ids only, and the summary, in one read;
-            # message bodies only when the two copies differ.
-            state, archived_ids = await self.db.read_lean(
-                lambda sql: _resync_view(sql, session_id, first)
-            )
+            first = seen.first
+            state = seen.state
             if isinstance(state, NoSummaryRow):
                 state = await summary_state(self.db, files, session_id)
             if state and any(m.id and m.id <= state.reset_at for m in tail):
@@ -294,7 +310,7 @@ class MessageArchive(MessageReads):
                 return await self._catch_up(session_id)
             if not ids:
                 return await self._catch_up(session_id)
-            if archived_ids == [i for i in ids if i >= first]:
+            if list(seen.archived_ids) == [i for i in ids if i >= first]:
                 return 0
             archived = await self.messages_after(session_id, first - 1, limit=HISTORY_CATCH_UP)
             missing = len({m.id for m in archived} - set(ids))
@@ -336,27 +352,3 @@ class MessageArchive(MessageReads):
                 "history.json caught up with the archive", session=session_id, filed=len(missing)
             )
         return len(missing)
-
-
-# The session's newest summary row (NULLs when none) beside each id of its archived messages
-# from a first one on (none when the first is 0): one statement, one round trip.
-_RESYNC_VIEW = """
-WITH latest AS (
-    SELECT summary, cursor, reset_at, updated_at FROM session_summary
-    WHERE session_id = ? ORDER BY id DESC LIMIT 1
-), ids AS (
-    SELECT id FROM messages WHERE session_id = ? AND id >= ? AND ? > 0 ORDER BY id LIMIT ?
-)
-SELECT latest.summary, latest.cursor, latest.reset_at, latest.updated_at, ids.id
-FROM (SELECT 1 AS here) AS here LEFT JOIN latest ON 1 = 1 LEFT JOIN ids ON 1 = 1
-ORDER BY ids.id
-"""
-
-
-def _resync_view(
-    sql: Lean, session_id: str, first: int
-) -> tuple[SummaryState | NoSummaryRow | None, list[int]]:
-    """The session's summary and the ids of its archived messages from `first` on."""
-    rows = sql.all(_RESYNC_VIEW, session_id, session_id, first, first, HISTORY_CATCH_UP)
-    ids = [int(row[4]) for row in rows if row[4] is not None]
-    return archived_state(rows[0][:4]), ids
