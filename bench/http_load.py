@@ -13,7 +13,9 @@ SQLite connection that does, per message, the same committed transactions as the
 path (session + user message; usage, run + reply; HTTP callers read replies from the gateway,
 so there is no outbox entry to record or mark) with the same pragmas, appends the same two
 history lines, and answers with the same JSON shape. The ratio ours/floor is the number to
-watch: absolute numbers swing with whatever else the shared machine is doing.
+watch: absolute numbers swing with whatever else the shared machine is doing. Each server first
+answers one message per session that is not counted (the steady state is measured; a cold
+start is `store_scale.py`'s).
 
 `--database postgresql` runs the same load on PostgreSQL (AGENVOY_BENCH_PG_DSN, default
 postgresql://postgres@127.0.0.1:5432/test; the role must be allowed to create databases).
@@ -226,6 +228,11 @@ async def alternate(ours: Target, floor: Target, per_session: int, rounds: int) 
     the machine does meanwhile weighs on both alike; returns each side's time, latencies and
     the CPU its server process used during its turns."""
     totals = {"ours": Run(), "floor": Run()}
+    # One message per session first, not counted, on both: the steady state is measured, not
+    # the first use of each session (its first history check, and on PostgreSQL a connection
+    # opened and the statements prepared on it, which the floor's pool did at its start).
+    for target in (ours, floor):
+        await drive(target.url, target.sessions, 1)
     shares = [per_session // rounds + (1 if r < per_session % rounds else 0) for r in range(rounds)]
     for number, share in enumerate(shares):
         turn = [("ours", ours), ("floor", floor)]
