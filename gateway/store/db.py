@@ -7,7 +7,8 @@ is fastest without blocking the event loop:
   transaction is one hand-off to that thread; an async driver would hand off every statement,
   cursor and fetch, which measured about ten times slower per message.
 - PostgreSQL: through the asyncpg engine with `run_sync`, which keeps the same function; the
-  lean statements every message makes run on a pool of asyncpg's own (`gateway.store.pg_lean`).
+  lean statements every message makes run straight on asyncpg connections
+  (`gateway.store.pg_lean`).
 
 SQLite allows one writer at a time per file. Inside a process every write goes to a single
 writer thread, which commits the writes that arrive together as one transaction

@@ -1,4 +1,4 @@
-"""Lean statements on PostgreSQL, on a pool of asyncpg's own.
+"""Lean statements on PostgreSQL, straight on asyncpg connections (`pg_pool`).
 
 Through SQLAlchemy's async engine each unit of lean work paid for a pool checkout with a
 liveness ping, the adapter's connection wrappers, and for a read a BEGIN and a ROLLBACK: four
@@ -16,12 +16,11 @@ is then run again on a new connection, and so is a write whose BEGIN failed, or 
 ended before its COMMIT was sent (the server kept nothing of it): what a ping before every
 checkout would buy, without its round trip. A write whose COMMIT was cut is not run again: it
 may have landed. No connection to be had (the server refuses, or the pool stays busy past
-`ACQUIRE_TIMEOUT`) raises `DatabaseUnavailable`.
+`ACQUIRE_TIMEOUT`) raises `DatabaseUnavailable`. The connections are kept by `pg_pool`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
@@ -31,6 +30,7 @@ from sqlalchemy.util import await_only, greenlet_spawn
 from gateway.logs import get_logger
 from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.lean import Lean, Row, in_dialect
+from gateway.store.pg_pool import PgConnections, PoolClosed
 
 log = get_logger(__name__)
 
@@ -87,34 +87,13 @@ def _ended(conn: Any) -> bool:
         return True
 
 
-async def _keep(_conn: Any) -> None:
-    """Lean work leaves no session state behind (no SET, LISTEN or advisory lock), so the
-    pool's default reset, a round trip per release, has nothing to undo."""
-
-
 class PgLeanPool:
     """The pool the lean reads and writes of one database run on, opened on first use."""
 
     def __init__(self, dsn: str, size: int) -> None:
-        self._dsn = dsn
-        self._size = size
-        self._pool: Any = None
-        self._opening = asyncio.Lock()
-
-    async def _opened(self) -> Any:
-        if self._pool is None:
-            async with self._opening:
-                if self._pool is None:
-                    import asyncpg  # type: ignore[import-untyped]
-
-                    self._pool = await asyncpg.create_pool(
-                        self._dsn,
-                        min_size=0,
-                        max_size=self._size,
-                        statement_cache_size=STATEMENT_CACHE,
-                        reset=_keep,
-                    )
-        return self._pool
+        self._connections = PgConnections(
+            dsn, size, acquire_timeout=ACQUIRE_TIMEOUT, statement_cache=STATEMENT_CACHE
+        )
 
     async def read(self, work: Callable[[Lean], T]) -> T:
         for last in (False, True):
@@ -182,10 +161,11 @@ class PgLeanPool:
     async def _lent(self) -> AsyncIterator[Any]:
         """A connection of the pool for one unit of work."""
         try:
-            pool = await self._opened()
-            conn = await pool.acquire(timeout=ACQUIRE_TIMEOUT)
+            conn = await self._connections.acquire()
         except (OSError, TimeoutError) as exc:
             raise DatabaseUnavailable(f"the database cannot be reached: {exc!r}") from exc
+        except PoolClosed as exc:
+            raise DatabaseUnavailable(str(exc)) from exc
         except Exception as exc:  # the server refused us: gone, shutting down, too many
             if type(exc).__module__.startswith("asyncpg"):
                 raise DatabaseUnavailable(f"the database refused a connection: {exc!r}") from exc
@@ -193,14 +173,8 @@ class PgLeanPool:
         try:
             yield conn
         finally:
-            await pool.release(conn)
+            self._connections.release(conn)
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        try:
-            await asyncio.wait_for(pool.close(), CLOSE_TIMEOUT)
-        except TimeoutError:
+        if not await self._connections.close(CLOSE_TIMEOUT):
             log.warning("database connections still in use at close; cutting them")
-            pool.terminate()
