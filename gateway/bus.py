@@ -40,6 +40,9 @@ KEPT_SIGNALS = 1000
 
 
 class Bus(Protocol):
+    # Whether a signal reaches other instances (Redis), or only this one's own handlers.
+    reaches_others: bool
+
     def on(self, topic: str, handler: Handler) -> None:
         """Call `handler` with every message published on `topic` (by any instance)."""
         ...
@@ -79,6 +82,8 @@ class _Handlers:
 
 class LocalBus:
     """One instance: a signal reaches its own handlers, soon after it is published."""
+
+    reaches_others = False
 
     def __init__(self) -> None:
         self._handlers = _Handlers()
@@ -142,6 +147,8 @@ class _Gap:
 
 
 class RedisBus:
+    reaches_others = True
+
     def __init__(self, url: str, namespace: str = "") -> None:
         import redis.asyncio as aioredis
 

@@ -98,6 +98,10 @@ class Relay:
     # -- the instance running the task -----------------------------------------------------
 
     async def publish(self, task: Task, event: Event) -> None:
+        if not self.bus.reaches_others:
+            # Only this instance would hear it, and its own events are not news to it: on a
+            # local bus that was a task per event for nothing.
+            return
         message = {"from": self.instance, "task": task.task_hash, "event": event_to_json(event)}
         # An end sent late still ends a wait elsewhere; a late step would only confuse it.
         await self.bus.publish(EVENT, message, keep=isinstance(event, ENDS))
