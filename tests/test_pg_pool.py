@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 from conftest import PG_ADMIN_DSN
-from support import skip_or_fail
+from support import skip_or_fail, wait_until
 
-from gateway.store.pg_pool import PgConnections, PoolClosed
+from gateway.store.pg_pool import IDLE_LIFETIME, PgConnections, PoolClosed
 
 
 def _pool(size: int, *, acquire_timeout: float = 10.0) -> PgConnections:
@@ -148,3 +148,39 @@ async def test_closing_waits_for_lent_connections_then_cuts_them(pool: PgConnect
         await pool.acquire()
     assert await closing is False  # nobody handed it back in time
     assert lent.is_closed()
+
+
+async def test_a_connection_nobody_took_for_the_idle_lifetime_is_closed() -> None:
+    now = [0.0]
+    pool = PgConnections(
+        PG_ADMIN_DSN, 2, acquire_timeout=10.0, statement_cache=16, clock=lambda: now[0]
+    )
+    try:
+        try:
+            first, second = await pool.acquire(), await pool.acquire()
+        except OSError as exc:
+            skip_or_fail(f"PostgreSQL not reachable at {PG_ADMIN_DSN}: {exc}")
+            raise
+        pool.release(first)
+        pool.release(second)
+        now[0] = IDLE_LIFETIME - 1
+        in_use = await pool.acquire()  # the most recently returned: `second`
+        assert in_use is second
+        pool.release(in_use)
+        assert not first.is_closed()  # not idle for long enough yet
+        now[0] = IDLE_LIFETIME + 1
+        again = await pool.acquire()
+        pool.release(again)  # `first` has waited past its lifetime behind it
+
+        async def closed() -> bool:
+            return bool(first.is_closed())
+
+        assert await wait_until(closed, within=5)
+        assert not second.is_closed()
+        # Its slot is free again: two can be lent at once.
+        both = [await pool.acquire(), await pool.acquire()]
+        assert first not in both
+        for conn in both:
+            pool.release(conn)
+    finally:
+        await pool.close(5.0)

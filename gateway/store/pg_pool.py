@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
-# Connections left open when nobody needs them stay open: the pool is at most `size` per
-# instance (`PG_POOL_SIZE`), which the server is sized for.
+# A connection nobody took for this long is closed (at the next return of another: the
+# gateway's own polls return one several times a second), as asyncpg's pool did.
+IDLE_LIFETIME = 300.0
 
 
 class PoolClosed(RuntimeError):
@@ -33,13 +36,22 @@ class PgConnections:
     """At most `size` open connections to `dsn`, opened on first need."""
 
     def __init__(
-        self, dsn: str, size: int, *, acquire_timeout: float, statement_cache: int
+        self,
+        dsn: str,
+        size: int,
+        *,
+        acquire_timeout: float,
+        statement_cache: int,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._dsn = dsn
         self._size = size
         self._acquire_timeout = acquire_timeout
         self._statement_cache = statement_cache
-        self._idle: list[Any] = []
+        self._clock = clock
+        # Free connections with when each came back, the most recently returned last.
+        self._idle: list[tuple[Any, float]] = []
+        self._closing_idle: set[asyncio.Task[None]] = set()
         self._lent: set[Any] = set()
         # Connections open, lent out or being opened: what `size` bounds.
         self._slots = 0
@@ -52,7 +64,7 @@ class PgConnections:
         if self._closing:
             raise PoolClosed("the database pool is closing")
         while self._idle:
-            conn = self._idle.pop()  # the most recently used: its statements are prepared
+            conn, _ = self._idle.pop()  # the most recently used: its statements are prepared
             if not conn.is_closed():
                 self._lent.add(conn)
                 return conn
@@ -84,9 +96,10 @@ class PgConnections:
                 waiter.set_exception(PoolClosed("the database pool is closing"))
         self._waiters.clear()
         idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.close(), patience)
+        await asyncio.gather(*self._closing_idle, return_exceptions=True)
         if not self._lent:
             return True
         self._all_back = asyncio.Event()
@@ -159,7 +172,25 @@ class PgConnections:
             waiter.set_result(conn)
             return
         if conn is not None:
-            self._idle.append(conn)
+            now = self._clock()
+            self._idle.append((conn, now))
+            oldest, since = self._idle[0]
+            if now - since > IDLE_LIFETIME:
+                del self._idle[0]
+                self._slots -= 1
+                self._close_later(oldest)
+
+    def _close_later(self, conn: Any) -> None:
+        closing = asyncio.ensure_future(_close_quietly(conn))
+        self._closing_idle.add(closing)
+        closing.add_done_callback(self._closing_idle.discard)
+
+
+async def _close_quietly(conn: Any) -> None:
+    try:
+        await asyncio.wait_for(conn.close(), 5.0)
+    except Exception:
+        conn.terminate()
 
 
 def _reusable(conn: Any) -> bool:
