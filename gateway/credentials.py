@@ -28,7 +28,8 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -51,6 +52,9 @@ RELOAD_SECONDS: Final = 1.0
 # How often the running gateway asks the archive for revocations: a revoked token's
 # streams and waits end, and its schedules are suspended, within about this.
 WATCH_SECONDS: Final = 0.25
+# The request being checked (`Credentials.serving`): whose credentials, and how many looks at
+# the archive had begun when it arrived.
+_ARRIVED: ContextVar[tuple[object, int] | None] = ContextVar("agenvoy_arrived", default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +228,9 @@ class Credentials:
         # after it, shared by whoever asks meanwhile (`_look_begun_after_now`).
         self._looking: asyncio.Future[None] | None = None
         self._next_look: asyncio.Future[None] | None = None
+        # Looks numbered as they begin; the number of the latest one that has ended.
+        self._looks_begun = 0
+        self._looked = 0
 
     @classmethod
     async def load(
@@ -246,11 +253,25 @@ class Credentials:
     async def admits_anonymous(self) -> bool:
         """Whether a caller without a token is let in: none is configured or issued. Read
         afresh each time it would say yes, so a token issued a moment ago closes the door
-        to the very next anonymous request (once one is required, nothing is read)."""
+        to the very next anonymous request (once one is required, nothing is read). Within
+        a request (`serving`), a look begun after it arrived answers all its checks."""
         if self.required:
             return False
-        await asyncio.shield(self._look_begun_after_now())
+        arrived = _ARRIVED.get()
+        if arrived is None or arrived[0] is not self or self._looked <= arrived[1]:
+            await asyncio.shield(self._look_begun_after_now())
         return not self.required
+
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Around one request's checks: the authentication's look at the archive, begun after
+        the request arrived, also answers the access check's "is this gateway open?" (each was
+        a read of its own, on every anonymous message)."""
+        token = _ARRIVED.set((self, self._looks_begun))
+        try:
+            yield
+        finally:
+            _ARRIVED.reset(token)
 
     async def identify(self, token: str) -> Identity | None:
         """Who `token` stands for, or None when it stands for nobody."""
@@ -301,7 +322,10 @@ class Credentials:
         if under_way is not None:
             await asyncio.wait([under_way])  # it began before some of this look's callers
         self._looking, self._next_look = self._next_look, None
+        self._looks_begun += 1
+        number = self._looks_begun
         await self._refresh(at_once=True)
+        self._looked = max(self._looked, number)
 
     async def _refresh(self, *, at_once: bool = False) -> None:
         now = self._clock.monotonic()

@@ -85,3 +85,33 @@ async def test_a_token_issued_a_moment_ago_is_known_on_its_first_use() -> None:
     assert archive.stamp_reads == reads + 1
     assert await credentials.identify("not-a-token") is None
     assert archive.stamp_reads == reads + 1
+
+
+async def test_the_checks_of_one_request_share_a_look_begun_after_it_arrived() -> None:
+    archive = Archive()
+    credentials = _credentials(archive)
+    with credentials.serving():
+        assert await credentials.admits_anonymous() is True  # the authentication
+        assert await credentials.admits_anonymous() is True  # the access check: no read
+    assert archive.stamp_reads == 1
+    # A look that began before a request arrived does not answer for it.
+    archive.issue("bob")
+    with credentials.serving():
+        assert await credentials.admits_anonymous() is False
+    assert archive.stamp_reads == 2
+
+
+async def test_a_look_under_way_when_a_request_arrives_does_not_answer_for_it() -> None:
+    archive = Archive()
+    credentials = _credentials(archive)
+    archive.hold = asyncio.Event()
+    early = asyncio.ensure_future(credentials.admits_anonymous())
+    await asyncio.wait_for(archive.reading.wait(), 5)  # read the stamp before bob existed
+    archive.issue("bob")
+    with credentials.serving():  # arrives after bob was issued
+        late = asyncio.ensure_future(credentials.admits_anonymous())
+        await asyncio.sleep(0)
+        archive.hold.set()
+        await asyncio.wait_for(early, 5)
+        assert await asyncio.wait_for(late, 5) is False
+    assert archive.stamp_reads == 2

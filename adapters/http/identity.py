@@ -38,13 +38,19 @@ class Authenticate:
     async def check(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if self._open(request.path):
             return await handler(request)
+        with self._credentials.serving():
+            return await self._checked(request, handler)
+
+    async def _checked(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         identity = request[IDENTITY] = await self._identify(request)
 
         async def holds() -> bool:
-            try:
-                return await self._identify(request) == identity
-            except ApiError:
-                return False
+            # Asked later (a stream, a wait): a look begun after this moment, not the request's.
+            with self._credentials.serving():
+                try:
+                    return await self._identify(request) == identity
+                except ApiError:
+                    return False
 
         # The handler runs in this task: its streams and waits find the standing there.
         token = STANDING.set(Standing(holds, self._credentials.changed))
