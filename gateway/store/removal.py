@@ -25,7 +25,7 @@ from gateway.logs import get_logger
 from gateway.store.db import Database
 from gateway.store.files import SessionsDir
 from gateway.store.listing import parent_of
-from gateway.store.models import PER_SESSION_TABLES, SessionRow
+from gateway.store.models import PER_SESSION_TABLES, SessionRow, TaskJournalRow
 from gateway.store.trash import TrashEmptier
 
 # Sessions per statement: under 999, the bound-parameter limit of older SQLite.
@@ -42,23 +42,36 @@ class SessionRemoval:
     def __init__(self, db: Database, dirs: SessionsDir, trash: TrashEmptier) -> None:
         self.db, self.dirs, self.trash = db, dirs, trash
 
-    async def delete_many(self, session_ids: Sequence[str]) -> list[str]:
+    async def delete_many(
+        self, session_ids: Sequence[str], *, spare_unfinished: bool = False
+    ) -> list[str]:
         """Rows in every per-session table, the session rows, then the folders (into the
         trash, emptied in the background), a transaction at a time. Returns the ids that had
-        a row or a folder."""
+        a row or a folder.
+
+        `spare_unfinished` (the reaper): a session with a task stored and not finished is
+        left whole, checked in the transaction that deletes, so a task taken up from its
+        journal after the caller judged the session idle keeps its session."""
         ids = [validate_session_id(sid) for sid in session_ids]
         gone: list[str] = []
         folders: asyncio.Task[list[str]] | None = None
         start = 0
         try:
             while start < len(ids):
-                end, had = await self.db.write(
-                    partial(_delete_rows, ids=ids, start=start, busy=self.db.writes_waiting)
+                end, had, spared = await self.db.write(
+                    partial(
+                        _delete_rows,
+                        ids=ids,
+                        start=start,
+                        busy=self.db.writes_waiting,
+                        spare_unfinished=spare_unfinished,
+                    )
                 )
                 if folders is not None:
                     moving, folders = folders, None  # awaited here: its error goes up from here
                     gone += await moving
-                folders = asyncio.create_task(self._folders_gone(ids[start:end], had))
+                batch = [sid for sid in ids[start:end] if sid not in spared]
+                folders = asyncio.create_task(self._folders_gone(batch, had))
                 start = end
             if folders is not None:
                 moving, folders = folders, None
@@ -117,17 +130,23 @@ def _let_go(folders: asyncio.Task[list[str]]) -> None:
 
 
 def _delete_rows(
-    session: Session, ids: list[str], start: int, busy: Callable[[], bool]
-) -> tuple[int, set[str]]:
+    session: Session,
+    ids: list[str],
+    start: int,
+    busy: Callable[[], bool],
+    spare_unfinished: bool,
+) -> tuple[int, set[str], set[str]]:
     """From `ids[start:]`, one chunk, then more while the transaction's time lasts and no
-    other write is `busy` waiting: where it stopped, and which of them had a session row. Run
-    again from the same `start` if retried."""
+    other write is `busy` waiting: where it stopped, which of them had a session row, and
+    which were spared for an unfinished task. Run again from the same `start` if retried."""
     conn = session.connection()
     quote = conn.dialect.identifier_preparer.quote
     conn.execute(text(f"CREATE TEMPORARY TABLE IF NOT EXISTS {DOOMED} (id TEXT PRIMARY KEY)"))
     doomed = f"(SELECT id FROM {DOOMED})"
     began = time.monotonic()
     had: set[str] = set()
+    spared: set[str] = set()
+    journals = quote(TaskJournalRow.__tablename__)
     end = start
     while end < len(ids) and (
         end == start or (time.monotonic() - began < TRANSACTION_SECONDS and not busy())
@@ -135,6 +154,12 @@ def _delete_rows(
         chunk = ids[end : end + DELETE_CHUNK]
         conn.execute(text(f"DELETE FROM {DOOMED}"))
         conn.execute(text(f"INSERT INTO {DOOMED} (id) VALUES (:id)"), [{"id": s} for s in chunk])
+        if spare_unfinished:
+            unfinished = f"SELECT session_id FROM {journals} WHERE session_id IN {doomed}"
+            kept = {str(sid) for sid in conn.execute(text(unfinished)).scalars()}
+            if kept:
+                spared |= kept
+                conn.execute(text(f"DELETE FROM {DOOMED} WHERE id IN ({unfinished})"))
         for table in PER_SESSION_TABLES:
             conn.execute(text(f"DELETE FROM {quote(table.name)} WHERE session_id IN {doomed}"))
         sessions = quote(SessionRow.__tablename__)
@@ -143,4 +168,4 @@ def _delete_rows(
         conn.execute(text(f"DELETE FROM {sessions} WHERE id IN {doomed}"))
         end += len(chunk)
     conn.execute(text(f"DELETE FROM {DOOMED}"))  # nothing of it kept on a pooled connection
-    return end, had
+    return end, had, spared
