@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -19,8 +20,20 @@ from tcp_relay import Relay
 from gateway.logs import configure_logging
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store.kv import KVStore, RedisKV, SqliteKV
+from gateway.store.kv import KVStore, SqliteKV
+from gateway.store.kv.redis import RedisKV
 from gateway.store.sessions import SessionStore
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the run's first process, before any worker: the gateway's modules compiled to
+    bytecode. Two hundred gateway processes start in a run, and where the environment says
+    not to write bytecode (PYTHONDONTWRITEBYTECODE) each would compile its ~600 modules from
+    source again: about a third of a second of CPU per start."""
+    if not hasattr(config, "workerinput"):
+        root = Path(__file__).resolve().parent.parent
+        for package in ("gateway", "adapters"):
+            compileall.compile_dir(root / package, quiet=1)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
