@@ -172,7 +172,7 @@ async def telegram_floor(spec: dict[str, str]) -> AsyncIterator[None]:
 
 @contextlib.asynccontextmanager
 async def discord_ours(spec: dict[str, str]) -> AsyncIterator[None]:
-    from adapters.discord import DiscordAdapter
+    from adapters.discord.adapter import DiscordAdapter
     from gateway.settings import Settings
 
     settings = Settings(

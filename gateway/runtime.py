@@ -46,13 +46,11 @@ from gateway.prices import load_prices
 from gateway.profiles.agents import AgentPool, Alone, Built, Chain
 from gateway.profiles.building import Make, builder
 from gateway.profiles.service import Profiles
-from gateway.rate_window import SharedWindow
 from gateway.schedules import Schedules
 from gateway.session_settings import SessionSettings
 from gateway.settings import Settings
 from gateway.store.connections import ConnectionStore
 from gateway.store.kv import KVStore, open_kv
-from gateway.store.kv.redis import RedisKV
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
@@ -316,10 +314,10 @@ class Runtime:
                 mcp_servers=frozenset(server.name for server in mcp_config.servers),
             )
             opened.push_async_callback(core.agents.aclose)
-            if isinstance(kv, RedisKV):
-                # Instances on one Redis count messages a minute together, per archive.
-                namespace = f"{kv.key_prefix}{bus_namespace(settings.resolved_database_url)}:"
-                core.engine.admission.window = SharedWindow(kv.client, namespace)
+            # Instances on one Redis count messages a minute together, per archive.
+            shared = kv.shared_window(f"{bus_namespace(settings.resolved_database_url)}:")
+            if shared is not None:
+                core.engine.admission.window = shared
             await bus.start()
             opened.pop_all()
         return cls(

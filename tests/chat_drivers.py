@@ -23,7 +23,7 @@ from fakes.telegram import FakeTelegram
 from support import wait_until
 
 from adapters.chat import ChatAdapter
-from adapters.discord import DiscordAdapter
+from adapters.discord.adapter import DiscordAdapter
 from adapters.telegram import TelegramAdapter
 from gateway.events import Origin
 from gateway.runtime import Runtime

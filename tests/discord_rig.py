@@ -11,7 +11,7 @@ from typing import Any
 
 from fakes.discord import FakeDiscord, point_discord_py_at, text_channel, user
 
-from adapters.discord import DiscordAdapter
+from adapters.discord.adapter import DiscordAdapter
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.runtime import Runtime
 from gateway.settings import Settings

@@ -14,7 +14,7 @@ import pytest
 from patience import patient
 from redis.exceptions import RedisError
 
-from gateway.store.kv import RedisKV
+from gateway.store.kv.redis import RedisKV
 from gateway.store.schema import alembic_config
 
 

@@ -35,7 +35,7 @@ from fakes.discord import (
     user,
 )
 
-from adapters.discord import DiscordAdapter
+from adapters.discord.adapter import DiscordAdapter
 from gateway.adapter import Progress
 from gateway.events import Origin, ToolCallEvent
 from gateway.runtime import Runtime

@@ -11,7 +11,8 @@ from clock import FakeClock
 from support import REDIS_URL, open_redis, wait_until
 
 from gateway.settings import Settings
-from gateway.store.kv import KVStore, RedisKV, SqliteKV, open_kv, sqlite_path_from_url
+from gateway.store.kv import KVStore, SqliteKV, open_kv, sqlite_path_from_url
+from gateway.store.kv.redis import RedisKV
 
 WORKER = Path(__file__).with_name("kv_worker.py")
 # Redis keeps time on its server, so its expiry is waited out for real: TTLs stay short.

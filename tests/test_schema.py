@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import asyncio
+import sys
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect
 from sqlmodel import Session, SQLModel
+from support import head_revision
 
 from gateway.store.db import Database
 from gateway.store.models import PER_SESSION_TABLES
+from gateway.store.schema import HEAD_REVISION
 
 TABLES = [
     "session",
@@ -96,3 +100,38 @@ async def test_sqlite_urls_of_either_driver_are_accepted(url: str, tmp_path: Pat
         assert await db.current_revision() is not None
     finally:
         await db.close()
+
+
+def test_the_head_revision_is_the_newest_migration() -> None:
+    """A start finds an archive at `HEAD_REVISION` migrated without loading alembic: a
+    migration added without moving the constant would never be run on an existing archive."""
+    assert head_revision() == HEAD_REVISION
+
+
+async def test_an_archive_at_head_is_opened_without_loading_alembic(database_url: str) -> None:
+    await (await Database.open(database_url)).close()  # migrated: alembic runs the first time
+    opened = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        REOPEN,
+        database_url,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(opened.communicate(), 60)
+    assert opened.returncode == 0, err.decode()
+    assert out.decode().splitlines()[-1].split() == [HEAD_REVISION, "False"]
+
+
+# A process of its own: the test process has loaded alembic already.
+REOPEN = """
+import asyncio, sys
+from gateway.store.db import Database
+
+async def main():
+    db = await Database.open(sys.argv[1])
+    print(await db.current_revision(), "alembic" in sys.modules)
+    await db.close()
+
+asyncio.run(main())
+"""

@@ -29,12 +29,19 @@ replies to Discord's limit).
 
 from __future__ import annotations
 
-from adapters.discord.adapter import DiscordAdapter
-from gateway.runtime import Runtime
+from typing import TYPE_CHECKING
 
-__all__ = ["DiscordAdapter", "create"]
+if TYPE_CHECKING:
+    from adapters.discord.adapter import DiscordAdapter
+    from gateway.runtime import Runtime
+
+__all__ = ["create"]
 
 
 def create(runtime: Runtime, *, token: str | None = None) -> DiscordAdapter:
     """The adapter, with `token` (a live connection's) or the environment's."""
+    # Imported here: discord.py is loaded only by a gateway that connects to Discord, not by
+    # the package's other users (the console's invite link).
+    from adapters.discord.adapter import DiscordAdapter
+
     return DiscordAdapter(runtime, token=token)

@@ -16,14 +16,12 @@ from typing import Final
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.settings import mask_url
 from gateway.store.kv.base import KVStore
-from gateway.store.kv.redis import RedisKV
 from gateway.store.kv.sqlite import SqliteKV, sqlite_path_from_url
 
 __all__ = [
     "ERROR_MEMORY_PREFIX",
     "TOOL_CACHE_PREFIX",
     "KVStore",
-    "RedisKV",
     "SqliteKV",
     "open_kv",
     "sqlite_path_from_url",
@@ -44,6 +42,9 @@ async def open_kv(url: str, *, clock: Clock = SYSTEM_CLOCK) -> KVStore:
     if scheme == "sqlite":
         return await SqliteKV.open(sqlite_path_from_url(url), clock=clock)
     if scheme in ("redis", "rediss"):
+        # Imported here: a gateway without Redis never loads its client library.
+        from gateway.store.kv.redis import RedisKV
+
         return await RedisKV.from_url(url)
     raise ValueError(
         f"unsupported KV URL {mask_url(url)!r}: expected sqlite:///<path to file>, "

@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
+
+if TYPE_CHECKING:
+    from gateway.rate_window import RateWindow
 
 
 def check_ttl(ttl: float | None) -> None:
@@ -43,6 +46,11 @@ class KVStore(ABC):
     @abstractmethod
     async def scan(self, prefix: str) -> dict[str, str]:
         """Every live key starting with `prefix` (taken literally, no wildcards) and its value."""
+
+    def shared_window(self, namespace: str) -> RateWindow | None:
+        """A messages-a-minute count every instance on this store shares (keys under
+        `namespace`), if the backend can hold one; None: each instance counts alone."""
+        return None
 
     async def keys(self, prefix: str) -> list[str]:
         """The live keys starting with `prefix`, without their values: for finding what to

@@ -10,6 +10,7 @@ from typing import Final
 
 import redis.asyncio as aioredis
 
+from gateway.rate_window import RateWindow, SharedWindow
 from gateway.store.kv.base import KVStore, check_ttl, check_value
 
 _SCAN_BATCH: Final = 500
@@ -55,6 +56,9 @@ class RedisKV(KVStore):
     @property
     def key_prefix(self) -> str:
         return self._prefix
+
+    def shared_window(self, namespace: str) -> RateWindow:
+        return SharedWindow(self._redis, f"{self._prefix}{namespace}")
 
     @classmethod
     async def from_url(cls, url: str, *, key_prefix: str = "") -> RedisKV:
