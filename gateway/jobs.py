@@ -63,7 +63,7 @@ class Reaper:
             if sid not in parents
             or not (self.router.is_busy(parents[sid]) or parents[sid] in running)
         ]
-        reaped = await self.store.removal.delete_many(idle, spare_unfinished=True)
+        reaped = await self.store.removal.delete_many(idle, unless_active_since=cutoff)
         await self._forget_keys(set(reaped))
         # Directories without a row (a crash between mkdir and insert) are reaped by age too.
         known = await self.store.removal.existing_ids()

@@ -6,7 +6,10 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
+from conftest import _pg_database as pg_database
+from conftest import _pg_drop as pg_drop
 from sqlalchemy import text
 from sqlmodel import Session
 from store_rows import SESSION_TABLES, populate, rows_of
@@ -20,6 +23,7 @@ from gateway.presence import PRESENCE_PREFIX
 from gateway.runtime import Runtime
 from gateway.settings import Settings
 from gateway.store.models import PromptAnswerRow, TaskJournalRow
+from gateway.store.sessions import SessionStore
 
 ANN = Origin("http", sender_id="ann", sender_name="Ann")
 HOUR_MS = 3_600_000
@@ -205,8 +209,8 @@ from gateway.store.sessions import SessionStore
 removal.DELETE_CHUNK, removal.TRANSACTION_SECONDS = 2, 0.0
 real, calls = removal._delete_rows, []
 
-def dying(session, ids, start, busy, spare_unfinished):
-    result = real(session, ids, start, busy, spare_unfinished)
+def dying(session, ids, start, busy, unless_active_since):
+    result = real(session, ids, start, busy, unless_active_since)
     calls.append(start)
     if len(calls) == 2:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -271,3 +275,93 @@ async def test_a_job_that_loses_its_cancellation_still_stops_the_loop() -> None:
     loop_task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(loop_task, 5)
+
+
+async def test_a_message_taken_in_while_the_reaper_deletes_its_session_is_kept(
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL: a message taken in for an idle temp session while the reaper's transaction
+    runs (its session row updated, its journal written, not yet committed) makes the reaper
+    wait for it and then spare the session; nothing of the message is lost."""
+    url, name = await pg_database()
+    store = await SessionStore.open(
+        Settings(home=tmp_path / "home", database_url=url, _env_file=None)
+    )
+    other = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        sid = "temp-racing"
+        await store.ensure(sid)
+        await store.append_message(sid, "user", "an old message")
+        cutoff = now_ms() - HOUR_MS
+        await other.execute("UPDATE session SET updated_at = $1 WHERE id = $2", cutoff - 1, sid)
+        # What an intake does, in a transaction of its own, left open.
+        intake = other.transaction()
+        await intake.start()
+        await other.execute("UPDATE session SET updated_at = $1 WHERE id = $2", now_ms(), sid)
+        message_id = await other.fetchval(
+            "INSERT INTO messages (session_id, role, content, sender, send_at)"
+            " VALUES ($1, 'user', 'a new message', 'ann', $2) RETURNING id",
+            sid,
+            now_ms(),
+        )
+        await other.execute(
+            "INSERT INTO task_journal (task_hash, session_id, origin, text, user_message_id,"
+            " user_sent_at, submitted_at, status, steps, prompt, updated_at)"
+            " VALUES ('task-racing', $1, '{}', 'a new message', $2, 0, 0, 'queued', '[]', '', 0)",
+            sid,
+            message_id,
+        )
+        reaping = asyncio.create_task(store.removal.delete_many([sid], unless_active_since=cutoff))
+
+        async def waiting_for_the_intake() -> bool:
+            rows = await other.fetch(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock'",
+                name,
+            )
+            return bool(rows) or reaping.done()
+
+        assert await wait_until(waiting_for_the_intake, 10)
+        assert not reaping.done(), "the reaper did not wait for the intake's session row"
+        await intake.commit()
+        assert await asyncio.wait_for(reaping, 10) == []
+        kept = [m.content for m in await store.recent_messages(sid, 10)]
+        assert kept == ["an old message", "a new message"]
+        assert [j.task_hash for j in await store.unfinished(sid)] == ["task-racing"]
+        assert store.dirs.path_of(sid).is_dir()
+    finally:
+        await other.close()
+        await store.close()
+        await pg_drop(name)
+
+
+async def test_a_session_active_since_the_cut_off_is_spared(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A task that ran and finished between the reaper's idle check and its delete leaves no
+    journal, but its session's activity is newer than the cut-off: the session stays."""
+    store = await SessionStore.open(
+        Settings(home=tmp_path / "home", database_url=database_url, _env_file=None)
+    )
+    try:
+        cutoff = now_ms() - HOUR_MS
+        for sid in ("temp-answered", "temp-idle"):
+            await store.ensure(sid)
+            await store.append_message(sid, "user", "hello")
+
+        def touch(session: Session) -> None:
+            for sid, at in (("temp-answered", now_ms()), ("temp-idle", cutoff - 1)):
+                session.connection().execute(
+                    text("UPDATE session SET updated_at = :t WHERE id = :sid"),
+                    {"t": at, "sid": sid},
+                )
+
+        await store.db.write(touch)
+        gone = await store.removal.delete_many(
+            ["temp-answered", "temp-idle"], unless_active_since=cutoff
+        )
+        assert gone == ["temp-idle"]
+        assert await store.get("temp-answered") is not None
+        assert store.dirs.path_of("temp-answered").is_dir()
+        assert [m.content for m in await store.recent_messages("temp-answered", 10)] == ["hello"]
+    finally:
+        await store.close()

@@ -43,15 +43,16 @@ class SessionRemoval:
         self.db, self.dirs, self.trash = db, dirs, trash
 
     async def delete_many(
-        self, session_ids: Sequence[str], *, spare_unfinished: bool = False
+        self, session_ids: Sequence[str], *, unless_active_since: int | None = None
     ) -> list[str]:
         """Rows in every per-session table, the session rows, then the folders (into the
         trash, emptied in the background), a transaction at a time. Returns the ids that had
         a row or a folder.
 
-        `spare_unfinished` (the reaper): a session with a task stored and not finished is
-        left whole, checked in the transaction that deletes, so a task taken up from its
-        journal after the caller judged the session idle keeps its session."""
+        `unless_active_since` (the reaper's idle cut-off, in ms): a session active since then,
+        or with a task stored and not finished, is left whole. It is checked in the
+        transaction that deletes, so a message taken in, or a task taken up from its journal,
+        after the caller judged the session idle keeps its session."""
         ids = [validate_session_id(sid) for sid in session_ids]
         gone: list[str] = []
         folders: asyncio.Task[list[str]] | None = None
@@ -64,7 +65,7 @@ class SessionRemoval:
                         ids=ids,
                         start=start,
                         busy=self.db.writes_waiting,
-                        spare_unfinished=spare_unfinished,
+                        unless_active_since=unless_active_since,
                     )
                 )
                 if folders is not None:
@@ -134,11 +135,12 @@ def _delete_rows(
     ids: list[str],
     start: int,
     busy: Callable[[], bool],
-    spare_unfinished: bool,
+    unless_active_since: int | None,
 ) -> tuple[int, set[str], set[str]]:
     """From `ids[start:]`, one chunk, then more while the transaction's time lasts and no
     other write is `busy` waiting: where it stopped, which of them had a session row, and
-    which were spared for an unfinished task. Run again from the same `start` if retried."""
+    which were spared as active (see `SessionRemoval.delete_many`). Run again from the same
+    `start` if retried."""
     conn = session.connection()
     quote = conn.dialect.identifier_preparer.quote
     conn.execute(text(f"CREATE TEMPORARY TABLE IF NOT EXISTS {DOOMED} (id TEXT PRIMARY KEY)"))
@@ -147,6 +149,7 @@ def _delete_rows(
     had: set[str] = set()
     spared: set[str] = set()
     journals = quote(TaskJournalRow.__tablename__)
+    sessions = quote(SessionRow.__tablename__)
     end = start
     while end < len(ids) and (
         end == start or (time.monotonic() - began < TRANSACTION_SECONDS and not busy())
@@ -154,15 +157,25 @@ def _delete_rows(
         chunk = ids[end : end + DELETE_CHUNK]
         conn.execute(text(f"DELETE FROM {DOOMED}"))
         conn.execute(text(f"INSERT INTO {DOOMED} (id) VALUES (:id)"), [{"id": s} for s in chunk])
-        if spare_unfinished:
-            unfinished = f"SELECT session_id FROM {journals} WHERE session_id IN {doomed}"
-            kept = {str(sid) for sid in conn.execute(text(unfinished)).scalars()}
+        if unless_active_since is not None:
+            if conn.dialect.name == "postgresql":
+                # A message taken in for one of them updates its session row first: with the
+                # rows locked here, it is either seen below with its journal, or it waits for
+                # this transaction and then finds no session (and makes it anew). SQLite's
+                # one writer orders them already.
+                locking = f"SELECT id FROM {sessions} WHERE id IN {doomed} ORDER BY id FOR UPDATE"
+                conn.execute(text(locking))
+            active = (
+                f"SELECT session_id FROM {journals} WHERE session_id IN {doomed}"
+                f" UNION SELECT id FROM {sessions} WHERE id IN {doomed} AND updated_at > :since"
+            )
+            since = {"since": unless_active_since}
+            kept = {str(sid) for sid in conn.execute(text(active), since).scalars()}
             if kept:
                 spared |= kept
-                conn.execute(text(f"DELETE FROM {DOOMED} WHERE id IN ({unfinished})"))
+                conn.execute(text(f"DELETE FROM {DOOMED} WHERE id IN ({active})"), since)
         for table in PER_SESSION_TABLES:
             conn.execute(text(f"DELETE FROM {quote(table.name)} WHERE session_id IN {doomed}"))
-        sessions = quote(SessionRow.__tablename__)
         rows = conn.execute(text(f"SELECT id FROM {sessions} WHERE id IN {doomed}"))
         had.update(str(sid) for sid in rows.scalars())
         conn.execute(text(f"DELETE FROM {sessions} WHERE id IN {doomed}"))
