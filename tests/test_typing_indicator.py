@@ -78,10 +78,16 @@ async def test_an_echo_is_sent_without_a_typing_call_before_it(
     telegram: FakeTelegram, tmp_path: Path
 ) -> None:
     async with running(telegram, tmp_path / "home") as rig:
+        # The indicator's moment on a clock of the test's own: a machine slow enough to take
+        # `TYPING_AFTER` over the echo would rightly show it.
+        clock = FakeClock()
+        rig.adapter._typing_soon = TypingSoon(clock, rig.adapter.typing)
         chat, ann = rig.fake.private_chat(11), rig.fake.user(11, "Ann")
         rig.fake.inject_message(chat, ann, "hello bot")
         await reply_in(rig.fake, 11, "echo: hello bot")
         state = await rig.runtime.router.wait(await last_task_of(rig, "tg-11"), 10)
         assert state.status == "done"
-        # Nor after it: the task's end shows the chat nothing.
+        # Nor after it: the reply called the indicator off, so no moment later shows it.
+        await clock.advance(TYPING_AFTER * 3)
+        await asyncio.sleep(0)
         assert rig.fake.calls_to("sendChatAction") == []
