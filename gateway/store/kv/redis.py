@@ -48,15 +48,6 @@ class RedisKV(KVStore):
         self._prefix = key_prefix
         self._closed = False
 
-    @property
-    def client(self) -> aioredis.Redis:
-        """The connection, for what the KV operations do not cover (a shared counter)."""
-        return self._redis
-
-    @property
-    def key_prefix(self) -> str:
-        return self._prefix
-
     def shared_window(self, namespace: str) -> RateWindow:
         return SharedWindow(self._redis, f"{self._prefix}{namespace}")
 
