@@ -28,7 +28,8 @@ from gateway.events import Inbound, Origin
 from gateway.logs import configure_logging
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store.db import Database, sqlite_pragmas
+from gateway.store.db import Database
+from gateway.store.sqlite_setup import sqlite_pragmas
 
 GOAL = 0.5
 INSERT = (

@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.store.db import sqlite_pragmas
+from gateway.store.sqlite_setup import sqlite_pragmas
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -34,10 +34,11 @@ from typing import Any
 
 from gateway.logs import configure_logging
 from gateway.settings import Settings
-from gateway.store.db import Database, sqlite_pragmas
+from gateway.store.db import Database
 from gateway.store.history_file import HistoryFile, HistoryMessage
 from gateway.store.search import Search
 from gateway.store.sessions import SessionStore
+from gateway.store.sqlite_setup import sqlite_pragmas
 
 MIB = 1024 * 1024
 HISTORY_FILL_BYTES = 4 * MIB

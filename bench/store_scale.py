@@ -80,11 +80,12 @@ from gateway.logs import configure_logging
 from gateway.presence import presence_key
 from gateway.runtime import Runtime
 from gateway.settings import Settings
-from gateway.store.db import Database, sqlite_pragmas
+from gateway.store.db import Database
 from gateway.store.history_file import HistoryMessage
 from gateway.store.message_reads import StoredMessage
 from gateway.store.models import PER_SESSION_TABLES
 from gateway.store.sessions import SessionStore
+from gateway.store.sqlite_setup import sqlite_pragmas
 
 EXE = shutil.which("agenvoy") or str(Path(sys.executable).with_name("agenvoy"))
 PARTS = ("memory", "reaper", "startup", "fts")

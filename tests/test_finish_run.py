@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gateway.store.journals import JournalRecord
 from gateway.store.lean import Lean
 from gateway.store.sessions import RunRecord, SessionStore
@@ -99,3 +101,27 @@ async def test_a_run_with_several_usage_rows_keeps_each(store: SessionStore) -> 
         ("b", 1),
     ]
     assert [m.content for m in await store.recent_messages(SESSION)] == ["ok"]
+
+
+async def test_lines_first_are_written_before_the_run_is_committed(store: SessionStore) -> None:
+    """A run's action.log lines go in the record's own hand-off, ahead of its transaction:
+    when they cannot be written, nothing of the run is; once they are, the run is."""
+    await store.ensure(SESSION)
+    await _journaled(store, "t3")
+    run = RunRecord(SESSION, "t3", "do it", "done", identity="http:ann")
+
+    def refused() -> None:
+        raise OSError("no room for the lines")
+
+    with pytest.raises(OSError, match="no room"):
+        await store.finish_run(run, "done", sender="agent", lines_first=refused)
+    assert await _rows(store, "SELECT reply FROM action_history") == []
+    assert await store.recent_messages(SESSION) == []
+
+    def lines() -> None:
+        store.files(SESSION).action_log.append("assistant", "done", task_hash="t3")
+
+    await store.finish_run(run, "done", sender="agent", lines_first=lines)
+    assert [r.kind for r in store.files(SESSION).action_log.read()] == ["assistant"]
+    assert await _rows(store, "SELECT reply FROM action_history") == [("done",)]
+    assert await _left_over(store, "t3") == []

@@ -5,6 +5,7 @@ of a batch loses no message it acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -200,6 +201,72 @@ async def test_after_commit_runs_only_for_committed_writes(tmp_path: Path) -> No
         await db.close()
 
 
+async def test_before_runs_ahead_of_its_transaction_and_a_failing_one_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A write's `before` (a run's action.log lines) runs in the writer's hand-off before the
+    batch's transaction begins: a reader then sees none of the batch. One that fails fails its
+    write alone; the others in its batch commit."""
+    db = await scratch_db(tmp_path)
+    path = tmp_path / "history.db"
+    try:
+        seen: list[str] = []
+
+        def before(name: str) -> Callable[[], None]:
+            def call() -> None:
+                with sqlite3.connect(path) as other:
+                    count = other.execute("SELECT count(*) FROM scratch").fetchone()[0]
+                seen.append(f"{name} sees {count}")
+                if name == "refused":
+                    raise OSError("no room")
+
+            return call
+
+        hold, _, first = await writer_held(db)
+        ok = asyncio.ensure_future(db.write_lean(insert_lean(1), before=before("ok")))
+        refused = asyncio.ensure_future(db.write_lean(insert_lean(2), before=before("refused")))
+        also = asyncio.ensure_future(db.write_lean(insert_lean(3), before=before("also")))
+        await asyncio.sleep(0)
+        hold.released.set()
+        assert list(await asyncio.wait_for(asyncio.gather(first, ok, also), 10)) == [0, 1, 3]
+        with pytest.raises(OSError, match="no room"):
+            await asyncio.wait_for(refused, 10)
+        # All three ran before the batch began: the held write's row was committed, theirs not.
+        assert seen == ["ok sees 1", "refused sees 1", "also sees 1"]
+        assert await values(db) == [0, 1, 3]
+    finally:
+        await db.close()
+
+
+async def test_after_commit_runs_on_the_writer_unless_writes_wait(tmp_path: Path) -> None:
+    """With no write waiting, the file work after a commit runs in the writer's own hand-off
+    (one thread hand-off less for its caller); with writes waiting it goes to a thread of its
+    own so the next batch need not wait. Either way in commit order, and before the caller
+    hears back."""
+    db = await scratch_db(tmp_path)
+    try:
+        ran: list[tuple[int, str]] = []
+
+        def note(value: int) -> None:
+            ran.append((value, threading.current_thread().name))
+
+        assert await db.write(insert(1), after_commit=note) == 1
+        assert ran == [(1, "agenvoy-db-write")]
+        hold = Gate()
+        first = asyncio.ensure_future(db.write(insert(2, hold=hold), after_commit=note))
+        await hold.inside()
+        behind = [asyncio.ensure_future(db.write(insert(v), after_commit=note)) for v in (3, 4)]
+        await asyncio.sleep(0)
+        hold.released.set()
+        assert await asyncio.wait_for(asyncio.gather(first, *behind), 10) == [2, 3, 4]
+        # 2 committed with 3 and 4 waiting: handed on. 3 and 4, the last batch: on the writer
+        # once 2's work was done, or after it on the same thread.
+        assert [value for value, _ in ran] == [1, 2, 3, 4]
+        assert ran[1] == (2, "agenvoy-db-after")
+    finally:
+        await db.close()
+
+
 async def test_a_write_alone_that_fails_leaves_nothing(tmp_path: Path) -> None:
     db = await scratch_db(tmp_path)
     try:
@@ -281,6 +348,13 @@ async def test_killed_mid_batch_loses_no_acknowledged_message(tmp_path: Path) ->
             assert len(users) == len(set(users)), "a message was archived twice"
             assert len(replies) == len(set(replies)), "a message was answered twice"
             assert await store.unfinished() == []
+            # A line rides its write's hand-off (a message's after its commit, a reply's
+            # before its transaction): no stored message, no recorded reply, without its line.
+            for sid in sessions:
+                lines = {(r.kind, r.task_hash) for r in store.files(sid).action_log.read()}
+                for message in await store.recent_messages(sid, 1000):
+                    kind = "user" if message.role == "user" else "text"
+                    assert (kind, message.task_hash) in lines, f"no {kind} line: {message}"
         finally:
             await store.close()
         await gateway.stop()

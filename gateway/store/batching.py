@@ -27,6 +27,7 @@ class Job(Generic[T]):
     future: asyncio.Future[T]
     after: Callable[[T], None] | None = None
     lean: bool = False  # the call takes a `Lean` cursor rather than an ORM session
+    before: Callable[[], None] | None = None  # run once before the call, on the same thread
     result: Any = None
     error: BaseException | None = field(default=None)
 
@@ -48,6 +49,7 @@ class BatchThread:
         after: Callable[[T], None] | None = None,
         *,
         lean: bool = False,
+        before: Callable[[], None] | None = None,
     ) -> T:
         """Queue `call` and wait until its batch has been handled."""
         if self._closed:
@@ -55,7 +57,7 @@ class BatchThread:
             raise RuntimeError(f"{self._thread.name} is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(Job(call, loop, future, after, lean))
+        self._queue.put(Job(call, loop, future, after, lean, before=before))
         return await future
 
     def close(self) -> None:
@@ -118,16 +120,35 @@ class AfterCommit(BatchThread):
     """Runs the `after` of jobs whose work another thread committed, then answers them."""
 
     def __init__(self, name: str) -> None:
+        self._outstanding = 0  # jobs passed on and not yet followed up
+        self._counting = threading.Lock()
         super().__init__(name, max_batch=256)
 
+    def pass_on(self, jobs: list[Job[Any]]) -> None:
+        with self._counting:
+            self._outstanding += len(jobs)
+        super().pass_on(jobs)
+
+    def idle(self) -> bool:
+        """Whether every job passed on has been followed up. Only the thread that passes jobs
+        on can make it busy again, so for that thread a yes holds until it passes more."""
+        return self._outstanding == 0
+
     def handle(self, batch: list[Job[Any]]) -> list[Job[Any]]:
-        for job in batch:
-            assert job.after is not None
-            try:
-                job.after(job.result)
-            except Exception as exc:
-                job.error = exc
+        follow_up(batch)
+        with self._counting:
+            self._outstanding -= len(batch)
         return batch
+
+
+def follow_up(jobs: list[Job[Any]]) -> None:
+    """Run the `after` of committed jobs, in order; one that fails fails only its job."""
+    for job in jobs:
+        assert job.after is not None
+        try:
+            job.after(job.result)
+        except Exception as exc:
+            job.error = exc
 
 
 def answer(batch: list[Job[Any]]) -> None:

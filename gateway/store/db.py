@@ -29,7 +29,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection, make_url
@@ -38,7 +37,6 @@ from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlmodel import Session
 from sqlmodel.ext.asyncio.session import AsyncSession
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.logs import get_logger
@@ -50,6 +48,7 @@ from gateway.store.pg_lean import PgLeanPool
 from gateway.store.readers import LeanReads, ReaderThreads
 from gateway.store.schema import migrate_postgresql, migrate_sqlite, revision_of
 from gateway.store.space import Space
+from gateway.store.sqlite_setup import is_locked, sqlite_engine, while_locked
 
 log = get_logger(__name__)
 
@@ -57,7 +56,6 @@ T = TypeVar("T")
 U = TypeVar("U")
 Work = Callable[[Session], T]
 
-SQLITE_BUSY_TIMEOUT_MS = 5000
 SQLITE_READERS = 4
 # Connections per instance for the sessions that run at once: the lean pool takes the statements
 # every message makes, SQLAlchemy's the rest (with overflow for a burst of ORM work).
@@ -67,23 +65,6 @@ PG_ORM_POOL_SIZE = 10
 
 class DatabaseError(RuntimeError):
     """The database cannot be opened or migrated; the message says why."""
-
-
-def _is_locked(exc: BaseException) -> bool:
-    # Lean statements (gateway.store.lean) raise the driver's own error, unwrapped.
-    return isinstance(exc, OperationalError | sqlite3.OperationalError) and (
-        "locked" in str(exc).lower() or "busy" in str(exc).lower()
-    )
-
-
-def sqlite_pragmas() -> list[str]:
-    """The connection settings of every SQLite connection (the benchmark floor uses them too)."""
-    return [
-        "PRAGMA journal_mode=WAL",
-        "PRAGMA synchronous=NORMAL",
-        f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
-        "PRAGMA foreign_keys=ON",
-    ]
 
 
 class Database:
@@ -105,9 +86,9 @@ class Database:
             self.space.probe_dir = self.sqlite_path.parent
             sync_url = f"sqlite:///{self.sqlite_path}"
             # Two connections: the group writer's, held for its life, and the migrations'.
-            self._writer = _sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=2)
+            self._writer = sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=2)
             # A connection for each reader thread and one for the lean reads' thread.
-            self._reader = _sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS + 1)
+            self._reader = sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS + 1)
             self._group = GroupCommitWriter(self._writer, crash=crash)
             self._readers = ReaderThreads(self._reader, SQLITE_READERS, "agenvoy-db-read")
             self._lean_reads = LeanReads(self._reader, "agenvoy-db-read-lean")
@@ -190,32 +171,52 @@ class Database:
         return await self._write(work, after_commit, lean=False)
 
     async def write_lean(
-        self, work: Callable[[Lean], T], *, after_commit: Callable[[T], None] | None = None
+        self,
+        work: Callable[[Lean], T],
+        *,
+        after_commit: Callable[[T], None] | None = None,
+        before: Callable[[], None] | None = None,
     ) -> T:
         """`write` for statements of `gateway.store.lean`: on SQLite no ORM session or
-        SQLAlchemy transaction is built around them, for the writes every message makes."""
-        return await self._write(work, after_commit, lean=True)
+        SQLAlchemy transaction is built around them, for the writes every message makes.
+
+        `before` is a blocking call (a file write) that must be done before the work may be
+        committed; on SQLite it runs in the writer thread's hand-off, before the transaction
+        begins, on PostgreSQL on the files thread first. When it raises, nothing is written.
+        A write retried runs it again: it must be safe to call more than once."""
+        return await self._write(work, after_commit, lean=True, before=before)
 
     async def _write(
-        self, work: Callable[[Any], T], after_commit: Callable[[T], None] | None, *, lean: bool
+        self,
+        work: Callable[[Any], T],
+        after_commit: Callable[[T], None] | None,
+        *,
+        lean: bool,
+        before: Callable[[], None] | None = None,
     ) -> T:
         try:
-            return await self._write_once(work, after_commit, lean)
+            return await self._write_once(work, after_commit, lean, before)
         except (OperationalError, sqlite3.OperationalError) as exc:
-            if not _is_locked(exc):
+            if not is_locked(exc):
                 raise
         # Only a write that met another process's lock pays for the retry machinery.
-        async for attempt in _while_locked():
+        async for attempt in while_locked():
             with attempt:
-                return await self._write_once(work, after_commit, lean)
+                return await self._write_once(work, after_commit, lean, before)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _write_once(
-        self, work: Callable[[Any], T], after_commit: Callable[[T], None] | None, lean: bool
+        self,
+        work: Callable[[Any], T],
+        after_commit: Callable[[T], None] | None,
+        lean: bool,
+        before: Callable[[], None] | None = None,
     ) -> T:
         with self.space.watching():  # a write that fails for lack of space: StorageFull
             if self._async_engine is None:
-                return await self._group.run(work, after_commit, lean=lean)
+                return await self._group.run(work, after_commit, lean=lean, before=before)
+            if before is not None:
+                await self.beside(before)
             if lean:
                 assert self._pg_lean is not None
                 result = await self._pg_lean.write(work)
@@ -231,17 +232,21 @@ class Database:
         *params: Any,
         repeatable: bool,
         after_commit: Callable[[list[Row]], None] | None = None,
+        before: Callable[[], None] | None = None,
     ) -> list[Row]:
         """One lean statement committed on its own; its rows. On PostgreSQL that is a single
         round trip (no BEGIN or COMMIT around it), for work written as one statement there (a
         data-modifying WITH). `repeatable`: running it twice does what running it once does,
-        so a connection that ended under it may run it again (else `OutcomeUnknown`)."""
+        so a connection that ended under it may run it again (else `OutcomeUnknown`).
+        `before` as for `write_lean`."""
         if self._async_engine is None:
             return await self.write_lean(
-                lambda sql: sql.all(statement, *params), after_commit=after_commit
+                lambda sql: sql.all(statement, *params), after_commit=after_commit, before=before
             )
         assert self._pg_lean is not None
         with self.space.watching():
+            if before is not None:
+                await self.beside(before)
             rows = await self._pg_lean.write_one(statement, params, repeatable=repeatable)
             if after_commit is not None:
                 await self.beside(partial(after_commit, rows))
@@ -287,9 +292,9 @@ class Database:
         try:
             return await self._read_once(work, lean)
         except (OperationalError, sqlite3.OperationalError) as exc:
-            if not _is_locked(exc):
+            if not is_locked(exc):
                 raise
-        async for attempt in _while_locked():
+        async for attempt in while_locked():
             with attempt:
                 return await self._read_once(work, lean)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -350,28 +355,6 @@ def insert_ignoring(dialect: str, model: type[Any]) -> Any:
     return insert(model).on_conflict_do_nothing()
 
 
-def _sqlite_engine(url: str, *, begin: str, pool_size: int) -> Engine:
-    engine = create_engine(url, pool_size=pool_size, max_overflow=0)
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let the begin event below decide how transactions start (the driver would otherwise
-        # open them lazily and deferred).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        for pragma in sqlite_pragmas():
-            cursor.execute(pragma)
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # The group writer begins its batches on the driver itself (see `group_commit`).
-        if not conn.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
-            conn.exec_driver_sql(begin)
-
-    return engine
-
-
 def _read_in_session(work: Work[T], conn: Connection) -> T:
     with Session(bind=conn) as session:  # begun on first use, rolled back on close
         return work(session)
@@ -385,14 +368,3 @@ def _lean_in_snapshot(work: Callable[[Lean], T], session: Session) -> T:
 
 def _select_one(session: Session) -> None:
     session.connection().exec_driver_sql("SELECT 1").scalar_one()
-
-
-def _while_locked() -> AsyncRetrying:
-    # Past the busy timeout, a write that still meets another process's lock waits and tries
-    # again rather than failing the user's message.
-    return AsyncRetrying(
-        retry=retry_if_exception(_is_locked),
-        wait=wait_exponential_jitter(multiplier=0.05, max=1.0),
-        stop=stop_after_delay(60),
-        reraise=True,
-    )

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlmodel import Session
 
 from gateway.crash import NO_CRASH, CrashPoints
-from gateway.store.batching import AfterCommit, BatchThread, Job
+from gateway.store.batching import AfterCommit, BatchThread, Job, follow_up
 from gateway.store.lean import Lean
 
 T = TypeVar("T")
@@ -37,8 +37,9 @@ class GroupCommitWriter(BatchThread):
         self.crash = crash
         self.batches = 0
         self.writes = 0
-        # The file work that follows a commit (history.json lines) runs on a thread of its own,
-        # so the next batch need not wait for it; its callers hear back once it is done.
+        # The file work that follows a commit (history.json lines) runs on a thread of its own
+        # when writes wait, so the next batch need not wait for it; its callers hear back once
+        # it is done. With none waiting it runs here: a hand-off less on the caller's path.
         self._after = AfterCommit("agenvoy-db-after")
         super().__init__("agenvoy-db-write", MAX_BATCH)
 
@@ -54,13 +55,24 @@ class GroupCommitWriter(BatchThread):
         after_commit: Callable[[T], None] | None = None,
         *,
         lean: bool = False,
+        before: Callable[[], None] | None = None,
     ) -> T:
         """Run `work` in the next batch; returns once that batch is committed. A `lean` work
-        is given the driver's cursor (`gateway.store.lean`) instead of an ORM session."""
-        return await self.submit(work, after_commit, lean=lean)
+        is given the driver's cursor (`gateway.store.lean`) instead of an ORM session.
+        `before` runs on this thread before the batch's transaction begins; when it raises,
+        `work` does not run and the caller gets its error."""
+        return await self.submit(work, after_commit, lean=lean, before=before)
 
     def handle(self, batch: list[Job[Any]]) -> list[Job[Any]]:
-        pending = batch
+        pending = []
+        for job in batch:
+            if job.before is not None:
+                try:
+                    job.before()
+                except Exception as exc:
+                    job.error = exc
+                    continue
+            pending.append(job)
         while pending:
             try:
                 failed = self._attempt(pending)
@@ -76,6 +88,9 @@ class GroupCommitWriter(BatchThread):
         self.batches += 1
         self.writes += len(pending)
         followed = [job for job in pending if job.after is not None]
+        if followed and self._queue.empty() and self._after.idle():
+            follow_up(followed)  # after the earlier batches' (none left), as passing on would
+            return batch
         self._after.pass_on(followed)
         return [job for job in batch if job.error is not None or job.after is None]
 

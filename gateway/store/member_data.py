@@ -23,7 +23,7 @@ from typing import Any, Final
 from sqlalchemy import delete, or_, select, text, update
 from sqlmodel import Session, col
 
-from gateway.store.db import SQLITE_BUSY_TIMEOUT_MS, Database
+from gateway.store.db import Database
 from gateway.store.member_data_reach import ERASED as ERASED  # where the text stood
 from gateway.store.member_data_reach import (
     blank_session_names,
@@ -52,6 +52,7 @@ from gateway.store.models import (
     TaskJournalRow,
     UsageRow,
 )
+from gateway.store.sqlite_setup import SQLITE_BUSY_TIMEOUT_MS
 
 # Rows per IN (...) list: under the bound-parameter limit of older SQLite.
 _CHUNK: Final = 500

@@ -4,7 +4,7 @@ outbox entries carrying the reply, written together; and the file versions it sa
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -59,14 +59,22 @@ def _the_run(session_id: str, task_hash: str) -> tuple[ColumnElement[bool], ...]
 
 class RunArchive(StoreBase):
     async def finish_run(
-        self, run: RunRecord, reply: str, *, sender: str, outbox: Sequence[OutboxEntry] = ()
+        self,
+        run: RunRecord,
+        reply: str,
+        *,
+        sender: str,
+        outbox: Sequence[OutboxEntry] = (),
+        lines_first: Callable[[], None] | None = None,
     ) -> list[OutboxItem]:
         """Store a finished run in one transaction: the reply message, the run's row, the
         outbox entries that will carry the reply to the user, and the end of the task's
         journal — so a restart finds the task either finished or to be taken up, never both.
 
         Idempotent per task: a task replayed after a restart finds its run recorded and adds
-        neither a second reply nor a second outbox entry.
+        neither a second reply nor a second outbox entry. `lines_first` (the run's action.log
+        lines) is done before the transaction may commit, in the write's own hand-off off the
+        event loop; it may be called again when the write is retried.
         """
         validate_session_id(run.session_id)
         validate_hash(run.task_hash)
@@ -137,10 +145,14 @@ class RunArchive(StoreBase):
 
                 # Again after a cut connection, it finds the run recorded and does nothing.
                 await self.db.write_one(
-                    statement, *params, repeatable=True, after_commit=file_returned
+                    statement,
+                    *params,
+                    repeatable=True,
+                    after_commit=file_returned,
+                    before=lines_first,
                 )
                 return []
-            return await self.db.write_lean(lean, after_commit=file_reply)
+            return await self.db.write_lean(lean, after_commit=file_reply, before=lines_first)
 
     async def finished_run(self, session_id: str, task_hash: str) -> dict[str, str] | None:
         """The recorded outcome of a finished task: objective and reply (empty on error)."""
