@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Final
 
@@ -31,6 +32,12 @@ SUBSCRIBER_BUFFER = 256
 
 # What an action.log line's body leaves out: the line says them itself.
 _NOT_IN_BODY: Final = {"kind", "session_id", "task_hash", "window_hash", "at"}
+
+
+def _lines(events: list[Event]) -> list[tuple[str, str]]:
+    """`action.log` entries of stamped events: the kind, and the body without what the line
+    says itself."""
+    return [(event.kind, event.model_dump_json(exclude=_NOT_IN_BODY)) for event in events]
 
 
 class Subscription:
@@ -138,13 +145,6 @@ class Dispatch:
         await self._announce(task, stamped[0])
         return stamped[0]
 
-    async def write_lines(self, task: Task, events: list[Event]) -> list[Event]:
-        """Stamp `events` and write their `action.log` lines, each its own and in order, in
-        one write; returns them stamped, not yet shown to anyone (`show`)."""
-        stamped = self._stamped(task, events)
-        await self._log(task, stamped)
-        return stamped
-
     async def show(self, task: Task, events: list[Event]) -> None:
         """Give events whose lines are written to their task, the live subscribers and the
         other instances, in order."""
@@ -153,13 +153,66 @@ class Dispatch:
             await task.add_event(event)
             await self._announce(task, event)
 
+    def line_writer(
+        self,
+        session_id: str,
+        task_hash: str,
+        origin: Origin,
+        events: list[Event],
+        then: Callable[[], None] | None = None,
+    ) -> tuple[list[Event], Callable[[], None]]:
+        """`events` stamped for the task `task_hash`, not shown to anyone yet (`show`), and a
+        blocking write of their `action.log` lines for a hand-off off the event loop that is
+        made anyway (a write to the archive: the lines go with it rather than in a hand-off of
+        their own). The write is done once, however often it is called (a retried archive
+        write calls it again); `then` follows it."""
+        stamped = self._stamp(task_hash, origin, events)
+        log_file = self.store.files(session_id).action_log
+        lines = _lines(stamped)
+        written: list[bool] = []
+
+        def write() -> None:
+            if written:
+                return
+            try:
+                log_file.append_all(
+                    lines,
+                    window_hash=origin.window_hash,
+                    task_hash=task_hash,
+                    identity=origin.sender_key,
+                )
+            except FileNotFoundError:
+                log.warning("session gone while its task ran", session=session_id)
+            written.append(True)
+            if then is not None:
+                then()
+
+        return stamped, write
+
+    async def log_switch(self, task: Task, said: dict[str, str], detail: str) -> None:
+        """A `fallback` line in action.log: which model took over from which, and why."""
+        body = json.dumps({**said, "detail": detail}, ensure_ascii=False)
+        with contextlib.suppress(FileNotFoundError):
+            await self.store.log_action(
+                task.session_id,
+                "fallback",
+                body,
+                window_hash=task.origin.window_hash,
+                task_hash=task.task_hash,
+                identity=task.origin.sender_key,
+            )
+
     @staticmethod
     def _stamped(task: Task, events: list[Event]) -> list[Event]:
-        stamp = {"task_hash": task.task_hash, "window_hash": task.origin.window_hash}
+        return Dispatch._stamp(task.task_hash, task.origin, events)
+
+    @staticmethod
+    def _stamp(task_hash: str, origin: Origin, events: list[Event]) -> list[Event]:
+        stamp = {"task_hash": task_hash, "window_hash": origin.window_hash}
         return [event.model_copy(update=stamp) for event in events]
 
     async def _log(self, task: Task, events: list[Event]) -> None:
-        lines = [(event.kind, event.model_dump_json(exclude=_NOT_IN_BODY)) for event in events]
+        lines = _lines(events)
         try:
             await self.store.log_actions(
                 task.session_id,

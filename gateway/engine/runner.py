@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 
 from gateway.agents.base import (
     Agent,
@@ -221,21 +221,8 @@ class Runner:
         elif isinstance(step, Reply):
             await task.set_reply(step.text)
         elif isinstance(step, Switched):
-            await self._switched(task, step)
-
-    async def _switched(self, task: Task, step: Switched) -> None:
-        """A `fallback` line in action.log: which model took over from which, and why."""
-        said = {"from": step.from_model, "to": step.to_model, "reason": step.reason}
-        body = json.dumps({**said, "detail": step.detail}, ensure_ascii=False)
-        with contextlib.suppress(FileNotFoundError):
-            await self.store.log_action(
-                task.session_id,
-                "fallback",
-                body,
-                window_hash=task.origin.window_hash,
-                task_hash=task.task_hash,
-                identity=task.origin.sender_key,
-            )
+            said = {"from": step.from_model, "to": step.to_model, "reason": step.reason}
+            await self.dispatch.log_switch(task, said, step.detail)
 
     def priced(self, record: UsageRecord) -> UsageRecord:
         """`record` with its cost when a price table is set."""
@@ -366,14 +353,19 @@ class Runner:
             identity=task.origin.sender_key,
         )
         outbox = [self.dispatch.outbox_entry(task, events[0])] if pushed else []
-        # Lines first: a kill before the record leaves the lines of a reply made again on
-        # restart, never a reply sent without its line. The end is recorded once the database
-        # is back, however long that takes (finish_run is idempotent per task).
-        events = await self.dispatch.write_lines(task, events)
-        self.crash.reach("logged")
+        # Lines first, in the record's own hand-off: a kill before the record leaves the lines
+        # of a reply made again on restart, never a reply sent without its line. The end is
+        # recorded once the database is back, however long that takes (finish_run is
+        # idempotent per task).
+        logged = partial(self.crash.reach, "logged")
+        events, lines_first = self.dispatch.line_writer(
+            task.session_id, task.task_hash, task.origin, events, then=logged
+        )
         sender = self._agent_of.get(task.task_hash, self.agent).name
         items = await until_available(
-            lambda: self.store.finish_run(run, reply, sender=sender, outbox=outbox),
+            lambda: self.store.finish_run(
+                run, reply, sender=sender, outbox=outbox, lines_first=lines_first
+            ),
             sleep=self.dispatch.courier.clock.sleep,
             what="task ended, not yet recorded",
         )
