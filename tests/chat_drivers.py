@@ -80,6 +80,9 @@ class ChatDriver(Protocol):
     redelivers: bool  # a message whose intake failed comes again (it is not lost meanwhile)
 
     @property
+    def fake(self) -> FakeTelegram | FakeDiscord: ...
+
+    @property
     def runtime(self) -> Runtime: ...
 
     @property

@@ -4,8 +4,11 @@ real python-telegram-bot and discord.py clients (`chat_drivers`), with the offli
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chat_drivers import (
@@ -155,6 +158,38 @@ async def test_a_long_reply_is_split_under_the_limit_keeping_code_whole_and_ever
     assert [line for p in parts for line in p.code] == code
     assert len([p for p in parts if p.code]) >= 2  # the block was closed and reopened
     assert chat.rejoined([p.text for p in parts]) == chat.readable(f"echo: {text}")
+
+
+async def test_a_part_is_marked_as_maybe_out_before_it_goes_only_where_repeats_are_not_refused(
+    chat: ChatDriver,
+) -> None:
+    """What the outbox row of a two-part reply says as each part reaches the platform. On
+    Telegram, the part about to go is marked as maybe out (a restart sends it again marked as
+    a possible repeat). Discord refuses a second copy of a part itself (its nonce), so its
+    first part goes without a write before it; the second part's write records the first."""
+    database = chat.runtime.store.db.sqlite_path
+    assert database is not None
+    rows: list[tuple[int, int]] = []
+
+    def note(record: Any) -> None:
+        sent = getattr(record, "method", None) == "sendMessage"
+        if sent or getattr(record, "route", None) == "POST /channels/{id}/messages":
+            with contextlib.closing(sqlite3.connect(database)) as db:
+                found = db.execute("SELECT parts_sent, parts_attempted FROM outbox").fetchall()
+            rows.extend(found)
+
+    chat.fake.on_answered = note
+    chat.post(A, ANN, "word " * (chat.limit // 5 + 20))  # a reply of two parts
+
+    async def both_out() -> bool:
+        return len(chat.said(A)) == 2
+
+    assert await wait_until(both_out, 10), chat.said(A)
+    state = await chat.runtime.router.wait(await task_of(chat, A), 10)
+    assert state.status == "done"
+    first = (0, 0) if chat.adapter.refuses_repeats else (0, 1)
+    assert rows == [first, (1, 2)]
+    assert chat.adapter.refuses_repeats == (chat.platform == "discord")
 
 
 async def test_a_streamed_reply_shows_one_preview_that_the_reply_replaces(

@@ -82,6 +82,9 @@ class ChatAdapter(ABC):
     # Whether the platform delivers a message again when taking it in failed (Telegram: an
     # update not confirmed). One that does not (Discord) waits out an unreachable database.
     redelivers: ClassVar[bool]
+    # Whether the platform refuses a second copy of a reply's part by itself (Discord's
+    # nonce): then nothing need say, before a part goes out, that it may be out after a crash.
+    refuses_repeats: ClassVar[bool]
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -290,15 +293,20 @@ class ChatAdapter(ABC):
         """The reply in parts, from the first one an earlier attempt did not get out."""
         parts = self.split(event.text or "(empty reply)")
         last = ""
-        for index in range(progress.sent, len(parts)):
+        first = progress.sent
+        for index in range(first, len(parts)):
             repeat = progress.maybe_sent
-            await progress.part_started(index)
+            # Where the platform refuses a repeat, the first part of an attempt goes out
+            # without a write before it; a later part's write still carries the earlier ones.
+            marked = not self.refuses_repeats or index > first
+            if marked:
+                await progress.part_started(index)
             try:
                 posted = await self.send_part(
                     origin, parts[index], index=index, key=event.task_hash, repeat=repeat
                 )
             except Exception as exc:
-                if not self.may_have_arrived(exc):
+                if marked and not self.may_have_arrived(exc):
                     await progress.part_refused(index)
                 raise
             self.runtime.crash.reach("part_sent")

@@ -55,6 +55,7 @@ class DiscordAdapter(ChatAdapter):
     typing_every: ClassVar[float] = 8.0  # Discord shows "typing" for 10 s
     preview_chars: ClassVar[int] = 1900
     redelivers: ClassVar[bool] = False  # a gateway event missed is gone
+    refuses_repeats: ClassVar[bool] = True  # a part's nonce (send_part)
     preview_replies: ClassVar[bool] = False
 
     def __init__(
