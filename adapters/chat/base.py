@@ -82,9 +82,9 @@ class ChatAdapter(ABC):
     # Whether the platform delivers a message again when taking it in failed (Telegram: an
     # update not confirmed). One that does not (Discord) waits out an unreachable database.
     redelivers: ClassVar[bool]
-    # Whether the platform refuses a second copy of a reply's part by itself (Discord's
-    # nonce): then nothing need say, before a part goes out, that it may be out after a crash.
-    refuses_repeats: ClassVar[bool]
+    # Whether it refuses a second copy of a reply's part itself (Discord's nonce): no write
+    # need say, before an attempt's first part goes out, that it may be out after a crash.
+    refuses_repeats: ClassVar[bool] = False
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
@@ -291,14 +291,10 @@ class ChatAdapter(ABC):
 
     async def send_reply(self, origin: Origin, event: TextEvent, progress: Progress) -> str:
         """The reply in parts, from the first one an earlier attempt did not get out."""
-        parts = self.split(event.text or "(empty reply)")
-        last = ""
-        first = progress.sent
+        parts, last, first = self.split(event.text or "(empty reply)"), "", progress.sent
         for index in range(first, len(parts)):
             repeat = progress.maybe_sent
-            # Where the platform refuses a repeat, the first part of an attempt goes out
-            # without a write before it; a later part's write still carries the earlier ones.
-            marked = not self.refuses_repeats or index > first
+            marked = not self.refuses_repeats or index > first  # it carries the earlier parts
             if marked:
                 await progress.part_started(index)
             try:

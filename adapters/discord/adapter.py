@@ -309,8 +309,7 @@ class DiscordAdapter(ChatAdapter):
     async def send_part(
         self, origin: Origin, part: str, *, index: int, key: str, repeat: bool
     ) -> Posted:
-        # The nonce, the same on every attempt at this part, makes Discord refuse a second copy
-        # (for a few minutes), so a repeat needs no mark here.
+        # The nonce, the same on every attempt, makes Discord refuse a repeat for some minutes.
         sent = await self.channel(origin.channel_id).send(
             part,
             nonce=f"r{key}{index:03d}"[-MAX_NONCE:],

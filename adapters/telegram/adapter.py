@@ -74,7 +74,6 @@ class TelegramAdapter(PrivateDocuments):
     typing_every: ClassVar[float] = 4.0  # Telegram shows "typing" for 5 s
     preview_chars: ClassVar[int] = MAX_CHARS // 2
     redelivers: ClassVar[bool] = True  # until its update is confirmed
-    refuses_repeats: ClassVar[bool] = False  # a repeat is marked instead (send_part)
     preview_replies: ClassVar[bool] = True
 
     def __init__(self, runtime: Runtime, application: TelegramApplication) -> None:
