@@ -182,7 +182,7 @@ class Dispatch:
                     identity=origin.sender_key,
                 )
             except FileNotFoundError:
-                log.warning("session gone while its task ran", session=session_id)
+                log.warning("session gone before its lines were written", session=session_id)
             written.append(True)
             if then is not None:
                 then()

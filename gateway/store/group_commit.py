@@ -89,7 +89,7 @@ class GroupCommitWriter(BatchThread):
         self.writes += len(pending)
         followed = [job for job in pending if job.after is not None]
         if followed and self._queue.empty() and self._after.idle():
-            follow_up(followed)  # after the earlier batches' (none left), as passing on would
+            follow_up(followed)  # none outstanding there: still in the order of the commits
             return batch
         self._after.pass_on(followed)
         return [job for job in batch if job.error is not None or job.after is None]
