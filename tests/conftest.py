@@ -4,7 +4,7 @@ import compileall
 import os
 import shutil
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from clock import FakeClock
 from engine_rig import Engine, EngineRig, MigratedArchive
 from fakes.openai import FakeOpenAI
 from fakes.telegram import FakeTelegram
+from small_disk import mounted_small_disk
 from sqlalchemy.engine import make_url
 from support import REDIS_URL, open_redis, skip_or_fail, wipe_redis
 from tcp_relay import Relay
@@ -90,6 +91,13 @@ async def browser() -> AsyncIterator[Any]:
             yield launched
         finally:
             await launched.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A tmpfs of a few MiB (tests/small_disk.py): a real filesystem that fills up."""
+    with mounted_small_disk(tmp_path / "disk") as mounted:
+        yield mounted
 
 
 @pytest.fixture

@@ -5,11 +5,9 @@ says degraded while there is no room, and all is well again once space is freed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import sqlite3
-import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,40 +15,10 @@ import aiohttp
 import pytest
 from clock import FakeClock
 from gateway_proc import Gateway, free_port
+from small_disk import fill
 from support import wait_until
 
 from gateway.store.space import RECHECK_SECONDS, Space, StorageFull, is_storage_full
-
-DISK_BYTES = 8 * 1024 * 1024
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A tmpfs of a few MiB: a real filesystem that fills up (mounting needs root)."""
-    mount_point = tmp_path / "disk"
-    mount_point.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={DISK_BYTES}", "tmpfs", str(mount_point)],
-        capture_output=True,
-        check=False,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", "-l", str(mount_point)], check=False)
-
-
-def fill(folder: Path) -> Path:
-    """Write zeros until the filesystem has not one byte left."""
-    filler = folder / "filler"
-    with filler.open("wb", buffering=0) as file:
-        for size in (1 << 20, 1 << 12, 1):
-            with contextlib.suppress(OSError):
-                while True:
-                    file.write(b"\0" * size)
-    return filler
 
 
 @pytest.fixture

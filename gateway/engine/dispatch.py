@@ -160,12 +160,16 @@ class Dispatch:
         origin: Origin,
         events: list[Event],
         then: Callable[[], None] | None = None,
+        *,
+        hold: bool = False,
     ) -> tuple[list[Event], Callable[[], None]]:
         """`events` stamped for the task `task_hash`, not shown to anyone yet (`show`), and a
         blocking write of their `action.log` lines for a hand-off off the event loop that is
         made anyway (a write to the archive: the lines go with it rather than in a hand-off of
         their own). The write is done once, however often it is called (a retried archive
-        write calls it again); `then` follows it."""
+        write calls it again); `then` follows it. `hold`: the write follows a commit, which
+        its failure cannot undo, so lines the disk refuses are held for the session's next
+        line (gateway/store/actionlog.py) rather than failing the write."""
         stamped = self._stamp(task_hash, origin, events)
         log_file = self.store.files(session_id).action_log
         lines = _lines(stamped)
@@ -180,6 +184,7 @@ class Dispatch:
                     window_hash=origin.window_hash,
                     task_hash=task_hash,
                     identity=origin.sender_key,
+                    hold=hold,
                 )
             except FileNotFoundError:
                 log.warning("session gone before its lines were written", session=session_id)

@@ -170,11 +170,11 @@ class Intake:
             log_file = self.store.files(session_id).action_log
 
             def log_it(_stored: StoredMessage) -> None:
-                log_file.append(
-                    "user",
-                    inbound.text,
+                log_file.append_all(
+                    [("user", inbound.text)],
                     window_hash=origin.window_hash,
                     identity=origin.sender_key,
+                    hold=True,  # after the commit: a full disk holds the line, not the message
                 )
 
             stored = await self._archive(session_id, inbound, then=log_it)
@@ -277,7 +277,9 @@ class Intake:
         # Its action.log line is written in the archive write's own hand-off, after the
         # commit and the history.json line, before the task is made: one hand-off fewer.
         said = UserEvent(session_id=session_id, text=inbound.text, sender=origin.sender_name)
-        events, write_line = self.dispatch.line_writer(session_id, task_hash, origin, [said])
+        events, write_line = self.dispatch.line_writer(
+            session_id, task_hash, origin, [said], hold=True
+        )
         self.accepting.add(task_hash)
         try:
             try:

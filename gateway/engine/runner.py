@@ -355,8 +355,8 @@ class Runner:
         outbox = [self.dispatch.outbox_entry(task, events[0])] if pushed else []
         # Lines first, in the record's own hand-off: a kill before the record leaves the lines
         # of a reply made again on restart, never a reply sent without its line. The end is
-        # recorded once the database is back, however long that takes (finish_run is
-        # idempotent per task).
+        # recorded once the database is back and the disk has room, however long that takes
+        # (finish_run is idempotent per task).
         logged = partial(self.crash.reach, "logged")
         events, lines_first = self.dispatch.line_writer(
             task.session_id, task.task_hash, task.origin, events, then=logged
@@ -368,6 +368,7 @@ class Runner:
             ),
             sleep=self.dispatch.courier.clock.sleep,
             what="task ended, not yet recorded",
+            until_space=True,
         )
         self.crash.reach("recorded")
         task.mark_recorded()  # the usage held went with the run
@@ -388,5 +389,6 @@ class Runner:
             lambda: task.journal.close(recorded=False),
             sleep=self.dispatch.courier.clock.sleep,
             what="task canceled, its journal not yet removed",
+            until_space=True,
         )
         await task.set_status("canceled")

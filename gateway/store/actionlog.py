@@ -21,6 +21,11 @@ is already locked the rotation is left to the next append over the cap. A writer
 opened `action.log` just before a rotation still lands its line in `action.log.1`; only a
 writer stalled across two full rotations could lose its line.
 
+A line about something already done (`append_all(..., hold=True)`: a message the archive
+has committed) that cannot be written is held by the object, and written ahead of the next
+line that can be, so the file keeps the order of events; such a line is lost only if the
+process ends first.
+
 The methods are synchronous; async callers run them in `asyncio.to_thread`.
 """
 
@@ -30,6 +35,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,6 +117,8 @@ class ActionLog:
             raise ValueError("max_bytes must be positive")
         self.path = Path(path)
         self.max_bytes = max_bytes
+        self._held = b""  # lines of things done that could not be written yet, in order
+        self._holding = threading.Lock()
 
     @property
     def rotated_path(self) -> Path:
@@ -149,9 +157,14 @@ class ActionLog:
         task_hash: str = "",
         identity: str = "",
         at: datetime | None = None,
+        hold: bool = False,
     ) -> list[ActionRecord]:
         """`append` for several records of one task at once: each its own line, in order, in
-        one write (what a task's end records, its reply and `done`, back to back)."""
+        one write (what a task's end records, its reply and `done`, back to back).
+
+        Lines held from earlier go first. With `hold` (the records are of something done
+        already, which failing here cannot undo), lines that cannot be written for want of
+        space or another error of the disk are held for the next append instead of raising."""
         when = datetime.now(UTC) if at is None else at
         records = [
             ActionRecord(
@@ -165,7 +178,25 @@ class ActionLog:
             for kind, body in entries
         ]
         data = "".join(record.format_line() + "\n" for record in records).encode("utf-8")
-        size = self._write(data)
+        with self._holding:
+            try:
+                size = self._write(self._held + data)
+            except SessionDirectoryMissing:
+                raise
+            except OSError as exc:
+                if not hold:
+                    raise
+                self._held += data
+                _log.error(
+                    "action_log_lines_held",
+                    path=str(self.path),
+                    held=len(self._held),
+                    error=str(exc),
+                )
+                return records
+            if self._held:
+                _log.info("action_log_held_lines_written", path=str(self.path))
+            self._held = b""
         if size >= self.max_bytes:
             self._rotate()
         return records

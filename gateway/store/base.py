@@ -4,13 +4,19 @@ per-session turn that keeps history.json in archive order."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 
 from gateway.keyed_locks import KeyedLocks
+from gateway.logs import get_logger
 from gateway.settings import Settings
 from gateway.store.batching import SerialCalls
 from gateway.store.db import Database
 from gateway.store.files import SessionFiles, SessionsDir
+from gateway.store.fslock import SessionDirectoryMissing
+from gateway.store.history_file import HistoryMessage
 from gateway.store.trash import TrashEmptier
+
+log = get_logger(__name__)
 
 
 class UnknownSession(LookupError):
@@ -51,3 +57,22 @@ class StoreBase:
         """One message write of the session at a time, so history.json lists a session's
         messages in the order of their archive ids whoever writes them (the intake, a reply)."""
         return self._archiving.hold(session_id)
+
+    def file_committed(self, session_id: str, lines: Sequence[HistoryMessage]) -> None:
+        """File lines of committed messages in history.json (blocking: after a commit, off
+        the event loop). The archive has them already, so a disk that refuses them (full,
+        say) must not turn the committed write into an error: they are left to the catch-up
+        of the session's next write. A missing folder is the caller's to handle."""
+        files = self.files(session_id)
+        try:
+            files.history.extend(lines)
+        except SessionDirectoryMissing:
+            raise
+        except OSError as exc:
+            files.history_checked = False  # the next write of the session catches up first
+            log.error(
+                "history.json lines not written; the archive has them",
+                session=session_id,
+                lines=len(lines),
+                error=str(exc),
+            )

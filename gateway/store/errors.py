@@ -9,6 +9,7 @@ from typing import TypeVar
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_exponential_jitter
 
 from gateway.logs import get_logger
+from gateway.store.space import StorageFull
 
 log = get_logger(__name__)
 
@@ -33,22 +34,28 @@ async def until_available(
     what: str,
     initial: float = 0.5,
     maximum: float = 30.0,
+    until_space: bool = False,
 ) -> T:
     """`write()`, again with backoff for as long as the database is unavailable: for a record
-    that must be made once the database is back (the write must be idempotent). A stop cancels
-    the wait; what is left is the restart's, as after a crash."""
-
+    that must be made once the database is back (the write must be idempotent). With
+    `until_space`, for as long as the storage is full too: a record of something already done
+    (a task's end) waits for room rather than being given up. A stop cancels the wait; what
+    is left is the restart's, as after a crash."""
+    waited: tuple[type[Exception], ...] = (DatabaseUnavailable,)
+    if until_space:
+        waited += (StorageFull,)
     try:
         return await write()
-    except DatabaseUnavailable:
+    except waited:
         pass  # only a write that met an unavailable database builds the retry machinery
 
     def told(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
-        log.warning(f"{what}: database unavailable, waiting", error=str(error))
+        why = "storage full" if isinstance(error, StorageFull) else "database unavailable"
+        log.warning(f"{what}: {why}, waiting", error=str(error))
 
     retrying = AsyncRetrying(
-        retry=retry_if_exception_type(DatabaseUnavailable),
+        retry=retry_if_exception_type(waited),
         wait=wait_exponential_jitter(multiplier=initial, max=maximum, jitter=initial),
         sleep=sleep,
         before_sleep=told,

@@ -21,6 +21,8 @@ every append. Older messages stay searchable in the SQL archive.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 from array import array
@@ -188,7 +190,7 @@ class HistoryFile:
             if size == 0 or (tail == EMPTY and size == len(EMPTY)):
                 TAILS.forget(str(self.path))
                 whole = b"[\n" + body + CLOSE
-                os.pwrite(fd, whole, 0)
+                _write_or_restore(fd, whole, 0, size, tail)
                 os.ftruncate(fd, len(whole))
                 return len(whole)
             if not tail.endswith(CLOSE):
@@ -200,7 +202,7 @@ class HistoryFile:
                 log.warning("history repaired", path=str(self.path), kept=len(repaired))
                 return self._append_locked(messages)
             chunk = b",\n" + body + CLOSE
-            os.pwrite(fd, chunk, size - len(CLOSE))
+            _write_or_restore(fd, chunk, size - len(CLOSE), size, tail)
             TAILS.appended(str(self.path), file_key(before), file_key(os.fstat(fd)), messages)
             return size - len(CLOSE) + len(chunk)
         finally:
@@ -310,3 +312,21 @@ def _tail_lines(data: bytes, count: int, from_start: bool) -> list[HistoryMessag
             return None
         messages.append(message)
     return messages
+
+
+def _write_or_restore(fd: int, data: bytes, offset: int, size: int, tail: bytes) -> None:
+    """Write `data` at `offset` whole, or put the file back as it was (`size` bytes ending in
+    `tail`) and raise: a disk that fills part way through must not leave a torn file, which
+    could not be repaired until there is room again. Putting back needs no new room."""
+    written = 0
+    try:
+        while written < len(data):
+            more = os.pwrite(fd, data[written:], offset + written)
+            if more == 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            written += more
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+            os.pwrite(fd, tail, size - len(tail))
+        raise

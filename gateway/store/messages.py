@@ -203,7 +203,6 @@ class MessageArchive(MessageReads):
 
         if not write_history:
             return await self.db.write_lean(work)
-        history = self.files(session_id).history
 
         def file_it(stored: StoredMessage | None) -> None:
             # The folder is made here, in the write's own hand-off rather than one of its own:
@@ -214,12 +213,12 @@ class MessageArchive(MessageReads):
                     self.dirs.create(session_id)
                 return
             try:
-                history.append(history_line(stored))
+                self.file_committed(session_id, [history_line(stored)])
             except SessionDirectoryMissing:
                 if not create_session:
                     raise
                 self.dirs.create(session_id)
-                history.append(history_line(stored))
+                self.file_committed(session_id, [history_line(stored)])
             if then is not None:
                 then(stored)
 

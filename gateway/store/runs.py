@@ -114,11 +114,9 @@ class RunArchive(StoreBase):
             record(sql)
             return [claim_in(sql, entry) for entry in outbox]
 
-        history = self.files(run.session_id).history
-
         def file_reply(_: object) -> None:
             try:
-                history.extend([history_line(m) for m in filed])
+                self.file_committed(run.session_id, [history_line(m) for m in filed])
             except FileNotFoundError:
                 log.warning("session deleted before its reply was filed", session=run.session_id)
 
