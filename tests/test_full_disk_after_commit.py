@@ -58,6 +58,8 @@ async def test_a_committed_message_is_stored_when_its_history_line_is_not(
         assert [m.content for m in archived] == ["one", "two " + BIG]
         history = store.files("cli-full").history
         assert [m.content for m in await asyncio.to_thread(history.read)] == ["one"]
+        # What the instance running the session does before a task: no error either.
+        assert await store.resync_history("cli-full") == 1
 
         await asyncio.to_thread(filler.unlink)
         await store.take_in("cli-full", "three", sender="u")

@@ -121,6 +121,11 @@ class ActionLog:
         self._holding = threading.Lock()
 
     @property
+    def held(self) -> int:
+        """Bytes of lines held until the disk takes them (see `append_all`)."""
+        return len(self._held)
+
+    @property
     def rotated_path(self) -> Path:
         return self.path.with_name(self.path.name + ROTATED_SUFFIX)
 

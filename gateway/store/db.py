@@ -41,6 +41,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.logs import get_logger
 from gateway.store.batching import SerialCalls
+from gateway.store.checkpoints import WRITER_AUTOCHECKPOINT, Checkpointer
 from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean, Row
@@ -78,6 +79,7 @@ class Database:
         self._async_engine: AsyncEngine | None = None
         self._pg_lean: PgLeanPool | None = None
         self._files: SerialCalls | None = None
+        self.checkpoints: Checkpointer | None = None  # SQLite's WAL checkpoints
         if self.dialect == "sqlite":
             if not parsed.database or parsed.database == ":memory:":
                 raise DatabaseError("an in-memory SQLite database cannot be shared; use a file")
@@ -86,10 +88,19 @@ class Database:
             self.space.probe_dir = self.sqlite_path.parent
             sync_url = f"sqlite:///{self.sqlite_path}"
             # Two connections: the group writer's, held for its life, and the migrations'.
-            self._writer = sqlite_engine(sync_url, begin="BEGIN IMMEDIATE", pool_size=2)
+            # Their checkpoints are the checkpointer's (gateway/store/checkpoints.py).
+            self._writer = sqlite_engine(
+                sync_url,
+                begin="BEGIN IMMEDIATE",
+                pool_size=2,
+                also=[f"PRAGMA wal_autocheckpoint={WRITER_AUTOCHECKPOINT}"],
+            )
             # A connection for each reader thread and one for the lean reads' thread.
             self._reader = sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS + 1)
-            self._group = GroupCommitWriter(self._writer, crash=crash)
+            checkpoints = self.checkpoints = Checkpointer(self.sqlite_path)
+            self._group = GroupCommitWriter(
+                self._writer, crash=crash, committed=checkpoints.committed
+            )
             self._readers = ReaderThreads(self._reader, SQLITE_READERS, "agenvoy-db-read")
             self._lean_reads = LeanReads(self._reader, "agenvoy-db-read-lean")
         elif self.dialect == "postgresql":
@@ -138,6 +149,8 @@ class Database:
                 await asyncio.to_thread(self._files.close)
             return
         await asyncio.to_thread(self._group.close)
+        if self.checkpoints is not None:
+            await asyncio.to_thread(self.checkpoints.close)
         await asyncio.to_thread(self._readers.close)
         await asyncio.to_thread(self._lean_reads.close)
         self._writer.dispose()

@@ -81,7 +81,9 @@ class SessionsDir:
             with self._known_lock:  # worker threads ask too
                 self._known[session_id] = files
                 while len(self._known) > KNOWN_SESSIONS:
-                    del self._known[next(iter(self._known))]
+                    dropped = self._known.pop(next(iter(self._known)))
+                    if dropped.action_log.held:
+                        log.error("held action.log lines dropped", path=str(dropped.dir))
         return files
 
     def create(self, session_id: str) -> SessionFiles:

@@ -31,8 +31,16 @@ MAX_BATCH = 64  # bounds how long the first caller of a batch waits for the othe
 class GroupCommitWriter(BatchThread):
     """The writer thread of one SQLite database."""
 
-    def __init__(self, engine: Engine, *, crash: CrashPoints = NO_CRASH) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        crash: CrashPoints = NO_CRASH,
+        committed: Callable[[], None] | None = None,
+    ) -> None:
+        """`committed` is told after each commit, on this thread (the checkpointer's cue)."""
         self._engine = engine
+        self._committed = committed
         self._conn: Connection | None = None
         self.crash = crash
         self.batches = 0
@@ -87,6 +95,8 @@ class GroupCommitWriter(BatchThread):
             pending = [job for job in pending if job is not failed]
         self.batches += 1
         self.writes += len(pending)
+        if self._committed is not None and pending:
+            self._committed()
         followed = [job for job in pending if job.after is not None]
         if followed and self._queue.empty() and self._after.idle():
             follow_up(followed)  # none outstanding there: still in the order of the commits

@@ -318,7 +318,16 @@ class MessageArchive(MessageReads):
                 kept = [m for m in files.history.read() if not m.id or m.id < first]
                 files.history.replace(kept + [history_line(m) for m in archived])
 
-            await asyncio.to_thread(rewrite)
+            try:
+                await asyncio.to_thread(rewrite)
+            except SessionDirectoryMissing:
+                raise
+            except OSError as exc:
+                # A cache left behind (a full disk): the session's next write catches it up,
+                # and its task runs meanwhile.
+                files.history_checked = False
+                log.error("history.json not brought in line", session=session_id, error=str(exc))
+                return missing
             self.files(session_id).history_checked = True
             log.info("history.json brought in line with the archive", session=session_id)
             return missing

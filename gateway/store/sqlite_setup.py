@@ -4,6 +4,7 @@ another process holds the lock: the busy timeout waits for it, and past that it 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -31,8 +32,10 @@ def sqlite_pragmas() -> list[str]:
     ]
 
 
-def sqlite_engine(url: str, *, begin: str, pool_size: int) -> Engine:
+def sqlite_engine(url: str, *, begin: str, pool_size: int, also: Sequence[str] = ()) -> Engine:
+    """An engine whose connections have `sqlite_pragmas()` and the pragmas `also`."""
     engine = create_engine(url, pool_size=pool_size, max_overflow=0)
+    pragmas = [*sqlite_pragmas(), *also]
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -40,7 +43,7 @@ def sqlite_engine(url: str, *, begin: str, pool_size: int) -> Engine:
         # open them lazily and deferred).
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        for pragma in sqlite_pragmas():
+        for pragma in pragmas:
             cursor.execute(pragma)
         cursor.close()
 
