@@ -51,15 +51,17 @@ class Checkpointer:
         self._thread.join()
 
     def _serve(self) -> None:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn: sqlite3.Connection | None = None  # opened at the first commit, not before
         try:
-            conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             while True:
                 self._committed.wait()
                 if self._stopping.is_set():
                     return
                 self._committed.clear()
                 try:
+                    if conn is None:
+                        conn = sqlite3.connect(self.path, isolation_level=None)
+                        conn.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     self.runs += 1
                 except sqlite3.Error as exc:
@@ -69,4 +71,5 @@ class Checkpointer:
                 if self._stopping.wait(self.interval):
                     return
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
