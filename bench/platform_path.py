@@ -32,6 +32,13 @@ noisy neighbour hits them all alike. Each bot first answers two untimed messages
   concurrently (one at a time, every reply would wait for the other chats' round trips); or
   a minimal `discord.Client` whose `on_message` answers `message.reply("echo: <text>")`.
 
+- durable floor (2 commits): the same floor, which before each reply stores what it answers
+  as `http_load.py`'s floor does (`bench/floor_server.py`: the message, then the usage and
+  the reply, two commits on one long-lived SQLite connection with the gateway's schema and
+  pragmas, and two history lines), on a thread of its own. The goal is judged against the
+  bare floor; the gateway's p99 against this one is printed beside it, as the gateway must
+  store a message before it is acknowledged and a reply before it is sent.
+
 The same on both sides: the fake, the chats and the message pattern, the library and its
 HTTP client's defaults, the long-poll timeout and `allowed_updates` (imported from the
 adapter), the Discord intents (default plus message content). The offline agent's own time
@@ -83,6 +90,11 @@ from http_load import cpu_seconds
 # offline agent's own time is next to nothing, so a bot's latency is its overhead.
 GOAL_P99_RATIO = 2.0
 ECHO = "echo: "
+# A floor that stores what it answers, as the gateway must: the same two commits and history
+# lines as http_load.py's floor, before each reply. Reported beside the goal's bare floor.
+DURABLE = "floor_durable"
+DURABLE_LABEL = "durable floor (2 commits)"
+A_FLOOR = "a floor"
 WARM_UP = 2  # untimed messages per chat and bot
 REPLY_TIMEOUT = 60.0  # far beyond any reply; a reply that never comes fails the run
 START_TIMEOUT = 60.0
@@ -135,18 +147,62 @@ async def telegram_ours(spec: dict[str, str], *, limited: bool) -> AsyncIterator
 
 
 @contextlib.asynccontextmanager
-async def telegram_floor(spec: dict[str, str]) -> AsyncIterator[None]:
+async def durable_writes(spec: dict[str, str], durable: bool) -> AsyncIterator[Any]:
+    """For a durable floor, what `http_load.py`'s floor does before it answers (two commits on
+    one long-lived SQLite connection with the gateway's schema, two history lines), as a call
+    `(session id, text)` awaited before the reply; for a bare floor, None."""
+    if not durable:
+        yield None
+        return
+    from floor_server import Floor
+
+    from gateway.store.db import Database
+
+    home = Path(spec["home"])
+    db_path = home / "floor.db"
+    await (await Database.open(f"sqlite:///{db_path}")).close()  # the gateway's schema
+    await asyncio.to_thread((home / "history").mkdir, exist_ok=True)
+    floor = Floor(db_path, home / "history")
+
+    async def write(session_id: str, text: str) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            floor.worker, floor.write, session_id, text
+        )
+
+    try:
+        yield write
+    finally:
+        floor.worker.shutdown()
+        floor.conn.close()
+
+
+@contextlib.asynccontextmanager
+async def telegram_floor(spec: dict[str, str], *, durable: bool = False) -> AsyncIterator[None]:
     from telegram import Update
-    from telegram.ext import ApplicationBuilder, ContextTypes, MessageHandler, filters
+    from telegram.ext import ContextTypes
 
     from adapters.telegram.adapter import UPDATES
     from adapters.telegram.polling import POLL_TIMEOUT
 
-    async def echo(update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
-        message = update.effective_message
-        assert message is not None
-        # Quoting the trigger, as the gateway does, so the fake does the same work for both.
-        await message.reply_text(f"{ECHO}{message.text}", do_quote=True)
+    async with durable_writes(spec, durable) as write:
+
+        async def echo(update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+            message = update.effective_message
+            assert message is not None
+            if write is not None:
+                await write(f"tg-{message.chat_id}", message.text or "")
+            # Quoting the trigger, as the gateway does, so the fake does the same work for both.
+            await message.reply_text(f"{ECHO}{message.text}", do_quote=True)
+
+        async with telegram_floor_app(spec, echo, UPDATES, POLL_TIMEOUT):
+            yield
+
+
+@contextlib.asynccontextmanager
+async def telegram_floor_app(
+    spec: dict[str, str], echo: Any, updates: Any, poll_timeout: float
+) -> AsyncIterator[None]:
+    from telegram.ext import ApplicationBuilder, MessageHandler, filters
 
     app = (
         ApplicationBuilder()
@@ -161,7 +217,7 @@ async def telegram_floor(spec: dict[str, str]) -> AsyncIterator[None]:
         await app.start()
         assert app.updater is not None
         await app.updater.start_polling(
-            timeout=dtm.timedelta(seconds=POLL_TIMEOUT), allowed_updates=list(UPDATES)
+            timeout=dtm.timedelta(seconds=poll_timeout), allowed_updates=list(updates)
         )
         try:
             yield
@@ -188,7 +244,13 @@ async def discord_ours(spec: dict[str, str]) -> AsyncIterator[None]:
 
 
 @contextlib.asynccontextmanager
-async def discord_floor(spec: dict[str, str]) -> AsyncIterator[None]:
+async def discord_floor(spec: dict[str, str], *, durable: bool = False) -> AsyncIterator[None]:
+    async with durable_writes(spec, durable) as write, discord_floor_client(spec, write):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def discord_floor_client(spec: dict[str, str], write: Any) -> AsyncIterator[None]:
     import discord
     import yarl
 
@@ -206,6 +268,8 @@ async def discord_floor(spec: dict[str, str]) -> AsyncIterator[None]:
     @client.event
     async def on_message(message: discord.Message) -> None:
         if not message.author.bot:
+            if write is not None:
+                await write(f"dc-{message.channel.id}", message.content)
             await message.reply(f"{ECHO}{message.content}")
 
     runner = asyncio.create_task(client.start(spec["token"]))
@@ -228,8 +292,10 @@ BOTS: dict[str, Callable[[dict[str, str]], contextlib.AbstractAsyncContextManage
     "telegram-ours": functools.partial(telegram_ours, limited=True),
     "telegram-ours-unlimited": functools.partial(telegram_ours, limited=False),
     "telegram-floor": telegram_floor,
+    "telegram-floor-durable": functools.partial(telegram_floor, durable=True),
     "discord-ours": discord_ours,
     "discord-floor": discord_floor,
+    "discord-floor-durable": functools.partial(discord_floor, durable=True),
 }
 
 
@@ -308,7 +374,7 @@ def telegram_bot(name: str, label: str, kind: str, chats: int, *, not_judged: st
     return Bot(name, label, kind, fake, send, reply_of, keys, not_judged=not_judged)
 
 
-def discord_bot(name: str, label: str, kind: str, chats: int) -> Bot:
+def discord_bot(name: str, label: str, kind: str, chats: int, *, not_judged: str = "") -> Bot:
     fake = FakeDiscord()
     people = [discord_user(DISCORD_USERS + i, f"user{i}") for i in range(chats)]
     channels = [fake.dm_channel(DISCORD_CHANNELS + i, people[i])["id"] for i in range(chats)]
@@ -321,7 +387,7 @@ def discord_bot(name: str, label: str, kind: str, chats: int) -> Bot:
             return None
         return record.path.split("/")[2], str(record.data.get("content", ""))
 
-    return Bot(name, label, kind, fake, send, reply_of, channels)
+    return Bot(name, label, kind, fake, send, reply_of, channels, not_judged=not_judged)
 
 
 async def start_bot(bot: Bot, home: Path) -> None:
@@ -490,6 +556,13 @@ def report(title: str, bots: list[Bot]) -> dict[str, Any]:
             f"{over['p50_ms']:>+10.2f}{over['p99_ms']:>+10.2f}{cpu:>12}"
             f"   p99 {over['p99_ratio']:.2f}x the floor's ({verdict})"
         )
+    durable = rows.get(DURABLE)
+    for bot in bots[1:]:
+        if durable is None or bot.name == DURABLE:
+            continue
+        ratio = rows[bot.name]["p99_ms"] / durable["p99_ms"]
+        overhead[bot.name]["p99_ratio_durable_floor"] = ratio
+        print(f"   {bot.label.split(' (')[0]}: p99 {ratio:.2f}x the durable floor's")
     for bot in bots:
         r = rows[bot.name]
         if r["other_posts_total"]:
@@ -526,6 +599,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 telegram_bot(
                     "ours_no_limit", "ours, no rate limit", "telegram-ours-unlimited", chats
                 ),
+                telegram_bot(
+                    DURABLE, DURABLE_LABEL, "telegram-floor-durable", chats, not_judged=A_FLOOR
+                ),
             ]
             await measure("telegram", bots, root / "telegram", per_chat, args.turn, args.pace)
             results["telegram"] = report(pattern.format("Telegram private chats"), bots)
@@ -533,6 +609,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             bots = [
                 discord_bot("floor", "floor (discord.Client)", "discord-floor", chats),
                 discord_bot("ours", "ours (gateway, offline agent)", "discord-ours", chats),
+                discord_bot(
+                    DURABLE, DURABLE_LABEL, "discord-floor-durable", chats, not_judged=A_FLOOR
+                ),
             ]
             await measure("discord", bots, root / "discord", per_chat, args.turn, args.pace)
             results["discord"] = report(pattern.format("Discord DM channels"), bots)
