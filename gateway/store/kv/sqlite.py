@@ -24,21 +24,14 @@ from tenacity import (
 from gateway.clock import SYSTEM_CLOCK, Clock
 from gateway.logs import get_logger
 from gateway.store.kv.base import KVStore, check_ttl, check_value
+from gateway.store.sqlite_setup import SQLITE_BUSY_TIMEOUT_MS, is_locked
 
 _log = get_logger(__name__)
 _T = TypeVar("_T")
 
 # How long a SQLite operation keeps retrying "database is locked" on top of busy_timeout.
 _LOCK_RETRY_SECONDS: Final = 30.0
-_BUSY_TIMEOUT_MS: Final = 5000
 _PURGE_INTERVAL_SECONDS: Final = 60.0
-
-
-def _is_locked(exc: BaseException) -> bool:
-    if not isinstance(exc, sqlite3.OperationalError):
-        return False
-    message = str(exc).lower()
-    return "database is locked" in message or "database is busy" in message
 
 
 def _prefix_upper_bound(prefix: str) -> str | None:
@@ -239,7 +232,8 @@ class SqliteKV(KVStore):
 async def _connect(file: Path) -> aiosqlite.Connection:
     """A connection to `file` with the schema in place, once SQLite has read the file whole."""
     # isolation_level=None: autocommit, so each statement is its own short transaction.
-    conn = await aiosqlite.connect(file, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
+    busy_seconds = SQLITE_BUSY_TIMEOUT_MS / 1000
+    conn = await aiosqlite.connect(file, isolation_level=None, timeout=busy_seconds)
     try:
         await _retry_locked(lambda: _init_schema(conn))
         # A file damaged past its header opens and fails later, mid-request: found here, it
@@ -272,7 +266,7 @@ def _move_aside(file: Path, at_ms: int) -> Path:
 
 
 async def _init_schema(conn: aiosqlite.Connection) -> None:
-    await conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    await conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
     await conn.execute("PRAGMA journal_mode = WAL")
     await conn.execute("PRAGMA synchronous = NORMAL")
     await conn.execute(
@@ -284,7 +278,7 @@ async def _init_schema(conn: aiosqlite.Connection) -> None:
 async def _retry_locked(op: Callable[[], Awaitable[_T]]) -> _T:
     """Run `op`, retrying while another process holds the SQLite write lock."""
     async for attempt in AsyncRetrying(
-        retry=retry_if_exception(_is_locked),
+        retry=retry_if_exception(is_locked),
         stop=stop_after_delay(_LOCK_RETRY_SECONDS),
         wait=wait_random_exponential(multiplier=0.02, max=0.5),
         reraise=True,
