@@ -21,6 +21,7 @@ STEPS: Final = frozenset(
         "received",  # an adapter has the message, nothing stored yet
         "screened",  # the intake read the bans and let the sender in; nothing stored yet
         "admitted",  # quotas and budgets counted the message; nothing stored yet
+        "committed",  # message and journal committed, its action.log line not written yet
         "stored",  # message and journal committed, nothing acknowledged yet
         "mid_batch",  # a group commit ran part of its batch's writes; none is committed
         "collected",  # waiting tasks were collected into the newest: their journals are gone

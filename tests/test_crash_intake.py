@@ -1,9 +1,10 @@
 """A real gateway killed (SIGKILL, by itself) at each step of taking a message in — received,
-bans read, quotas counted, stored — and started again, on SQLite and on PostgreSQL + Redis: the
-message was either stored and is answered, or was never acknowledged and the client's retry
-with its Idempotency-Key stores it; either way there is one message and one task, its session
-is owned by the sender, every stored message names its sender, and the retry is not refused by
-a quota that counted the message twice."""
+bans read, quotas counted, committed, stored — and started again, on SQLite and on PostgreSQL +
+Redis: the message was either stored and is answered, or was never acknowledged and the
+client's retry with its Idempotency-Key stores it; either way there is one message and one
+task, its session is owned by the sender, every stored message names its sender, the retry is
+not refused by a quota that counted the message twice, and action.log has the message's line
+once, before its reply's."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ from sqlmodel import select
 from test_crash_matrix import OPENING, assert_consistent, open_archive
 from test_http import bearer, write_tokens
 
+from gateway.store.actionlog import ActionLog
 from gateway.store.models import MessageRow, SessionRow
 from gateway.store.quotas import Quotas
 
 pytestmark = pytest.mark.slow
 
-STEPS = ("received", "screened", "admitted", "stored")
+STEPS = ("received", "screened", "admitted", "committed", "stored")
 WAIT = 20.0
 # One session and one message a minute: a message counted twice would be refused.
 QUOTAS = {"AGENVOY_QUOTA_SESSIONS": "1", "AGENVOY_QUOTA_MESSAGES_PER_MINUTE": "1"}
@@ -84,6 +86,17 @@ async def killed_at(tmp_path: Path, backend: dict[str, str], step: str) -> None:
         assert await Quotas(store.db).sessions_owned({"http:bob"}) == 1
     finally:
         await store.close()
+    # The audit trail: the message's line once, before its reply's, whatever the kill cut off
+    # (after "committed" a gateway alone writes it from the journal when it takes the task up;
+    # one of several cannot tell whether it received the message, and leaves it out).
+    records = ActionLog(home / "sessions" / sid / "action.log").read()
+    said = [(r.kind, r.task_hash) for r in records if r.kind in ("user", "text")]
+    task = first[1]["task_hash"]
+    alone = "AGENVOY_KV_URL" not in backend
+    lines = (
+        [("text", task)] if step == "committed" and not alone else [("user", task), ("text", task)]
+    )
+    assert said == lines, said
 
 
 async def test_killed_at_every_step_of_the_intake(tmp_path: Path, backends: Backends) -> None:

@@ -139,7 +139,10 @@ def assemble(
         )
     )
     cancels = Cancels(tasks, scheduler, elsewhere, authority)
-    takeover = Takeover(store, tasks, scheduler, elsewhere)
+    # Alone, every task taken up was received here, so its `user` line belongs in this home;
+    # with several, one received elsewhere has its line in that instance's home.
+    restore = dispatch.restore_user_lines if cluster.claimant is None else None
+    takeover = Takeover(store, tasks, scheduler, elsewhere, restore)
     ownership = cluster.owner(
         OwnerParts(
             store,

@@ -12,23 +12,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Final
 
 from gateway.adapter import Progress, Sink
 from gateway.clock import Clock
+from gateway.engine.journal import JournalHead
 from gateway.engine.outbox import DEFAULT_EXPIRY_SECONDS, OUTBOX_KINDS, Courier
 from gateway.engine.task import Task
 from gateway.engine.traffic import LOST, Traffic
-from gateway.events import Event, NoticeEvent, Origin
+from gateway.events import Event, NoticeEvent, Origin, UserEvent
 from gateway.ids import validate_session_id
 from gateway.logs import get_logger
+from gateway.store.actionlog import ActionLog
 from gateway.store.outbox import OutboxEntry, OutboxItem
 from gateway.store.sessions import SessionStore
 
 log = get_logger(__name__)
 
 SUBSCRIBER_BUFFER = 256
+# How far back in a session's action.log a taken-up task's `user` line is looked for.
+RESTORE_LOOKBACK: Final = 2000
 
 # What an action.log line's body leaves out: the line says them itself.
 _NOT_IN_BODY: Final = {"kind", "session_id", "task_hash", "window_hash", "at"}
@@ -193,6 +198,45 @@ class Dispatch:
                 then()
 
         return stamped, write
+
+    async def restore_user_lines(self, heads: Sequence[JournalHead]) -> int:
+        """Write the `user` lines that tasks taken up after a crash lack, from their journals,
+        at the time each message arrived; returns how many. A message's line follows its
+        commit, so a kill in between, or the end of a process that held the line for a full
+        disk, leaves a stored message without one. Looked for among the session's last
+        `RESTORE_LOOKBACK` lines: a task taken up is among a session's newest."""
+        restored = 0
+        by_session: dict[str, list[JournalHead]] = {}
+        for head in heads:
+            by_session.setdefault(head.session_id, []).append(head)
+        for session_id, found in by_session.items():
+            log_file = self.store.files(session_id).action_log
+
+            def restore(found: list[JournalHead] = found, log_file: ActionLog = log_file) -> int:
+                logged = {r.task_hash for r in log_file.tail(RESTORE_LOOKBACK) if r.kind == "user"}
+                missing = [head for head in found if head.task_hash not in logged]
+                for head in missing:
+                    said = UserEvent(
+                        session_id=head.session_id, text=head.text, sender=head.origin.sender_name
+                    )
+                    log_file.append_all(
+                        _lines(self._stamp(head.task_hash, head.origin, [said])),
+                        window_hash=head.origin.window_hash,
+                        task_hash=head.task_hash,
+                        identity=head.origin.sender_key,
+                        at=datetime.fromtimestamp(head.user_sent_at / 1000, UTC),
+                    )
+                return len(missing)
+
+            try:
+                count = await asyncio.to_thread(restore)
+            except OSError as exc:  # a full disk, a session gone: the task runs all the same
+                log.error("user lines not restored", session=session_id, error=str(exc))
+                continue
+            if count:
+                log.warning("user lines restored from journals", session=session_id, lines=count)
+            restored += count
+        return restored
 
     async def log_switch(self, task: Task, said: dict[str, str], detail: str) -> None:
         """A `fallback` line in action.log: which model took over from which, and why."""

@@ -4,6 +4,7 @@ queue it — or answer it at once when it is a gateway command, or keep it as co
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import TypeVar
 
 from gateway.clock import Clock
@@ -252,6 +253,10 @@ class Intake:
             return await take_in()
         return await until_available(take_in, sleep=self.clock.sleep, what="taking a message in")
 
+    def _line_after_commit(self, write_line: Callable[[], None], _stored: StoredMessage) -> None:
+        self.crash.reach("committed")  # a kill here leaves a stored message without its line
+        write_line()
+
     async def _accept(self, session_id: str, inbound: Inbound) -> tuple[Task, Event] | None:
         """Archive the message and, in the same transaction, its task's journal; returns the
         task and its user event (recorded, not yet delivered), or None for a message the
@@ -288,7 +293,7 @@ class Intake:
                     inbound,
                     task_hash=task_hash,
                     journal=journal,
-                    then=lambda _stored: write_line(),
+                    then=partial(self._line_after_commit, write_line),
                 )
             except OutcomeUnknown as unknown:
                 # If it landed, its journal is there for recovery to take up.

@@ -12,6 +12,8 @@ belong to a task stored, queued or finished here since.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from gateway.engine.cluster import Elsewhere
 from gateway.engine.journal import JournalHead, Replay, replay_of
 from gateway.engine.scheduler import Scheduler
@@ -31,8 +33,11 @@ class Takeover:
         tasks: TaskTable,
         scheduler: Scheduler[Task],
         elsewhere: Elsewhere,
+        restore_lines: Callable[[list[JournalHead]], Awaitable[int]] | None = None,
     ) -> None:
         self.store = store
+        # Writes the `user` lines of taken-up tasks a crash cut off (Dispatch).
+        self.restore_lines = restore_lines
         self.tasks = tasks
         self.scheduler = scheduler
         # Follows the tasks this instance gives up, and hands back those it takes up again.
@@ -57,6 +62,10 @@ class Takeover:
                 log.warning("unreadable journal set aside", task=record.task_hash)
         for session_id in dict.fromkeys(head.session_id for head, _ in found):
             await self.store.catch_up_history(session_id)
+        if self.restore_lines is not None:
+            await self.restore_lines(
+                [head for head, _ in found if not self.is_live(head.task_hash)]
+            )
         # Checked again now, with nothing awaited before the enqueue: another path of this
         # instance may have taken a task up, or stored it, since its journal was read.
         fresh = [(head, record) for head, record in found if not self.is_live(head.task_hash)]
