@@ -54,6 +54,7 @@ async def test_a_committed_message_is_stored_when_its_history_line_is_not(
         stored = await store.take_in("cli-full", "two " + BIG, sender="u")  # no StorageFull
 
         assert stored is not None
+        assert store.db.space.full  # /healthz says the storage is full all the same
         archived = await store.messages_after("cli-full", 0)
         assert [m.content for m in archived] == ["one", "two " + BIG]
         history = store.files("cli-full").history

@@ -14,6 +14,7 @@ from gateway.store.db import Database
 from gateway.store.files import SessionFiles, SessionsDir
 from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.history_file import HistoryMessage
+from gateway.store.space import is_storage_full
 from gateway.store.trash import TrashEmptier
 
 log = get_logger(__name__)
@@ -62,7 +63,8 @@ class StoreBase:
         """File lines of committed messages in history.json (blocking: after a commit, off
         the event loop). The archive has them already, so a disk that refuses them (full,
         say) must not turn the committed write into an error: they are left to the catch-up
-        of the session's next write. A missing folder is the caller's to handle."""
+        of the session's next write, and a full disk is marked for /healthz. A missing folder
+        is the caller's to handle."""
         files = self.files(session_id)
         try:
             files.history.extend(lines)
@@ -70,6 +72,8 @@ class StoreBase:
             raise
         except OSError as exc:
             files.history_checked = False  # the next write of the session catches up first
+            if is_storage_full(exc):
+                self.db.space.failed(exc)  # /healthz says so, though the write went through
             log.error(
                 "history.json lines not written; the archive has them",
                 session=session_id,

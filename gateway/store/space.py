@@ -74,11 +74,14 @@ class Space:
         self.full = False
         self.error = ""
         self._failed_at = 0.0
+        self._failures = 0
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
         """Around a write: one that fails for lack of space raises `StorageFull` (and marks
-        the store full); one that succeeds clears the mark."""
+        the store full); one that succeeds clears the mark, unless a file write that followed
+        its commit was refused for lack of space meanwhile (`failed` called in the block)."""
+        failures = self._failures
         try:
             yield
         except Exception as exc:
@@ -86,13 +89,15 @@ class Space:
                 raise
             self.failed(exc)
             raise StorageFull(f"storage is full: {exc}") from exc
-        self.wrote()
+        if self._failures == failures:
+            self.wrote()
 
     def failed(self, exc: BaseException) -> None:
         if not self.full:
             log.error("storage full: writes fail until space is freed", error=str(exc))
         self.full, self.error = True, str(exc)
         self._failed_at = self.clock.monotonic()
+        self._failures += 1
 
     def wrote(self) -> None:
         if self.full:
