@@ -26,6 +26,8 @@ from fakes.telegram import FakeTelegram
 from gateway_proc import free_port
 from telegram_rig import sent_to
 
+from gateway.store.actionlog import ActionLog
+
 pytestmark = pytest.mark.slow
 
 __all__ = ["cluster"]  # the fixture
@@ -73,7 +75,7 @@ async def test_a_killed_owners_session_is_taken_over_within_the_lease_ttl(
     sid = "chat-takeover"
     slow = await cluster.send(first, sid, "!sleep 2")
     await until(lambda: logged(first, "task started", slow), "the slow task started on gw-1")
-    await cluster.send(second, sid, "after")  # stored by gw-2, handed to gw-1
+    after = await cluster.send(second, sid, "after")  # stored by gw-2, handed to gw-1
     killed_at = time.time()
     await first.kill()
     store = await cluster.archive()
@@ -88,6 +90,11 @@ async def test_a_killed_owners_session_is_taken_over_within_the_lease_ttl(
     found = runs([first, second], {"gw-1": killed_at})
     assert {(r.instance, r.task) for r in found} >= {("gw-1", slow), ("gw-2", slow)}
     assert_no_overlap(found)
+    # Each home's action.log says what happened there: gw-2 took "after" in and ran both, so
+    # it has one `user` line, "after"'s; the slow task's is gw-1's (its journal says so).
+    log = ActionLog(second.home / "sessions" / sid / "action.log").read()
+    assert [r.task_hash for r in log if r.kind == "user"] == [after]
+    assert {r.task_hash for r in log if r.kind == "done"} == {slow, after}
 
 
 async def test_sigterm_hands_sessions_over_without_waiting_for_the_ttl(cluster: Cluster) -> None:

@@ -139,10 +139,9 @@ def assemble(
         )
     )
     cancels = Cancels(tasks, scheduler, elsewhere, authority)
-    # Alone, every task taken up was received here, so its `user` line belongs in this home;
-    # with several, one received elsewhere has its line in that instance's home.
-    restore = dispatch.restore_user_lines if cluster.claimant is None else None
-    takeover = Takeover(store, tasks, scheduler, elsewhere, restore)
+    takeover = Takeover(
+        store, tasks, scheduler, elsewhere, dispatch.restore_user_lines, here=cluster.claimant
+    )
     ownership = cluster.owner(
         OwnerParts(
             store,
@@ -191,6 +190,7 @@ def assemble(
         screen=screen,
         admit=admission.admit,
         traffic=traffic,
+        received_by=cluster.claimant or "",
     )
     router = Router(
         store=store,

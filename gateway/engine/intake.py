@@ -4,6 +4,7 @@ queue it — or answer it at once when it is a gateway command, or keep it as co
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 from typing import TypeVar
 
@@ -13,7 +14,7 @@ from gateway.crash import NO_CRASH, CrashPoints
 from gateway.engine.cluster import Elsewhere, Owning
 from gateway.engine.dispatch import Dispatch
 from gateway.engine.errors import MaybeStored, MessageTooLong, QueueFull, TooManyTasks
-from gateway.engine.journal import JournalHead, Replay
+from gateway.engine.journal import RECEIVED_BY, JournalHead, Replay
 from gateway.engine.order import Turn, Turns
 from gateway.engine.queue_modes import QueueModes
 from gateway.engine.scheduler import Scheduler
@@ -65,8 +66,11 @@ class Intake:
         screen: Screen | None = None,
         admit: Admit | None = None,
         traffic: Traffic | None = None,
+        received_by: str = "",
     ) -> None:
         self.store = store
+        # This instance's name where several share the archive: kept in each journal.
+        self.received_by = received_by
         self.tasks = tasks
         self.dispatch = dispatch
         self.scheduler = scheduler
@@ -266,7 +270,10 @@ class Intake:
         submitted_at = self.clock.now_ms()
 
         def journal(stored: StoredMessage) -> JournalRecord:
-            return head_of(stored).record()
+            record = head_of(stored).record()
+            if not self.received_by:
+                return record
+            return replace(record, origin={**record.origin, RECEIVED_BY: self.received_by})
 
         def head_of(stored: StoredMessage) -> JournalHead:
             return JournalHead(

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from gateway.clock import now_ms
 from gateway.events import Attachment, Origin
@@ -26,6 +26,10 @@ from gateway.store.sessions import SessionStore
 log = get_logger(__name__)
 
 PromptKind = Literal["confirm", "ask_user"]
+
+# The key of a journal's origin that names the instance the message reached, where several
+# share the archive: its `action.log` line belongs in that instance's home.
+RECEIVED_BY: Final = "received_by"
 
 
 @dataclass(frozen=True, slots=True)

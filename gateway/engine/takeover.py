@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from gateway.engine.cluster import Elsewhere
-from gateway.engine.journal import JournalHead, Replay, replay_of
+from gateway.engine.journal import RECEIVED_BY, JournalHead, Replay, replay_of
 from gateway.engine.scheduler import Scheduler
 from gateway.engine.task import Task
 from gateway.engine.tasks import TaskTable
@@ -34,10 +34,14 @@ class Takeover:
         scheduler: Scheduler[Task],
         elsewhere: Elsewhere,
         restore_lines: Callable[[list[JournalHead]], Awaitable[int]] | None = None,
+        here: str | None = None,
     ) -> None:
         self.store = store
-        # Writes the `user` lines of taken-up tasks a crash cut off (Dispatch).
+        # Writes the `user` lines of taken-up tasks a crash cut off (Dispatch): alone (`here`
+        # None), of every task; one of several, of those whose message reached this instance
+        # (the journal says which), as each home's action.log records what happened there.
         self.restore_lines = restore_lines
+        self.here = here
         self.tasks = tasks
         self.scheduler = scheduler
         # Follows the tasks this instance gives up, and hands back those it takes up again.
@@ -64,7 +68,12 @@ class Takeover:
             await self.store.catch_up_history(session_id)
         if self.restore_lines is not None:
             await self.restore_lines(
-                [head for head, _ in found if not self.is_live(head.task_hash)]
+                [
+                    head
+                    for head, record in found
+                    if not self.is_live(head.task_hash)
+                    and (self.here is None or record.origin.get(RECEIVED_BY) == self.here)
+                ]
             )
         # Checked again now, with nothing awaited before the enqueue: another path of this
         # instance may have taken a task up, or stored it, since its journal was read.
