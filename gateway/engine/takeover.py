@@ -33,7 +33,7 @@ class Takeover:
         tasks: TaskTable,
         scheduler: Scheduler[Task],
         elsewhere: Elsewhere,
-        restore_lines: Callable[[list[JournalHead]], Awaitable[int]] | None = None,
+        restore_lines: Callable[[list[JournalHead]], Awaitable[int]],
         here: str | None = None,
     ) -> None:
         self.store = store
@@ -66,15 +66,14 @@ class Takeover:
                 log.warning("unreadable journal set aside", task=record.task_hash)
         for session_id in dict.fromkeys(head.session_id for head, _ in found):
             await self.store.catch_up_history(session_id)
-        if self.restore_lines is not None:
-            await self.restore_lines(
-                [
-                    head
-                    for head, record in found
-                    if not self.is_live(head.task_hash)
-                    and (self.here is None or record.origin.get(RECEIVED_BY) == self.here)
-                ]
-            )
+        await self.restore_lines(
+            [
+                head
+                for head, record in found
+                if not self.is_live(head.task_hash)
+                and (self.here is None or record.origin.get(RECEIVED_BY) == self.here)
+            ]
+        )
         # Checked again now, with nothing awaited before the enqueue: another path of this
         # instance may have taken a task up, or stored it, since its journal was read.
         fresh = [(head, record) for head, record in found if not self.is_live(head.task_hash)]
