@@ -82,12 +82,17 @@ async def history_of(http: aiohttp.ClientSession, url: str) -> list[tuple[str, s
         return [(m["role"], m["content"]) for m in (await resp.json())["messages"]]
 
 
+async def health(http: aiohttp.ClientSession, url: str) -> tuple[int, str]:
+    async with http.get(f"{url}/healthz") as resp:
+        return resp.status, (await resp.json())["checks"]["database"]
+
+
 @pytest.mark.slow
 async def test_a_message_taken_in_on_a_full_disk_is_answered_once_there_is_room(
     small_disk: Path, tmp_path: Path
 ) -> None:
     """Accepted, its reply waits for room (its lines go before it), then goes out; action.log
-    has every line, in the order of events."""
+    has every line, in the order of events; /healthz says full until there is room."""
     archive = tmp_path / "archive"
     archive.mkdir()
     gateway = Gateway(
@@ -108,8 +113,12 @@ async def test_a_message_taken_in_on_a_full_disk_is_answered_once_there_is_room(
                 ("assistant", "echo: before"),
                 ("user", "while full " + BIG),
             ]
+            # Full, though the archive's disk has room: health looks at the home too.
+            assert await health(http, gateway.url) == (503, "full")
+            assert await health(http, gateway.url) == (503, "full")
 
             await asyncio.to_thread(filler.unlink)
+            assert await health(http, gateway.url) == (200, "ok")  # no write needed to notice
 
             async def answered() -> bool:
                 return len(await history_of(http, gateway.url)) == 4

@@ -112,10 +112,10 @@ def test_sqlite_full_through_the_real_driver_is_told_apart(tmp_path: Path) -> No
     assert not is_storage_full(OSError(errno.EACCES, "Permission denied"))
 
 
-async def test_without_a_folder_to_probe_the_mark_lapses() -> None:
+async def test_a_server_archives_mark_lapses() -> None:
     """PostgreSQL's disk is the server's: a mark lapses, and the next write tells again."""
     clock = FakeClock()
-    space = Space(None, clock=clock)
+    space = Space(server_archive=True, clock=clock)
     with pytest.raises(StorageFull), space.watching():
         raise OSError(errno.ENOSPC, "No space left on device")
     assert not await space.available()

@@ -44,6 +44,8 @@ class StoreBase:
             history_max_bytes=settings.history_max_bytes,
             action_log_max_bytes=settings.action_log_max_bytes,
         )
+        # The sessions' files may be on another disk than the archive.
+        db.space.probe(settings.sessions_dir)
         # Per session: a lock over "insert a message, then file it in history.json".
         self._archiving = KeyedLocks()
         # The audit trail's lines, a few per task: one thread, woken once per batch.

@@ -75,7 +75,8 @@ class Database:
         parsed = make_url(url)
         self.dialect = parsed.get_backend_name()
         self.sqlite_path: Path | None = None
-        self.space = Space(None)  # whether writes fail for lack of space now (/healthz)
+        # Whether writes fail for lack of space now (/healthz).
+        self.space = Space(server_archive=self.dialect != "sqlite")
         self._async_engine: AsyncEngine | None = None
         self._pg_lean: PgLeanPool | None = None
         self._files: SerialCalls | None = None
@@ -85,7 +86,7 @@ class Database:
                 raise DatabaseError("an in-memory SQLite database cannot be shared; use a file")
             self.sqlite_path = Path(parsed.database).expanduser().resolve()
             self.sqlite_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            self.space.probe_dir = self.sqlite_path.parent
+            self.space.probe(self.sqlite_path.parent)
             sync_url = f"sqlite:///{self.sqlite_path}"
             # Two connections: the group writer's, held for its life, and the migrations'.
             # Their checkpoints are the checkpointer's (gateway/store/checkpoints.py).

@@ -64,12 +64,14 @@ class Space:
 
     Marked by a write that failed so, cleared by the next that succeeds. An instance that says
     it is full is taken out of rotation and may get no write to clear it, so `available` looks
-    again: on SQLite it writes `PROBE_BYTES` into `probe_dir` (the archive's folder); on
-    PostgreSQL, whose disk is the server's, it lets the mark lapse `RECHECK_SECONDS` after the
-    last failure, and the next write tells again."""
+    again: it writes `PROBE_BYTES` into each folder the store writes in (`probe`: SQLite's
+    archive folder, the sessions' folder), which may be on different disks; and where the
+    archive is a server's (PostgreSQL), whose disk no probe here can see, it also lets the
+    mark lapse only `RECHECK_SECONDS` after the last failure, and the next write tells again."""
 
-    def __init__(self, probe_dir: Path | None, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.probe_dir = probe_dir
+    def __init__(self, *, server_archive: bool, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.server_archive = server_archive
+        self.folders: list[Path] = []
         self.clock = clock
         self.full = False
         self.error = ""
@@ -107,22 +109,26 @@ class Space:
     async def available(self) -> bool:
         if not self.full:
             return True
-        if self.probe_dir is None:
-            if self.clock.monotonic() - self._failed_at < RECHECK_SECONDS:
-                return False
-            self.wrote()
-            return True
-        try:
-            await asyncio.to_thread(_probe, self.probe_dir)
-        except OSError as exc:
-            if exc.errno in _NO_SPACE:
-                return False
-            raise
+        for folder in self.folders:
+            try:
+                await asyncio.to_thread(_probe, folder)
+            except OSError as exc:
+                if exc.errno in _NO_SPACE:
+                    return False
+                raise
+        if self.server_archive and self.clock.monotonic() - self._failed_at < RECHECK_SECONDS:
+            return False
         self.wrote()
         return True
 
+    def probe(self, folder: Path) -> None:
+        """Look for room in `folder` too before saying there is room again."""
+        if folder not in self.folders:
+            self.folders.append(folder)
+
 
 def _probe(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / ".space-probe"
     try:
         with path.open("wb") as file:
