@@ -26,8 +26,14 @@ unless AGENVOY_KV_URL is set in the environment, which is passed on); the floor
 (`floor_server_pg.py`) is the same handler with one asyncpg pool, on a database given the
 gateway's schema by the gateway's migrations. `--database both` runs SQLite, then PostgreSQL.
 
-`--json FILE` writes `{"database", "ours", "floor", "ratios"}` (PostgreSQL adds `server`);
-with `both`, one such object under each database's name.
+`--threads` adds where each server's CPU went, per message, thread by thread (on Linux: the
+gateway names its threads for the operating system, gateway/threads.py): the event loop, the
+SQLite writer, the lean reads' thread and so on. Python runs one thread at a time, so the sum,
+not the busiest thread, is what bounds a process's messages per second.
+
+`--json FILE` writes `{"database", "ours", "floor", "ratios"}` (PostgreSQL adds `server`; with
+`--threads`, each side has `threads_ms_per_message`); with `both`, one such object under each
+database's name.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -154,6 +161,34 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds the threads of `pid` have used so far, added up by the name the operating
+    system knows each by: the process's first thread is "event loop", numbered ones of a kind
+    go together ("db-read_*"), and unnamed ones (executors, libraries') under "other"."""
+    process = Path(f"/proc/{pid}/comm")
+    totals: dict[str, float] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        unnamed = process.read_text().strip()
+    except OSError:
+        return totals
+    for task in tasks:
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # ended meanwhile
+        if task.name == str(pid):
+            name = "event loop"
+        elif comm == unnamed:
+            name = "other"
+        else:
+            name = re.sub(r"_\d+$", "_*", comm)
+        used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        totals[name] = totals.get(name, 0.0) + used
+    return totals
+
+
 @contextlib.asynccontextmanager
 async def ours_server(
     root: Path, sessions: int, database_url: str | None = None
@@ -221,6 +256,7 @@ class Run:
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
     cpu_seconds: float | None = 0.0  # the server process's, None where it cannot be read
+    threads: dict[str, float] = field(default_factory=dict)  # its CPU seconds by thread
 
 
 async def alternate(ours: Target, floor: Target, per_session: int, rounds: int) -> tuple[Run, Run]:
@@ -237,10 +273,13 @@ async def alternate(ours: Target, floor: Target, per_session: int, rounds: int) 
     for number, share in enumerate(shares):
         turn = [("ours", ours), ("floor", floor)]
         for name, target in turn if number % 2 == 0 else reversed(turn):
-            cpu_before = cpu_seconds(target.pid)
+            cpu_before, threads_before = cpu_seconds(target.pid), thread_cpu(target.pid)
             elapsed, latencies = await drive(target.url, target.sessions, share)
-            cpu_after = cpu_seconds(target.pid)
+            cpu_after, threads_after = cpu_seconds(target.pid), thread_cpu(target.pid)
             run = totals[name]
+            for thread, used in threads_after.items():
+                spent = used - threads_before.get(thread, 0.0)
+                run.threads[thread] = run.threads.get(thread, 0.0) + spent
             run.seconds += elapsed
             run.latencies += latencies
             if run.cpu_seconds is not None and cpu_before is not None and cpu_after is not None:
@@ -315,6 +354,19 @@ def report(name: str, run: Run) -> dict[str, float]:
     return row
 
 
+def print_threads(name: str, run: Run, row: dict[str, Any]) -> None:
+    """Each thread's CPU per message, busiest first; the process's ticks are 10 ms, so a thread
+    below a few ticks over the whole run is noise."""
+    per_message = {
+        thread: used * 1000 / len(run.latencies)
+        for thread, used in sorted(run.threads.items(), key=lambda item: -item[1])
+        if used > 0
+    }
+    row["threads_ms_per_message"] = per_message
+    shown = ", ".join(f"{thread} {ms:.2f}" for thread, ms in per_message.items())
+    print(f"   {name} CPU ms per message by thread: {shown}")
+
+
 def print_ratios(ours: dict[str, float], floor: dict[str, float]) -> dict[str, float]:
     ratios = {
         "throughput ours/floor": ours["per_second"] / floor["per_second"],
@@ -330,7 +382,9 @@ def print_ratios(ours: dict[str, float], floor: dict[str, float]) -> dict[str, f
     return ratios
 
 
-async def load_sqlite(root: Path, sessions: int, per_session: int, header: bool) -> dict[str, Any]:
+async def load_sqlite(
+    root: Path, sessions: int, per_session: int, header: bool, threads: bool
+) -> dict[str, Any]:
     if header:
         print(f"== SQLite {sqlite3.sqlite_version} (a fresh file per server) ==")
     print(f"POST /v1/send load: {per_session * sessions} messages over {sessions} sessions")
@@ -343,10 +397,15 @@ async def load_sqlite(root: Path, sessions: int, per_session: int, header: bool)
     ours = report("ours (offline agent)", ours_run)
     floor = report(f"floor ({WRITES_PER_MESSAGE} commits, 1 connection)", floor_run)
     ratios = print_ratios(ours, floor)
+    if threads:
+        print_threads("ours", ours_run, ours)
+        print_threads("floor", floor_run, floor)
     return {"database": "sqlite", "ours": ours, "floor": floor, "ratios": ratios}
 
 
-async def load_postgresql(root: Path, sessions: int, per_session: int) -> dict[str, Any]:
+async def load_postgresql(
+    root: Path, sessions: int, per_session: int, threads: bool
+) -> dict[str, Any]:
     server = await pg_server()
     print(
         f"== PostgreSQL {server['version']} at {server['address']} (a fresh database per "
@@ -367,6 +426,9 @@ async def load_postgresql(root: Path, sessions: int, per_session: int) -> dict[s
         f"floor ({WRITES_PER_MESSAGE} commits, pool of {floor_pool(sessions)})", floor_run
     )
     ratios = print_ratios(ours, floor)
+    if threads:
+        print_threads("ours", ours_run, ours)
+        print_threads("floor", floor_run, floor)
     return {
         "database": "postgresql",
         "server": server,
@@ -389,6 +451,9 @@ async def main() -> None:
         help="the archive both servers write to (default: sqlite)",
     )
     parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument(
+        "--threads", action="store_true", help="also each server's CPU per message by thread"
+    )
     args = parser.parse_args()
     messages, sessions = (200, 10) if args.quick else (args.messages, args.sessions)
     per_session = max(1, messages // sessions)
@@ -399,13 +464,19 @@ async def main() -> None:
         if args.database in ("sqlite", "both"):
             (root / "sqlite").mkdir()
             runs["sqlite"] = await load_sqlite(
-                root / "sqlite", sessions, per_session, header=args.database == "both"
+                root / "sqlite",
+                sessions,
+                per_session,
+                header=args.database == "both",
+                threads=args.threads,
             )
         if args.database in ("postgresql", "both"):
             (root / "postgresql").mkdir()
             if runs:
                 print()
-            runs["postgresql"] = await load_postgresql(root / "postgresql", sessions, per_session)
+            runs["postgresql"] = await load_postgresql(
+                root / "postgresql", sessions, per_session, args.threads
+            )
     if args.json:
         numbers = runs if len(runs) > 1 else next(iter(runs.values()))
         args.json.write_text(json.dumps(numbers, indent=2))

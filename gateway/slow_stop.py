@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable
 
 from gateway.logs import get_logger
+from gateway.threads import daemon_thread
 
 log = get_logger(__name__)
 
@@ -44,7 +45,7 @@ class SlowStopWatch:
     def arm(self) -> None:
         """Called on the event loop when the stop begins."""
         self._loop = asyncio.get_running_loop()
-        self.thread = threading.Thread(target=self._watch, name="agenvoy-stop-watch", daemon=True)
+        self.thread = daemon_thread(self._watch, "agenvoy-stop-watch")
         self.thread.start()
 
     def disarm(self) -> None:

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from gateway.threads import daemon_thread
+
 T = TypeVar("T")
 
 
@@ -40,7 +42,7 @@ class BatchThread:
         self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
         self._closed = False
         self._in_hand = 0  # jobs in the batch being handled
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread = daemon_thread(self._serve, name)
         self._thread.start()
 
     async def submit(

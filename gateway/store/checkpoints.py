@@ -19,6 +19,7 @@ from typing import Final
 
 from gateway.logs import get_logger
 from gateway.store.sqlite_setup import SQLITE_BUSY_TIMEOUT_MS
+from gateway.threads import daemon_thread
 
 log = get_logger(__name__)
 
@@ -34,9 +35,7 @@ class Checkpointer:
         self.runs = 0  # checkpoints run (for tests and the curious)
         self._committed = threading.Event()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(
-            target=self._serve, name="agenvoy-db-checkpoint", daemon=True
-        )
+        self._thread = daemon_thread(self._serve, "agenvoy-db-checkpoint")
         self._thread.start()
 
     def committed(self) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import queue
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -29,6 +28,7 @@ from sqlalchemy.engine import Connection
 
 from gateway.store.batching import BatchThread, Job, answer
 from gateway.store.lean import Lean
+from gateway.threads import daemon_thread
 
 T = TypeVar("T")
 
@@ -42,10 +42,7 @@ class ReaderThreads:
         self._engine = engine
         self._queue: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
         self._closed = False
-        self._threads = [
-            threading.Thread(target=self._serve, name=f"{name}_{i}", daemon=True)
-            for i in range(count)
-        ]
+        self._threads = [daemon_thread(self._serve, f"{name}_{i}") for i in range(count)]
         for thread in self._threads:
             thread.start()
 
