@@ -7,7 +7,8 @@ slowest 1% of messages. Here the writer's own checkpoints are pushed far out
 (`WRITER_AUTOCHECKPOINT`, a backstop should this thread fall behind) and this thread runs a
 PASSIVE checkpoint — it never waits for a reader or the writer — soon after commits, at most
 every `INTERVAL` seconds. Readers then find a short log, and the log's file is reused from its
-start once a checkpoint has copied it all and no reader is still on it.
+start once a checkpoint has copied it all and no reader is still on it (and cut back to
+`WAL_KEEP_BYTES` then, should a long reader have let it grow).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ log = get_logger(__name__)
 INTERVAL: Final = 0.25
 # Pages the writer lets the log reach before it checkpoints itself (SQLite's default: 1,000).
 WRITER_AUTOCHECKPOINT: Final = 20_000
+# What the log's file is cut back to when it is reused from its start. A reader that stays on an
+# old snapshot (a long search, an export) keeps every checkpoint from reaching the log's end, so
+# the file grows with what is written meanwhile; without a limit it would keep that size for
+# the life of the process. Far above the few hundred KB a quarter of a second of load writes.
+WAL_KEEP_BYTES: Final = 16 * 1024 * 1024
 
 
 class Checkpointer:

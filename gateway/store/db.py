@@ -41,7 +41,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from gateway.crash import NO_CRASH, CrashPoints
 from gateway.logs import get_logger
 from gateway.store.batching import SerialCalls
-from gateway.store.checkpoints import WRITER_AUTOCHECKPOINT, Checkpointer
+from gateway.store.checkpoints import WAL_KEEP_BYTES, WRITER_AUTOCHECKPOINT, Checkpointer
 from gateway.store.errors import DatabaseUnavailable, OutcomeUnknown
 from gateway.store.group_commit import GroupCommitWriter
 from gateway.store.lean import Lean, Row
@@ -94,7 +94,10 @@ class Database:
                 sync_url,
                 begin="BEGIN IMMEDIATE",
                 pool_size=2,
-                also=[f"PRAGMA wal_autocheckpoint={WRITER_AUTOCHECKPOINT}"],
+                also=[
+                    f"PRAGMA wal_autocheckpoint={WRITER_AUTOCHECKPOINT}",
+                    f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}",
+                ],
             )
             # A connection for each reader thread and one for the lean reads' thread.
             self._reader = sqlite_engine(sync_url, begin="BEGIN", pool_size=SQLITE_READERS + 1)
