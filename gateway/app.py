@@ -35,6 +35,8 @@ from gateway.slow_stop import SlowStopWatch
 log = get_logger(__name__)
 
 DAY_SECONDS = 86_400.0
+# How soon `action.log` lines held for want of room are written once there is room again.
+HELD_LINES_SECONDS = 10.0
 # Stopping takes a second or two. One still under way after the first says where it hangs;
 # after the second it is cut short (gateway/slow_stop.py says why that loses nothing).
 SLOW_STOP_SECONDS = 10.0
@@ -144,6 +146,13 @@ def _jobs(runtime: Runtime) -> list[Coroutine[Any, Any, None]]:
             clock=runtime.clock,
         ),
         SessionWatcher(runtime.store).run(),
+        every(
+            HELD_LINES_SECONDS,
+            runtime.store.write_held_lines,
+            name="held audit lines",
+            clock=runtime.clock,
+            now=False,
+        ),
         every(
             heap.GIVE_BACK_SECONDS,
             partial(asyncio.to_thread, heap.give_back),

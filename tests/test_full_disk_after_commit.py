@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import aiohttp
 import pytest
@@ -40,6 +42,47 @@ def test_a_held_line_is_written_ahead_of_the_next_once_there_is_room(small_disk:
     filler.unlink()
     log.append("assistant", "after")
     assert [r.body for r in log.read()] == ["before", "while full " + BIG, "after"]
+
+
+async def test_held_lines_are_written_once_there_is_room_with_no_next_line(
+    small_disk: Path,
+) -> None:
+    """The store writes what a session holds without waiting for its next line (the gateway
+    asks every few seconds, and once more at its stop); a held session is never forgotten."""
+    settings = Settings(home=small_disk / "home", _env_file=None)
+    store = await SessionStore.open(settings)
+    try:
+        for sid in ("cli-held", "cli-other"):
+            await store.take_in(sid, "one", sender="u")  # their folders
+        held = store.files("cli-held")
+        filler = await asyncio.to_thread(fill, small_disk)
+        await store.file_calls.submit(
+            partial(held.action_log.append_all, [("user", "while full " + BIG)], hold=True)
+        )
+        assert held.action_log.held
+        assert await store.write_held_lines() == held.action_log.held > 0  # still no room
+
+        with patch("gateway.store.files.KNOWN_SESSIONS", 1):
+            store.files("cli-other")
+            store.files("cli-third")  # past the cap: the session holding lines stays known
+        assert store.files("cli-held") is held
+
+        await asyncio.to_thread(filler.unlink)
+        assert await store.write_held_lines() == 0
+        records = await asyncio.to_thread(held.action_log.read)
+        assert [r.body for r in records] == ["while full " + BIG]
+        # At the stop too, with no job left to ask.
+        other = store.files("cli-other")
+        filler = await asyncio.to_thread(fill, small_disk)
+        await store.file_calls.submit(
+            partial(other.action_log.append_all, [("user", "at the stop " + BIG)], hold=True)
+        )
+        assert other.action_log.held
+        await asyncio.to_thread(filler.unlink)
+    finally:
+        await store.close()
+    last = ActionLog(small_disk / "home" / "sessions" / "cli-other" / "action.log").read()[-1]
+    assert last.body == "at the stop " + BIG
 
 
 async def test_a_committed_message_is_stored_when_its_history_line_is_not(

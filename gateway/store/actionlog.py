@@ -206,6 +206,15 @@ class ActionLog:
             self._rotate()
         return records
 
+    def write_held(self) -> int:
+        """Write the lines held, if any, without waiting for the session's next line; returns
+        the bytes still held (0 once the disk took them). Never raises."""
+        if not self._held:
+            return 0
+        with contextlib.suppress(Exception):  # still no room: they stay held, as said
+            self.append_all([], hold=True)
+        return self.held
+
     def _write(self, data: bytes) -> int:
         """Append `data` with one write; return the file size seen afterwards."""
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW

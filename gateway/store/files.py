@@ -80,11 +80,29 @@ class SessionsDir:
             )
             with self._known_lock:  # worker threads ask too
                 self._known[session_id] = files
-                while len(self._known) > KNOWN_SESSIONS:
-                    dropped = self._known.pop(next(iter(self._known)))
-                    if dropped.action_log.held:
-                        log.error("held action.log lines dropped", path=str(dropped.dir))
+                if len(self._known) > KNOWN_SESSIONS:
+                    self._forget_oldest()
         return files
+
+    def _forget_oldest(self) -> None:
+        # One holding `action.log` lines the disk had no room for is kept until they are
+        # written (over the cap while the disk is full, rather than lose them).
+        for session_id, files in self._known.items():
+            if not files.action_log.held:
+                del self._known[session_id]
+                return
+
+    def write_held(self) -> int:
+        """Write the `action.log` lines every known session holds for want of room (a disk
+        that was full); returns the bytes still held. Blocking: call it from a thread."""
+        with self._known_lock:
+            holding = [files for files in self._known.values() if files.action_log.held]
+        still = 0
+        for files in holding:
+            still += files.action_log.write_held()
+        if holding:
+            log.info("held action.log lines written", sessions=len(holding), still_held=still)
+        return still
 
     def create(self, session_id: str) -> SessionFiles:
         files = self.get(session_id)

@@ -100,8 +100,20 @@ class SessionStore(
 
     async def close(self) -> None:
         await self.trash.close()
+        try:
+            held = await self.write_held_lines()  # their last chance: they live in memory
+        except Exception:
+            log.exception("held action.log lines not written before the stop")
+        else:
+            if held:
+                log.error("action.log lines lost: still no room at the stop", bytes=held)
         await asyncio.to_thread(self.file_calls.close)
         await self.db.close()
+
+    async def write_held_lines(self) -> int:
+        """Write the `action.log` lines sessions hold for want of room (a disk that was full)
+        without waiting for their next line; returns the bytes still held."""
+        return await self.file_calls.submit(self.dirs.write_held)
 
     async def ping(self) -> None:
         """One trivial query; raises unless the database answers (a readiness check)."""
