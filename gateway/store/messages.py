@@ -19,9 +19,10 @@ from gateway.store.history_file import HistoryMessage
 from gateway.store.journals import JournalRecord, insert_journal
 from gateway.store.lean import Lean, Row
 from gateway.store.message_reads import MessageReads, StoredMessage
+from gateway.store.read_ahead import ReadAhead
 from gateway.store.request_keys import RequestKey, forget_expired, keep
 from gateway.store.resync import HISTORY_CATCH_UP, ResyncView, journals_and_view, resync_view
-from gateway.store.summaries import NoSummaryRow, summary_state
+from gateway.store.summaries import NoSummaryRow, Position, summary_state
 
 log = get_logger(__name__)
 
@@ -77,6 +78,8 @@ def history_line(message: StoredMessage) -> HistoryMessage:
 
 
 class MessageArchive(MessageReads):
+    positions_ahead: ReadAhead[Position]  # the store's, shared with `SummaryArchive`
+
     async def append_message(
         self,
         session_id: str,
@@ -268,11 +271,17 @@ class MessageArchive(MessageReads):
         self, session_id: str
     ) -> tuple[list[JournalRecord], ResyncView]:
         """What the instance that runs a session reads before each of its tasks: the session's
-        journals, and what `resync_history` compares, in one read (gateway/store/resync.py)."""
+        journals, and what `resync_history` compares, in one read (gateway/store/resync.py),
+        which also reads ahead where the task's context starts (`positions_ahead`)."""
         validate_session_id(session_id)
+        window = self.settings.history_window
         async with self._archive_turn(session_id):
             tail = await self._resync_tail(session_id)
-            return await self.db.read_lean(lambda sql: journals_and_view(sql, session_id, tail))
+            journals, view, position = await self.db.read_lean(
+                lambda sql: journals_and_view(sql, session_id, tail, window)
+            )
+        self.positions_ahead.put(session_id, window, position)
+        return journals, view
 
     async def _resync_tail(self, session_id: str) -> list[HistoryMessage] | None:
         history = self.files(session_id).history

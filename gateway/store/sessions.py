@@ -35,13 +35,14 @@ from gateway.store.messages import MessageArchive
 from gateway.store.models import PER_SESSION_TABLES, SessionRow, SessionSettings
 from gateway.store.outbox import Outbox
 from gateway.store.ownership import Ownership
+from gateway.store.read_ahead import ReadAhead
 from gateway.store.removal import SessionRemoval
 from gateway.store.request_keys import RequestKeys
 from gateway.store.runs import RunArchive, RunRecord
 from gateway.store.schedules import ScheduleTable
 from gateway.store.search import Search
 from gateway.store.source_marks import latest_sources
-from gateway.store.summaries import SummaryArchive
+from gateway.store.summaries import Position, SummaryArchive
 from gateway.store.usage import Usage
 from gateway.store.vectors import VectorArchive
 
@@ -91,6 +92,7 @@ class SessionStore(
         # One for the whole store: it remembers whether pgvector is there once asked.
         self.vectors = VectorArchive(db)
         self.removal = SessionRemoval(db, self.dirs, self.trash)
+        self.positions_ahead = ReadAhead[Position]()
 
     @classmethod
     async def open(cls, settings: Settings, *, crash: CrashPoints = NO_CRASH) -> SessionStore:
@@ -204,7 +206,9 @@ class SessionStore(
             session.add(row)
             return row
 
-        return await self.db.write(work)
+        changed = await self.db.write(work)
+        self.positions_ahead.forget(session_id)  # a read ahead of it has the settings before
+        return changed
 
     async def set_tool_allowed(self, session_id: str, tool: str, allowed: bool) -> frozenset[str]:
         """Add a tool to (or take it off) the session's allow-list; returns the new list."""
@@ -262,7 +266,9 @@ class SessionStore(
             session.add(row)
             return result
 
-        return await self.db.write(work)
+        changed = await self.db.write(work)
+        self.positions_ahead.forget(session_id)  # a read ahead of it has the settings before
+        return changed
 
     async def delete(self, session_id: str) -> bool:
         """Remove the session: its rows in every per-session table, its row, its folder.

@@ -23,6 +23,7 @@ from gateway.store.fslock import SessionDirectoryMissing
 from gateway.store.history_file import HistoryMessage
 from gateway.store.lean import Lean, Row
 from gateway.store.models import SessionSettings, SessionSummaryRow
+from gateway.store.read_ahead import ReadAhead
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,22 +59,28 @@ _COUNT_BETWEEN = "SELECT count(*) FROM messages WHERE session_id = ? AND id > ? 
 # Before every task and after it, in one statement (on PostgreSQL each is a round trip): the
 # newest summary row (NULLs when there is none), the oldest of the `window` newest messages
 # after its cursor (none when fewer, or no window) and how many lie between the cursor and
-# it (what a fold would take), and the session's settings (NULLs when it has no row).
-# Parameters: session, session, window, window - 1, session, session.
-_POSITION = """
-WITH latest AS (
+# it (what a fold would take), and the session's settings (NULLs when it has no row). Its
+# parts are also read with a session's journals (gateway/store/resync.py).
+# Parameters: session.
+LATEST_CTE = """latest AS (
     SELECT summary, cursor, reset_at, updated_at FROM session_summary
     WHERE session_id = ? ORDER BY id DESC LIMIT 1
-), oldest AS (
+)"""
+# After `latest`. Parameters: session, window, window - 1.
+OLDEST_CTE = """oldest AS (
     SELECT id FROM messages
     WHERE session_id = ? AND id > COALESCE((SELECT cursor FROM latest), 0) AND ? > 0
     ORDER BY id DESC LIMIT 1 OFFSET ?
-)
-SELECT latest.summary, latest.cursor, latest.reset_at, latest.updated_at,
-    (SELECT id FROM oldest),
+)"""
+# Columns 5 to 12 of a position, from `oldest` and a join of `session`. Parameters: session.
+POSITION_COLUMNS = """(SELECT id FROM oldest),
     (SELECT count(*) FROM messages WHERE session_id = ?
         AND id > COALESCE((SELECT cursor FROM latest), 0) AND id < (SELECT id FROM oldest)),
-    session.id, session.role, session.rule, session.model, session.reasoning, session.settings
+    session.id, session.role, session.rule, session.model, session.reasoning, session.settings"""
+# Parameters: session, session, window, window - 1, session, session.
+_POSITION = f"""
+WITH {LATEST_CTE}, {OLDEST_CTE}
+SELECT latest.summary, latest.cursor, latest.reset_at, latest.updated_at, {POSITION_COLUMNS}
 FROM (SELECT 1 AS here) AS here
 LEFT JOIN latest ON 1 = 1
 LEFT JOIN session ON session.id = ?
@@ -115,25 +122,30 @@ def _fold_position(sql: Lean, session_id: str, window: int, cursor: int) -> tupl
 
 
 @dataclass(frozen=True, slots=True)
-class _Position:
+class Position:
     state: Archived
     oldest: int  # the oldest message of the window after the summary's cursor; 0 when fewer
     due: int  # how many messages lie between the cursor and it
     settings: SessionSettings | None
 
 
-def _position(sql: Lean, session_id: str, window: int) -> _Position:
-    """`_POSITION`: the summary, where the window starts after it, and the settings. With no
-    summary row the window is not placed (the files may hold a summary to move over first)."""
+def position_of(row: Row, window: int) -> Position:
+    """A `_POSITION` row: the summary, where the window starts after it, and the settings.
+    With no summary row the window is not placed (the files may hold a summary to move over
+    first)."""
+    state = archived_state(row[:4])
+    settings = SessionSettings(*row[7:]) if row[6] is not None else None
+    if isinstance(state, NoSummaryRow) or not window:
+        return Position(state, 0, 0, settings)
+    return Position(state, int(row[4] or 0), int(row[5] or 0) if row[4] else 0, settings)
+
+
+def _position(sql: Lean, session_id: str, window: int) -> Position:
     row = sql.one(
         _POSITION, session_id, session_id, window, max(window - 1, 0), session_id, session_id
     )
     assert row is not None, "one row whatever the session holds"
-    state = archived_state(row[:4])
-    settings = SessionSettings(*row[7:]) if row[6] is not None else None
-    if isinstance(state, NoSummaryRow) or not window:
-        return _Position(state, 0, 0, settings)
-    return _Position(state, int(row[4] or 0), int(row[5] or 0) if row[4] else 0, settings)
+    return position_of(row, window)
 
 
 async def summary_state(db: Database, files: SessionFiles, session_id: str) -> SummaryState | None:
@@ -173,6 +185,10 @@ async def _archive(db: Database, session_id: str, state: SummaryState | None) ->
 
 
 class SummaryArchive(StoreBase):
+    # Where a task's context starts, read with its session's journals just before it
+    # (gateway/store/read_ahead.py); set by the store.
+    positions_ahead: ReadAhead[Position]
+
     async def summary_state(self, session_id: str) -> SummaryState | None:
         validate_session_id(session_id)
         return await summary_state(self.db, self.files(session_id), session_id)
@@ -216,11 +232,15 @@ class SummaryArchive(StoreBase):
             except SessionDirectoryMissing:
                 return []
 
-        def work(sql: Lean) -> tuple[Archived, SessionSettings | None, int]:
-            found = _position(sql, session_id, window)
-            return found.state, found.settings, found.due
+        def work(sql: Lean) -> Position:
+            return _position(sql, session_id, window)
 
-        (state, row, due), lines = await self.db.read_lean_beside(work, recent)
+        ahead = self.positions_ahead.take(session_id, window)
+        if ahead is None:
+            found, lines = await self.db.read_lean_beside(work, recent)
+        else:
+            found, lines = ahead, await self.db.beside(recent)
+        state, row, due = found.state, found.settings, found.due
         if isinstance(state, NoSummaryRow):
             state = await self.summary_state(session_id)
         return ContextRead(state.summary if state else None, row, due, lines)
@@ -245,6 +265,7 @@ class SummaryArchive(StoreBase):
             )
 
         await self.db.write_lean(work)
+        self.positions_ahead.forget(session_id)  # a read ahead of it has the summary before
         # No folder here yet: it is made on this instance when the session first stores here.
         with contextlib.suppress(SessionDirectoryMissing):
             await asyncio.to_thread(self.files(session_id).write_summary, summary)
