@@ -84,7 +84,7 @@ from fakes.base import CallRecord
 from fakes.discord import FakeDiscord, RestCall
 from fakes.discord import user as discord_user
 from fakes.telegram import BotApiCall, FakeTelegram
-from http_load import cpu_seconds
+from http_load import cpu_seconds, thread_cpu
 
 # Issue 36's goal 2: the gateway's p99 at most twice a minimal echo bot's on the same fake. The
 # offline agent's own time is next to nothing, so a bot's latency is its overhead.
@@ -333,6 +333,7 @@ class Bot:
     busy_seconds: float = 0.0
     cpu_seconds: float | None = 0.0  # the bot process's; None where /proc cannot say
     fake_cpu_seconds: float = 0.0  # this process's: the fake and the chats
+    threads: dict[str, float] = field(default_factory=dict)  # the bot's CPU seconds by thread
     calls: int = 0  # calls the bot made to the fake while timed
     other_posts: Counter[str] = field(default_factory=Counter)  # posts besides the echoes
     timing: bool = False
@@ -454,7 +455,7 @@ async def exchange(bot: Bot, per_chat: int, *, timed: bool, pace: float = 0.0) -
 
     assert bot.proc is not None
     bot.timing = timed
-    cpu_before = cpu_seconds(bot.proc.pid)
+    cpu_before, threads_before = cpu_seconds(bot.proc.pid), thread_cpu(bot.proc.pid)
     fake_before = time.process_time()
     began = time.perf_counter()
     await asyncio.gather(*(chat(i, key) for i, key in enumerate(bot.keys)))
@@ -463,6 +464,9 @@ async def exchange(bot: Bot, per_chat: int, *, timed: bool, pace: float = 0.0) -
         bot.busy_seconds += time.perf_counter() - began
         bot.fake_cpu_seconds += time.process_time() - fake_before
         cpu_after = cpu_seconds(bot.proc.pid)
+        for thread, used in thread_cpu(bot.proc.pid).items():
+            spent = used - threads_before.get(thread, 0.0)
+            bot.threads[thread] = bot.threads.get(thread, 0.0) + spent
         if cpu_before is None or cpu_after is None or bot.cpu_seconds is None:
             bot.cpu_seconds = None
         else:
@@ -510,6 +514,11 @@ def summary(bot: Bot) -> dict[str, Any]:
         "mean_ms": statistics.fmean(bot.latencies) * 1000,
         "cpu_ms_per_message": None if bot.cpu_seconds is None else bot.cpu_seconds / count * 1000,
         "fake_cpu_ms_per_message": bot.fake_cpu_seconds / count * 1000,
+        "threads_ms_per_message": {
+            thread: used / count * 1000
+            for thread, used in sorted(bot.threads.items(), key=lambda item: -item[1])
+            if used > 0
+        },
         "calls_per_message": bot.calls / count,
         "other_posts": dict(bot.other_posts.most_common(5)),
         "other_posts_total": sum(bot.other_posts.values()),
@@ -563,6 +572,11 @@ def report(title: str, bots: list[Bot]) -> dict[str, Any]:
         ratio = rows[bot.name]["p99_ms"] / durable["p99_ms"]
         overhead[bot.name]["p99_ratio_durable_floor"] = ratio
         print(f"   {bot.label.split(' (')[0]}: p99 {ratio:.2f}x the durable floor's")
+    for bot in bots:
+        shown = ", ".join(
+            f"{t} {ms:.2f}" for t, ms in rows[bot.name]["threads_ms_per_message"].items()
+        )
+        print(f"   {bot.label.split(' (')[0]} CPU ms per message by thread: {shown}")
     for bot in bots:
         r = rows[bot.name]
         if r["other_posts_total"]:
