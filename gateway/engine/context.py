@@ -214,7 +214,12 @@ async def load_context(
     With `recall_into_context` (an agent that shows `recalled` to its model), the older
     messages most like the task's are recalled before it runs, otherwise only on demand; and
     the passages of the documents attached where it runs (`knowledge`, for `profile`) found."""
-    read = await store.context_read(task.session_id, window, tail=window + fold_batch(window) + 1)
+    # Two reads that do not wait on each other, asked together: on SQLite the lean reads'
+    # thread takes them in one batch (one hand-off), on PostgreSQL they go out side by side.
+    read, memories = await asyncio.gather(
+        store.context_read(task.session_id, window, tail=window + fold_batch(window) + 1),
+        _memories_of(store, task.origin.sender_key),
+    )
     summary, row = read.summary, read.settings
     cursor = summary.cursor if summary else 0
     recent, oldest = _window(task, read.recent, window, after=cursor)
@@ -230,7 +235,7 @@ async def load_context(
         context.knowledge = await knowledge.for_task(
             task.session_id, task.origin, profile, task.text
         )
-    context.member_memories = await _memories_of(store, task.origin.sender_key)
+    context.member_memories = memories
     if row is not None:
         context.persona = row.persona
         context.model = row.model
