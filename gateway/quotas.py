@@ -125,7 +125,7 @@ class Admission:
 
     async def chat(self, session_id: str) -> dict[str, int]:
         limits = dict(self.chat_defaults)
-        own = (await self.quotas.of([session_id])).get(session_id, {})
+        own = await self.quotas.of_chat(session_id)
         limits.update({k: v for k, v in own.items() if k in CHAT_KEYS})
         return limits
 

@@ -47,14 +47,26 @@ _READ_AHEAD: Final[ContextVar[tuple[str, PersonQuotas] | None]] = ContextVar(
 )
 
 
+# And of the shared chat the message goes to: its own overrides (`Quotas.of_chat`).
+_CHAT_AHEAD: Final[ContextVar[tuple[str, dict[str, int]] | None]] = ContextVar(
+    "agenvoy_chat_quotas", default=None
+)
+
+
 @contextlib.contextmanager
 def read_ahead(identity: str, read: CallerRead) -> Iterator[None]:
-    """While in this block, `Quotas.of_person(identity)` answers with what `read` found."""
+    """While in this block, `Quotas.of_person(identity)` answers with what `read` found, and
+    `Quotas.of_chat` for its session when `read` has the chat's overrides."""
     quotas = {subject: _limits(text) for subject, text in read.quotas.items()}
     token = _READ_AHEAD.set((identity, (read.identities, quotas)))
+    chat = None
+    if read.facts is not None and read.chat_quotas is not None:
+        chat = (read.facts.session_id, _limits(read.chat_quotas))
+    chat_token = _CHAT_AHEAD.set(chat)
     try:
         yield
     finally:
+        _CHAT_AHEAD.reset(chat_token)
         _READ_AHEAD.reset(token)
 
 
@@ -97,6 +109,14 @@ class Quotas:
             return frozenset(str(subject) for subject, _ in rows), found
 
         return await self._db.read_lean(work)
+
+    async def of_chat(self, session_id: str) -> dict[str, int]:
+        """The overrides set for a chat (none when it has none); read ahead with the caller's
+        facts for a message to it (`read_ahead`)."""
+        ahead = _CHAT_AHEAD.get()
+        if ahead is not None and ahead[0] == session_id:
+            return ahead[1]
+        return (await self.of([session_id])).get(session_id, {})
 
     async def all(self) -> dict[str, dict[str, int]]:
         def work(session: Session) -> dict[str, dict[str, int]]:

@@ -36,11 +36,14 @@ _CALLER_AND_SHARES = (
     " LEFT JOIN session_share AS share ON share.session_id = s.id"
     " AND share.identity IN (SELECT identity FROM linked) WHERE s.id = ?"
 )
+# For a shared chat, also its own quota overrides (kind 2; none when it has none), which the
+# message's admission asks next. Parameters: identity, identity, session, session.
 _CALLER_AND_MEMBERSHIP = (
     LINKED + _CALLER + " UNION ALL"
     " SELECT 1, s.owner, (SELECT 'member' FROM messages WHERE session_id = s.id"
     " AND sender_key IN (SELECT identity FROM linked) LIMIT 1), NULL"
     " FROM session AS s WHERE s.id = ?"
+    " UNION ALL SELECT 2, subject, limits, NULL FROM quota WHERE subject = ?"
 )
 
 
@@ -56,24 +59,31 @@ class CallerRead:
     identities: frozenset[str]  # the caller's person's, across links
     quotas: dict[str, str]  # each of them that has quota overrides: the overrides as stored
     facts: SessionFacts | None  # what the ownership rule needs; None: no such session
+    # A shared chat's own quota overrides as stored ("" when it has none); None: not read
+    # (a private session, whose admission does not ask them).
+    chat_quotas: str | None = None
 
 
 def caller_facts_lean(sql: Lean, identity: str, session_id: str) -> CallerRead:
     """`linked_lean(identity)` with their quota overrides, and what the rule needs of
     `session_id` for a caller with those identities."""
     shared = is_shared(session_id)  # the rule asks a shared chat's membership, never its shares
-    statement = _CALLER_AND_MEMBERSHIP if shared else _CALLER_AND_SHARES
-    rows = sql.all(statement, identity, identity, session_id)
+    if shared:
+        rows = sql.all(_CALLER_AND_MEMBERSHIP, identity, identity, session_id, session_id)
+    else:
+        rows = sql.all(_CALLER_AND_SHARES, identity, identity, session_id)
     callers = [row[1:3] for row in rows if row[0] == 0]
     identities = frozenset(str(who) for who, _ in callers)
     quotas = {str(who): str(limits) for who, limits in callers if limits is not None}
+    chat = [str(row[2] or "") for row in rows if row[0] == 2] if shared else None
+    chat_quotas = None if chat is None else (chat[0] if chat else "")
     session = [row[1:] for row in rows if row[0] == 1]
     if not session:
-        return CallerRead(identities, quotas, None)
+        return CallerRead(identities, quotas, None, chat_quotas)
     owner = str(session[0][0] or "")
     if shared:
         facts = SessionFacts(session_id, owner=owner, member=session[0][1] is not None)
     else:
         shares = {str(who): ShareMode(mode) for _, who, mode in session if who is not None}
         facts = SessionFacts(session_id, owner=owner, shares=shares)
-    return CallerRead(identities, quotas, facts)
+    return CallerRead(identities, quotas, facts, chat_quotas)

@@ -1,0 +1,43 @@
+"""A shared chat's own quota overrides come with the caller's facts (one read where the
+message's admission made a second), and are the chat's as stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gateway.settings import Settings
+from gateway.store.quotas import Quotas, read_ahead
+from gateway.store.sessions import SessionStore
+
+CHAT = "dc-4242"
+MEMBER = "discord:77"
+
+
+async def test_a_chats_overrides_are_read_with_the_callers_facts(
+    database_url: str, tmp_path: Path
+) -> None:
+    settings = Settings(home=tmp_path / "home", database_url=database_url, _env_file=None)
+    store = await SessionStore.open(settings)
+    try:
+        await store.take_in(CHAT, "hello", sender="m", sender_key=MEMBER)
+        await store.take_in("cli-private", "hello", sender="m", sender_key=MEMBER)
+        quotas = Quotas(store.db)
+
+        unset = await store.ownership.caller_facts(MEMBER, CHAT)
+        assert unset.chat_quotas == ""  # read, and none set
+        assert (await store.ownership.caller_facts(MEMBER, "cli-private")).chat_quotas is None
+
+        await quotas.set(CHAT, {"messages_per_minute": 3}, by="admin")
+        read = await store.ownership.caller_facts(MEMBER, CHAT)
+        assert read.facts is not None and read.facts.member
+        with read_ahead(MEMBER, read):
+            assert await quotas.of_chat(CHAT) == {"messages_per_minute": 3}
+            await quotas.set(CHAT, {"messages_per_minute": 9}, by="admin")
+            # What the request read, not a second read: the admission and the rule agree.
+            assert await quotas.of_chat(CHAT) == {"messages_per_minute": 3}
+            assert await quotas.of_chat("dc-other") == {}  # another chat: read for itself
+        assert await quotas.of_chat(CHAT) == {"messages_per_minute": 9}
+        with read_ahead(MEMBER, unset):
+            assert await quotas.of_chat(CHAT) == {}
+    finally:
+        await store.close()
