@@ -26,7 +26,7 @@ from gateway.ids import prefix_of
 from gateway.ownership import is_shared
 from gateway.rate_window import LocalWindow, Rate, RateWindow
 from gateway.settings import Settings
-from gateway.store.quotas import OWNED_PREFIXES, Quotas
+from gateway.store.quotas import OWNED_PREFIXES, PersonQuotas, Quotas
 from gateway.store.sessions import SessionStore
 
 # Where they were before gateway/budgets.py held them; callers import them from here.
@@ -113,7 +113,10 @@ class Admission:
         self.window: RateWindow = LocalWindow()
 
     async def person(self, identity: str) -> Person:
-        identities, overrides = await self.quotas.of_person(identity)
+        return self._person(identity, await self.quotas.of_person(identity))
+
+    def _person(self, identity: str, found: PersonQuotas) -> Person:
+        identities, overrides = found
         limits = dict(self.person_defaults)
         # The identity's own overrides win over those of the identities linked with it.
         for subject in sorted(overrides, key=lambda s: (s == identity, s)):
@@ -124,8 +127,10 @@ class Admission:
         return person
 
     async def chat(self, session_id: str) -> dict[str, int]:
+        return self._chat(await self.quotas.of_chat(session_id))
+
+    def _chat(self, own: Mapping[str, int]) -> dict[str, int]:
         limits = dict(self.chat_defaults)
-        own = await self.quotas.of_chat(session_id)
         limits.update({k: v for k, v in own.items() if k in CHAT_KEYS})
         return limits
 
@@ -134,13 +139,17 @@ class Admission:
         would pass a limit; else count it — once for `message` (its source key), however
         often it is taken in again (a retry after a crash cut off the first)."""
         now = self.clock.now_ms()
-        person = await self.person(origin.sender_key)
+        chat: dict[str, int] | None = None
+        if is_shared(session_id):  # the chat's overrides come with the sender's, in one read
+            found, own = await self.quotas.of_person_and_chat(origin.sender_key, session_id)
+            person, chat = self._person(origin.sender_key, found), self._chat(own)
+        else:
+            person = await self.person(origin.sender_key)
         waiting = person.limits["waiting"]
         if waiting and self._tasks_of(origin.sender_key) >= waiting:
             raise TooManyTasks(waiting)
         if person.exempt:
             return
-        chat = await self.chat(session_id) if is_shared(session_id) else None
         # Only a sessions limit needs to know whether the message makes its session: a read
         # every message would pay for otherwise.
         counted = person.limits["sessions"] and f"{prefix_of(session_id)}-" in OWNED_PREFIXES

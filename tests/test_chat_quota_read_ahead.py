@@ -41,3 +41,30 @@ async def test_a_chats_overrides_are_read_with_the_callers_facts(
             assert await quotas.of_chat(CHAT) == {}
     finally:
         await store.close()
+
+
+async def test_a_message_to_a_chat_reads_its_senders_and_its_overrides_at_once(
+    database_url: str, tmp_path: Path
+) -> None:
+    """What a platform message's admission reads (no access check came first to read it)."""
+    settings = Settings(home=tmp_path / "home", database_url=database_url, _env_file=None)
+    store = await SessionStore.open(settings)
+    try:
+        quotas = Quotas(store.db)
+        await store.ownership.link("discord:78", MEMBER, by="admin")
+        assert await quotas.of_person_and_chat(MEMBER, CHAT) == (
+            (frozenset({MEMBER, "discord:78"}), {}),
+            {},
+        )
+        await quotas.set("discord:78", {"running": 2}, by="admin")
+        await quotas.set(CHAT, {"messages_per_minute": 4}, by="admin")
+        assert await quotas.of_person_and_chat(MEMBER, CHAT) == (
+            (frozenset({MEMBER, "discord:78"}), {"discord:78": {"running": 2}}),
+            {"messages_per_minute": 4},
+        )
+        assert await quotas.of_person_and_chat(MEMBER, CHAT) == (
+            await quotas.of_person(MEMBER),
+            await quotas.of_chat(CHAT),
+        )
+    finally:
+        await store.close()

@@ -75,6 +75,13 @@ _PERSON_OVERRIDES = (
     LINKED + "SELECT linked.identity, quota.limits FROM linked"
     " LEFT JOIN quota ON quota.subject = linked.identity"
 )
+# The same (kind 0) and a chat's own overrides (kind 1; none when it has none). Parameters:
+# identity, identity, chat.
+_PERSON_AND_CHAT = (
+    LINKED + "SELECT 0, linked.identity, quota.limits FROM linked"
+    " LEFT JOIN quota ON quota.subject = linked.identity"
+    " UNION ALL SELECT 1, subject, limits FROM quota WHERE subject = ?"
+)
 
 
 def _overrides(sql: Lean, subjects: Collection[str]) -> dict[str, dict[str, int]]:
@@ -107,6 +114,28 @@ class Quotas:
             rows = sql.all(_PERSON_OVERRIDES, identity, identity)
             found = {str(subject): _limits(text) for subject, text in rows if text is not None}
             return frozenset(str(subject) for subject, _ in rows), found
+
+        return await self._db.read_lean(work)
+
+    async def of_person_and_chat(
+        self, identity: str, chat: str
+    ) -> tuple[PersonQuotas, dict[str, int]]:
+        """`of_person(identity)` and `of_chat(chat)`: what a message to a shared chat asks
+        before it is taken in, in one read (each taken from the request's read ahead when it
+        has it)."""
+        person_ahead, chat_ahead = _READ_AHEAD.get(), _CHAT_AHEAD.get()
+        has_person = person_ahead is not None and person_ahead[0] == identity
+        has_chat = chat_ahead is not None and chat_ahead[0] == chat
+        if has_person or has_chat:
+            return await self.of_person(identity), await self.of_chat(chat)
+
+        def work(sql: Lean) -> tuple[PersonQuotas, dict[str, int]]:
+            rows = sql.all(_PERSON_AND_CHAT, identity, identity, chat)
+            linked = [row[1:] for row in rows if row[0] == 0]
+            found = {str(subject): _limits(text) for subject, text in linked if text is not None}
+            own = [_limits(row[2]) for row in rows if row[0] == 1]
+            person = frozenset(str(subject) for subject, _ in linked), found
+            return person, own[0] if own else {}
 
         return await self._db.read_lean(work)
 
