@@ -71,16 +71,15 @@ def read_ahead(identity: str, read: CallerRead) -> Iterator[None]:
 
 
 # Each identity of a person with its overrides (NULL when it has none), in one statement.
-_PERSON_OVERRIDES = (
-    LINKED + "SELECT linked.identity, quota.limits FROM linked"
-    " LEFT JOIN quota ON quota.subject = linked.identity"
-)
+_WITH_OVERRIDES = " FROM linked LEFT JOIN quota ON quota.subject = linked.identity"
+_PERSON_OVERRIDES = LINKED + "SELECT linked.identity, quota.limits" + _WITH_OVERRIDES
 # The same (kind 0) and a chat's own overrides (kind 1; none when it has none). Parameters:
 # identity, identity, chat.
 _PERSON_AND_CHAT = (
-    LINKED + "SELECT 0, linked.identity, quota.limits FROM linked"
-    " LEFT JOIN quota ON quota.subject = linked.identity"
-    " UNION ALL SELECT 1, subject, limits FROM quota WHERE subject = ?"
+    LINKED
+    + "SELECT 0, linked.identity, quota.limits"
+    + _WITH_OVERRIDES
+    + " UNION ALL SELECT 1, subject, limits FROM quota WHERE subject = ?"
 )
 
 
