@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import re
@@ -53,7 +54,7 @@ import sys
 import tempfile
 import time
 from asyncio.subprocess import Process
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,20 @@ class Target:
     pid: int  # whose CPU time is counted
 
 
+@contextlib.contextmanager
+def collector_held() -> Iterator[None]:
+    """This process's garbage collector held for a timed turn (what it made before is
+    collected first, untimed). The driver times every message from here: one of its own
+    full collections, 100-200 ms once its fakes and latency lists have grown, was a pause in
+    whichever server's turn it fell, and the p99 of a 400-message run is its 4 slowest."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def cpu_seconds(pid: int) -> float | None:
     """User and system CPU time `pid` has used so far (Linux's /proc), None where unreadable."""
     try:
@@ -159,6 +174,11 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# Not threads: the system CPU and the context switches of all of them, in the same table.
+SYSTEM, SWITCHES = "(system CPU)", "(context switches)"
+SWITCH_FIELDS = ("ctxt_switches",)
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
@@ -186,7 +206,19 @@ def thread_cpu(pid: int) -> dict[str, float]:
             name = re.sub(r"_\d+$", "_*", comm)
         used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         totals[name] = totals.get(name, 0.0) + used
+        totals[SYSTEM] = totals.get(SYSTEM, 0.0) + int(fields[12]) / os.sysconf("SC_CLK_TCK")
+        totals[SWITCHES] = totals.get(SWITCHES, 0.0) + _switches(task)
     return totals
+
+
+def _switches(task: Path) -> int:
+    """How often the thread gave up the CPU: to wait (a hand-off, a lock, I/O) or preempted."""
+    try:
+        status = (task / "status").read_text()
+    except OSError:
+        return 0
+    fields = (line.split(":") for line in status.splitlines())
+    return sum(int(value) for key, value in fields if key.endswith(SWITCH_FIELDS))
 
 
 @contextlib.asynccontextmanager
@@ -274,7 +306,8 @@ async def alternate(ours: Target, floor: Target, per_session: int, rounds: int) 
         turn = [("ours", ours), ("floor", floor)]
         for name, target in turn if number % 2 == 0 else reversed(turn):
             cpu_before, threads_before = cpu_seconds(target.pid), thread_cpu(target.pid)
-            elapsed, latencies = await drive(target.url, target.sessions, share)
+            with collector_held():
+                elapsed, latencies = await drive(target.url, target.sessions, share)
             cpu_after, threads_after = cpu_seconds(target.pid), thread_cpu(target.pid)
             run = totals[name]
             for thread, used in threads_after.items():
@@ -354,17 +387,34 @@ def report(name: str, run: Run) -> dict[str, float]:
     return row
 
 
-def print_threads(name: str, run: Run, row: dict[str, Any]) -> None:
-    """Each thread's CPU per message, busiest first; the process's ticks are 10 ms, so a thread
-    below a few ticks over the whole run is noise."""
-    per_message = {
-        thread: used * 1000 / len(run.latencies)
-        for thread, used in sorted(run.threads.items(), key=lambda item: -item[1])
-        if used > 0
+def thread_shares(threads: dict[str, float], messages: int) -> dict[str, Any]:
+    """`thread_cpu`'s differences over a run, per message: each thread's CPU in ms (busiest
+    first), the system CPU of all of them, and their context switches."""
+    return {
+        "threads_ms_per_message": {
+            thread: used * 1000 / messages
+            for thread, used in sorted(threads.items(), key=lambda item: -item[1])
+            if used > 0 and thread not in (SYSTEM, SWITCHES)
+        },
+        "system_ms_per_message": threads.get(SYSTEM, 0.0) * 1000 / messages,
+        "switches_per_message": threads.get(SWITCHES, 0.0) / messages,
     }
-    row["threads_ms_per_message"] = per_message
-    shown = ", ".join(f"{thread} {ms:.2f}" for thread, ms in per_message.items())
+
+
+def print_shares(name: str, shares: dict[str, Any]) -> None:
+    """`thread_shares` as two lines; the process's ticks are 10 ms, so a thread below a few
+    ticks over the whole run is noise."""
+    shown = ", ".join(f"{t} {ms:.2f}" for t, ms in shares["threads_ms_per_message"].items())
     print(f"   {name} CPU ms per message by thread: {shown}")
+    print(
+        f"   {name}: of that, system {shares['system_ms_per_message']:.2f} ms;"
+        f" context switches per message {shares['switches_per_message']:.1f}"
+    )
+
+
+def print_threads(name: str, run: Run, row: dict[str, Any]) -> None:
+    row.update(thread_shares(run.threads, len(run.latencies)))
+    print_shares(name, row)
 
 
 def print_ratios(ours: dict[str, float], floor: dict[str, float]) -> dict[str, float]:

@@ -84,7 +84,7 @@ from fakes.base import CallRecord
 from fakes.discord import FakeDiscord, RestCall
 from fakes.discord import user as discord_user
 from fakes.telegram import BotApiCall, FakeTelegram
-from http_load import cpu_seconds, thread_cpu
+from http_load import collector_held, cpu_seconds, print_shares, thread_cpu, thread_shares
 
 # Issue 36's goal 2: the gateway's p99 at most twice a minimal echo bot's on the same fake. The
 # offline agent's own time is next to nothing, so a bot's latency is its overhead.
@@ -458,7 +458,8 @@ async def exchange(bot: Bot, per_chat: int, *, timed: bool, pace: float = 0.0) -
     cpu_before, threads_before = cpu_seconds(bot.proc.pid), thread_cpu(bot.proc.pid)
     fake_before = time.process_time()
     began = time.perf_counter()
-    await asyncio.gather(*(chat(i, key) for i, key in enumerate(bot.keys)))
+    with collector_held() if timed else contextlib.nullcontext():
+        await asyncio.gather(*(chat(i, key) for i, key in enumerate(bot.keys)))
     bot.timing = False
     if timed:
         bot.busy_seconds += time.perf_counter() - began
@@ -514,11 +515,7 @@ def summary(bot: Bot) -> dict[str, Any]:
         "mean_ms": statistics.fmean(bot.latencies) * 1000,
         "cpu_ms_per_message": None if bot.cpu_seconds is None else bot.cpu_seconds / count * 1000,
         "fake_cpu_ms_per_message": bot.fake_cpu_seconds / count * 1000,
-        "threads_ms_per_message": {
-            thread: used / count * 1000
-            for thread, used in sorted(bot.threads.items(), key=lambda item: -item[1])
-            if used > 0
-        },
+        **thread_shares(bot.threads, count),
         "calls_per_message": bot.calls / count,
         "other_posts": dict(bot.other_posts.most_common(5)),
         "other_posts_total": sum(bot.other_posts.values()),
@@ -573,10 +570,7 @@ def report(title: str, bots: list[Bot]) -> dict[str, Any]:
         overhead[bot.name]["p99_ratio_durable_floor"] = ratio
         print(f"   {bot.label.split(' (')[0]}: p99 {ratio:.2f}x the durable floor's")
     for bot in bots:
-        shown = ", ".join(
-            f"{t} {ms:.2f}" for t, ms in rows[bot.name]["threads_ms_per_message"].items()
-        )
-        print(f"   {bot.label.split(' (')[0]} CPU ms per message by thread: {shown}")
+        print_shares(bot.label.split(" (")[0], rows[bot.name])
     for bot in bots:
         r = rows[bot.name]
         if r["other_posts_total"]:

@@ -1,5 +1,6 @@
-"""Once serving, the objects made while starting are out of the collector's sight, and the
-youngest generation is collected less often: full collections stalled every request."""
+"""Once serving, the objects made while starting are out of the collector's sight (full
+collections stalled every request), and the youngest generation stays small (each of its
+collections is a pause)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def collector_restored() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("collector_restored")
-def test_settle_freezes_what_starting_made_and_raises_the_thresholds() -> None:
+def test_settle_freezes_what_starting_made_and_keeps_young_collections_short() -> None:
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
     heap.settle()
@@ -33,7 +34,9 @@ def test_settle_freezes_what_starting_made_and_raises_the_thresholds() -> None:
     # walks them.
     assert gc.get_freeze_count() > 10_000
     assert gc.get_threshold() == heap.THRESHOLDS
-    assert heap.THRESHOLDS[0] > 700  # CPython's default, under which collections came often
+    # At 20,000 a collection of the youngest generation walked that many objects, a pause of
+    # 10 to 50 ms in the middle of a message: the p99 of a platform message at light load.
+    assert heap.THRESHOLDS[0] <= 1000
 
 
 @pytest.mark.usefixtures("collector_restored")
