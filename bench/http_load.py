@@ -7,7 +7,7 @@ M client workers each own one session and send their share of N messages one aft
 (a session runs one task at a time, so this is the most a single chat can ask for), all
 workers at once. Both servers run at the same time in processes of their own and take turns
 (ROUNDS each, alternating which goes first), so a noisy neighbour weighs on both alike; this
-process only drives them: ours
+process only drives them, its garbage collector held while a turn is timed. Ours
 is `agenvoy run`; the floor (`floor_server.py`) is a bare aiohttp handler with one long-lived
 SQLite connection that does, per message, the same committed transactions as the gateway's
 path (session + user message; usage, run + reply; HTTP callers read replies from the gateway,

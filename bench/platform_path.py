@@ -15,10 +15,11 @@ accepts the bot's sendMessage / create-message request carrying `echo: <text>` (
 `on_answered` hook, before the answer goes back). Goal: ours at p99 at most 2x the floor's.
 
 Each bot runs in a process of its own; this one runs the fakes (one per bot) and the chats,
-and takes every timestamp. A platform's bots are up at the same time and take turns: each
-chat sends T messages to one bot, then to the next, the order rotating every round, so a
-noisy neighbour hits them all alike. Each bot first answers two untimed messages per chat
-(sessions created, connections opened).
+and takes every timestamp, with its own garbage collector held during timed turns (one of its
+pauses would land in whichever bot's turn it fell). A platform's bots are up at the same time
+and take turns: each chat sends T messages to one bot, then to the next, the order rotating
+every round, so a noisy neighbour hits them all alike. Each bot first answers two untimed
+messages per chat (sessions created, connections opened).
 
 - ours: the gateway's runtime (offline agent, SQLite, default settings, logging at WARNING
   as in the other benchmarks) with its Telegram adapter (long polling) or its Discord
