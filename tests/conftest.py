@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import compileall
+import gc
 import os
 import shutil
 import sys
@@ -54,6 +55,26 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if config.option.markexpr == "fast":
         return 0
     return 2 * len(os.sched_getaffinity(0))
+
+
+# The test processes are not the gateway: their heaps (the collected suite, fixtures, fakes,
+# gateways built and dropped test after test) are large and short-lived, and CPython's
+# thresholds made them collect often enough to cost a sixth of the suite's time. The gateway's
+# own settings (gateway/heap.py, applied by `heap.settle` when a test starts one in-process)
+# are tested in test_heap.py; each test here begins with these again.
+TEST_COLLECTOR = (20_000, 20, 20)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.collect()
+    gc.freeze()  # the collected suite stays for the run: no collection need walk it again
+    gc.set_threshold(*TEST_COLLECTOR)
+
+
+@pytest.fixture(autouse=True)
+def _test_collector() -> None:
+    if gc.get_threshold() != TEST_COLLECTOR:
+        gc.set_threshold(*TEST_COLLECTOR)
 
 
 @pytest.fixture(autouse=True, scope="session")
