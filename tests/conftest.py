@@ -59,7 +59,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 # The test processes are not the gateway: their heaps (the collected suite, fixtures, fakes,
 # gateways built and dropped test after test) are large and short-lived, and CPython's
-# thresholds made them collect often enough to cost a sixth of the suite's time. The gateway's
+# thresholds made them collect often enough to cost about a tenth of its time. The gateway's
 # own settings (gateway/heap.py, applied by `heap.settle` when a test starts one in-process)
 # are tested in test_heap.py; each test here begins with these again.
 TEST_COLLECTOR = (20_000, 20, 20)
